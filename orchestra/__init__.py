@@ -1,0 +1,3 @@
+"""orchestra: agent-orchestration backend."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,73 @@
+"""Two consoles (data to stdout, messages to stderr), exit codes, and the one error mapping."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import sys
+from enum import IntEnum
+from typing import Any, Awaitable, Callable
+
+import typer
+from rich.console import Console
+
+from orchestra.errors import OrchestraError
+
+out = Console(soft_wrap=True)
+err = Console(stderr=True, soft_wrap=True)
+
+
+class ExitCode(IntEnum):
+    OK = 0
+    ERROR = 1
+    USAGE = 2
+    NOT_FOUND = 3
+    CONFLICT = 4
+    AUTH = 5
+    UNAVAILABLE = 6
+
+
+_BY_STATUS = {400: ExitCode.USAGE, 401: ExitCode.AUTH, 403: ExitCode.AUTH, 404: ExitCode.NOT_FOUND,
+              409: ExitCode.CONFLICT, 413: ExitCode.USAGE, 422: ExitCode.USAGE,
+              429: ExitCode.UNAVAILABLE, 502: ExitCode.UNAVAILABLE, 503: ExitCode.UNAVAILABLE}
+
+
+def exit_code_for(error: OrchestraError) -> ExitCode:
+    return _BY_STATUS.get(error.status, ExitCode.ERROR)
+
+
+def fail(message: str, code: ExitCode = ExitCode.ERROR) -> "typer.Exit":
+    """Print one readable line to stderr and exit with `code`."""
+    err.print(f"[bold red]error:[/] {message}", highlight=False)
+    raise typer.Exit(int(code))
+
+
+def success(message: str) -> None:
+    err.print(f"[green]✓[/] {message}", highlight=False)
+
+
+def print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+    sys.stdout.flush()
+
+
+def handle_errors(command: Callable) -> Callable:
+    """Decorator: domain errors and bad configuration end as one line and an exit code."""
+
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        except OrchestraError as exc:
+            fail(exc.message, exit_code_for(exc))
+        except (ValueError, OSError) as exc:
+            fail(str(exc))
+        except KeyboardInterrupt:
+            fail("interrupted", ExitCode.ERROR)
+
+    return wrapper
+
+
+def run(coro: Awaitable) -> Any:
+    return asyncio.run(coro)

@@ -1,0 +1,61 @@
+"""The resources every entry point shares: settings, the store, hashing, tokens, secrets.
+
+The web app keeps one `Core` on `app.ctx.core`; CLI commands open one for the
+duration of a command. Services take it as their first argument.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from orchestra.db import migrate
+from orchestra.db.database import connect
+from orchestra.services.crypto import SecretBox
+from orchestra.services.passwords import PasswordService
+from orchestra.services.tokens import TokenService
+from orchestra.settings import Settings
+
+
+@dataclass
+class Core:
+    settings: Settings
+    db: Any
+    passwords: PasswordService
+    tokens: TokenService
+    secrets: SecretBox
+    # Filled by later layers (the engine, caches) when they start; see web/app.py.
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    async def open(cls, settings: Settings, *, migrate_schema: bool = True) -> "Core":
+        """Connect the store (applying pending migrations) and build the services."""
+        settings.ensure_home()
+        secret = settings.load_secret_key()
+        db = connect(settings.database_url)
+        if migrate_schema:
+            await migrate.upgrade(db)
+        return cls(
+            settings=settings,
+            db=db,
+            passwords=PasswordService(
+                time_cost=settings.argon2_time_cost,
+                memory_cost=settings.argon2_memory_cost,
+                parallelism=settings.argon2_parallelism,
+                concurrency=settings.hash_concurrency,
+                queue=settings.hash_queue,
+            ),
+            tokens=TokenService(
+                secret=secret, access_ttl=settings.access_ttl, refresh_ttl=settings.refresh_ttl
+            ),
+            secrets=SecretBox(secret),
+        )
+
+    @property
+    def is_postgres(self) -> bool:
+        return self.settings.database_url.startswith(("postgres://", "postgresql://"))
+
+    async def close(self) -> None:
+        """Release the pool (aiosqlite threads would otherwise keep the process alive)."""
+        self.passwords.close()
+        await self.db.close_pool()

@@ -1,0 +1,1 @@
+"""The store: peewee models, migrations, and opening a database from its URL."""

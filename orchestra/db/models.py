@@ -1,0 +1,200 @@
+"""Peewee models of every stored thing. The schema itself is made by migrations/.
+
+Times are naive UTC datetimes; ids are UUID strings except the append-only
+event log, which uses an integer key and a per-run `seq`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import uuid
+
+from peewee import (
+    BigIntegerField,
+    BooleanField,
+    CharField,
+    DatabaseProxy,
+    DateTimeField,
+    ForeignKeyField,
+    IntegerField,
+    TextField,
+)
+from playhouse.pwasyncio import AsyncModel
+
+database_proxy = DatabaseProxy()
+
+
+def utcnow() -> dt.datetime:
+    """The current UTC time as a naive datetime (what every time column stores)."""
+    return dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+
+
+def new_id() -> str:
+    return str(uuid.uuid4())
+
+
+def iso(value: dt.datetime | None) -> str | None:
+    """A stored time as ISO 8601 UTC with a `Z`, for API bodies."""
+    if value is None:
+        return None
+    if isinstance(value, str):  # SQLite may hand back text for a computed column
+        value = dt.datetime.fromisoformat(value)
+    return value.replace(tzinfo=None).isoformat(timespec="milliseconds") + "Z"
+
+
+class JSONField(TextField):
+    """JSON kept as text, so the same column works on SQLite and PostgreSQL."""
+
+    def db_value(self, value):
+        return None if value is None else json.dumps(value, separators=(",", ":"))
+
+    def python_value(self, value):
+        return None if value is None else json.loads(value)
+
+
+class BaseModel(AsyncModel):
+    class Meta:
+        database = database_proxy
+        legacy_table_names = False
+
+
+class User(BaseModel):
+    id = CharField(primary_key=True, max_length=36, default=new_id)
+    user_name = CharField(max_length=64)
+    user_name_key = CharField(max_length=256, unique=True)  # casefolded, for uniqueness
+    password_hash = CharField(max_length=255)
+    role = CharField(max_length=32, index=True)
+    created_at = DateTimeField(default=utcnow, index=True)
+
+
+class RefreshToken(BaseModel):
+    """One issued refresh token; `family` ties a login to all of its rotations."""
+
+    jti = CharField(primary_key=True, max_length=64)
+    family = CharField(max_length=64, index=True)
+    user = ForeignKeyField(User, on_delete="CASCADE", index=True)
+    used_at = DateTimeField(null=True)
+    revoked = BooleanField(default=False)
+    expires_at = DateTimeField()
+    created_at = DateTimeField(default=utcnow)
+
+
+class Provider(BaseModel):
+    id = CharField(primary_key=True, max_length=36, default=new_id)
+    name = CharField(max_length=128, unique=True)
+    kind = CharField(max_length=32)
+    model_id = CharField(max_length=256)
+    base_url = CharField(max_length=1024, null=True)
+    api_key_encrypted = TextField(null=True)
+    api_key_hint = CharField(max_length=32, null=True)  # masked form: sk-…abcd
+    created_by = ForeignKeyField(User, null=True, on_delete="SET NULL")
+    created_at = DateTimeField(default=utcnow)
+
+
+class Skill(BaseModel):
+    id = CharField(primary_key=True, max_length=36, default=new_id)
+    name = CharField(max_length=128, unique=True)
+    description = TextField(default="")
+    instructions = TextField(default="")
+    created_at = DateTimeField(default=utcnow)
+    updated_at = DateTimeField(default=utcnow)
+
+
+class Worker(BaseModel):
+    id = CharField(primary_key=True, max_length=36, default=new_id)
+    owner = ForeignKeyField(User, on_delete="CASCADE", index=True)
+    name = CharField(max_length=128)
+    description = TextField(default="")
+    system_prompt = TextField(default="")
+    provider = ForeignKeyField(Provider, on_delete="RESTRICT", index=True)
+    model = CharField(max_length=256, null=True)
+    tools = JSONField(default=list)
+    bound_skill = CharField(max_length=128, null=True, index=True)
+    created_at = DateTimeField(default=utcnow)
+    updated_at = DateTimeField(default=utcnow)
+
+
+class SystemNode(BaseModel):
+    name = CharField(primary_key=True, max_length=64)
+    provider = ForeignKeyField(Provider, null=True, on_delete="SET NULL")
+    model = CharField(max_length=256, null=True)
+    updated_at = DateTimeField(default=utcnow)
+
+
+class Upload(BaseModel):
+    id = CharField(primary_key=True, max_length=36, default=new_id)
+    owner = ForeignKeyField(User, on_delete="CASCADE", index=True)
+    filename = CharField(max_length=512)
+    size = BigIntegerField()
+    content_type = CharField(max_length=255)
+    sha256 = CharField(max_length=64)
+    created_at = DateTimeField(default=utcnow)
+
+
+class WorkflowTemplate(BaseModel):
+    id = CharField(primary_key=True, max_length=36, default=new_id)
+    owner = ForeignKeyField(User, on_delete="CASCADE", index=True)
+    name = CharField(max_length=128)
+    description = TextField(default="")
+    steps = JSONField()
+    shared = BooleanField(default=False)
+    created_at = DateTimeField(default=utcnow)
+    updated_at = DateTimeField(default=utcnow)
+
+
+class WorkflowRun(BaseModel):
+    trace_id = CharField(primary_key=True, max_length=36, default=new_id)
+    owner = ForeignKeyField(User, on_delete="CASCADE", index=True)
+    template = ForeignKeyField(WorkflowTemplate, null=True, on_delete="SET NULL")
+    template_name = CharField(max_length=128)
+    steps = JSONField()  # the template's steps as they were when the run started
+    input = TextField(default="")
+    files = JSONField(default=list)
+    status = CharField(max_length=32, index=True)
+    error = TextField(null=True)
+    created_at = DateTimeField(default=utcnow, index=True)
+    started_at = DateTimeField(null=True)
+    finished_at = DateTimeField(null=True)
+
+
+class RunStep(BaseModel):
+    run = ForeignKeyField(WorkflowRun, on_delete="CASCADE", backref="step_rows")
+    step_id = CharField(max_length=128)
+    status = CharField(max_length=32)
+    output = TextField(null=True)
+    error = TextField(null=True)
+    usage = JSONField(null=True)
+    started_at = DateTimeField(null=True)
+    finished_at = DateTimeField(null=True)
+
+    class Meta:
+        indexes = ((("run", "step_id"), True),)
+
+
+class RunEvent(BaseModel):
+    """The append-only event log of a run: stored before it is published."""
+
+    run = ForeignKeyField(WorkflowRun, on_delete="CASCADE")
+    seq = IntegerField()
+    kind = CharField(max_length=32)
+    data = JSONField()
+    created_at = DateTimeField(default=utcnow)
+
+    class Meta:
+        indexes = ((("run", "seq"), True),)
+
+
+ALL_MODELS = [
+    User,
+    RefreshToken,
+    Provider,
+    Skill,
+    Worker,
+    SystemNode,
+    Upload,
+    WorkflowTemplate,
+    WorkflowRun,
+    RunStep,
+    RunEvent,
+]

@@ -1,0 +1,1 @@
+"""Workflow engine: run executor, event log, LLM clients and tools."""

@@ -1,0 +1,248 @@
+"""Client for Anthropic's Messages API, behind the same `ChatClient` protocol.
+
+Anthropic differs from chat completions in shape only: the system prompt is a separate
+`system` field, tool calls are `tool_use` content blocks, and tool results go back as
+`tool_result` blocks inside a user turn. The conversion functions are pure so they can
+be tested without a network.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anthropic
+
+from orchestra.engine.llm.base import (
+    ChatMessage,
+    ChatResult,
+    LLMError,
+    StreamEvent,
+    TextDelta,
+    ToolCall,
+    ToolCallsReady,
+    ToolSpec,
+    Usage,
+)
+from orchestra.engine.llm.openai_compat import parse_arguments
+from orchestra.engine.llm.retry import retry_after_from_headers
+
+DEFAULT_MAX_TOKENS = 4096
+
+FINISH_REASONS = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "tool_use": "tool_calls",
+    "max_tokens": "length",
+}
+
+# Error types Anthropic may send inside a stream that are worth another attempt.
+_RETRYABLE_TYPES = {"overloaded_error", "api_error", "rate_limit_error", "timeout_error"}
+
+
+def _transport_errors() -> tuple[type[BaseException], ...]:
+    """Low-level HTTP errors the SDK lets escape while a stream is being read."""
+    found: list[type[BaseException]] = []
+    for module_name in ("httpx2", "httpx"):
+        try:
+            module = __import__(module_name)
+        except ImportError:
+            continue
+        found.append(module.TransportError)
+    return tuple(found)
+
+
+_TRANSPORT_ERRORS = _transport_errors()
+
+
+def to_anthropic_system(messages: list[ChatMessage]) -> str | None:
+    """All system messages joined into Anthropic's single `system` prompt."""
+    parts = [m.content for m in messages if m.role == "system" and m.content]
+    return "\n\n".join(parts) if parts else None
+
+
+def _blocks(message: ChatMessage) -> list[dict[str, Any]]:
+    if message.role == "tool":
+        return [
+            {
+                "type": "tool_result",
+                "tool_use_id": message.tool_call_id or "",
+                "content": message.content or "",
+            }
+        ]
+    blocks: list[dict[str, Any]] = []
+    if message.content:
+        blocks.append({"type": "text", "text": message.content})
+    for call in message.tool_calls:
+        blocks.append(
+            {"type": "tool_use", "id": call.id, "name": call.name, "input": call.arguments}
+        )
+    return blocks
+
+
+def to_anthropic_messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
+    """Convert the non-system turns to Anthropic `messages`.
+
+    Tool results become `tool_result` blocks in a user turn; consecutive turns with the
+    same role are merged, since the API expects user and assistant to alternate (and all
+    results of one assistant turn in the single user turn that follows it).
+    """
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        if m.role == "system":
+            continue
+        role = "assistant" if m.role == "assistant" else "user"
+        blocks = _blocks(m)
+        if not blocks:
+            blocks = [{"type": "text", "text": "(empty)"}]
+        if out and out[-1]["role"] == role:
+            out[-1]["content"].extend(blocks)
+        else:
+            out.append({"role": role, "content": blocks})
+    return out
+
+
+def to_anthropic_tools(tools: list[ToolSpec]) -> list[dict[str, Any]]:
+    """Convert tool specs to Anthropic `tools` entries."""
+    return [
+        {"name": t.name, "description": t.description, "input_schema": t.parameters}
+        for t in tools
+    ]
+
+
+def map_anthropic_error(err: Exception, *, streaming: bool = False) -> LLMError:
+    """Translate an SDK (or transport) exception to `LLMError` with the provider's message."""
+    if isinstance(err, anthropic.APITimeoutError):
+        return LLMError("The provider did not answer in time (timeout).", retryable=True)
+    if isinstance(err, (anthropic.APIConnectionError, *_TRANSPORT_ERRORS)):
+        if streaming:
+            return LLMError(f"The provider's stream was cut: {err}", retryable=True)
+        return LLMError(f"Could not reach the provider: {err}", retryable=True)
+    if isinstance(err, anthropic.APIStatusError):
+        message = err.api_message or (err.body if isinstance(err.body, str) else "") or err.message
+        if err.status_code >= 400:
+            status: int | None = err.status_code
+            retryable = status in (408, 429) or status >= 500
+        else:  # an `error` event inside a 200 stream
+            status = None
+            retryable = err.type in _RETRYABLE_TYPES
+        retry_after = retry_after_from_headers(err.response.headers) if retryable else None
+        return LLMError(
+            str(message)[:500], status=status, retryable=retryable, retry_after=retry_after
+        )
+    return LLMError(str(err) or type(err).__name__)
+
+
+class AnthropicClient:
+    """`ChatClient` over Anthropic's streaming Messages API."""
+
+    def __init__(
+        self,
+        *,
+        api_key: str | None,
+        base_url: str | None = None,
+        timeout: float = 60.0,
+        max_tokens: int = DEFAULT_MAX_TOKENS,
+        http_client: Any = None,
+    ) -> None:
+        """`http_client` (an SDK-compatible async HTTP client) replaces the SDK's own,
+        e.g. to route through a proxy or a test transport."""
+        if not api_key:
+            raise LLMError("An API key is required for Anthropic providers.")
+        self.max_tokens = max_tokens
+        self._client = anthropic.AsyncAnthropic(
+            api_key=api_key,
+            base_url=base_url or None,
+            timeout=timeout,
+            max_retries=0,
+            http_client=http_client,
+        )
+
+    async def stream_chat(
+        self, *, model: str, messages: list[ChatMessage], tools: list[ToolSpec]
+    ) -> AsyncIterator[StreamEvent]:
+        """Stream one assistant turn; see `ChatClient` for the order of events."""
+        params: dict[str, Any] = {
+            "model": model,
+            "max_tokens": self.max_tokens,
+            "messages": to_anthropic_messages(messages),
+            "stream": True,
+        }
+        system = to_anthropic_system(messages)
+        if system:
+            params["system"] = system
+        if tools:
+            params["tools"] = to_anthropic_tools(tools)
+        try:
+            stream = await self._client.messages.create(**params)
+        except (anthropic.AnthropicError, *_TRANSPORT_ERRORS) as err:
+            raise map_anthropic_error(err) from err
+
+        text: list[str] = []
+        calls: dict[int, dict[str, Any]] = {}
+        prompt_tokens = completion_tokens = 0
+        stop_reason: str | None = None
+        finished = False
+        try:
+            async for event in stream:
+                kind = event.type
+                if kind == "message_start":
+                    u = event.message.usage
+                    prompt_tokens = (
+                        (u.input_tokens or 0)
+                        + (u.cache_creation_input_tokens or 0)
+                        + (u.cache_read_input_tokens or 0)
+                    )
+                elif kind == "content_block_start":
+                    block = event.content_block
+                    if block.type == "tool_use":
+                        calls[event.index] = {"id": block.id, "name": block.name, "json": []}
+                    elif block.type == "text" and block.text:
+                        text.append(block.text)
+                        yield TextDelta(block.text)
+                elif kind == "content_block_delta":
+                    delta = event.delta
+                    if delta.type == "text_delta" and delta.text:
+                        text.append(delta.text)
+                        yield TextDelta(delta.text)
+                    elif delta.type == "input_json_delta" and event.index in calls:
+                        calls[event.index]["json"].append(delta.partial_json)
+                elif kind == "message_delta":
+                    stop_reason = event.delta.stop_reason or stop_reason
+                    completion_tokens = event.usage.output_tokens or completion_tokens
+                elif kind == "message_stop":
+                    finished = True
+        except (anthropic.AnthropicError, *_TRANSPORT_ERRORS) as err:
+            raise map_anthropic_error(err, streaming=True) from err
+        finally:
+            await stream.close()
+
+        if not finished:
+            raise LLMError(
+                "The provider's stream was cut before the reply was complete.", retryable=True
+            )
+        tool_calls = [
+            ToolCall(id=c["id"], name=c["name"], arguments=parse_arguments("".join(c["json"])))
+            for _, c in sorted(calls.items())
+        ]
+        if tool_calls:
+            yield ToolCallsReady(tool_calls)
+        usage = Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens)
+        yield usage
+        yield ChatResult(
+            text="".join(text),
+            tool_calls=tool_calls,
+            usage=usage,
+            finish_reason=FINISH_REASONS.get(stop_reason or "", stop_reason),
+        )
+
+    async def list_models(self) -> list[str]:
+        """Model ids the key can use; proves that the key and URL work."""
+        try:
+            return [m.id async for m in self._client.models.list()]
+        except (anthropic.AnthropicError, *_TRANSPORT_ERRORS) as err:
+            raise map_anthropic_error(err) from err
+
+    async def aclose(self) -> None:
+        """Close the underlying HTTP connection pool."""
+        await self._client.close()

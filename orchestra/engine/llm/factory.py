@@ -1,0 +1,29 @@
+"""Build the right `ChatClient` for a registered provider's kind."""
+
+from __future__ import annotations
+
+from orchestra.engine.llm.base import ChatClient, LLMError
+
+SUPPORTED_KINDS = ("openai", "deepseek", "anthropic", "ollama", "openai_compatible")
+
+
+def make_client(
+    *, kind: str, api_key: str | None, base_url: str | None, timeout: float = 60.0
+) -> ChatClient:
+    """A client for `kind`; `base_url` overrides the kind's default endpoint.
+
+    Raises `LLMError` (not retryable) for an unknown kind, an `openai_compatible`
+    provider without `base_url`, or an `anthropic` provider without a key, so the
+    caller can show the reason like any other provider failure.
+    """
+    if kind == "anthropic":
+        from orchestra.engine.llm.anthropic import AnthropicClient
+
+        return AnthropicClient(api_key=api_key, base_url=base_url, timeout=timeout)
+    if kind in SUPPORTED_KINDS:
+        from orchestra.engine.llm.openai_compat import OpenAICompatClient
+
+        return OpenAICompatClient(kind=kind, api_key=api_key, base_url=base_url, timeout=timeout)
+    raise LLMError(
+        f"Unsupported provider kind {kind!r}; supported kinds: {', '.join(SUPPORTED_KINDS)}."
+    )

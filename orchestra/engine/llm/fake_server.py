@@ -1,0 +1,636 @@
+"""A scriptable fake OpenAI-compatible server, for tests, benchmarks and trying runs offline.
+
+It is a real HTTP/1.1 server on loopback (standard library only, one thread per
+connection) that streams genuine `data: {...}` SSE chunks with chunked transfer
+encoding, so the real OpenAI SDK and `OpenAICompatClient` run against it unchanged.
+
+Tests queue scripted replies (text, tool calls, HTTP errors, a stream cut mid-way);
+with nothing queued it answers deterministically: `echo` mode replies
+"Echo: <last user message>", `assistant` mode also calls `calculator` when offered and
+asked for a calculation. Every request is recorded. Run standalone with
+`python -m orchestra.engine.llm.fake_server --port 9999`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import socket
+import threading
+import time
+import uuid
+from collections import deque
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Literal
+
+DEFAULT_MODELS = ("fake-model", "fake-model-large")
+INVALID_KEY_ERROR = {
+    "error": {
+        "message": "Incorrect API key provided",
+        "type": "invalid_request_error",
+        "code": "invalid_api_key",
+        "param": None,
+    }
+}
+
+ReplyKind = Literal["text", "tool_calls", "error", "cut"]
+
+
+@dataclass
+class ScriptedReply:
+    """One queued answer to a `POST /v1/chat/completions`.
+
+    `text` is streamed in `chunks` pieces (None: one piece per word) with `delay`
+    seconds between them, after `initial_delay` before the response starts. For
+    `tool_calls`, each entry is `(name, arguments)`; arguments given as a string are
+    sent verbatim (to script invalid JSON). `error` answers `status` with `body` and
+    `headers`. `cut` sends `cut_after` chunks of the text and then drops the connection
+    (or, with `clean_cut`, ends the HTTP body properly but without `finish_reason` and
+    `[DONE]`, as a misbehaving proxy might).
+    """
+
+    kind: ReplyKind = "text"
+    text: str = ""
+    chunks: int | None = None
+    delay: float = 0.0
+    initial_delay: float = 0.0
+    tool_calls: list[tuple[str, dict[str, Any] | str]] = field(default_factory=list)
+    status: int = 200
+    body: Any = None
+    headers: dict[str, str] = field(default_factory=dict)
+    cut_after: int = 1
+    clean_cut: bool = False
+    finish_reason: str | None = None
+    usage: tuple[int, int] | None = None
+
+
+@dataclass
+class RecordedRequest:
+    """A request the fake received; `body` is the parsed JSON (or None)."""
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: Any
+
+
+def split_text(text: str, chunks: int | None) -> list[str]:
+    """Cut `text` into `chunks` contiguous pieces (None: per word, keeping spaces)."""
+    if not text:
+        return [""]
+    if chunks is None:
+        return re.findall(r"\s*\S+|\s+$", text) or [text]
+    chunks = max(1, min(chunks, len(text)))
+    size, extra = divmod(len(text), chunks)
+    pieces, start = [], 0
+    for i in range(chunks):
+        end = start + size + (1 if i < extra else 0)
+        pieces.append(text[start:end])
+        start = end
+    return pieces
+
+
+def _content_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return ""
+
+
+def _last_user_text(messages: list[dict[str, Any]]) -> str:
+    for m in reversed(messages):
+        if m.get("role") == "user":
+            return _content_text(m.get("content"))
+    return ""
+
+
+_CALCULATION = re.compile(r"[-+(]*\d[\d.\s]*(?:[-+*/^%×÷]+[\s(]*[\d.]+[\s)]*)+")
+
+
+def _friendly_reply(body: dict[str, Any]) -> ScriptedReply:
+    """`assistant` mode: call `calculator` for a calculation, else reply in words."""
+    messages = body.get("messages") or []
+    tools = {t.get("function", {}).get("name") for t in body.get("tools") or []}
+    last = messages[-1] if messages else {}
+    if last.get("role") == "tool":
+        result = _content_text(last.get("content"))
+        return ScriptedReply(text=f"The tool answered: {result[:200]}. That is my answer.")
+    prompt = _last_user_text(messages)
+    match = _CALCULATION.search(prompt)
+    if "calculator" in tools and match:
+        expression = match.group(0).strip().replace("×", "*").replace("÷", "/")
+        return ScriptedReply(kind="tool_calls", tool_calls=[("calculator", {"expression": expression})])
+    return ScriptedReply(text=f"Here is a short answer to \"{prompt[:200]}\": done.")
+
+
+def _echo_reply(body: dict[str, Any]) -> ScriptedReply:
+    return ScriptedReply(text=f"Echo: {_last_user_text(body.get('messages') or [])[:200]}")
+
+
+def _count_words(messages: list[dict[str, Any]]) -> int:
+    return sum(len(_content_text(m.get("content")).split()) for m in messages) or 1
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _Server
+
+    # -- plumbing -------------------------------------------------------------------
+    def setup(self) -> None:
+        super().setup()
+        self.server.fake._track(self.connection, True)
+
+    def finish(self) -> None:
+        try:
+            super().finish()
+        finally:
+            self.server.fake._track(self.connection, False)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib name
+        if self.server.fake.verbose:
+            super().log_message(format, *args)
+
+    def _send_json(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
+        data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+        self.send_response(status)
+        content_type = "application/json" if not isinstance(payload, bytes) else "text/plain"
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _write_chunk(self, data: bytes) -> None:
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.wfile.flush()
+
+    def _sse(self, payload: Any) -> None:
+        data = payload if isinstance(payload, str) else json.dumps(payload)
+        self._write_chunk(f"data: {data}\n\n".encode())
+
+    def _authorised(self) -> bool:
+        fake = self.server.fake
+        header = self.headers.get("Authorization", "")
+        key = header[7:].strip() if header.lower().startswith("bearer ") else ""
+        if not key:
+            error = {"error": {**INVALID_KEY_ERROR["error"], "message": "Missing API key"}}
+            self._send_json(401, error)
+            return False
+        if key in fake.bad_keys or (fake.api_key is not None and key != fake.api_key):
+            self._send_json(401, INVALID_KEY_ERROR)
+            return False
+        return True
+
+    def _read_body(self) -> Any:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        try:
+            return json.loads(raw) if raw else None
+        except ValueError:
+            return raw.decode("utf-8", "replace")
+
+    # -- routes ---------------------------------------------------------------------
+    def do_GET(self) -> None:  # noqa: N802 - stdlib name
+        self.server.fake._record(self.command, self.path, dict(self.headers), None)
+        if self.path.rstrip("/") != "/v1/models":
+            self._send_json(404, {"error": {"message": f"Unknown path {self.path}"}})
+            return
+        if not self._authorised():
+            return
+        data = [
+            {"id": m, "object": "model", "created": 0, "owned_by": "fake-llm"}
+            for m in self.server.fake.models
+        ]
+        self._send_json(200, {"object": "list", "data": data})
+
+    def do_POST(self) -> None:  # noqa: N802 - stdlib name
+        body = self._read_body()
+        fake = self.server.fake
+        fake._record(self.command, self.path, dict(self.headers), body)
+        if self.path.rstrip("/") != "/v1/chat/completions":
+            self._send_json(404, {"error": {"message": f"Unknown path {self.path}"}})
+            return
+        if not isinstance(body, dict):
+            self._send_json(400, {"error": {"message": "Body must be a JSON object"}})
+            return
+        if not self._authorised():
+            return
+        reply = fake._next_reply(body)
+        fake._sleep(reply.initial_delay)
+        try:
+            if reply.kind == "error":
+                self._send_error(reply)
+            elif body.get("stream"):
+                self._stream(reply, body)
+            else:
+                self._complete(reply, body)
+        except (BrokenPipeError, ConnectionResetError, OSError):
+            self.close_connection = True  # the client went away; nothing left to do
+
+    # -- replies --------------------------------------------------------------------
+    def _send_error(self, reply: ScriptedReply) -> None:
+        body = reply.body
+        if body is None:
+            body = {"error": {"message": f"Fake error {reply.status}", "type": "server_error"}}
+        if isinstance(body, str):
+            body = body.encode()
+        self._send_json(reply.status, body, reply.headers)
+
+    def _usage(self, reply: ScriptedReply, body: dict[str, Any], pieces: int) -> dict[str, int]:
+        prompt, completion = reply.usage or (_count_words(body.get("messages") or []), pieces)
+        return {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+        }
+
+    def _tool_call_payload(self, reply: ScriptedReply) -> list[dict[str, Any]]:
+        calls = []
+        for index, (name, arguments) in enumerate(reply.tool_calls):
+            raw = arguments if isinstance(arguments, str) else json.dumps(arguments)
+            calls.append(
+                {
+                    "index": index,
+                    "id": f"call_{uuid.uuid4().hex[:24]}",
+                    "type": "function",
+                    "function": {"name": name, "arguments": raw},
+                }
+            )
+        return calls
+
+    def _stream(self, reply: ScriptedReply, body: dict[str, Any]) -> None:
+        fake = self.server.fake
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+
+        base = {
+            "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
+            "object": "chat.completion.chunk",
+            "created": int(time.time()),
+            "model": body.get("model") or "fake-model",
+        }
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+
+        def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+            out = {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+            if include_usage:
+                out["usage"] = None
+            return out
+
+        self._sse(chunk({"role": "assistant", "content": ""}))
+        pieces = split_text(reply.text, reply.chunks) if reply.text else []
+        sent = 0
+        for i, piece in enumerate(pieces):
+            if reply.kind == "cut" and sent >= reply.cut_after:
+                break
+            if i:
+                fake._sleep(reply.delay)
+            self._sse(chunk({"content": piece}))
+            sent += 1
+        if reply.kind == "cut":
+            if reply.clean_cut:
+                self.wfile.write(b"0\r\n\r\n")
+                self.wfile.flush()
+            else:
+                self._drop_connection()
+            return
+        calls = self._tool_call_payload(reply)
+        for call in calls:
+            # Stream each call as real providers do: header first, then argument pieces.
+            head = {**call, "function": {"name": call["function"]["name"], "arguments": ""}}
+            self._sse(chunk({"tool_calls": [head]}))
+            for piece in split_text(call["function"]["arguments"], 3):
+                piece_delta = {"index": call["index"], "function": {"arguments": piece}}
+                self._sse(chunk({"tool_calls": [piece_delta]}))
+        finish = reply.finish_reason or ("tool_calls" if calls else "stop")
+        self._sse(chunk({}, finish))
+        if include_usage:
+            self._sse({**base, "choices": [], "usage": self._usage(reply, body, len(pieces) or 1)})
+        self._sse("[DONE]")
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
+
+    def _drop_connection(self) -> None:
+        """Close the socket without the final chunk: the client sees a cut stream."""
+        self.close_connection = True
+        try:
+            self.wfile.flush()
+            self.connection.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def _complete(self, reply: ScriptedReply, body: dict[str, Any]) -> None:
+        if reply.kind == "cut":
+            self._drop_connection()
+            return
+        calls = self._tool_call_payload(reply)
+        for call in calls:
+            del call["index"]
+        message: dict[str, Any] = {"role": "assistant", "content": reply.text or None}
+        if calls:
+            message["tool_calls"] = calls
+        finish = reply.finish_reason or ("tool_calls" if calls else "stop")
+        pieces = len(split_text(reply.text, reply.chunks)) if reply.text else 1
+        self._send_json(
+            200,
+            {
+                "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": body.get("model") or "fake-model",
+                "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+                "usage": self._usage(reply, body, pieces),
+            },
+        )
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False
+    allow_reuse_address = True
+    request_queue_size = 256
+
+    def __init__(self, address: tuple[str, int], fake: FakeLLM) -> None:
+        self.fake = fake
+        super().__init__(address, _Handler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # Clients hanging up (and `stop()` closing sockets) are routine here.
+        if self.fake.verbose:
+            super().handle_error(request, client_address)
+
+
+class FakeLLM:
+    """A fake OpenAI-compatible provider running in a background thread.
+
+    `start()` returns the base URL (`http://127.0.0.1:<port>/v1`); `stop()` shuts it
+    down and drops open connections. Usable as a context manager. Any bearer key works
+    except those in `bad_keys` (or, when `api_key` is set, any other key), which get an
+    OpenAI-style 401. `behavior` picks the unscripted answer (`echo` or `assistant`);
+    `chunk_delay` spaces unscripted chunks; `zero_latency` ignores every delay.
+    """
+
+    def __init__(
+        self,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        api_key: str | None = None,
+        bad_keys: tuple[str, ...] = ("bad-key",),
+        models: tuple[str, ...] = DEFAULT_MODELS,
+        behavior: Literal["echo", "assistant"] = "echo",
+        chunk_delay: float = 0.0,
+        zero_latency: bool = False,
+        verbose: bool = False,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.api_key = api_key
+        self.bad_keys = set(bad_keys)
+        self.models = list(models)
+        self.behavior = behavior
+        self.chunk_delay = chunk_delay
+        self.zero_latency = zero_latency
+        self.verbose = verbose
+        self._queue: deque[ScriptedReply] = deque()
+        self._requests: list[RecordedRequest] = []
+        self._lock = threading.Lock()
+        self._conns: set[socket.socket] = set()
+        self._stopping = threading.Event()
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle ------------------------------------------------------------------
+    @property
+    def base_url(self) -> str:
+        if self._server is None:
+            raise RuntimeError("FakeLLM is not running; call start() first")
+        return f"http://{self.host}:{self._server.server_address[1]}/v1"
+
+    def start(self) -> str:
+        """Start serving in a daemon thread; returns the base URL for clients."""
+        if self._server is None:
+            self._stopping.clear()
+            self._server = _Server((self.host, self.port), self)
+            self._thread = threading.Thread(
+                target=self._server.serve_forever, name="fake-llm", daemon=True
+            )
+            self._thread.start()
+        return self.base_url
+
+    def serve_forever(self) -> None:
+        """Serve in the calling thread until interrupted (the command-line mode)."""
+        self._server = _Server((self.host, self.port), self)
+        try:
+            self._server.serve_forever()
+        finally:
+            self._server.server_close()
+            self._server = None
+
+    def stop(self) -> None:
+        """Stop serving, wake delayed replies and close every open connection."""
+        server, self._server = self._server, None
+        if server is None:
+            return
+        self._stopping.set()
+        server.shutdown()
+        with self._lock:
+            conns = list(self._conns)
+        for conn in conns:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    def __enter__(self) -> FakeLLM:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- scripting ------------------------------------------------------------------
+    def script(self, *replies: ScriptedReply) -> FakeLLM:
+        """Queue replies; each chat request takes the next one, in order."""
+        with self._lock:
+            self._queue.extend(replies)
+        return self
+
+    def script_text(
+        self,
+        text: str,
+        *,
+        chunks: int | None = None,
+        delay: float = 0.0,
+        initial_delay: float = 0.0,
+        finish_reason: str | None = None,
+        usage: tuple[int, int] | None = None,
+    ) -> FakeLLM:
+        """Queue a text reply streamed in `chunks` pieces (None: one per word)."""
+        return self.script(
+            ScriptedReply(
+                text=text,
+                chunks=chunks,
+                delay=delay,
+                initial_delay=initial_delay,
+                finish_reason=finish_reason,
+                usage=usage,
+            )
+        )
+
+    def script_tool_call(
+        self, name: str, arguments: dict[str, Any] | str, *, text: str = ""
+    ) -> FakeLLM:
+        """Queue a reply that calls one tool (after optional streamed `text`)."""
+        return self.script_tool_calls([(name, arguments)], text=text)
+
+    def script_tool_calls(
+        self, calls: list[tuple[str, dict[str, Any] | str]], *, text: str = ""
+    ) -> FakeLLM:
+        """Queue a reply that calls several tools at once."""
+        return self.script(ScriptedReply(kind="tool_calls", text=text, tool_calls=list(calls)))
+
+    def script_error(
+        self,
+        status: int,
+        message: str | None = None,
+        *,
+        retry_after: float | None = None,
+        error_type: str | None = None,
+        code: str | None = None,
+        body: Any = None,
+        headers: dict[str, str] | None = None,
+    ) -> FakeLLM:
+        """Queue an HTTP error with an OpenAI-style body (or `body` verbatim)."""
+        if body is None:
+            default_type = "rate_limit_error" if status == 429 else (
+                "server_error" if status >= 500 else "invalid_request_error"
+            )
+            body = {
+                "error": {
+                    "message": message or f"Fake error {status}",
+                    "type": error_type or default_type,
+                    "code": code,
+                    "param": None,
+                }
+            }
+        all_headers = dict(headers or {})
+        if retry_after is not None:
+            all_headers["Retry-After"] = f"{retry_after:g}"
+        return self.script(ScriptedReply(kind="error", status=status, body=body, headers=all_headers))
+
+    def script_cut(
+        self,
+        text: str = "This reply will be cut short",
+        *,
+        after_chunks: int = 1,
+        clean: bool = False,
+    ) -> FakeLLM:
+        """Queue a stream that sends `after_chunks` text chunks, then drops the connection.
+
+        With `clean`, the HTTP body ends properly instead, but still without a
+        `finish_reason` or `[DONE]`.
+        """
+        return self.script(
+            ScriptedReply(kind="cut", text=text, cut_after=after_chunks, clean_cut=clean)
+        )
+
+    def reset(self) -> None:
+        """Forget queued replies and recorded requests."""
+        with self._lock:
+            self._queue.clear()
+            self._requests.clear()
+
+    @property
+    def pending(self) -> int:
+        """How many scripted replies are still queued."""
+        with self._lock:
+            return len(self._queue)
+
+    # -- inspection -----------------------------------------------------------------
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        """Every request received so far, oldest first."""
+        with self._lock:
+            return list(self._requests)
+
+    @property
+    def chat_requests(self) -> list[dict[str, Any]]:
+        """The JSON bodies of the chat-completion requests received so far."""
+        return [
+            r.body
+            for r in self.requests
+            if r.method == "POST" and r.path.rstrip("/").endswith("/chat/completions")
+        ]
+
+    # -- used by the handler --------------------------------------------------------
+    def _track(self, conn: socket.socket, opened: bool) -> None:
+        with self._lock:
+            (self._conns.add if opened else self._conns.discard)(conn)
+
+    def _record(self, method: str, path: str, headers: dict[str, str], body: Any) -> None:
+        with self._lock:
+            self._requests.append(RecordedRequest(method, path, headers, body))
+
+    def _next_reply(self, body: dict[str, Any]) -> ScriptedReply:
+        with self._lock:
+            if self._queue:
+                return self._queue.popleft()
+        make = _friendly_reply if self.behavior == "assistant" else _echo_reply
+        reply = make(body)
+        reply.delay = self.chunk_delay
+        return reply
+
+    def _sleep(self, seconds: float) -> None:
+        if seconds > 0 and not self.zero_latency:
+            self._stopping.wait(seconds)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Command line: serve a friendly fake provider until Ctrl-C."""
+    parser = argparse.ArgumentParser(description="Fake OpenAI-compatible LLM server.")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=9999)
+    parser.add_argument("--api-key", default=None, help="accept only this key (default: any)")
+    parser.add_argument("--mode", choices=("assistant", "echo"), default="assistant")
+    parser.add_argument("--delay", type=float, default=0.03, help="seconds between chunks")
+    parser.add_argument("--zero-latency", action="store_true", help="never sleep (benchmarks)")
+    parser.add_argument("--verbose", action="store_true", help="log every request")
+    args = parser.parse_args(argv)
+
+    fake = FakeLLM(
+        host=args.host,
+        port=args.port,
+        api_key=args.api_key,
+        behavior=args.mode,
+        chunk_delay=args.delay,
+        zero_latency=args.zero_latency,
+        verbose=args.verbose,
+    )
+    url = f"http://{args.host}:{args.port}/v1"
+    print(f"Fake LLM serving at {url}  (mode: {args.mode}; Ctrl-C to stop)")
+    print(
+        "Register it as a provider: "
+        f'{{"name": "fake", "provider": "openai_compatible", "model_id": "fake-model", '
+        f'"api_key": "{args.api_key or "any-key"}", "base_url": "{url}"}}',
+        flush=True,
+    )
+    try:
+        fake.serve_forever()
+    except KeyboardInterrupt:
+        print("\nstopped")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Domain services: plain async functions over the store. No HTTP, no terminal."""

@@ -1,0 +1,243 @@
+"""Users, passwords and token pairs: the rules of seed §4 and SPEC §2."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import shutil
+import unicodedata
+import uuid
+from dataclasses import dataclass
+
+from peewee import IntegrityError
+
+from orchestra.core import Core
+from orchestra.db.models import RefreshToken, User, utcnow
+from orchestra.errors import (
+    InvalidCredentialsError,
+    LastSuperAdministratorError,
+    PermissionDeniedError,
+    TokenInvalidError,
+    UserAlreadyExistsError,
+    UserNotExistError,
+    ValidationError,
+)
+from orchestra.services.roles import ROLE_NAMES, Role
+from orchestra.services.tokens import ACCESS, REFRESH
+
+USER_NAME_PATTERN = re.compile(r"^[\w.@-]+$")
+USER_NAME_LENGTH = (3, 64)
+PASSWORD_LENGTH = (8, 256)
+
+
+@dataclass(frozen=True)
+class TokenPair:
+    access_token: str
+    refresh_token: str
+
+
+# --- validation -----------------------------------------------------------------
+
+
+def normalize_user_name(raw: str) -> tuple[str, str]:
+    """(display name, uniqueness key): NFKC, stripped, checked; the key is casefolded."""
+    name = unicodedata.normalize("NFKC", raw).strip()
+    low, high = USER_NAME_LENGTH
+    if not low <= len(name) <= high:
+        raise ValidationError.field("user_name", f"must be {low} to {high} characters long")
+    if not USER_NAME_PATTERN.fullmatch(name) or "\n" in name:
+        raise ValidationError.field(
+            "user_name", "may contain only letters, digits and the characters _ . - @"
+        )
+    return name, name.casefold()
+
+
+def check_password(password: str) -> None:
+    low, high = PASSWORD_LENGTH
+    if not low <= len(password) <= high:
+        raise ValidationError.field("password", f"must be {low} to {high} characters long")
+
+
+def parse_role(value: str, field: str = "new_authority") -> Role:
+    try:
+        return Role(value)
+    except ValueError:
+        raise ValidationError.field(field, f"must be one of {', '.join(ROLE_NAMES)}") from None
+
+
+# --- users ------------------------------------------------------------------------
+
+
+async def register(core: Core, *, user_name: str, password: str, role: Role = Role.USER) -> User:
+    """Store a new user with an argon2id hash of the password; returns the user."""
+    name, key = normalize_user_name(user_name)
+    check_password(password)
+    if await User.aget_or_none(User.user_name_key == key) is not None:
+        raise UserAlreadyExistsError(f"The user name '{name}' is taken.")
+    password_hash = await core.passwords.hash(password)
+    try:
+        return await User.acreate(
+            user_name=name, user_name_key=key, password_hash=password_hash, role=role.value
+        )
+    except IntegrityError:  # lost a race with a concurrent registration of the same name
+        raise UserAlreadyExistsError(f"The user name '{name}' is taken.") from None
+
+
+async def get_user(core: Core, user_id: str) -> User:
+    user = await User.aget_or_none(User.id == user_id)
+    if user is None:
+        raise UserNotExistError(f"No user has the id '{user_id}'.")
+    return user
+
+
+async def find_user(core: Core, user_name: str) -> User:
+    """The user with this name (case-insensitive), or UserNotExistError."""
+    key = unicodedata.normalize("NFKC", user_name).strip().casefold()
+    user = await User.aget_or_none(User.user_name_key == key)
+    if user is None:
+        raise UserNotExistError(f"No user is named '{user_name.strip()}'.")
+    return user
+
+
+async def list_users(core: Core) -> list[User]:
+    """Every user, oldest first."""
+    return await core.db.list(User.select().order_by(User.created_at, User.id))
+
+
+async def set_role(core: Core, *, user_id: str, new_role: Role) -> User:
+    """Change a user's authority, keeping at least one super administrator."""
+    async with core.db.atomic():
+        user = await get_user(core, user_id)
+        if user.role == Role.SUPER_ADMINISTRATOR and new_role != Role.SUPER_ADMINISTRATOR:
+            await _ensure_not_last_super_administrator(core, "demote")
+        user.role = new_role.value
+        await user.asave(only=[User.role])
+    await revoke_all_tokens(core, user.id)
+    return user
+
+
+async def delete_user(core: Core, *, user_id: str) -> User:
+    """Delete a user and everything the user owns, files included."""
+    async with core.db.atomic():
+        user = await get_user(core, user_id)
+        if user.role == Role.SUPER_ADMINISTRATOR:
+            await _ensure_not_last_super_administrator(core, "delete")
+        await core.db.aexecute(User.delete().where(User.id == user.id))
+    shutil.rmtree(core.settings.uploads_dir / user.id, ignore_errors=True)
+    for hook in core.extras.get("on_user_deleted", []):
+        await hook(user.id)
+    return user
+
+
+async def set_password(core: Core, *, user_id: str, password: str) -> None:
+    """Replace a user's password and end every session the user has."""
+    check_password(password)
+    user = await get_user(core, user_id)
+    user.password_hash = await core.passwords.hash(password)
+    await user.asave(only=[User.password_hash])
+    await revoke_all_tokens(core, user.id)
+
+
+async def _ensure_not_last_super_administrator(core: Core, verb: str) -> None:
+    query = User.select(User.id).where(User.role == Role.SUPER_ADMINISTRATOR.value)
+    if core.is_postgres:  # lock the rows so two concurrent demotions cannot both pass
+        query = query.for_update()
+    admins = await core.db.list(query)
+    if len(admins) <= 1:
+        raise LastSuperAdministratorError(
+            f"Cannot {verb} the last SUPER_ADMINISTRATOR; promote another user first."
+        )
+
+
+async def count_super_administrators(core: Core) -> int:
+    return await core.db.count(User.select().where(User.role == Role.SUPER_ADMINISTRATOR.value))
+
+
+async def confirm_role(core: Core, *, user_id: str, minimum: Role) -> User:
+    """Re-read the caller from the store: a deleted or demoted user's token stops at once."""
+    user = await User.aget_or_none(User.id == user_id)
+    if user is None:
+        raise TokenInvalidError("The token's user no longer exists.")
+    if not Role(user.role).at_least(minimum):
+        raise PermissionDeniedError(f"This operation needs the role {minimum.value}.")
+    return user
+
+
+# --- login and tokens ---------------------------------------------------------------
+
+
+async def login(core: Core, *, user_name: str, password: str) -> TokenPair:
+    """Verify the password and issue a token pair in a new refresh family."""
+    user = await find_user(core, user_name)
+    if not await core.passwords.verify(user.password_hash, password):
+        raise InvalidCredentialsError("The password is wrong.")
+    if core.passwords.needs_rehash(user.password_hash):
+        user.password_hash = await core.passwords.hash(password)
+        await user.asave(only=[User.password_hash])
+    return await _issue_pair(core, user, family=uuid.uuid4().hex)
+
+
+async def refresh(core: Core, *, refresh_token: str) -> TokenPair:
+    """Rotate a refresh token: single use; a reused one revokes its whole family."""
+    claims = core.tokens.decode(refresh_token, expected_type=REFRESH)
+    jti = claims["jti"]
+    claimed = await core.db.aexecute(
+        RefreshToken.update(used_at=utcnow()).where(
+            (RefreshToken.jti == jti)
+            & RefreshToken.used_at.is_null()
+            & (RefreshToken.revoked == False)  # noqa: E712 - peewee expression
+        )
+    )
+    row = await RefreshToken.aget_or_none(RefreshToken.jti == jti)
+    if not claimed:
+        if row is None:
+            raise TokenInvalidError("The refresh token is not known (or its user was deleted).")
+        if row.revoked:
+            raise TokenInvalidError("The refresh token has been revoked.")
+        await _revoke_family(core, row.family)
+        raise TokenInvalidError(
+            "The refresh token was already used; every token of its session is now revoked."
+        )
+    user = await User.aget_or_none(User.id == claims["sub"])
+    if user is None:
+        raise TokenInvalidError("The token's user no longer exists.")
+    return await _issue_pair(core, user, family=row.family)
+
+
+async def _issue_pair(core: Core, user: User, *, family: str) -> TokenPair:
+    access = core.tokens.issue(
+        user_id=user.id, name=user.user_name, role=user.role, token_type=ACCESS
+    )
+    refresh_token = core.tokens.issue(
+        user_id=user.id, name=user.user_name, role=user.role, token_type=REFRESH
+    )
+    await RefreshToken.acreate(
+        jti=refresh_token.jti,
+        family=family,
+        user=user.id,
+        expires_at=dt.datetime.fromtimestamp(refresh_token.expires_at, dt.timezone.utc).replace(
+            tzinfo=None
+        ),
+    )
+    return TokenPair(access.token, refresh_token.token)
+
+
+async def _revoke_family(core: Core, family: str) -> None:
+    await core.db.aexecute(
+        RefreshToken.update(revoked=True).where(RefreshToken.family == family)
+    )
+
+
+async def revoke_all_tokens(core: Core, user_id: str) -> None:
+    """End every refresh family of a user (role change, password change)."""
+    await core.db.aexecute(
+        RefreshToken.update(revoked=True).where(RefreshToken.user == user_id)
+    )
+
+
+async def prune_expired_tokens(core: Core) -> int:
+    """Forget refresh tokens past their expiry; returns how many were removed."""
+    return await core.db.aexecute(
+        RefreshToken.delete().where(RefreshToken.expires_at < utcnow())
+    )
+

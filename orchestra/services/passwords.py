@@ -1,0 +1,74 @@
+"""Argon2id hashing in a bounded thread pool, never on the event loop.
+
+At most `concurrency` hashes run at once (one per core by default); up to `queue`
+more may wait. Past that the caller gets OverloadedError (503) at once, so a
+login flood cannot grow latency and memory without bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+from argon2 import PasswordHasher, Type
+from argon2.exceptions import InvalidHashError, VerificationError, VerifyMismatchError
+
+from orchestra.errors import OverloadedError
+
+
+class PasswordService:
+    def __init__(
+        self,
+        *,
+        time_cost: int,
+        memory_cost: int,
+        parallelism: int,
+        concurrency: int = 0,
+        queue: int = 64,
+    ) -> None:
+        self._hasher = PasswordHasher(
+            time_cost=time_cost,
+            memory_cost=memory_cost,
+            parallelism=parallelism,
+            type=Type.ID,
+        )
+        self.concurrency = concurrency or os.cpu_count() or 1
+        self._executor = ThreadPoolExecutor(
+            max_workers=self.concurrency, thread_name_prefix="argon2"
+        )
+        self._capacity = self.concurrency + max(queue, 0)
+        self._in_flight = 0
+
+    async def _offload(self, fn, *args):
+        if self._in_flight >= self._capacity:
+            raise OverloadedError(
+                "Too many password checks are waiting; try again shortly.",
+                headers={"Retry-After": "1"},
+            )
+        self._in_flight += 1
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+        finally:
+            self._in_flight -= 1
+
+    async def hash(self, password: str) -> str:
+        """A salted argon2id hash of `password`."""
+        return await self._offload(self._hasher.hash, password)
+
+    async def verify(self, stored_hash: str, password: str) -> bool:
+        """True when `password` matches `stored_hash`; False on mismatch or a bad hash."""
+        try:
+            return await self._offload(self._hasher.verify, stored_hash, password)
+        except (VerifyMismatchError, VerificationError, InvalidHashError):
+            return False
+
+    def needs_rehash(self, stored_hash: str) -> bool:
+        """True when the hash was made with other parameters than the current ones."""
+        try:
+            return self._hasher.check_needs_rehash(stored_hash)
+        except InvalidHashError:
+            return True
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,86 @@
+"""`create_app(settings)`: the Sanic application. Nothing is created at import time."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import re
+
+from sanic import Sanic
+from sanic_ext import Config
+
+from orchestra import __version__
+from orchestra.core import Core
+from orchestra.settings import Settings
+from orchestra.web import errors
+from orchestra.web.blueprints import all_blueprints
+from orchestra.web.limits import RateLimits
+
+_app_numbers = itertools.count(1)
+_SECRET_QUERY = re.compile(r"(access_token=)[^&\s\"]+")
+
+
+class _RedactTokens(logging.Filter):
+    """Keep `?access_token=` (SSE from a browser) out of every log line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.msg, str) and "access_token=" in record.msg:
+            record.msg = _SECRET_QUERY.sub(r"\1[redacted]", record.msg)
+        for key in ("request", "host"):
+            value = getattr(record, key, None)
+            if isinstance(value, str) and "access_token=" in value:
+                setattr(record, key, _SECRET_QUERY.sub(r"\1[redacted]", value))
+        return True
+
+
+def _install_log_redaction() -> None:
+    for name in ("sanic.access", "sanic.root", "sanic.error", "orchestra"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _RedactTokens) for f in logger.filters):
+            logger.addFilter(_RedactTokens())
+
+
+def create_app(settings: Settings | None = None, *, name: str | None = None) -> Sanic:
+    """Build the app for `settings`; the store opens when the server starts."""
+    settings = settings or Settings.from_env()
+    app = Sanic(name or f"orchestra_{next(_app_numbers)}")
+    app.config.REQUEST_MAX_SIZE = settings.request_max_bytes
+    app.config.ACCESS_LOG = settings.access_log
+    app.config.FALLBACK_ERROR_FORMAT = "json"
+    app.config.RESPONSE_TIMEOUT = 3600  # SSE streams and slow uploads live long
+    app.config.REQUEST_TIMEOUT = 60
+    app.config.KEEP_ALIVE_TIMEOUT = 15
+    app.config.MOTD = False
+    origins = [o.strip() for o in settings.cors_origins.split(",") if o.strip()]
+    app.extend(
+        config=Config(
+            oas_url_prefix="/api/v1/docs",
+            oas_ui_default="swagger",
+            cors=bool(origins),
+            cors_origins=",".join(origins) if origins else "",
+            cors_expose_headers="Retry-After,RateLimit-Limit,RateLimit-Remaining,RateLimit-Reset",
+            health=False,
+            http_auto_trace=False,
+        )
+    )
+    app.ext.openapi.describe(
+        "orchestra",
+        version=__version__,
+        description="Agent-orchestration backend: auth, agent platform, workflow runs.",
+    )
+    app.ext.openapi.add_security_scheme("bearer", "http", scheme="bearer", bearer_format="JWT")
+    app.ctx.settings = settings
+    app.blueprint(all_blueprints())
+    errors.install(app)
+    _install_log_redaction()
+
+    @app.before_server_start
+    async def open_core(app: Sanic) -> None:
+        app.ctx.core = await Core.open(settings)
+        app.ctx.limits = RateLimits(settings)
+
+    @app.after_server_stop
+    async def close_core(app: Sanic) -> None:
+        await app.ctx.core.close()
+
+    return app

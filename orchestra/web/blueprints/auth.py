@@ -1,0 +1,107 @@
+"""`/api/v1/auth`: the seed's six routes, exactly as specified."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from sanic import Blueprint, Request
+from sanic.response import json
+from sanic_ext import openapi
+
+from orchestra.services import auth as auth_service
+from orchestra.services.roles import Role
+from orchestra.web.auth import protected
+from orchestra.web.limits import rate_limited
+from orchestra.web.validation import Body, parse_body
+
+bp = Blueprint("auth", url_prefix="/auth")
+
+SUCCESS = "success"
+
+
+class Credentials(Body):
+    user_name: str
+    password: str
+
+
+class RefreshBody(Body):
+    refresh_token: str
+
+
+class AuthorityBody(Body):
+    user_id: str
+    new_authority: Literal["SUPER_ADMINISTRATOR", "ADMINISTRATOR", "USER"]
+
+
+@bp.post("/register")
+@openapi.body({"application/json": Credentials}, required=True)
+@openapi.response(201, description="The user was created; body: message, user_id.")
+@rate_limited("register")
+async def register(request: Request):
+    body = parse_body(request, Credentials)
+    user = await auth_service.register(
+        request.app.ctx.core, user_name=body.user_name, password=body.password
+    )
+    return json({"message": SUCCESS, "user_id": user.id}, status=201)
+
+
+@bp.post("/login")
+@openapi.body({"application/json": Credentials}, required=True)
+@openapi.response(200, description="message, token (= access_token), access_token, refresh_token.")
+@rate_limited("login")
+async def login(request: Request):
+    body = parse_body(request, Credentials)
+    pair = await auth_service.login(
+        request.app.ctx.core, user_name=body.user_name, password=body.password
+    )
+    return json(
+        {
+            "message": SUCCESS,
+            "token": pair.access_token,
+            "access_token": pair.access_token,
+            "refresh_token": pair.refresh_token,
+        }
+    )
+
+
+@bp.post("/refresh")
+@openapi.body({"application/json": RefreshBody}, required=True)
+async def refresh(request: Request):
+    body = parse_body(request, RefreshBody)
+    pair = await auth_service.refresh(request.app.ctx.core, refresh_token=body.refresh_token)
+    return json(
+        {"message": SUCCESS, "access_token": pair.access_token, "refresh_token": pair.refresh_token}
+    )
+
+
+@bp.put("/authority")
+@openapi.body({"application/json": AuthorityBody}, required=True)
+@openapi.secured("bearer")
+@protected(Role.SUPER_ADMINISTRATOR, confirm=True)
+async def authority(request: Request):
+    body = parse_body(request, AuthorityBody)
+    user = await auth_service.set_role(
+        request.app.ctx.core, user_id=body.user_id, new_role=Role(body.new_authority)
+    )
+    return json({"message": SUCCESS, "user_id": user.id, "new_authority": user.role})
+
+
+@bp.get("/list")
+@openapi.secured("bearer")
+@protected(Role.SUPER_ADMINISTRATOR, confirm=True)
+async def list_users(request: Request):
+    users = await auth_service.list_users(request.app.ctx.core)
+    return json(
+        {
+            "message": SUCCESS,
+            "users": [{"user_id": u.id, "user_name": u.user_name, "role": u.role} for u in users],
+        }
+    )
+
+
+@bp.delete("/<user_id:str>")
+@openapi.secured("bearer")
+@protected(Role.SUPER_ADMINISTRATOR, confirm=True)
+async def delete_user(request: Request, user_id: str):
+    await auth_service.delete_user(request.app.ctx.core, user_id=user_id)
+    return json({"message": SUCCESS})

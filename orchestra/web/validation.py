@@ -1,0 +1,61 @@
+"""Request body parsing: 400 for what is not a JSON object, 422 for the wrong shape."""
+
+from __future__ import annotations
+
+import json
+from typing import TypeVar
+
+import pydantic
+from sanic import Request
+
+from orchestra.errors import BadRequestError, ValidationError
+
+M = TypeVar("M", bound=pydantic.BaseModel)
+
+
+class Body(pydantic.BaseModel):
+    """Base of request bodies: strict types (no "1" for 1), unknown fields ignored."""
+
+    model_config = pydantic.ConfigDict(strict=True, str_max_length=1_000_000)
+
+
+class ClosedBody(Body):
+    """A body that refuses fields it does not name (422)."""
+
+    model_config = pydantic.ConfigDict(strict=True, extra="forbid")
+
+
+def read_json_object(request: Request) -> dict:
+    """The body as a dict; BadRequestError when it is not a JSON object."""
+    content_type = (request.content_type or "").split(";")[0].strip().lower()
+    if content_type and content_type != "application/json" and not content_type.endswith("+json"):
+        raise BadRequestError(
+            f"Send the body as JSON with 'Content-Type: application/json', not '{content_type}'."
+        )
+    raw = request.body or b""
+    if not raw.strip():
+        raise BadRequestError("The request body is empty; a JSON object is expected.")
+    try:
+        data = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BadRequestError(f"The request body is not valid JSON: {exc}.") from None
+    if not isinstance(data, dict):
+        raise BadRequestError("The request body must be a JSON object.")
+    return data
+
+
+def parse_body(request: Request, model: type[M]) -> M:
+    """Parse and validate the JSON body against `model`."""
+    return validate(read_json_object(request), model)
+
+
+def validate(data: dict, model: type[M]) -> M:
+    try:
+        return model.model_validate(data)
+    except pydantic.ValidationError as exc:
+        detail = [
+            {"field": ".".join(str(p) for p in err["loc"]) or "body", "problem": err["msg"]}
+            for err in exc.errors(include_url=False)
+        ]
+        summary = "; ".join(f"{d['field']}: {d['problem']}" for d in detail[:3])
+        raise ValidationError(f"Invalid request body: {summary}.", detail=detail) from None

@@ -1,0 +1,1 @@
+"""Test doubles shared by every test package."""
