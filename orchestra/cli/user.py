@@ -88,10 +88,13 @@ def list_users(ctx: typer.Context, json_output: bool = typer.Option(False, "--js
     if json_output:
         print_json(rows)
         return
-    table = Table("user_name", "role", "created_at")
+    table = Table("user_name")
+    table.add_column("role", no_wrap=True)
+    table.add_column("created (UTC)", no_wrap=True)
     table.add_column("user_id", no_wrap=True, min_width=36)
     for row in rows:
-        table.add_row(row["user_name"], row["role"], row["created_at"], row["user_id"])
+        created = row["created_at"][:16].replace("T", " ")
+        table.add_row(row["user_name"], row["role"], created, row["user_id"])
     out.print(table)
 
 
