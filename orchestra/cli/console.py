@@ -15,6 +15,8 @@ from rich.console import Console
 from orchestra.errors import OrchestraError
 
 out = Console(soft_wrap=True)
+if not out.is_terminal:  # piped output: never cut ids to an imaginary 80 columns
+    out.width = max(out.width, 200)
 err = Console(stderr=True, soft_wrap=True)
 
 

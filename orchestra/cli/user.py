@@ -88,8 +88,7 @@ def list_users(ctx: typer.Context, json_output: bool = typer.Option(False, "--js
     if json_output:
         print_json(rows)
         return
-    table = Table("user_name")
-    table.add_column("role", no_wrap=True)
+    table = Table("user_name", "role")
     table.add_column("created (UTC)", no_wrap=True)
     table.add_column("user_id", no_wrap=True, min_width=36)
     for row in rows:
