@@ -105,8 +105,7 @@ def to_anthropic_messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
 def to_anthropic_tools(tools: list[ToolSpec]) -> list[dict[str, Any]]:
     """Convert tool specs to Anthropic `tools` entries."""
     return [
-        {"name": t.name, "description": t.description, "input_schema": t.parameters}
-        for t in tools
+        {"name": t.name, "description": t.description, "input_schema": t.parameters} for t in tools
     ]
 
 
@@ -150,6 +149,9 @@ class AnthropicClient:
         if not api_key:
             raise LLMError("An API key is required for Anthropic providers.")
         self.max_tokens = max_tokens
+        if base_url:
+            # The SDK adds `/v1/...` itself; accept URLs copied with the version included.
+            base_url = base_url.rstrip("/").removesuffix("/v1")
         self._client = anthropic.AsyncAnthropic(
             api_key=api_key,
             base_url=base_url or None,

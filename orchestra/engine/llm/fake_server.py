@@ -23,7 +23,7 @@ import uuid
 from collections import deque
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 DEFAULT_MODELS = ("fake-model", "fake-model-large")
 INVALID_KEY_ERROR = {
@@ -68,7 +68,7 @@ class ScriptedReply:
 
 @dataclass
 class RecordedRequest:
-    """A request the fake received; `body` is the parsed JSON (or None)."""
+    """A request the fake received: header names lower-cased, `body` parsed JSON (or None)."""
 
     method: str
     path: str
@@ -122,8 +122,9 @@ def _friendly_reply(body: dict[str, Any]) -> ScriptedReply:
     match = _CALCULATION.search(prompt)
     if "calculator" in tools and match:
         expression = match.group(0).strip().replace("×", "*").replace("÷", "/")
-        return ScriptedReply(kind="tool_calls", tool_calls=[("calculator", {"expression": expression})])
-    return ScriptedReply(text=f"Here is a short answer to \"{prompt[:200]}\": done.")
+        call = ("calculator", {"expression": expression})
+        return ScriptedReply(kind="tool_calls", tool_calls=[call])
+    return ScriptedReply(text=f'Here is a short answer to "{prompt[:200]}": done.')
 
 
 def _echo_reply(body: dict[str, Any]) -> ScriptedReply:
@@ -149,7 +150,7 @@ class _Handler(BaseHTTPRequestHandler):
         finally:
             self.server.fake._track(self.connection, False)
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib name
+    def log_message(self, format: str, *args: Any) -> None:
         if self.server.fake.verbose:
             super().log_message(format, *args)
 
@@ -194,7 +195,7 @@ class _Handler(BaseHTTPRequestHandler):
             return raw.decode("utf-8", "replace")
 
     # -- routes ---------------------------------------------------------------------
-    def do_GET(self) -> None:  # noqa: N802 - stdlib name
+    def do_GET(self) -> None:
         self.server.fake._record(self.command, self.path, dict(self.headers), None)
         if self.path.rstrip("/") != "/v1/models":
             self._send_json(404, {"error": {"message": f"Unknown path {self.path}"}})
@@ -207,7 +208,7 @@ class _Handler(BaseHTTPRequestHandler):
         ]
         self._send_json(200, {"object": "list", "data": data})
 
-    def do_POST(self) -> None:  # noqa: N802 - stdlib name
+    def do_POST(self) -> None:
         body = self._read_body()
         fake = self.server.fake
         fake._record(self.command, self.path, dict(self.headers), body)
@@ -286,14 +287,12 @@ class _Handler(BaseHTTPRequestHandler):
 
         self._sse(chunk({"role": "assistant", "content": ""}))
         pieces = split_text(reply.text, reply.chunks) if reply.text else []
-        sent = 0
+        if reply.kind == "cut":
+            pieces = pieces[: reply.cut_after]
         for i, piece in enumerate(pieces):
-            if reply.kind == "cut" and sent >= reply.cut_after:
-                break
             if i:
                 fake._sleep(reply.delay)
             self._sse(chunk({"content": piece}))
-            sent += 1
         if reply.kind == "cut":
             if reply.clean_cut:
                 self.wfile.write(b"0\r\n\r\n")
@@ -420,7 +419,7 @@ class FakeLLM:
             self._stopping.clear()
             self._server = _Server((self.host, self.port), self)
             self._thread = threading.Thread(
-                target=self._server.serve_forever, name="fake-llm", daemon=True
+                target=self._server.serve_forever, args=(0.05,), name="fake-llm", daemon=True
             )
             self._thread.start()
         return self.base_url
@@ -453,7 +452,7 @@ class FakeLLM:
             self._thread.join(timeout=5)
             self._thread = None
 
-    def __enter__(self) -> FakeLLM:
+    def __enter__(self) -> Self:
         self.start()
         return self
 
@@ -514,8 +513,12 @@ class FakeLLM:
     ) -> FakeLLM:
         """Queue an HTTP error with an OpenAI-style body (or `body` verbatim)."""
         if body is None:
-            default_type = "rate_limit_error" if status == 429 else (
-                "server_error" if status >= 500 else "invalid_request_error"
+            default_type = (
+                "rate_limit_error"
+                if status == 429
+                else "server_error"
+                if status >= 500
+                else "invalid_request_error"
             )
             body = {
                 "error": {
@@ -528,7 +531,8 @@ class FakeLLM:
         all_headers = dict(headers or {})
         if retry_after is not None:
             all_headers["Retry-After"] = f"{retry_after:g}"
-        return self.script(ScriptedReply(kind="error", status=status, body=body, headers=all_headers))
+        reply = ScriptedReply(kind="error", status=status, body=body, headers=all_headers)
+        return self.script(reply)
 
     def script_cut(
         self,
@@ -580,8 +584,9 @@ class FakeLLM:
             (self._conns.add if opened else self._conns.discard)(conn)
 
     def _record(self, method: str, path: str, headers: dict[str, str], body: Any) -> None:
+        lowered = {name.lower(): value for name, value in headers.items()}
         with self._lock:
-            self._requests.append(RecordedRequest(method, path, headers, body))
+            self._requests.append(RecordedRequest(method, path, lowered, body))
 
     def _next_reply(self, body: dict[str, Any]) -> ScriptedReply:
         with self._lock:

@@ -6,7 +6,7 @@ The engine supplies `ctx.ask_user`, which publishes `reply_requested`, moves the
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from orchestra.engine.tools import Tool, ToolContext, ToolError
 
@@ -17,7 +17,7 @@ class AskUserTool(Tool):
         "Ask the user a question and wait for their answer. Use it when you need "
         "information or a decision only the user can give."
     )
-    parameters = {
+    parameters: ClassVar[dict[str, Any]] = {
         "type": "object",
         "properties": {
             "question": {"type": "string", "description": "The question to show the user."}

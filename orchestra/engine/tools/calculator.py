@@ -11,7 +11,7 @@ import ast
 import math
 import operator
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 from orchestra.engine.tools import Tool, ToolContext, ToolError
 
@@ -94,9 +94,13 @@ def _evaluate(node: ast.AST) -> Any:
         op = _BINARY.get(type(node.op))
         if op is None:
             raise ToolError(f"Unsupported operator: {type(node.op).__name__}.")
-        if isinstance(node.op, ast.Mult) and isinstance(left, int) and isinstance(right, int):
-            if left.bit_length() + right.bit_length() > MAX_INT_BITS + 1:
-                raise ToolError("The result is too large.")
+        if (
+            isinstance(node.op, ast.Mult)
+            and isinstance(left, int)
+            and isinstance(right, int)
+            and left.bit_length() + right.bit_length() > MAX_INT_BITS + 1
+        ):
+            raise ToolError("The result is too large.")
         return _check_size(op(left, right))
     if isinstance(node, ast.Name):
         if node.id in CONSTANTS:
@@ -113,7 +117,7 @@ def _evaluate(node: ast.AST) -> Any:
     raise ToolError(f"Unsupported syntax: {type(node).__name__}.")
 
 
-def format_number(value: int | float) -> str:
+def format_number(value: float) -> str:
     """Integers exactly; floats to 15 significant digits (so 0.1 + 0.2 gives 0.3)."""
     if isinstance(value, float):
         if value.is_integer() and abs(value) < 1e15:
@@ -149,7 +153,7 @@ class CalculatorTool(Tool):
         + ", ".join(FUNCTIONS)
         + "."
     )
-    parameters = {
+    parameters: ClassVar[dict[str, Any]] = {
         "type": "object",
         "properties": {
             "expression": {

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, ClassVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from orchestra.engine.tools import Tool, ToolContext, ToolError
@@ -28,7 +28,7 @@ class CurrentTimeTool(Tool):
         "Get the current date and time as an ISO 8601 timestamp, in UTC or in the given "
         "IANA time zone (e.g. Europe/Paris, America/New_York)."
     )
-    parameters = {
+    parameters: ClassVar[dict[str, Any]] = {
         "type": "object",
         "properties": {
             "timezone": {

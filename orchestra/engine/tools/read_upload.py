@@ -6,7 +6,7 @@ engine passes in as `ctx.read_upload`; this tool only forwards the request.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from orchestra.engine.tools import Tool, ToolContext, ToolError
 
@@ -14,7 +14,7 @@ from orchestra.engine.tools import Tool, ToolContext, ToolError
 class ReadUploadTool(Tool):
     name = "read_upload"
     description = "Read the text content of one of the user's uploaded files, by its file_id."
-    parameters = {
+    parameters: ClassVar[dict[str, Any]] = {
         "type": "object",
         "properties": {
             "file_id": {"type": "string", "description": "The file_id given at upload time."}
