@@ -1,0 +1,109 @@
+"""`orchestra login` / `logout`, and `connect()`: the client every server command uses.
+
+Login keeps the server URL and the token pair in `$ORCHESTRA_HOME/credentials.json`
+(mode 0600). A server command takes `--server` and `--token` (env `ORCHESTRA_SERVER`,
+`ORCHESTRA_TOKEN`) and falls back to what login kept; a refreshed pair is written back.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from orchestra.cli.console import ExitCode, fail, handle_errors, success
+from orchestra.cli.user import read_password
+from orchestra.client import (
+    Client,
+    Credentials,
+    credentials_path,
+    delete_credentials,
+    load_credentials,
+    normalise_server,
+    save_credentials,
+)
+
+SERVER = typer.Option(None, "--server", envvar="ORCHESTRA_SERVER",
+                      help="Server URL, e.g. http://127.0.0.1:8000 (default: the one you logged in to).")
+TOKEN = typer.Option(None, "--token", envvar="ORCHESTRA_TOKEN",
+                     help="Access token (default: the one `orchestra login` kept).")
+
+
+def kept_path(ctx: typer.Context | None) -> Path:
+    """The credentials file under the root `--home` (or $ORCHESTRA_HOME, or ~/.orchestra)."""
+    root = (ctx.find_root().obj or {}) if ctx else {}
+    return credentials_path(root.get("home"))
+
+
+def connect(ctx: typer.Context, server: str | None, token: str | None) -> Client:
+    """A client for `--server`/`--token`, filled in from the kept credentials."""
+    path = kept_path(ctx)
+    kept = load_credentials(path)
+    if server is None and kept is None:
+        fail("no server given: pass --server URL (or set ORCHESTRA_SERVER), or run 'orchestra login'",
+             ExitCode.USAGE)
+    url = normalise_server(server or kept.server)
+    same_server = kept is not None and normalise_server(kept.server) == url
+    refresh = None
+    if token is None and same_server:
+        token, refresh = kept.access_token, kept.refresh_token
+    elif token is not None and same_server and token == kept.access_token:
+        refresh = kept.refresh_token
+
+    def keep(access: str, refresh_token: str) -> None:
+        if same_server:
+            kept.access_token, kept.refresh_token = access, refresh_token
+            save_credentials(path, kept)
+
+    return Client(url, access_token=token, refresh_token=refresh, on_tokens=keep)
+
+
+def _user_name(user: str | None) -> str:
+    if user:
+        return user
+    if not sys.stdin.isatty():
+        fail("no terminal to ask for the user name; pass --user NAME", ExitCode.USAGE)
+    return typer.prompt("User name")
+
+
+def register(app: typer.Typer) -> None:
+    """Add `login` and `logout` to the root command."""
+
+    @app.command()
+    @handle_errors
+    def login(
+        ctx: typer.Context,
+        server: Optional[str] = typer.Option(None, "--server", envvar="ORCHESTRA_SERVER",
+                                             help="Server URL, e.g. http://127.0.0.1:8000."),
+        user: Optional[str] = typer.Option(None, "--user", "-u", help="User name (prompted if missing)."),
+        password_stdin: bool = typer.Option(False, "--password-stdin",
+                                            help="Read the password from standard input."),
+    ) -> None:
+        """Log in to a server and keep the token pair for the other commands."""
+        path = kept_path(ctx)
+        kept = load_credentials(path)
+        if server is None:
+            if kept is None:
+                fail("pass --server URL (or set ORCHESTRA_SERVER)", ExitCode.USAGE)
+            server = kept.server
+        user_name = _user_name(user)
+        password = read_password(password_stdin, confirm=False)
+        with Client(server) as client:
+            body = client.login(user_name, password)
+            save_credentials(path, Credentials(
+                server=client.server, access_token=body["access_token"],
+                refresh_token=body["refresh_token"], user_name=user_name,
+            ))
+        success(f"logged in to {client.server} as {user_name}; credentials kept in {path}")
+
+    @app.command()
+    @handle_errors
+    def logout(ctx: typer.Context) -> None:
+        """Forget the kept credentials."""
+        path = kept_path(ctx)
+        if delete_credentials(path):
+            success(f"logged out; removed {path}")
+        else:
+            success("not logged in; nothing to remove")

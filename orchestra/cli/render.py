@@ -1,0 +1,283 @@
+"""Rendering a run's events in the terminal: a live rich view, plain lines, or JSON lines.
+
+`make_renderer` picks one: `--json` → one raw event object per line; a terminal →
+`LiveRenderer` (a panel per step with streamed tokens, tool calls and results, and a
+prompt when the run asks a question); anything else → `PlainRenderer` (one readable
+line per happening, each step's output when it finishes). All of them record the run's
+final status in `outcome`.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Callable, TextIO
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.panel import Panel
+from rich.text import Text
+
+from orchestra.client import Event
+
+# Called with (request_id, prompt, step_id) on a TTY when the run asks; returns the answer
+# (posted by the caller) or None to leave the question for later.
+AskFn = Callable[[str | None, str, str | None], None]
+
+
+def parse_ts(value: Any) -> float | None:
+    """An event's `ts` (epoch seconds, or an ISO 8601 string) as epoch seconds."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, str) and value:
+        try:
+            return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            return None
+    return None
+
+
+def _pick(data: dict[str, Any], *names: str, default: Any = None) -> Any:
+    for name in names:
+        if data.get(name) is not None:
+            return data[name]
+    return default
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _seconds(start: float | None, end: float | None) -> str:
+    if start is None or end is None:
+        return ""
+    return f" in {max(end - start, 0.0):.1f}s"
+
+
+@dataclass
+class StepView:
+    """What has been seen of one step."""
+
+    step_id: str
+    status: str = "running"
+    text: str = ""
+    lines: list[str] = field(default_factory=list)  # tool calls, results, questions
+    output: str | None = None
+    error: str | None = None
+    started: float | None = None
+    finished: float | None = None
+
+
+@dataclass
+class Outcome:
+    """How the run ended (status None while it has not)."""
+
+    status: str | None = None
+    error: str | None = None
+    started: float | None = None
+    finished: float | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "succeeded"
+
+
+class Renderer:
+    """Folds events into step views; subclasses show them."""
+
+    def __init__(self, trace_id: str) -> None:
+        self.trace_id = trace_id
+        self.steps: dict[str, StepView] = {}
+        self.outcome = Outcome()
+
+    def __enter__(self) -> "Renderer":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Finish the display (subclasses)."""
+
+    def step(self, step_id: str | None) -> StepView:
+        key = step_id or "run"
+        if key not in self.steps:
+            self.steps[key] = StepView(key)
+        return self.steps[key]
+
+    def handle(self, event: Event) -> None:
+        """Update the state from one event, then show it."""
+        data, kind = event.data, event.kind
+        ts = parse_ts(data.get("ts"))
+        step = self.step(data.get("step_id")) if data.get("step_id") else None
+        if kind == "run_started":
+            self.outcome.started = ts
+        elif kind == "step_started" and step:
+            step.status, step.started = "running", ts
+        elif kind == "token" and step:
+            step.text += _text(_pick(data, "text", "delta", "content", "token", default=""))
+        elif kind == "tool_call" and step:
+            step.lines.append(f"→ {tool_call_text(data)}")
+        elif kind == "tool_result" and step:
+            step.lines.append(f"← {tool_result_text(data)}")
+        elif kind == "reply_requested" and step:
+            step.status = "waiting_reply"
+            step.lines.append(f"? {_text(data.get('prompt'))}")
+        elif kind == "reply_received" and step:
+            step.status = "running"
+            step.lines.append(f"! {_text(_pick(data, 'content', 'reply', default=''))}")
+        elif kind == "step_finished" and step:
+            step.status, step.finished = "succeeded", ts
+            output = _pick(data, "output", "content", "text")
+            step.output = _text(output) if output is not None else step.text
+        elif kind == "step_failed" and step:
+            step.status, step.finished = "failed", ts
+            step.error = _text(_pick(data, "error", "message", default="failed"))
+        elif event.terminal:
+            self.outcome.finished = ts
+            default = {"run_finished": "succeeded", "run_failed": "failed"}.get(kind, "cancelled")
+            self.outcome.status = str(data.get("status") or default)
+            error = _pick(data, "error", "message", "reason")
+            self.outcome.error = _text(error) if error is not None else None
+        self.show(event)
+
+    def show(self, event: Event) -> None:
+        """Display one event (subclasses)."""
+
+
+def tool_call_text(data: dict[str, Any]) -> str:
+    name = _pick(data, "tool", "name", default="tool")
+    args = _pick(data, "arguments", "args", "input", default={})
+    return f"{name}({_text(args)})"
+
+
+def tool_result_text(data: dict[str, Any]) -> str:
+    name = _pick(data, "tool", "name", default="tool")
+    if data.get("error"):
+        return f"{name} error: {_text(data['error'])}"
+    return f"{name}: {_text(_pick(data, 'result', 'output', 'content', default=''))}"
+
+
+class JsonRenderer(Renderer):
+    """One raw event per line: `{"id": seq, "event": kind, "data": {...}}`."""
+
+    def __init__(self, trace_id: str, stream: TextIO | None = None) -> None:
+        super().__init__(trace_id)
+        self.stream = stream or sys.stdout
+
+    def show(self, event: Event) -> None:
+        self.stream.write(json.dumps(event.to_json(), ensure_ascii=False) + "\n")
+        self.stream.flush()
+
+
+class PlainRenderer(Renderer):
+    """Readable lines for pipes and logs; a step's output is printed when it finishes."""
+
+    def __init__(self, trace_id: str, stream: TextIO | None = None) -> None:
+        super().__init__(trace_id)
+        self.stream = stream or sys.stdout
+
+    def _line(self, text: str) -> None:
+        self.stream.write(text + "\n")
+        self.stream.flush()
+
+    def show(self, event: Event) -> None:
+        data, kind = event.data, event.kind
+        sid = data.get("step_id")
+        step = self.steps.get(sid) if sid else None
+        if kind == "run_started":
+            name = _pick(data, "template_name", "template", default="")
+            self._line(f"run {self.trace_id} started" + (f": {name}" if name else ""))
+        elif kind == "step_started":
+            self._line(f"[{sid}] started")
+        elif kind == "tool_call":
+            self._line(f"[{sid}] tool call: {tool_call_text(data)}")
+        elif kind == "tool_result":
+            self._line(f"[{sid}] tool result: {tool_result_text(data)}")
+        elif kind == "reply_requested":
+            request_id = data.get("request_id")
+            self._line(f"[{sid}] question: {_text(data.get('prompt'))}")
+            hint = f"orchestra workflow reply {self.trace_id} 'YOUR ANSWER'"
+            self._line(f"[{sid}]   answer with: {hint}" + (f" --request-id {request_id}" if request_id else ""))
+        elif kind == "reply_received":
+            self._line(f"[{sid}] reply received: {_text(_pick(data, 'content', 'reply', default=''))}")
+        elif kind == "step_finished" and step:
+            self._line(f"[{sid}] finished{_seconds(step.started, step.finished)}")
+            for line in (step.output or "").splitlines() or [""]:
+                self._line(f"    {line}")
+        elif kind == "step_failed" and step:
+            self._line(f"[{sid}] failed{_seconds(step.started, step.finished)}: {step.error}")
+        elif event.terminal:
+            self._line(final_line(self.outcome))
+
+
+def final_line(outcome: Outcome) -> str:
+    took = _seconds(outcome.started, outcome.finished)
+    text = f"run {outcome.status}{took}"
+    return text + (f": {outcome.error}" if outcome.error and not outcome.ok else "")
+
+
+_STYLE = {"running": "cyan", "waiting_reply": "yellow", "succeeded": "green", "failed": "red"}
+
+
+class LiveRenderer(Renderer):
+    """A live rich view: one panel per step; asks questions at the prompt via `ask`."""
+
+    TAIL = 12  # lines of streamed text shown while live; the full text at the end
+
+    def __init__(self, trace_id: str, console: Console, ask: AskFn | None = None) -> None:
+        super().__init__(trace_id)
+        self.console = console
+        self.ask = ask
+        self.live = Live(console=console, refresh_per_second=12, transient=True,
+                         get_renderable=lambda: self.view(tail=self.TAIL))
+        self.live.start()
+
+    def panel(self, step: StepView, tail: int | None) -> Panel:
+        body = Text()
+        text = step.output if step.output is not None else step.text
+        lines = text.splitlines()
+        if tail is not None and len(lines) > tail:
+            lines = ["…"] + lines[-tail:]
+        body.append("\n".join(lines))
+        for line in step.lines:
+            body.append(("\n" if body.plain else "") + line, style="dim" if line[0] in "→←" else "bold")
+        if step.error:
+            body.append(("\n" if body.plain else "") + step.error, style="red")
+        title = f"[b]{step.step_id}[/] · {step.status}{_seconds(step.started, step.finished)}"
+        return Panel(body, title=title, title_align="left", border_style=_STYLE.get(step.status, "white"))
+
+    def view(self, tail: int | None = None) -> Group:
+        parts: list[Any] = [Text(f"run {self.trace_id}", style="bold")]
+        parts += [self.panel(s, tail) for s in self.steps.values()]
+        if self.outcome.status:
+            parts.append(Text(final_line(self.outcome), style="green" if self.outcome.ok else "red"))
+        return Group(*parts)
+
+    def show(self, event: Event) -> None:
+        self.live.refresh()
+        if event.kind == "reply_requested" and self.ask:
+            self.live.stop()
+            try:
+                self.ask(event.data.get("request_id"), _text(event.data.get("prompt")), event.data.get("step_id"))
+            finally:
+                self.live.start()
+
+    def close(self) -> None:
+        self.live.stop()
+        self.console.print(self.view())
+
+
+def make_renderer(trace_id: str, *, json_lines: bool, console: Console, ask: AskFn | None) -> Renderer:
+    """JSON lines when asked, the live view on a terminal, plain lines otherwise."""
+    if json_lines:
+        return JsonRenderer(trace_id)
+    if console.is_terminal:
+        return LiveRenderer(trace_id, console, ask)
+    return PlainRenderer(trace_id)
