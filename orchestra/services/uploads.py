@@ -1,0 +1,364 @@
+"""Uploaded files: streamed to `uploads/<user_id>/<file_id>`, listed, read and removed.
+
+The multipart body is parsed incrementally (python-multipart's push parser) while it
+arrives, so no file is ever held in memory whole: each part goes to a private temp
+file in the owner's folder, its sha256 computed on the way, and is renamed into place
+only when the whole request has arrived and every file is within the limit. Any
+failure (too large, malformed, client gone) removes every temp file; no row is
+written. The client's file name is metadata only, never part of a path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import re
+import unicodedata
+from collections.abc import AsyncIterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from python_multipart.exceptions import FormParserError
+from python_multipart.multipart import MultipartParser, parse_options_header
+
+from orchestra.core import Core
+from orchestra.db.models import Upload, iso, new_id
+from orchestra.errors import BadRequestError, NotFoundError, PayloadTooLargeError, ValidationError
+
+FIELD = "file"
+MAX_FILES = 20  # file parts in one request
+FLUSH_BYTES = 256 * 1024  # buffered bytes of one part before a write to disk
+READ_CHUNK = 256 * 1024
+DEFAULT_NAME = "upload"
+DEFAULT_TYPE = "application/octet-stream"
+NAME_MAX_CHARS = 255
+
+_TOKEN = r"[!#$%&'*+.^_`|~0-9A-Za-z-]+"
+_CONTENT_TYPE = re.compile(rf"^{_TOKEN}/{_TOKEN}(\s*;[\x20-\x7e]*)?$")
+_BIDI_CONTROLS = set("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+_SAFE_COMPONENT = re.compile(r"^[A-Za-z0-9-]{1,64}$")
+
+
+def body_limit(upload_max_bytes: int) -> int:
+    """The most bytes one upload request may carry: MAX_FILES full files plus framing."""
+    return MAX_FILES * (upload_max_bytes + 64 * 1024) + 1024 * 1024
+
+
+def clean_filename(raw: str) -> str:
+    """The display name kept for a client's file name.
+
+    Directory parts (`/` or `\\`) are dropped, control and bidi-override characters
+    removed, white space trimmed, NFC applied and the result cut to 255 characters
+    (keeping a short extension). An empty result, `.` or `..` becomes `upload`.
+    """
+    name = unicodedata.normalize("NFC", raw).replace("\\", "/").rsplit("/", 1)[-1]
+    name = "".join(
+        ch
+        for ch in name
+        if unicodedata.category(ch) not in {"Cc", "Cs", "Co", "Cn"} and ch not in _BIDI_CONTROLS
+    ).strip()
+    if name in {"", ".", ".."}:
+        return DEFAULT_NAME
+    if len(name) > NAME_MAX_CHARS:
+        stem, ext = os.path.splitext(name)
+        name = stem[: NAME_MAX_CHARS - len(ext)] + ext if 0 < len(ext) <= 32 else name[:NAME_MAX_CHARS]
+    return name
+
+
+def clean_content_type(raw: str | None) -> str:
+    """A part's Content-Type if it is a well-formed media type, else octet-stream."""
+    value = (raw or "").strip()
+    if not value or len(value) > 255 or not _CONTENT_TYPE.match(value):
+        return DEFAULT_TYPE
+    media, sep, params = value.partition(";")
+    return media.strip().lower() + (sep + params if sep else "")
+
+
+def describe(upload: Upload) -> dict[str, Any]:
+    """The public shape of one stored file."""
+    return {
+        "file_id": upload.id,
+        "filename": upload.filename,
+        "size": upload.size,
+        "content_type": upload.content_type,
+        "sha256": upload.sha256,
+        "created_at": iso(upload.created_at),
+    }
+
+
+def owner_dir(core: Core, owner_id: str) -> Path:
+    """`uploads/<owner_id>`; the id comes from our own token, checked to be one component."""
+    if not _SAFE_COMPONENT.match(owner_id):
+        raise NotFoundError("No such file.")
+    return core.settings.uploads_dir / owner_id
+
+
+# --- receiving ----------------------------------------------------------------------
+
+
+@dataclass
+class _Part:
+    """One file part on its way to disk."""
+
+    file_id: str
+    filename: str
+    content_type: str
+    tmp_path: Path
+    final_path: Path
+    size: int = 0
+    buffer: bytearray = field(default_factory=bytearray)
+    hasher: Any = field(default_factory=hashlib.sha256)
+    handle: BinaryIO | None = None
+    done: bool = False
+
+    def needs_flush(self) -> bool:
+        """Not yet opened, finished but not closed, or enough buffered for one write."""
+        if self.handle is None:
+            return True
+        return (self.done and not self.handle.closed) or len(self.buffer) >= FLUSH_BYTES
+
+    def flush(self) -> None:
+        """Write the buffered bytes (in a worker thread; opens the temp file lazily)."""
+        if self.handle is None:
+            self.tmp_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            fd = os.open(self.tmp_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            self.handle = os.fdopen(fd, "wb")
+        if self.buffer:
+            data = bytes(self.buffer)
+            self.buffer.clear()
+            self.hasher.update(data)
+            self.handle.write(data)
+        if self.done:
+            self.handle.close()
+
+    def discard(self) -> None:
+        if self.handle is not None and not self.handle.closed:
+            self.handle.close()
+        self.tmp_path.unlink(missing_ok=True)
+
+
+class _Receiver:
+    """Callbacks for the push parser: routes part data into `_Part`s, checks limits."""
+
+    def __init__(self, folder: Path, limit: int) -> None:
+        self.folder = folder
+        self.limit = limit
+        self.parts: list[_Part] = []
+        self.current: _Part | None = None
+        self.headers: dict[str, bytes] = {}
+        self._field = bytearray()
+        self._value = bytearray()
+        self.ended = False
+        self.too_large: str | None = None
+        self.text_field_named_file = False
+
+    def callbacks(self) -> dict[str, Any]:
+        return {
+            "on_part_begin": self.on_part_begin,
+            "on_header_field": lambda d, s, e: self._field.extend(d[s:e]),
+            "on_header_value": lambda d, s, e: self._value.extend(d[s:e]),
+            "on_header_end": self.on_header_end,
+            "on_headers_finished": self.on_headers_finished,
+            "on_part_data": self.on_part_data,
+            "on_part_end": self.on_part_end,
+            "on_end": self.on_end,
+        }
+
+    def on_part_begin(self) -> None:
+        self.headers = {}
+        self.current = None
+
+    def on_header_end(self) -> None:
+        self.headers[self._field.decode("latin-1").strip().lower()] = bytes(self._value).strip()
+        self._field.clear()
+        self._value.clear()
+
+    def on_headers_finished(self) -> None:
+        _, options = parse_options_header(self.headers.get("content-disposition", b""))
+        if options.get(b"name") != FIELD.encode():
+            return  # another form field: its data is read and dropped
+        if b"filename" not in options:
+            self.text_field_named_file = True
+            return
+        if len(self.parts) >= MAX_FILES:
+            self.too_large = self.too_large or f"At most {MAX_FILES} files may be sent at once."
+            return
+        file_id = new_id()
+        part = _Part(
+            file_id=file_id,
+            filename=clean_filename(options[b"filename"].decode("utf-8", errors="replace")),
+            content_type=clean_content_type(self.headers.get("content-type", b"").decode("latin-1")),
+            tmp_path=self.folder / f".{file_id}.part",
+            final_path=self.folder / file_id,
+        )
+        self.parts.append(part)
+        self.current = part
+
+    def on_part_data(self, data: bytes, start: int, end: int) -> None:
+        part = self.current
+        if part is None or self.too_large:
+            return
+        part.size += end - start
+        if part.size > self.limit:
+            self.too_large = (
+                f"'{part.filename}' is larger than the limit of {self.limit} bytes a file."
+            )
+            return
+        part.buffer.extend(data[start:end])
+
+    def on_part_end(self) -> None:
+        if self.current is not None:
+            self.current.done = True
+        self.current = None
+
+    def on_end(self) -> None:
+        self.ended = True
+
+
+async def receive(
+    core: Core, *, owner_id: str, content_type: str | None, chunks: AsyncIterable[bytes]
+) -> list[Upload]:
+    """Store every `file` part of a multipart/form-data body arriving as `chunks`.
+
+    400 BadRequestError: not multipart/form-data, no boundary, malformed or truncated.
+    413 PayloadTooLargeError: a file over `upload_max_bytes`, more than MAX_FILES files,
+    or a body over `body_limit`. 422 ValidationError: no part named `file` with a file name.
+    On any error nothing is left behind.
+    """
+    limit = core.settings.upload_max_bytes
+    parser = _parser_for(content_type, _Receiver(owner_dir(core, owner_id), limit))
+    receiver: _Receiver = parser.receiver  # type: ignore[attr-defined]
+    received, cap = 0, body_limit(limit)
+    writing: asyncio.Future | None = None
+    try:
+        async for chunk in chunks:
+            received += len(chunk)
+            if received > cap:
+                raise PayloadTooLargeError(f"An upload request may carry at most {cap} bytes.")
+            try:
+                parser.write(chunk)
+            except FormParserError as exc:
+                raise BadRequestError(f"The multipart body is malformed: {exc}.") from None
+            if receiver.too_large:
+                raise PayloadTooLargeError(receiver.too_large)
+            for part in receiver.parts:
+                if part.needs_flush():
+                    writing = asyncio.ensure_future(asyncio.to_thread(part.flush))
+                    await asyncio.shield(writing)
+        if not receiver.ended:
+            raise BadRequestError("The multipart body ended before its closing boundary.")
+        if not receiver.parts:
+            problem = (
+                "must be a file part (with a filename), not a text field"
+                if receiver.text_field_named_file
+                else "no file was sent: send one or more multipart parts named 'file'"
+            )
+            raise ValidationError.field(FIELD, problem)
+        return await _commit(core, owner_id, receiver.parts)
+    except BaseException:
+        if writing is not None and not writing.done():
+            await asyncio.wait([writing])  # let the thread finish before removing its file
+        for part in receiver.parts:
+            part.discard()
+        raise
+
+
+def _parser_for(content_type: str | None, receiver: _Receiver) -> MultipartParser:
+    media, options = parse_options_header(content_type or "")
+    if media != b"multipart/form-data":
+        shown = media.decode("latin-1") or "none"
+        raise BadRequestError(
+            f"Send files as 'multipart/form-data' with a part named 'file' (Content-Type was {shown})."
+        )
+    boundary = options.get(b"boundary")
+    if not boundary:
+        raise BadRequestError("The multipart Content-Type has no boundary.")
+    try:
+        parser = MultipartParser(boundary, receiver.callbacks())
+    except FormParserError as exc:
+        raise BadRequestError(f"The multipart boundary is not acceptable: {exc}.") from None
+    parser.receiver = receiver  # type: ignore[attr-defined]
+    return parser
+
+
+async def _commit(core: Core, owner_id: str, parts: list[_Part]) -> list[Upload]:
+    """Rename the finished temp files into place, then record them in one transaction."""
+    for part in parts:
+        part.done = True
+        await asyncio.to_thread(part.flush)
+
+    def rename_all() -> None:
+        for part in parts:
+            os.replace(part.tmp_path, part.final_path)
+
+    await asyncio.to_thread(rename_all)
+    try:
+        async with core.db.atomic():
+            return [
+                await Upload.acreate(
+                    id=part.file_id,
+                    owner=owner_id,
+                    filename=part.filename,
+                    size=part.size,
+                    content_type=part.content_type,
+                    sha256=part.hasher.hexdigest(),
+                )
+                for part in parts
+            ]
+    except BaseException:
+        for part in parts:
+            part.final_path.unlink(missing_ok=True)
+        raise
+
+
+# --- reading and removing -------------------------------------------------------------
+
+
+async def get_upload(core: Core, *, owner_id: str, file_id: str) -> Upload:
+    """One of the owner's files; 404 for unknown ids and for other users' files alike."""
+    upload = await Upload.aget_or_none((Upload.id == file_id) & (Upload.owner == owner_id))
+    if upload is None:
+        raise NotFoundError("No such file.")
+    return upload
+
+
+async def list_uploads(core: Core, *, owner_id: str) -> list[Upload]:
+    """The owner's files, oldest first."""
+    query = Upload.select().where(Upload.owner == owner_id).order_by(Upload.created_at, Upload.id)
+    return await core.db.list(query)
+
+
+async def open_upload(core: Core, *, owner_id: str, file_id: str) -> tuple[Upload, BinaryIO]:
+    """The row and an open binary handle on its bytes (the caller closes it)."""
+    upload = await get_upload(core, owner_id=owner_id, file_id=file_id)
+    path = owner_dir(core, owner_id) / upload.id
+    try:
+        handle = await asyncio.to_thread(open, path, "rb")
+    except FileNotFoundError:
+        raise NotFoundError("The file's content is missing from the store.") from None
+    return upload, handle
+
+
+async def delete_upload(core: Core, *, owner_id: str, file_id: str) -> None:
+    """Remove the row, then the file."""
+    upload = await get_upload(core, owner_id=owner_id, file_id=file_id)
+    deleted = await core.db.aexecute(Upload.delete().where(Upload.id == upload.id))
+    if not deleted:
+        raise NotFoundError("No such file.")
+    await asyncio.to_thread((owner_dir(core, owner_id) / upload.id).unlink, missing_ok=True)
+
+
+async def read_text(core: Core, *, owner_id: str, file_id: str, max_bytes: int = 200_000) -> str:
+    """The first `max_bytes` of one of the owner's files as text (UTF-8, bad bytes replaced),
+    with a closing note when the file was cut. For the `read_upload` tool."""
+    upload, handle = await open_upload(core, owner_id=owner_id, file_id=file_id)
+    try:
+        data = await asyncio.to_thread(handle.read, max_bytes)
+    finally:
+        handle.close()
+    text = data.decode("utf-8", errors="replace")
+    if upload.size > len(data):
+        text += f"\n[truncated: the first {len(data)} of {upload.size} bytes are shown]"
+    return text
