@@ -1,0 +1,208 @@
+"""orchestra.client against real servers: refresh, error mapping, credentials, SSE resume."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import stat
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from orchestra.client import (
+    APIError,
+    Client,
+    Credentials,
+    ServerUnreachableError,
+    StreamGaveUpError,
+    load_credentials,
+    normalise_server,
+    save_credentials,
+)
+from tests.conftest import ServerProcess, free_port
+
+PASSWORD = "password-123"
+
+
+def make_user(server: ServerProcess, name: str, role: str = "SUPER_ADMINISTRATOR") -> None:
+    done = server.cli("user", "create", name, "--role", role, "--password-stdin", input=PASSWORD + "\n")
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.fixture
+def short_lived(tmp_path):
+    """A server whose access tokens live one second."""
+    proc = ServerProcess(tmp_path / "srv", env={"ORCHESTRA_ACCESS_TTL": "1"}).start()
+    yield proc
+    proc.stop()
+
+
+def test_expired_access_token_is_refreshed_transparently(short_lived):
+    make_user(short_lived, "root")
+    kept: list[tuple[str, str]] = []
+    with Client(short_lived.base_url, on_tokens=lambda a, r: kept.append((a, r))) as client:
+        client.login("root", PASSWORD)
+        first_access, first_refresh = client.access_token, client.refresh_token
+        time.sleep(2.1)
+        users = client.get("/auth/list")["users"]
+    assert [u["user_name"] for u in users] == ["root"]
+    assert len(kept) == 1
+    assert kept[0] == (client.access_token, client.refresh_token)
+    assert client.access_token != first_access and client.refresh_token != first_refresh
+
+
+def test_expired_token_without_refresh_token_is_an_error(short_lived):
+    make_user(short_lived, "root")
+    with Client(short_lived.base_url) as client:
+        access = client.login("root", PASSWORD)["access_token"]
+    time.sleep(2.1)
+    with Client(short_lived.base_url, access_token=access) as client:
+        with pytest.raises(APIError) as caught:
+            client.get("/auth/list")
+    assert caught.value.status == 401 and caught.value.error == "TokenExpiredError"
+
+
+def test_used_refresh_token_ends_the_session_with_a_readable_error(short_lived):
+    make_user(short_lived, "root")
+    with Client(short_lived.base_url) as client:
+        client.login("root", PASSWORD)
+        stale = client.refresh_token
+        client.refresh()  # rotates: `stale` is now used
+    time.sleep(2.1)
+    with Client(short_lived.base_url, access_token=client.access_token, refresh_token=stale) as again:
+        with pytest.raises(APIError) as caught:
+            again.get("/auth/list")
+    assert caught.value.error == "TokenInvalidError"
+    assert "orchestra login" in caught.value.message
+
+
+def test_error_body_becomes_api_error(server):
+    make_user(server, "root")
+    with Client(server.base_url) as client:
+        with pytest.raises(APIError) as wrong:
+            client.login("root", "not-the-password")
+        with pytest.raises(APIError) as unknown:
+            client.login("nobody", PASSWORD)
+        with pytest.raises(APIError) as anonymous:
+            client.get("/auth/list")
+    assert (wrong.value.status, wrong.value.error) == (401, "InvalidCredentialsError")
+    assert (unknown.value.status, unknown.value.error) == (404, "UserNotExistError")
+    assert (anonymous.value.status, anonymous.value.error) == (401, "AuthenticationRequiredError")
+    assert anonymous.value.message
+
+
+def test_server_down_is_server_unreachable():
+    url = f"http://127.0.0.1:{free_port()}"
+    with Client(url) as client:
+        with pytest.raises(ServerUnreachableError) as caught:
+            client.get("/auth/list")
+        with pytest.raises(ServerUnreachableError):
+            list(client.events("some-trace", max_retries=1, retry_delay=0.01))
+    assert url in caught.value.message and "refused" in caught.value.message
+
+
+def test_credentials_file_is_0600_even_over_a_wider_file(tmp_path):
+    path = tmp_path / "home" / "credentials.json"
+    path.parent.mkdir()
+    path.write_text("{}")
+    os.chmod(path, 0o644)
+    save_credentials(path, Credentials(server="http://x:1", access_token="a", refresh_token="r"))
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert load_credentials(path).access_token == "a"
+    assert json.loads(path.read_text())["refresh_token"] == "r"
+    assert [p.name for p in path.parent.iterdir()] == ["credentials.json"]  # no temp file left
+
+
+def test_unreadable_credentials_are_treated_as_none(tmp_path):
+    path = tmp_path / "credentials.json"
+    path.write_text("not json")
+    assert load_credentials(path) is None
+    assert load_credentials(tmp_path / "missing.json") is None
+
+
+@pytest.mark.parametrize("given, expected", [
+    ("localhost:8000", "http://localhost:8000"),
+    ("http://h:1/", "http://h:1"),
+    ("https://h/api/v1", "https://h"),
+])
+def test_normalise_server(given, expected):
+    assert normalise_server(given) == expected
+
+
+# --- the SSE reader against a scripted event server --------------------------------------
+
+
+class _Script:
+    """What a tiny SSE server sends per connection, and what it was asked."""
+
+    def __init__(self, answers):
+        self.answers = list(answers)
+        self.last_event_ids: list[str | None] = []
+
+
+def _sse_server(script: _Script) -> ThreadingHTTPServer:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):  # noqa: N802
+            script.last_event_ids.append(self.headers.get("Last-Event-ID"))
+            answer = script.answers.pop(0)
+            if answer == 204:
+                self.send_response(204)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            events, cut = answer
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            for seq, kind in events:
+                data = json.dumps({"trace_id": "t", "seq": seq, "ts": seq / 10})
+                self.wfile.write(f"id: {seq}\nevent: {kind}\ndata: {data}\n\n".encode())
+                self.wfile.flush()
+            self.wfile.write(b": ping\n\n")
+            if cut:
+                self.wfile.write(b"id: 99\nevent: tok")  # half an event, then the line dies
+                self.wfile.flush()
+                self.connection.shutdown(socket.SHUT_RDWR)
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    return httpd
+
+
+def test_sse_reader_resumes_with_last_event_id_skipping_duplicates():
+    script = _Script([
+        ([(1, "run_started"), (2, "step_started"), (3, "token")], True),
+        ([(3, "token"), (4, "step_finished"), (5, "run_finished")], False),
+    ])
+    httpd = _sse_server(script)
+    try:
+        with Client(f"http://127.0.0.1:{httpd.server_port}") as client:
+            events = list(client.events("t", retry_delay=0.01))
+    finally:
+        httpd.shutdown()
+    assert [e.seq for e in events] == [1, 2, 3, 4, 5]
+    assert [e.kind for e in events][-1] == "run_finished"
+    assert script.last_event_ids == [None, "3"]
+
+
+def test_sse_reader_stops_on_204_and_gives_up_after_retries():
+    script = _Script([([(7, "token")], True), 204])
+    httpd = _sse_server(script)
+    try:
+        with Client(f"http://127.0.0.1:{httpd.server_port}") as client:
+            assert [e.seq for e in client.events("t", last_event_id=6, retry_delay=0.01)] == [7]
+            assert script.last_event_ids == ["6", "7"]
+            script.answers = [([], True)] * 3
+            with pytest.raises(StreamGaveUpError):
+                list(client.events("t", max_retries=2, retry_delay=0.01))
+    finally:
+        httpd.shutdown()
