@@ -1,0 +1,284 @@
+"""Model providers (SPEC §3): register, list, update, delete and check, keys encrypted at rest.
+
+A provider is shared: administrators manage it, every user's workers may use it. The
+API key is stored only as SecretBox ciphertext plus a masked hint (`sk-…abcd`).
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from typing import Any
+from urllib.parse import urlparse
+
+from peewee import IntegrityError, fn
+
+from orchestra.core import Core
+from orchestra.db.models import Provider, SystemNode, Worker, iso
+from orchestra.engine.llm.base import LLMError
+from orchestra.engine.llm.factory import SUPPORTED_KINDS, make_client
+from orchestra.errors import ConflictError, NotFoundError, ProviderError, ValidationError
+from orchestra.services.crypto import mask
+
+NAME_MAX = 128
+MODEL_MAX = 256
+URL_MAX = 1024
+API_KEY_MAX = 4096
+CHECK_TIMEOUT = 20.0
+
+_UNSET: Any = object()
+
+
+# --- field rules shared with agents.py -------------------------------------------------
+
+
+def clean_name(value: str, field: str = "name", max_length: int = NAME_MAX) -> str:
+    """A display name: NFKC, stripped, 1..max_length characters, no control characters."""
+    name = unicodedata.normalize("NFKC", value).strip()
+    if not 1 <= len(name) <= max_length:
+        raise ValidationError.field(field, f"must be 1 to {max_length} characters long")
+    if any(unicodedata.category(ch)[0] == "C" for ch in name):
+        raise ValidationError.field(field, "must not contain control characters")
+    return name
+
+
+def clean_text(value: str, field: str, max_length: int = 100_000) -> str:
+    """Free text (descriptions, prompts): at most max_length characters."""
+    if len(value) > max_length:
+        raise ValidationError.field(field, f"must be at most {max_length} characters long")
+    return value
+
+
+def clean_kind(value: str) -> str:
+    if value not in SUPPORTED_KINDS:
+        raise ValidationError.field(
+            "provider",
+            f"unsupported provider kind {value!r}; supported kinds: {', '.join(SUPPORTED_KINDS)}",
+        )
+    return value
+
+
+def clean_model(value: str, field: str = "model_id") -> str:
+    model = value.strip()
+    if not 1 <= len(model) <= MODEL_MAX:
+        raise ValidationError.field(field, f"must be 1 to {MODEL_MAX} characters long")
+    return model
+
+
+def clean_base_url(value: str | None) -> str | None:
+    if value is None or not value.strip():
+        return None
+    url = value.strip()
+    parsed = urlparse(url)
+    if len(url) > URL_MAX or parsed.scheme not in ("http", "https") or not parsed.hostname:
+        raise ValidationError.field("base_url", "must be an http:// or https:// URL with a host")
+    return url.rstrip("/")
+
+
+def clean_api_key(value: str | None) -> str | None:
+    if value is None or not value.strip():
+        return None
+    key = value.strip()
+    if len(key) > API_KEY_MAX or any(ch.isspace() for ch in key):
+        raise ValidationError.field(
+            "api_key", f"must be at most {API_KEY_MAX} characters, without spaces"
+        )
+    return key
+
+
+# --- views --------------------------------------------------------------------------------
+
+
+def provider_view(provider: Provider) -> dict[str, Any]:
+    """The API shape of a provider; the key only ever appears masked."""
+    return {
+        "provider_id": provider.id,
+        "id": provider.id,
+        "name": provider.name,
+        "provider": provider.kind,
+        "model_id": provider.model_id,
+        "base_url": provider.base_url,
+        "api_key": provider.api_key_hint,
+        "has_api_key": provider.api_key_encrypted is not None,
+        "created_at": iso(provider.created_at),
+    }
+
+
+def decrypt_api_key(core: Core, provider: Provider) -> str | None:
+    """The plain key, or None; ValueError when the server secret changed since storing it."""
+    if provider.api_key_encrypted is None:
+        return None
+    return core.secrets.decrypt(provider.api_key_encrypted)
+
+
+def _invalidate(core: Core) -> None:
+    from orchestra.services.agents import agent_cache  # agents imports this module
+
+    agent_cache(core).invalidate()
+
+
+# --- operations -------------------------------------------------------------------------
+
+
+async def _ensure_name_free(core: Core, name: str, *, except_id: str | None = None) -> None:
+    query = Provider.select(Provider.id).where(fn.LOWER(Provider.name) == name.lower())
+    if except_id is not None:
+        query = query.where(Provider.id != except_id)
+    if await core.db.count(query):
+        raise ConflictError(f"A provider named '{name}' already exists.")
+
+
+def _check_shape(kind: str, base_url: str | None) -> None:
+    if kind == "openai_compatible" and base_url is None:
+        raise ValidationError.field("base_url", "is required for the provider kind openai_compatible")
+
+
+async def create_provider(
+    core: Core,
+    *,
+    name: str,
+    kind: str,
+    model_id: str,
+    api_key: str | None = None,
+    base_url: str | None = None,
+    created_by: str | None = None,
+) -> Provider:
+    """Register a provider; 422 for a bad field, 409 for a taken name."""
+    name = clean_name(name)
+    kind = clean_kind(kind)
+    model_id = clean_model(model_id)
+    base_url = clean_base_url(base_url)
+    api_key = clean_api_key(api_key)
+    _check_shape(kind, base_url)
+    await _ensure_name_free(core, name)
+    try:
+        provider = await Provider.acreate(
+            name=name,
+            kind=kind,
+            model_id=model_id,
+            base_url=base_url,
+            api_key_encrypted=core.secrets.encrypt(api_key) if api_key else None,
+            api_key_hint=mask(api_key) if api_key else None,
+            created_by=created_by,
+        )
+    except IntegrityError:  # a concurrent registration took the name
+        raise ConflictError(f"A provider named '{name}' already exists.") from None
+    _invalidate(core)
+    return provider
+
+
+async def list_providers(core: Core) -> list[Provider]:
+    """Every provider, oldest first."""
+    return await core.db.list(Provider.select().order_by(Provider.created_at, Provider.id))
+
+
+async def get_provider(core: Core, provider_id: str) -> Provider:
+    provider = await Provider.aget_or_none(Provider.id == provider_id)
+    if provider is None:
+        raise NotFoundError(f"No provider has the id '{provider_id}'.")
+    return provider
+
+
+async def find_provider(core: Core, name_or_id: str) -> Provider:
+    """A provider by id, or by name (case-insensitive); for the CLI."""
+    provider = await Provider.aget_or_none(Provider.id == name_or_id)
+    if provider is None:
+        rows = await core.db.list(
+            Provider.select().where(fn.LOWER(Provider.name) == name_or_id.strip().lower())
+        )
+        provider = rows[0] if rows else None
+    if provider is None:
+        raise NotFoundError(f"No provider is named or has the id '{name_or_id}'.")
+    return provider
+
+
+async def update_provider(
+    core: Core,
+    *,
+    provider_id: str,
+    name: str = _UNSET,
+    model_id: str = _UNSET,
+    api_key: str | None = _UNSET,
+    base_url: str | None = _UNSET,
+) -> Provider:
+    """Change the named fields (the kind is fixed); an empty or null api_key removes it."""
+    provider = await get_provider(core, provider_id)
+    if name is not _UNSET:
+        provider.name = clean_name(name)
+        await _ensure_name_free(core, provider.name, except_id=provider.id)
+    if model_id is not _UNSET:
+        provider.model_id = clean_model(model_id)
+    if base_url is not _UNSET:
+        provider.base_url = clean_base_url(base_url)
+    if api_key is not _UNSET:
+        key = clean_api_key(api_key)
+        provider.api_key_encrypted = core.secrets.encrypt(key) if key else None
+        provider.api_key_hint = mask(key) if key else None
+    _check_shape(provider.kind, provider.base_url)
+    try:
+        await provider.asave()
+    except IntegrityError:
+        raise ConflictError(f"A provider named '{provider.name}' already exists.") from None
+    _invalidate(core)
+    return provider
+
+
+async def delete_provider(core: Core, *, provider_id: str) -> Provider:
+    """Delete a provider no worker or system node uses; 409 naming the users otherwise."""
+    async with core.db.atomic():
+        provider = await get_provider(core, provider_id)
+        workers = await core.db.list(
+            Worker.select(Worker.id, Worker.name)
+            .where(Worker.provider == provider.id)
+            .order_by(Worker.name)
+        )
+        nodes = await core.db.list(
+            SystemNode.select(SystemNode.name)
+            .where(SystemNode.provider == provider.id)
+            .order_by(SystemNode.name)
+        )
+        if workers or nodes:
+            users = [f"worker '{w.name}'" for w in workers] + [f"system node '{n.name}'" for n in nodes]
+            raise ConflictError(
+                f"Provider '{provider.name}' is in use by {', '.join(users)}; "
+                "move them to another provider first.",
+                detail={
+                    "workers": [{"worker_id": w.id, "name": w.name} for w in workers],
+                    "nodes": [n.name for n in nodes],
+                },
+            )
+        try:
+            await core.db.aexecute(Provider.delete().where(Provider.id == provider.id))
+        except IntegrityError:  # a worker was bound to it meanwhile
+            raise ConflictError(
+                f"Provider '{provider.name}' is in use by a worker; try again."
+            ) from None
+    _invalidate(core)
+    return provider
+
+
+async def check_provider(core: Core, *, provider_id: str) -> list[str]:
+    """Ask the provider for its models with the stored key and URL; 502 with its message."""
+    provider = await get_provider(core, provider_id)
+    try:
+        api_key = decrypt_api_key(core, provider)
+    except ValueError:
+        raise ProviderError(
+            f"The API key of provider '{provider.name}' cannot be decrypted (the server "
+            "secret changed); store the key again.",
+            detail={"provider_id": provider.id},
+        ) from None
+    timeout = min(core.settings.llm_timeout, CHECK_TIMEOUT)
+    client = None
+    try:
+        client = make_client(
+            kind=provider.kind, api_key=api_key, base_url=provider.base_url, timeout=timeout
+        )
+        return sorted(await client.list_models())
+    except LLMError as err:
+        raise ProviderError(
+            f"Provider '{provider.name}' answered: {err.message}",
+            detail={"provider_id": provider.id, "status": err.status, "provider_message": err.message},
+        ) from None
+    finally:
+        if client is not None:
+            await client.aclose()
