@@ -1,0 +1,143 @@
+"""`/api/v1/adapter/client/upload`: streamed multipart uploads, list, download, delete.
+
+The upload route is a Sanic streaming route: Sanic lifts its REQUEST_MAX_SIZE (the
+1 MiB JSON limit) for stream handlers, so the uploads service enforces its own limits
+while it parses the body chunk by chunk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import unicodedata
+from collections.abc import AsyncIterator
+from urllib.parse import quote
+
+from sanic import Blueprint, Request
+from sanic.response import json
+from sanic_ext import openapi
+
+from orchestra.errors import PayloadTooLargeError
+from orchestra.services import uploads as upload_service
+from orchestra.services.roles import Role
+from orchestra.web.auth import protected
+
+bp = Blueprint("adapter", url_prefix="/adapter")
+
+SUCCESS = "success"
+PATH = "/client/upload"
+
+
+class _Counter:
+    """The request body as chunks, counting the bytes read."""
+
+    def __init__(self, request: Request) -> None:
+        self.request = request
+        self.received = 0
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        while True:
+            chunk = await self.request.stream.read()
+            if chunk is None:
+                return
+            self.received += len(chunk)
+            yield chunk
+
+
+@bp.post(PATH, stream=True)
+@openapi.summary("Upload one or more files (multipart/form-data, field 'file')")
+@openapi.response(201, description="message, files: [{file_id, filename, size, content_type, sha256}]")
+@openapi.secured("bearer")
+@protected(Role.USER, confirm=True)
+async def upload(request: Request):
+    core = request.app.ctx.core
+    cap = upload_service.body_limit(core.settings.upload_max_bytes)
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > cap:
+        raise PayloadTooLargeError(f"An upload request may carry at most {cap} bytes.")
+    body = _Counter(request)
+    try:
+        files = await upload_service.receive(
+            core,
+            owner_id=request.ctx.principal.user_id,
+            content_type=request.headers.get("content-type"),
+            chunks=body.chunks(),
+        )
+    except PayloadTooLargeError:
+        await _drain(request, budget=cap - body.received)
+        raise
+    return json(
+        {"message": SUCCESS, "files": [_public(upload_service.describe(f)) for f in files]},
+        status=201,
+    )
+
+
+@bp.get(PATH)
+@openapi.summary("List the caller's files")
+@openapi.secured("bearer")
+@protected(Role.USER)
+async def list_files(request: Request):
+    files = await upload_service.list_uploads(
+        request.app.ctx.core, owner_id=request.ctx.principal.user_id
+    )
+    return json({"message": SUCCESS, "files": [upload_service.describe(f) for f in files]})
+
+
+@bp.get(f"{PATH}/<file_id:str>")
+@openapi.summary("Download one of the caller's files")
+@openapi.secured("bearer")
+@protected(Role.USER)
+async def download(request: Request, file_id: str):
+    record, handle = await upload_service.open_upload(
+        request.app.ctx.core, owner_id=request.ctx.principal.user_id, file_id=file_id
+    )
+    try:
+        response = await request.respond(
+            status=200,
+            content_type=record.content_type,
+            headers={
+                "Content-Length": str(record.size),
+                "Content-Disposition": content_disposition(record.filename),
+                "X-Content-Type-Options": "nosniff",
+                "Cache-Control": "private, no-cache",
+            },
+        )
+        while chunk := await asyncio.to_thread(handle.read, upload_service.READ_CHUNK):
+            await response.send(chunk)
+        await response.eof()
+    finally:
+        handle.close()
+
+
+@bp.delete(f"{PATH}/<file_id:str>")
+@openapi.summary("Delete one of the caller's files")
+@openapi.secured("bearer")
+@protected(Role.USER)
+async def delete_file(request: Request, file_id: str):
+    await upload_service.delete_upload(
+        request.app.ctx.core, owner_id=request.ctx.principal.user_id, file_id=file_id
+    )
+    return json({"message": SUCCESS})
+
+
+def content_disposition(filename: str) -> str:
+    """`attachment` with an ASCII fallback name and the exact name as RFC 6266 `filename*`."""
+    ascii_name = unicodedata.normalize("NFKD", filename).encode("ascii", "ignore").decode()
+    ascii_name = "".join(ch if 0x20 <= ord(ch) < 0x7F and ch not in '"\\;' else "_" for ch in ascii_name)
+    ascii_name = ascii_name.strip() or "download"
+    return f"attachment; filename=\"{ascii_name}\"; filename*=UTF-8''{quote(filename, safe='')}"
+
+
+def _public(description: dict) -> dict:
+    """The upload answer names exactly SPEC's five fields."""
+    return {k: description[k] for k in ("file_id", "filename", "size", "content_type", "sha256")}
+
+
+async def _drain(request: Request, *, budget: int) -> None:
+    """Read and drop what is left of a refused body (up to `budget` bytes), so the client
+    gets its 413 answer instead of a reset connection while it is still sending."""
+    stream = request.stream
+    while stream is not None and budget > 0:
+        chunk = await stream.read()
+        if chunk is None:
+            return
+        budget -= len(chunk)
