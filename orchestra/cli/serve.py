@@ -14,8 +14,14 @@ from orchestra.settings import Settings
 
 
 async def _prepare(settings: Settings) -> int:
-    """Apply migrations once, before any worker starts; count super administrators."""
+    """Apply migrations and mark runs of a previous server interrupted, once, before any
+    worker starts; count super administrators."""
+    from orchestra.services.workflows import mark_interrupted_runs
+
     async with open_core(settings) as core:
+        interrupted = await mark_interrupted_runs(core)  # left unfinished by the last server
+        if interrupted:
+            err.print(f"{interrupted} unfinished run(s) of the previous server marked interrupted.")
         return await count_super_administrators(core)
 
 

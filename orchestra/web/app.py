@@ -77,10 +77,16 @@ def create_app(settings: Settings | None = None, *, name: str | None = None) -> 
     @app.before_server_start
     async def open_core(app: Sanic) -> None:
         app.ctx.core = await Core.open(settings)
+        from orchestra.engine.executor import engine_of
+
+        engine_of(app.ctx.core)  # the workflow engine: owns run tasks and the event bus
         app.ctx.limits = RateLimits(settings)
 
     @app.after_server_stop
     async def close_core(app: Sanic) -> None:
+        from orchestra.engine.executor import stop_engine
+
+        await stop_engine(app.ctx.core)  # runs end as `interrupted` before the store closes
         await app.ctx.core.close()
 
     return app

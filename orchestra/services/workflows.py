@@ -1,0 +1,537 @@
+"""Workflow templates and runs (SPEC §4): validation, access rules, start, cancel, reply.
+
+A template is a list of steps `{id, agent, prompt, depends_on}`. Its owner manages it;
+a `shared` template (only administrators may share) is readable and runnable by every
+user and managed by administrators; another user's private template is not found.
+Runs belong to their starter; an administrator may read, cancel and answer any run.
+Execution itself is `orchestra.engine.executor`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from peewee import fn
+
+from orchestra.core import Core
+from orchestra.db.models import (
+    RunEvent,
+    RunStep,
+    Upload,
+    Worker,
+    WorkflowRun,
+    WorkflowTemplate,
+    iso,
+    utcnow,
+)
+from orchestra.engine.events import Event
+from orchestra.engine.executor import ACTIVE, PLACEHOLDER, engine_of
+from orchestra.errors import ConflictError, NotFoundError, PermissionDeniedError, ValidationError
+
+STEP_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+MAX_STEPS = 50
+PROMPT_MAX = 100_000
+NAME_MAX = 128
+STATUSES = ("queued", "running", "waiting_reply", "succeeded", "failed", "cancelled", "interrupted")
+FINISHED = ("succeeded", "failed", "cancelled", "interrupted")
+
+
+# --- template validation ----------------------------------------------------------------
+
+
+def _problem(problems: list[dict[str, str]], field: str, problem: str) -> None:
+    problems.append({"field": field, "problem": problem})
+
+
+def _raise(problems: list[dict[str, str]]) -> None:
+    summary = "; ".join(f"{p['field']}: {p['problem']}" for p in problems[:5])
+    more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
+    raise ValidationError(f"Invalid template: {summary}{more}.", detail=problems)
+
+
+def _clean_name(name: str) -> str:
+    name = name.strip()
+    if not 1 <= len(name) <= NAME_MAX:
+        raise ValidationError.field("name", f"must be 1 to {NAME_MAX} characters long")
+    return name
+
+
+async def validate_steps(core: Core, *, owner_id: str, steps: list[Any]) -> list[dict[str, Any]]:
+    """Normalised steps, or one 422 listing every problem (shape, ids, agents, references,
+    cycles, placeholders)."""
+    problems: list[dict[str, str]] = []
+    if not isinstance(steps, list) or not 1 <= len(steps) <= MAX_STEPS:
+        raise ValidationError.field("steps", f"must be a list of 1 to {MAX_STEPS} steps")
+    clean: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for i, raw in enumerate(steps):
+        where = f"steps.{i}"
+        if not isinstance(raw, dict):
+            _problem(problems, where, "must be an object {id, agent, prompt, depends_on}")
+            continue
+        step_id = raw.get("id")
+        if not isinstance(step_id, str) or not STEP_ID.fullmatch(step_id):
+            _problem(problems, f"{where}.id", "must be 1 to 64 letters, digits, '_' or '-'")
+            step_id = None
+        elif step_id in seen:
+            _problem(problems, f"{where}.id", f"duplicate step id '{step_id}'")
+        else:
+            seen.add(step_id)
+        agent = await _check_agent(core, owner_id, raw.get("agent"), f"{where}.agent", problems)
+        prompt = raw.get("prompt")
+        if not isinstance(prompt, str) or not prompt.strip():
+            _problem(problems, f"{where}.prompt", "must be a non-empty string")
+            prompt = ""
+        elif len(prompt) > PROMPT_MAX:
+            _problem(problems, f"{where}.prompt", f"must be at most {PROMPT_MAX} characters long")
+        depends = raw.get("depends_on", [])
+        if depends is None:
+            depends = []
+        if not isinstance(depends, list) or not all(isinstance(d, str) for d in depends):
+            _problem(problems, f"{where}.depends_on", "must be a list of step ids")
+            depends = []
+        unknown_keys = sorted(set(raw) - {"id", "agent", "prompt", "depends_on"})
+        if unknown_keys:
+            _problem(problems, f"{where}.{unknown_keys[0]}", "is not a step field")
+        clean.append(
+            {"id": step_id, "agent": agent, "prompt": prompt, "depends_on": list(dict.fromkeys(depends))}
+        )
+    if not problems:
+        _check_graph(clean, problems)
+    if problems:
+        _raise(problems)
+    return clean
+
+
+async def _check_agent(core: Core, owner_id: str, agent: Any, field: str, problems: list) -> dict:
+    from orchestra.services.agents import NODE_SPECS
+
+    shape = 'must be {"worker": worker_id}, {"node": name} or {"human": true}'
+    if not isinstance(agent, dict) or len(agent) != 1:
+        _problem(problems, field, shape)
+        return {}
+    (kind, value), = agent.items()
+    if kind == "human":
+        if value is not True:
+            _problem(problems, field, shape)
+        return {"human": True}
+    if kind == "node":
+        if not isinstance(value, str) or value not in NODE_SPECS:
+            _problem(problems, f"{field}.node",
+                     f"unknown system node {value!r}; nodes: {', '.join(NODE_SPECS)}")
+        return {"node": value}
+    if kind == "worker":
+        worker = None
+        if isinstance(value, str):
+            worker = await Worker.aget_or_none((Worker.id == value) & (Worker.owner == owner_id))
+        if worker is None:
+            _problem(problems, f"{field}.worker", f"unknown worker {value!r} (not one of yours)")
+        return {"worker": value}
+    _problem(problems, field, shape)
+    return {}
+
+
+def _check_graph(steps: list[dict[str, Any]], problems: list) -> None:
+    """Unknown dependencies, cycles, and placeholders naming steps that are not ancestors."""
+    ids = {s["id"] for s in steps}
+    deps = {s["id"]: s["depends_on"] for s in steps}
+    for i, step in enumerate(steps):
+        for dep in step["depends_on"]:
+            if dep not in ids:
+                _problem(problems, f"steps.{i}.depends_on", f"unknown step '{dep}'")
+            elif dep == step["id"]:
+                _problem(problems, f"steps.{i}.depends_on", f"step '{dep}' depends on itself")
+    if problems:
+        return
+    cycle = _find_cycle(deps)
+    if cycle:
+        _problem(problems, "steps", f"the steps form a cycle: {' -> '.join(cycle)}")
+        return
+    for i, step in enumerate(steps):
+        ancestors = _ancestors(step["id"], deps)
+        for match in PLACEHOLDER.finditer(step["prompt"]):
+            name = match.group(1)
+            if name == "input":
+                continue
+            parts = name.split(".")
+            if len(parts) == 3 and parts[0] == "steps" and parts[2] == "output":
+                ref = parts[1]
+                if ref not in ids:
+                    _problem(problems, f"steps.{i}.prompt", f"{{{{{name}}}}} names unknown step '{ref}'")
+                elif ref not in ancestors:
+                    _problem(problems, f"steps.{i}.prompt",
+                             f"{{{{{name}}}}} needs step '{ref}' in depends_on (directly or transitively)")
+                continue
+            _problem(problems, f"steps.{i}.prompt",
+                     f"unknown placeholder {{{{{name}}}}}; use {{{{input}}}} or {{{{steps.<id>.output}}}}")
+
+
+def _find_cycle(deps: dict[str, list[str]]) -> list[str] | None:
+    state: dict[str, int] = {}
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for dep in deps[node]:
+            if state.get(dep) == 1:
+                return path[path.index(dep):] + [dep]
+            if dep not in state:
+                found = visit(dep)
+                if found:
+                    return found
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in deps:
+        if node not in state:
+            found = visit(node)
+            if found:
+                return found
+    return None
+
+
+def _ancestors(step_id: str, deps: dict[str, list[str]]) -> set[str]:
+    seen: set[str] = set()
+    stack = list(deps[step_id])
+    while stack:
+        node = stack.pop()
+        if node not in seen:
+            seen.add(node)
+            stack.extend(deps[node])
+    return seen
+
+
+# --- templates ---------------------------------------------------------------------------
+
+
+def template_view(template: WorkflowTemplate) -> dict[str, Any]:
+    return {
+        "template_id": template.id,
+        "name": template.name,
+        "description": template.description,
+        "shared": bool(template.shared),
+        "owner_id": template.owner_id,
+        "steps": template.steps,
+        "created_at": iso(template.created_at),
+        "updated_at": iso(template.updated_at),
+    }
+
+
+async def _ensure_name_free(core: Core, owner_id: str, name: str, except_id: str | None = None) -> None:
+    query = WorkflowTemplate.select(WorkflowTemplate.id).where(
+        (WorkflowTemplate.owner == owner_id) & (fn.LOWER(WorkflowTemplate.name) == name.lower())
+    )
+    if except_id:
+        query = query.where(WorkflowTemplate.id != except_id)
+    if await core.db.exists(query):
+        raise ConflictError(f"You already have a template named '{name}'.")
+
+
+def _check_share(shared: bool, is_admin: bool) -> None:
+    if shared and not is_admin:
+        raise PermissionDeniedError("Only an ADMINISTRATOR or above may mark a template shared.")
+
+
+async def create_template(
+    core: Core,
+    *,
+    owner_id: str,
+    is_admin: bool,
+    name: str,
+    steps: list[Any],
+    description: str = "",
+    shared: bool = False,
+) -> WorkflowTemplate:
+    """Validate and store a template; 422 names every problem, 409 a duplicate name."""
+    _check_share(shared, is_admin)
+    name = _clean_name(name)
+    if len(description) > PROMPT_MAX:
+        raise ValidationError.field("description", f"must be at most {PROMPT_MAX} characters long")
+    clean = await validate_steps(core, owner_id=owner_id, steps=steps)
+    await _ensure_name_free(core, owner_id, name)
+    return await WorkflowTemplate.acreate(
+        owner=owner_id, name=name, description=description, steps=clean, shared=shared
+    )
+
+
+async def list_templates(core: Core, *, user_id: str) -> list[WorkflowTemplate]:
+    """The caller's templates and every shared one, oldest first."""
+    return await core.db.list(
+        WorkflowTemplate.select()
+        .where((WorkflowTemplate.owner == user_id) | (WorkflowTemplate.shared == True))  # noqa: E712
+        .order_by(WorkflowTemplate.created_at, WorkflowTemplate.id)
+    )
+
+
+async def get_template(
+    core: Core, *, user_id: str, is_admin: bool, template_id: str, write: bool = False
+) -> WorkflowTemplate:
+    """A template the caller may read (own or shared), or may change (`write`)."""
+    template = await WorkflowTemplate.aget_or_none(WorkflowTemplate.id == template_id)
+    if template is None or (template.owner_id != user_id and not template.shared):
+        raise NotFoundError(f"No template has the id '{template_id}'.")
+    if write and template.owner_id != user_id and not is_admin:
+        raise PermissionDeniedError("Only an ADMINISTRATOR or above may change a shared template.")
+    return template
+
+
+async def update_template(
+    core: Core,
+    *,
+    user_id: str,
+    is_admin: bool,
+    template_id: str,
+    name: str,
+    steps: list[Any],
+    description: str = "",
+    shared: bool | None = None,
+) -> WorkflowTemplate:
+    """Replace a template's name, description, steps (and `shared`, administrators only)."""
+    template = await get_template(
+        core, user_id=user_id, is_admin=is_admin, template_id=template_id, write=True
+    )
+    if shared is not None and shared != template.shared:
+        if not is_admin:
+            raise PermissionDeniedError("Only an ADMINISTRATOR or above may change `shared`.")
+        template.shared = shared
+    template.name = _clean_name(name)
+    if len(description) > PROMPT_MAX:
+        raise ValidationError.field("description", f"must be at most {PROMPT_MAX} characters long")
+    template.description = description
+    template.steps = await validate_steps(core, owner_id=template.owner_id, steps=steps)
+    await _ensure_name_free(core, template.owner_id, template.name, except_id=template.id)
+    template.updated_at = utcnow()
+    await template.asave()
+    return template
+
+
+async def delete_template(core: Core, *, user_id: str, is_admin: bool, template_id: str) -> None:
+    """Delete a template; its runs keep their own copy of the steps."""
+    template = await get_template(
+        core, user_id=user_id, is_admin=is_admin, template_id=template_id, write=True
+    )
+    await core.db.aexecute(WorkflowTemplate.delete().where(WorkflowTemplate.id == template.id))
+
+
+# --- runs --------------------------------------------------------------------------------
+
+
+async def start_run(
+    core: Core,
+    *,
+    user_id: str,
+    is_admin: bool,
+    template_id: str,
+    input: str = "",
+    files: list[str] | None = None,
+) -> WorkflowRun:
+    """Store a `queued` run of a readable template and hand it to the engine."""
+    template = await get_template(core, user_id=user_id, is_admin=is_admin, template_id=template_id)
+    attached = []
+    problems: list[dict[str, str]] = []
+    for i, file_id in enumerate(dict.fromkeys(files or [])):
+        upload = await Upload.aget_or_none((Upload.id == file_id) & (Upload.owner == user_id))
+        if upload is None:
+            _problem(problems, f"files.{i}", f"unknown file '{file_id}' (not one of your uploads)")
+        else:
+            attached.append({"file_id": upload.id, "filename": upload.filename})
+    if problems:
+        raise ValidationError(f"Invalid files: {problems[0]['problem']}.", detail=problems)
+    engine = engine_of(core)
+    async with core.db.atomic():
+        run = await WorkflowRun.acreate(
+            owner=user_id,
+            template=template.id,
+            template_name=template.name,
+            steps=template.steps,
+            input=input,
+            files=attached,
+            status="queued",
+        )
+        for step in template.steps:
+            await RunStep.acreate(run=run.trace_id, step_id=step["id"], status="pending")
+    engine.start(run)
+    return run
+
+
+async def list_runs(
+    core: Core, *, user_id: str, is_admin: bool, all_users: bool = False, limit: int = 100
+) -> list[WorkflowRun]:
+    """The caller's runs, newest first (`all_users`: everyone's, administrators only)."""
+    if all_users and not is_admin:
+        raise PermissionDeniedError("Only an ADMINISTRATOR or above may list every user's runs.")
+    query = WorkflowRun.select().order_by(WorkflowRun.created_at.desc(), WorkflowRun.trace_id)
+    if not all_users:
+        query = query.where(WorkflowRun.owner == user_id)
+    return await core.db.list(query.limit(limit))
+
+
+async def get_run(core: Core, *, user_id: str, is_admin: bool, trace_id: str) -> WorkflowRun:
+    """A run the caller may see: their own, or any run for an administrator."""
+    run = await WorkflowRun.aget_or_none(WorkflowRun.trace_id == trace_id)
+    if run is None or (run.owner_id != user_id and not is_admin):
+        raise NotFoundError(f"No run has the trace_id '{trace_id}'.")
+    return run
+
+
+def run_summary(run: WorkflowRun) -> dict[str, Any]:
+    return {
+        "trace_id": run.trace_id,
+        "template_id": run.template_id,
+        "template_name": run.template_name,
+        "owner_id": run.owner_id,
+        "status": run.status,
+        "error": run.error,
+        "created_at": iso(run.created_at),
+        "started_at": iso(run.started_at),
+        "finished_at": iso(run.finished_at),
+    }
+
+
+async def run_detail(core: Core, run: WorkflowRun) -> dict[str, Any]:
+    """The run with each step's status, output, error, usage and times, and open questions."""
+    rows = {r.step_id: r for r in await core.db.list(RunStep.select().where(RunStep.run == run.trace_id))}
+    steps = []
+    for step in run.steps:
+        row = rows.get(step["id"])
+        steps.append({
+            "step_id": step["id"],
+            "agent": step["agent"],
+            "depends_on": step.get("depends_on", []),
+            "status": row.status if row else "pending",
+            "output": row.output if row else None,
+            "error": row.error if row else None,
+            "usage": row.usage if row else None,
+            "started_at": iso(row.started_at) if row else None,
+            "finished_at": iso(row.finished_at) if row else None,
+        })
+    return {
+        **run_summary(run),
+        "input": run.input,
+        "files": run.files or [],
+        "steps": steps,
+        "pending_replies": await pending_replies(core, run),
+        "last_seq": await engine_of(core).log.max_seq(run.trace_id),
+    }
+
+
+async def pending_replies(core: Core, run: WorkflowRun) -> list[dict[str, str]]:
+    """`[{request_id, step_id, prompt}]` the run waits on, oldest first."""
+    live = engine_of(core).pending_requests(run.trace_id)
+    if live is not None:
+        return [{"request_id": p.request_id, "step_id": p.step_id, "prompt": p.prompt} for p in live]
+    if run.status != "waiting_reply":
+        return []
+    rows = await core.db.list(
+        RunEvent.select(RunEvent.kind, RunEvent.data)
+        .where((RunEvent.run == run.trace_id) & RunEvent.kind.in_(["reply_requested", "reply_received"]))
+        .order_by(RunEvent.seq)
+    )
+    asked: dict[str, dict[str, str]] = {}
+    for row in rows:
+        request_id = row.data.get("request_id")
+        if row.kind == "reply_requested":
+            asked[request_id] = {
+                "request_id": request_id, "step_id": row.data.get("step_id"), "prompt": row.data.get("prompt"),
+            }
+        else:
+            asked.pop(request_id, None)
+    return list(asked.values())
+
+
+async def cancel_run(core: Core, *, user_id: str, is_admin: bool, trace_id: str) -> WorkflowRun:
+    """Cancel an unfinished run; 409 when it has already ended."""
+    run = await get_run(core, user_id=user_id, is_admin=is_admin, trace_id=trace_id)
+    if run.status in FINISHED:
+        raise ConflictError(f"The run has already ended ({run.status}).")
+    engine = engine_of(core)
+    if not await engine.cancel(trace_id, reason="The run was cancelled by request."):
+        # Not executing in this process (another worker, or orphaned): record it here.
+        await _finish_elsewhere(core, run, "cancelled", "run_cancelled", "The run was cancelled by request.")
+    return await get_run(core, user_id=user_id, is_admin=is_admin, trace_id=trace_id)
+
+
+async def reply(
+    core: Core, *, user_id: str, is_admin: bool, trace_id: str, content: str, request_id: str | None = None
+) -> dict[str, str]:
+    """Answer the question a waiting run asked; 409 when it waits for none (or not this one)."""
+    run = await get_run(core, user_id=user_id, is_admin=is_admin, trace_id=trace_id)
+    engine = engine_of(core)
+    if engine.is_live(trace_id):
+        pending = await engine.reply(trace_id, content=content, request_id=request_id)
+        return {"request_id": pending.request_id, "step_id": pending.step_id}
+    # Executing in another worker process: the waiting step polls the store for this event.
+    waiting = await pending_replies(core, run)
+    if run.status != "waiting_reply" or not waiting:
+        raise ConflictError(f"The run is not waiting for a reply (status: {run.status}).")
+    chosen = next((p for p in waiting if p["request_id"] == request_id), None) if request_id else waiting[0]
+    if chosen is None:
+        raise ConflictError(f"The request '{request_id}' is not waiting for a reply (stale or unknown).")
+    await engine.log.append(
+        trace_id, "reply_received", {"request_id": chosen["request_id"], "content": content},
+        step_id=chosen["step_id"],
+    )
+    if len(waiting) == 1:
+        await core.db.aexecute(
+            WorkflowRun.update(status="running").where(
+                (WorkflowRun.trace_id == trace_id) & (WorkflowRun.status == "waiting_reply")
+            )
+        )
+    return {"request_id": chosen["request_id"], "step_id": chosen["step_id"]}
+
+
+async def _finish_elsewhere(core: Core, run: WorkflowRun, status: str, kind: str, reason: str) -> None:
+    now = utcnow()
+    step_status = "cancelled" if status == "cancelled" else "interrupted"
+    await core.db.aexecute(
+        RunStep.update(status=step_status, finished_at=now).where(
+            (RunStep.run == run.trace_id) & RunStep.status.in_(["running", "waiting_reply"])
+        )
+    )
+    await core.db.aexecute(
+        RunStep.update(status="skipped").where((RunStep.run == run.trace_id) & (RunStep.status == "pending"))
+    )
+    await core.db.aexecute(
+        WorkflowRun.update(status=status, error=reason, finished_at=now).where(WorkflowRun.trace_id == run.trace_id)
+    )
+    log = engine_of(core).log
+    last = await log.last_event(run.trace_id)
+    if last is None or not last.terminal:
+        await log.append(run.trace_id, kind, {"status": status, "reason": reason})
+
+
+async def mark_interrupted_runs(core: Core) -> int:
+    """At server start: runs left queued/running/waiting_reply become `interrupted`, each
+    with a final `run_failed` event, so no stream waits forever. Returns how many."""
+    runs = await core.db.list(WorkflowRun.select().where(WorkflowRun.status.in_(list(ACTIVE))))
+    for run in runs:
+        await _finish_elsewhere(
+            core, run, "interrupted", "run_failed", "The server stopped while the run was in progress."
+        )
+    return len(runs)
+
+
+# --- events ------------------------------------------------------------------------------
+
+
+async def open_stream(
+    core: Core, *, user_id: str, is_admin: bool, trace_id: str, last_event_id: int
+) -> WorkflowRun | None:
+    """The run whose stream the caller may read, or None when `last_event_id` is already
+    its terminal event (the stream has nothing more: 204)."""
+    run = await get_run(core, user_id=user_id, is_admin=is_admin, trace_id=trace_id)
+    last = await engine_of(core).log.last_event(trace_id)
+    if last is not None and last.terminal and last_event_id >= last.seq:
+        return None
+    return run
+
+
+async def list_events(
+    core: Core, *, user_id: str, is_admin: bool, trace_id: str, after: int = 0
+) -> list[Event]:
+    """The stored events of a run after `after` (a JSON alternative to the stream)."""
+    await get_run(core, user_id=user_id, is_admin=is_admin, trace_id=trace_id)
+    return await engine_of(core).log.stored(trace_id, after=after)
