@@ -267,12 +267,14 @@ class Client:
 
         Ends after a terminal event, or when the server answers 204 (nothing more will
         come). Events with a `seq` not above the last one yielded are skipped, so a
-        resume never repeats one. Gives up with `StreamGaveUpError` after `max_retries`
-        failed reconnects in a row.
+        resume never repeats one. A server that cannot be reached at the first attempt
+        is `ServerUnreachableError` at once; once connected, gives up with
+        `StreamGaveUpError` after `max_retries` failed reconnects in a row.
         """
         last = last_event_id
         failures = 0
         delay = retry_delay
+        connected = False  # a server that was never reached is an error at once
         while True:
             headers = {**self._headers(), "Accept": "text/event-stream", "Cache-Control": "no-store"}
             if last is not None:
@@ -281,6 +283,7 @@ class Client:
             try:
                 with self.http.stream("GET", f"/workflow/sse/{trace_id}", headers=headers,
                                       timeout=timeout) as response:
+                    connected = True
                     if response.status_code == 204:
                         return
                     if response.status_code >= 400:
@@ -300,6 +303,9 @@ class Client:
                         if event.terminal:
                             return
             except (httpx.TransportError, SSEError) as exc:  # dropped, refused, timed out
+                if not connected:
+                    raise ServerUnreachableError(
+                        f"cannot reach the server at {self.server}: {_reason(exc)}") from None
                 reason = _reason(exc)
             else:
                 reason = "the stream ended before the run did"

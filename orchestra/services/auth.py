@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from peewee import IntegrityError
 
 from orchestra.core import Core
+from orchestra.db.database import release_connection
 from orchestra.db.models import RefreshToken, User, utcnow
 from orchestra.errors import (
     InvalidCredentialsError,
@@ -74,6 +75,7 @@ async def register(core: Core, *, user_name: str, password: str, role: Role = Ro
     check_password(password)
     if await User.aget_or_none(User.user_name_key == key) is not None:
         raise UserAlreadyExistsError(f"The user name '{name}' is taken.")
+    await release_connection(core.db)  # argon2 may queue for seconds: free the pooled connection
     password_hash = await core.passwords.hash(password)
     try:
         return await User.acreate(
@@ -133,6 +135,7 @@ async def set_password(core: Core, *, user_id: str, password: str) -> None:
     """Replace a user's password and end every session the user has."""
     check_password(password)
     user = await get_user(core, user_id)
+    await release_connection(core.db)
     user.password_hash = await core.passwords.hash(password)
     await user.asave(only=[User.password_hash])
     await revoke_all_tokens(core, user.id)
@@ -169,6 +172,7 @@ async def confirm_role(core: Core, *, user_id: str, minimum: Role) -> User:
 async def login(core: Core, *, user_name: str, password: str) -> TokenPair:
     """Verify the password and issue a token pair in a new refresh family."""
     user = await find_user(core, user_name)
+    await release_connection(core.db)  # argon2 may queue for seconds: free the pooled connection
     if not await core.passwords.verify(user.password_hash, password):
         raise InvalidCredentialsError("The password is wrong.")
     if core.passwords.needs_rehash(user.password_hash):

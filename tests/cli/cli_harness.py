@@ -1,0 +1,76 @@
+"""Helpers for CLI tests against a real server: run `python -m orchestra` as a client
+with its own home, and set up a provider (a FakeLLM), a worker and templates."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+
+from tests.conftest import ServerProcess
+
+PASSWORD = "password-123"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "templates"
+
+
+class ClientCLI:
+    """`orchestra …` as a user's terminal would run it: its own $ORCHESTRA_HOME, no server env."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = home
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("ORCHESTRA_")}
+        self.env["ORCHESTRA_HOME"] = str(home)
+        self.env["COLUMNS"] = "200"
+
+    def __call__(self, *args: str, input: str | None = None, env: dict | None = None,
+                 timeout: float = 60) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "orchestra", *args], env={**self.env, **(env or {})},
+            input=input, capture_output=True, text=True, timeout=timeout,
+        )
+
+    @property
+    def credentials(self) -> Path:
+        return self.home / "credentials.json"
+
+    def kept(self) -> dict:
+        return json.loads(self.credentials.read_text())
+
+
+def make_user(server: ServerProcess, name: str, role: str = "SUPER_ADMINISTRATOR") -> None:
+    done = server.cli("user", "create", name, "--role", role, "--password-stdin", input=PASSWORD + "\n")
+    assert done.returncode == 0, done.stderr
+
+
+def api_token(server: ServerProcess, name: str) -> str:
+    response = httpx.post(f"{server.base_url}/api/v1/auth/login",
+                          json={"user_name": name, "password": PASSWORD})
+    assert response.status_code == 200, response.text
+    return response.json()["access_token"]
+
+
+def setup_world(server: ServerProcess, llm_url: str, name: str = "root") -> dict:
+    """A super administrator, a provider on `llm_url`, a worker, and both example templates."""
+    make_user(server, name)
+    token = api_token(server, name)
+    with httpx.Client(base_url=f"{server.base_url}/api/v1",
+                      headers={"Authorization": f"Bearer {token}"}) as http:
+        provider = http.post("/provider", json={
+            "name": "fake", "provider": "openai_compatible", "model_id": "fake-model",
+            "api_key": "any-key", "base_url": llm_url})
+        assert provider.status_code == 201, provider.text
+        worker = http.post("/agent/worker", json={
+            "name": "helper", "provider_id": provider.json()["provider_id"], "tools": ["calculator"]})
+        assert worker.status_code == 201, worker.text
+        worker_id = worker.json()["worker_id"]
+        templates = {}
+        for stem in ("three_step", "with_human"):
+            body = (EXAMPLES / f"{stem}.json").read_text().replace("WORKER_ID", worker_id)
+            created = http.post("/workflow/template", json=json.loads(body))
+            assert created.status_code == 201, created.text
+            templates[stem] = created.json()
+    return {"token": token, "worker_id": worker_id, "templates": templates}
