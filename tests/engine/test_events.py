@@ -1,0 +1,151 @@
+"""The event log: store-then-publish, per-run seq, gap-free resume, overflow, polling."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from orchestra.db.models import RunEvent, WorkflowRun
+from orchestra.engine.events import PING, EventLog, RunGone, TokenCoalescer
+from orchestra.services import auth
+
+
+@pytest.fixture
+async def run_id(core) -> str:
+    user = await auth.register(core, user_name="eve", password="password-123")
+    run = await WorkflowRun.acreate(owner=user.id, template_name="t", steps=[], status="running")
+    return run.trace_id
+
+
+async def stored_seqs(core, trace_id):
+    rows = await core.db.list(RunEvent.select().where(RunEvent.run == trace_id).order_by(RunEvent.seq))
+    return [r.seq for r in rows]
+
+
+async def test_append_numbers_and_stores_before_publishing(core, run_id):
+    log = EventLog(core.db)
+    sub = log.subscribe(run_id)
+    first = await log.append(run_id, "run_started", {"status": "running"})
+    second = await log.append(run_id, "step_started", {"prompt": "p"}, step_id="a")
+    assert (first.seq, second.seq) == (1, 2)
+    assert second.data["step_id"] == "a" and second.data["trace_id"] == run_id
+    assert second.data["seq"] == 2 and second.data["ts"].endswith("Z")
+    got = sub.queue.get_nowait()
+    assert got.seq == 1 and await stored_seqs(core, run_id) == [1, 2]  # stored when published
+    assert second.frame().startswith(b"id: 2\nevent: step_started\ndata: {")
+    assert second.frame().endswith(b"\n\n")
+    with pytest.raises(ValueError):
+        await log.append(run_id, "not_a_kind")
+
+
+async def test_two_logs_on_one_store_never_reuse_a_seq(core, run_id):
+    """Like two server processes: the unique (run, seq) index makes the loser re-read."""
+    one, two = EventLog(core.db), EventLog(core.db)
+    await one.append(run_id, "run_started")
+    await two.append(run_id, "step_started", step_id="a")
+    await one.append(run_id, "token", {"text": "x"}, step_id="a")  # one's cached seq is stale
+    assert await stored_seqs(core, run_id) == [1, 2, 3]
+
+
+async def test_append_to_a_deleted_or_ended_run_raises_run_gone(core, run_id):
+    log = EventLog(core.db)
+    await log.append(run_id, "run_cancelled", {"status": "cancelled"})
+    with pytest.raises(RunGone):
+        # a second process whose seq collides finds the terminal event
+        stale = EventLog(core.db)
+        stale._last[run_id] = 0
+        await stale.append(run_id, "token", {"text": "late"})
+    with pytest.raises(RunGone):
+        await EventLog(core.db).append("no-such-run", "run_started")
+
+
+async def collect(agen, n=None, timeout=5.0):
+    out = []
+
+    async def run():
+        async for item in agen:
+            out.append(item)
+            if n is not None and len(out) >= n:
+                break
+
+    await asyncio.wait_for(run(), timeout)
+    return out
+
+
+async def test_follow_replays_then_goes_live_without_gap_or_duplicate(core, run_id):
+    log = EventLog(core.db)
+    for i in range(3):
+        await log.append(run_id, "token", {"text": str(i)}, step_id="a")
+    stream = log.follow(run_id, after=1)
+
+    async def writer():
+        await asyncio.sleep(0.05)
+        for i in range(3):
+            await log.append(run_id, "token", {"text": f"live{i}"}, step_id="a")
+        await log.append(run_id, "run_finished", {"status": "succeeded"})
+
+    task = asyncio.create_task(writer())
+    got = await collect(stream)
+    await task
+    assert [e.seq for e in got] == [2, 3, 4, 5, 6, 7]
+    assert got[-1].kind == "run_finished"
+    assert log.subscriber_count(run_id) == 0  # unsubscribed when the stream ended
+
+
+async def test_a_full_subscriber_is_dropped_and_catches_up_from_the_store(core, run_id):
+    log, writer = EventLog(core.db, queue_size=2), EventLog(core.db)
+    it = log.follow(run_id).__aiter__()
+    waiter = asyncio.create_task(it.__anext__())
+    await asyncio.sleep(0.05)  # the stream has subscribed and waits
+    (sub,) = log._subs[run_id]
+    stored = [await writer.append(run_id, "token", {"text": str(i)}) for i in range(10)]
+    stored.append(await writer.append(run_id, "run_finished", {"status": "succeeded"}))
+    for event in stored:  # a burst with no await in between: the queue overflows
+        log.publish(event, run_id)
+    assert sub.dropped and sub not in log._subs.get(run_id, ())
+    got = [await waiter]
+    async for event in it:
+        got.append(event)
+    assert [e.seq for e in got] == list(range(1, 12))
+
+
+async def test_follow_polls_the_store_when_the_run_executes_elsewhere(core, run_id):
+    here, elsewhere = EventLog(core.db), EventLog(core.db)
+    stream = here.follow(run_id, is_live=lambda: False, poll_every=0.05)
+
+    async def other_process():
+        await asyncio.sleep(0.05)
+        await elsewhere.append(run_id, "run_started")
+        await asyncio.sleep(0.1)
+        await elsewhere.append(run_id, "run_failed", {"status": "interrupted"})
+
+    task = asyncio.create_task(other_process())
+    got = await collect(stream, timeout=3)
+    await task
+    assert [e.kind for e in got] == ["run_started", "run_failed"]
+
+
+async def test_follow_pings_when_idle(core, run_id):
+    log = EventLog(core.db)
+    got = await collect(log.follow(run_id, ping_every=0.05), n=2, timeout=2)
+    assert got == [PING, PING]
+
+
+async def test_coalescer_batches_and_keeps_order():
+    emitted: list[str] = []
+
+    async def emit(text):
+        await asyncio.sleep(0.001)
+        emitted.append(text)
+
+    coalescer = TokenCoalescer(emit, interval=0.03)
+    for i in range(5):
+        coalescer.add(f"{i}")
+    await asyncio.sleep(0.06)  # the timer flushed the first batch
+    coalescer.add("5")
+    coalescer.add("6")
+    await coalescer.flush()
+    assert emitted == ["01234", "56"]
+    await coalescer.flush()
+    assert emitted == ["01234", "56"]
