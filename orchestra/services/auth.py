@@ -185,27 +185,30 @@ async def refresh(core: Core, *, refresh_token: str) -> TokenPair:
     """Rotate a refresh token: single use; a reused one revokes its whole family."""
     claims = core.tokens.decode(refresh_token, expected_type=REFRESH)
     jti = claims["jti"]
-    claimed = await core.db.aexecute(
-        RefreshToken.update(used_at=utcnow()).where(
-            (RefreshToken.jti == jti)
-            & RefreshToken.used_at.is_null()
-            & (RefreshToken.revoked == False)  # noqa: E712 - peewee expression
+    # Claim and successor commit together: a concurrent reuse waits on the claim's row
+    # lock, finds it used, and then revokes the family *including* the successor.
+    async with core.db.atomic():
+        claimed = await core.db.aexecute(
+            RefreshToken.update(used_at=utcnow()).where(
+                (RefreshToken.jti == jti)
+                & RefreshToken.used_at.is_null()
+                & (RefreshToken.revoked == False)  # noqa: E712 - peewee expression
+            )
         )
+        row = await RefreshToken.aget_or_none(RefreshToken.jti == jti)
+        if claimed:
+            user = await User.aget_or_none(User.id == claims["sub"])
+            if user is None:
+                raise TokenInvalidError("The token's user no longer exists.")
+            return await _issue_pair(core, user, family=row.family)
+    if row is None:
+        raise TokenInvalidError("The refresh token is not known (or its user was deleted).")
+    if row.revoked:
+        raise TokenInvalidError("The refresh token has been revoked.")
+    await _revoke_family(core, row.family)
+    raise TokenInvalidError(
+        "The refresh token was already used; every token of its session is now revoked."
     )
-    row = await RefreshToken.aget_or_none(RefreshToken.jti == jti)
-    if not claimed:
-        if row is None:
-            raise TokenInvalidError("The refresh token is not known (or its user was deleted).")
-        if row.revoked:
-            raise TokenInvalidError("The refresh token has been revoked.")
-        await _revoke_family(core, row.family)
-        raise TokenInvalidError(
-            "The refresh token was already used; every token of its session is now revoked."
-        )
-    user = await User.aget_or_none(User.id == claims["sub"])
-    if user is None:
-        raise TokenInvalidError("The token's user no longer exists.")
-    return await _issue_pair(core, user, family=row.family)
 
 
 async def _issue_pair(core: Core, user: User, *, family: str) -> TokenPair:
