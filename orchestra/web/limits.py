@@ -11,7 +11,7 @@ from limits.storage import storage_from_string
 from limits.aio.strategies import MovingWindowRateLimiter
 from sanic import Request
 
-from orchestra.errors import RateLimitedError
+from orchestra.errors import OrchestraError, RateLimitedError
 from orchestra.settings import Settings
 
 
@@ -56,7 +56,11 @@ def rate_limited(name: str):
         @wraps(handler)
         async def wrapper(request: Request, *args, **kwargs):
             headers = await request.app.ctx.limits.hit(name, client_address(request))
-            response = await handler(request, *args, **kwargs)
+            try:
+                response = await handler(request, *args, **kwargs)
+            except OrchestraError as exc:  # errors count against the limit too: say so
+                exc.headers = {**headers, **exc.headers}
+                raise
             response.headers.update(headers)
             return response
 
