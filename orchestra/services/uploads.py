@@ -126,8 +126,7 @@ class _Part:
             fd = os.open(self.tmp_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             self.handle = os.fdopen(fd, "wb")
         if self.buffer:
-            data = bytes(self.buffer)
-            self.buffer.clear()
+            data, self.buffer = self.buffer, bytearray()  # hand over, no copy
             self.hasher.update(data)
             self.handle.write(data)
         if self.done:
