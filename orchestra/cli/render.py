@@ -193,7 +193,9 @@ class PlainRenderer(Renderer):
         step = self.steps.get(sid) if sid else None
         if kind == "run_started":
             name = _pick(data, "template_name", "template", default="")
-            self._line(f"run {self.trace_id} started" + (f": {name}" if name else ""))
+            steps = data.get("steps") if isinstance(data.get("steps"), list) else []
+            self._line(f"run {self.trace_id} started" + (f": {name}" if name else "")
+                       + (f" (steps: {', '.join(map(str, steps))})" if steps else ""))
         elif kind == "step_started":
             self._line(f"[{sid}] started")
         elif kind == "tool_call":

@@ -1,0 +1,203 @@
+"""`orchestra workflow …` against a real server process and a real fake LLM server."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+from orchestra.cli.console import ExitCode
+from tests.cli.cli_harness import PASSWORD, ClientCLI, setup_world
+from tests.conftest import ServerProcess
+from tests.fakes.fake_llm import FakeLLM
+
+
+@pytest.fixture
+def llm():
+    with FakeLLM() as fake:
+        yield fake
+
+
+@pytest.fixture
+def world(server, llm, tmp_path):
+    """Server + provider + worker + both example templates; a client CLI logged in as root."""
+    info = setup_world(server, llm.base_url)
+    cli = ClientCLI(tmp_path / "client")
+    done = cli("login", "--server", server.base_url, "--user", "root", "--password-stdin", input=PASSWORD + "\n")
+    assert done.returncode == 0, done.stderr
+    info.update(cli=cli, server=server, llm=llm)
+    return info
+
+
+def template_id(world, stem: str) -> str:
+    return world["templates"][stem]["template_id"]
+
+
+def stored_events(world, trace_id: str) -> list[dict]:
+    response = httpx.get(f"{world['server'].base_url}/api/v1/workflow/run/{trace_id}/events",
+                         headers={"Authorization": f"Bearer {world['token']}"})
+    assert response.status_code == 200, response.text
+    return response.json()["events"]
+
+
+def wait_status(world, trace_id: str, status: str, timeout: float = 20) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        run = httpx.get(f"{world['server'].base_url}/api/v1/workflow/run/{trace_id}",
+                        headers={"Authorization": f"Bearer {world['token']}"}).json()
+        if run["status"] == status or time.monotonic() > deadline:
+            assert run["status"] == status, run
+            return run
+        time.sleep(0.1)
+
+
+def test_run_then_watch_renders_every_step_output_and_final_status(world):
+    cli = world["cli"]  # no --server/--token: the login kept them
+    started = cli("workflow", "run", template_id(world, "three_step"), "--input", "the moon landing")
+    assert started.returncode == 0, started.stderr
+    trace_id = started.stdout.strip()
+    assert len(trace_id) == 36
+
+    watched = cli("workflow", "watch", trace_id)
+    assert watched.returncode == 0, watched.stderr
+    lines = watched.stdout.splitlines()
+    assert lines[0] == f"run {trace_id} started (steps: facts, numbers, report)"
+    for step in ("facts", "numbers", "report"):
+        assert f"[{step}] started" in lines
+        assert any(line.startswith(f"[{step}] finished in ") for line in lines), lines
+    assert "    Echo: List the key facts in: the moon landing" in lines
+    assert "    Echo: Work out 12 * 7 + 1 for the report about: the moon landing" in lines
+    report = lines.index(next(line for line in lines if line.startswith("[report] finished")))
+    assert lines[report + 1] == "    Echo: Write a short report."
+    assert lines[-1].startswith("run succeeded in ")
+    # the report step started only after both of its dependencies finished
+    assert lines.index("[report] started") > max(
+        lines.index(next(x for x in lines if x.startswith(f"[{s}] finished"))) for s in ("facts", "numbers"))
+
+    listed = cli("workflow", "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    body = json.loads(listed.stdout)
+    assert [r["trace_id"] for r in body["runs"]] == [trace_id]
+    assert body["runs"][0]["status"] == "succeeded"
+    assert {t["name"] for t in body["templates"]} == {"three_step", "with_human"}
+    table = cli("workflow", "list", "runs")
+    assert table.returncode == 0 and trace_id in table.stdout and "succeeded" in table.stdout
+
+
+def test_run_watch_json_prints_raw_events_one_per_line(world):
+    cli = world["cli"]
+    done = cli("workflow", "run", template_id(world, "three_step"), "--input", "x", "--watch", "--json")
+    assert done.returncode == 0, done.stderr
+    events = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [e["id"] for e in events] == list(range(1, len(events) + 1))
+    assert events[0]["event"] == "run_started" and events[-1]["event"] == "run_finished"
+    trace_id = events[0]["data"]["trace_id"]
+    stored = stored_events(world, trace_id)
+    assert [(e["id"], e["event"], e["data"]) for e in events] == [
+        (s["seq"], s["kind"], s["data"]) for s in stored]
+    assert {e["event"] for e in events} >= {"step_started", "token", "step_finished"}
+
+
+def test_reply_resumes_a_waiting_run_while_it_is_watched(world):
+    cli = world["cli"]
+    started = cli("workflow", "run", template_id(world, "with_human"), "--input", "tea")
+    trace_id = started.stdout.strip()
+    watcher = subprocess.Popen([sys.executable, "-m", "orchestra", "workflow", "watch", trace_id],
+                               env=cli.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        run = wait_status(world, trace_id, "waiting_reply")
+        (pending,) = run["pending_replies"]
+        assert pending["step_id"] == "feedback"
+
+        stale = cli("workflow", "reply", trace_id, "too early", "--request-id", "not-the-request")
+        assert stale.returncode == ExitCode.CONFLICT
+        assert len(stale.stderr.strip().splitlines()) == 1
+
+        replied = cli("workflow", "reply", trace_id, "make it shorter", "--request-id", pending["request_id"])
+        assert replied.returncode == 0, replied.stderr
+        out, err = watcher.communicate(timeout=30)
+    finally:
+        watcher.kill()
+    assert watcher.returncode == 0, err
+    lines = out.splitlines()
+    assert "[feedback] question: Here is the draft:" in lines
+    assert f"[feedback]   answer with: orchestra workflow reply {trace_id} 'YOUR ANSWER' " \
+           f"--request-id {pending['request_id']}" in lines
+    assert "[feedback] reply received: make it shorter" in lines
+    assert "    Feedback: make it shorter" in lines  # the final step saw the answer
+    assert lines[-1].startswith("run succeeded")
+
+    again = cli("workflow", "reply", trace_id, "late")
+    assert again.returncode == ExitCode.CONFLICT and again.stderr.startswith("error: ")
+
+
+def test_replay_at_speed_zero_and_paced(world):
+    cli = world["cli"]
+    done = cli("workflow", "run", template_id(world, "three_step"), "--input", "x", "--watch", "--json")
+    trace_id = json.loads(done.stdout.splitlines()[0])["data"]["trace_id"]
+    fast = cli("workflow", "replay", trace_id, "--speed", "0", "--json")
+    assert fast.returncode == 0, fast.stderr
+    assert fast.stdout == done.stdout  # a finished run's replay is the same events
+    plain = cli("workflow", "replay", trace_id, "--speed", "0")
+    assert plain.returncode == 0 and plain.stdout.splitlines()[-1].startswith("run succeeded")
+    bad = cli("workflow", "replay", trace_id, "--speed", "-1")
+    assert bad.returncode == ExitCode.USAGE
+
+
+def test_failed_run_exits_non_zero_with_the_reason(world):
+    world["llm"].script_error(400, "The model fake-model does not exist")
+    cli = world["cli"]
+    done = cli("workflow", "run", template_id(world, "with_human"), "--input", "x", "--watch")
+    assert done.returncode == ExitCode.ERROR
+    assert "[draft] failed" in done.stdout and "does not exist" in done.stdout
+    assert done.stdout.splitlines()[-1].startswith("run failed")
+    (line,) = done.stderr.strip().splitlines()[-1:]
+    assert line.startswith("error: run ") and "failed" in line
+
+
+def test_unknown_run_or_template_is_one_line_and_an_exit_code(world):
+    cli = world["cli"]
+    for args, code in (
+        (["workflow", "watch", "no-such-run"], ExitCode.NOT_FOUND),
+        (["workflow", "replay", "no-such-run", "--speed", "0"], ExitCode.NOT_FOUND),
+        (["workflow", "reply", "no-such-run", "hi"], ExitCode.NOT_FOUND),
+        (["workflow", "run", "no-such-template", "--input", "x"], None),
+        (["workflow", "list", "nonsense"], ExitCode.USAGE),
+    ):
+        done = cli(*args)
+        assert done.returncode != 0 and (code is None or done.returncode == code), (args, done)
+        assert len(done.stderr.strip().splitlines()) == 1 and done.stderr.startswith("error: "), done.stderr
+
+
+def test_bad_token_is_refused_readably(world):
+    cli = world["cli"]
+    done = cli("workflow", "list", "--token", "not-a-jwt")
+    assert done.returncode == ExitCode.AUTH
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_expired_access_token_is_refreshed_and_kept(llm, tmp_path):
+    server = ServerProcess(tmp_path / "srv", env={"ORCHESTRA_ACCESS_TTL": "1"}).start()
+    try:
+        world = setup_world(server, llm.base_url)
+        cli = ClientCLI(tmp_path / "client")
+        assert cli("login", "--server", server.base_url, "--user", "root", "--password-stdin",
+                   input=PASSWORD + "\n").returncode == 0
+        before = cli.kept()
+        time.sleep(2.1)
+        done = cli("workflow", "list", "templates", "--json")
+        assert done.returncode == 0, done.stderr
+        assert len(json.loads(done.stdout)["templates"]) == 2
+        after = cli.kept()
+        assert after["access_token"] != before["access_token"]
+        assert after["refresh_token"] != before["refresh_token"]
+        time.sleep(2.1)  # the kept (rotated) pair works again: the old one would be refused
+        done = cli("workflow", "run", world["templates"]["three_step"]["template_id"], "--input", "x",
+                   "--watch")
+        assert done.returncode == 0, done.stderr
+    finally:
+        server.stop()
