@@ -61,6 +61,10 @@ async def test_gemini_is_422_naming_the_supported_kinds(client, admin):
         assert kind in data["message"] and kind in data["detail"][0]["problem"]
     assert data["detail"][0]["field"] == "provider"
     assert await client.app.ctx.core.db.count(Provider.select()) == 0
+    response = await client.post(URL, json={"provider": "gemini", "model_id": "gemini-pro"}, headers=admin["headers"])
+    assert response.status_code == 422  # with another field missing, the kinds are still named
+    assert all(kind in response.json()["message"] for kind in SUPPORTED_KINDS)
+    assert {d["field"] for d in response.json()["detail"]} == {"name", "provider"}
 
 
 @pytest.mark.parametrize(

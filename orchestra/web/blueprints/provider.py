@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import pydantic
+from pydantic_core import PydanticCustomError
 from sanic import Blueprint, Request
 from sanic.response import json
 from sanic_ext import openapi
 
+from orchestra.engine.llm.factory import SUPPORTED_KINDS
 from orchestra.services import providers as provider_service
 from orchestra.services.roles import Role
 from orchestra.web.auth import protected
@@ -22,6 +25,18 @@ class ProviderBody(Body):
     model_id: str
     api_key: str | None = None
     base_url: str | None = None
+
+    @pydantic.field_validator("provider")
+    @classmethod
+    def _supported(cls, value: str) -> str:
+        """Reported together with any other field error, so a 422 always names the kinds."""
+        if value not in SUPPORTED_KINDS:
+            raise PydanticCustomError(
+                "provider_kind",
+                "unsupported provider kind {kind!r}; supported kinds: {kinds}",
+                {"kind": value, "kinds": ", ".join(SUPPORTED_KINDS)},
+            )
+        return value
 
 
 class ProviderUpdateBody(ClosedBody):
