@@ -29,7 +29,7 @@ from orchestra.errors import BadRequestError, NotFoundError, PayloadTooLargeErro
 
 FIELD = "file"
 MAX_FILES = 20  # file parts in one request
-FLUSH_BYTES = 256 * 1024  # buffered bytes of one part before a write to disk
+FLUSH_BYTES = 256 * 1024  # buffered bytes of one part before a write is handed out
 READ_CHUNK = 256 * 1024
 DEFAULT_NAME = "upload"
 DEFAULT_TYPE = "application/octet-stream"
@@ -113,23 +113,30 @@ class _Part:
     handle: BinaryIO | None = None
     done: bool = False
 
-    def needs_flush(self) -> bool:
-        """Not yet opened, finished but not closed, or enough buffered for one write."""
-        if self.handle is None:
-            return True
-        return (self.done and not self.handle.closed) or len(self.buffer) >= FLUSH_BYTES
+    started: bool = False  # loop side: the first write was handed out
+    finished: bool = False  # loop side: the closing write was handed out
 
-    def flush(self) -> None:
-        """Write the buffered bytes (in a worker thread; opens the temp file lazily)."""
+    def take(self) -> tuple[bytearray, bool] | None:
+        """On the event loop: the next write to hand to a thread as (data, close), or
+        None when nothing is due (not yet opened, finished, or a full buffer first)."""
+        if self.finished:
+            return None
+        if self.started and not self.done and len(self.buffer) < FLUSH_BYTES:
+            return None
+        data, self.buffer = self.buffer, bytearray()  # hand over, no copy
+        self.started, self.finished = True, self.done
+        return data, self.done
+
+    def write(self, data: bytearray, close: bool) -> None:
+        """In a worker thread: open the temp file once, hash and append, maybe close."""
         if self.handle is None:
             self.tmp_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             fd = os.open(self.tmp_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             self.handle = os.fdopen(fd, "wb")
-        if self.buffer:
-            data, self.buffer = self.buffer, bytearray()  # hand over, no copy
+        if data:
             self.hasher.update(data)
             self.handle.write(data)
-        if self.done:
+        if close:
             self.handle.close()
 
     def discard(self) -> None:
@@ -230,7 +237,7 @@ async def receive(
     parser = _parser_for(content_type, _Receiver(owner_dir(core, owner_id), limit))
     receiver: _Receiver = parser.receiver  # type: ignore[attr-defined]
     received, cap = 0, body_limit(limit)
-    writing: asyncio.Future | None = None
+    writer = _Writer()
     try:
         async for chunk in chunks:
             received += len(chunk)
@@ -243,9 +250,7 @@ async def receive(
             if receiver.too_large:
                 raise PayloadTooLargeError(receiver.too_large)
             for part in receiver.parts:
-                if part.needs_flush():
-                    writing = asyncio.ensure_future(asyncio.to_thread(part.flush))
-                    await asyncio.shield(writing)
+                await writer.submit(part)
         if not receiver.ended:
             raise BadRequestError("The multipart body ended before its closing boundary.")
         if not receiver.parts:
@@ -255,13 +260,42 @@ async def receive(
                 else "no file was sent: send one or more multipart parts named 'file'"
             )
             raise ValidationError.field(FIELD, problem)
+        for part in receiver.parts:
+            part.done = True
+            await writer.submit(part)
+        await writer.wait()
         return await _commit(core, owner_id, receiver.parts)
     except BaseException:
-        if writing is not None and not writing.done():
-            await asyncio.wait([writing])  # let the thread finish before removing its file
+        await writer.settle()
         for part in receiver.parts:
             part.discard()
         raise
+
+
+class _Writer:
+    """Runs one disk write at a time in a worker thread while the loop reads on: the
+    next chunk arrives while the previous one is hashed and written (double buffering)."""
+
+    def __init__(self) -> None:
+        self.pending: asyncio.Future | None = None
+
+    async def submit(self, part: _Part) -> None:
+        job = part.take()
+        if job is None:
+            return
+        await self.wait()
+        self.pending = asyncio.ensure_future(asyncio.to_thread(part.write, *job))
+
+    async def wait(self) -> None:
+        """Wait for the write in flight; its errors (disk full) surface here."""
+        if self.pending is not None:
+            await asyncio.shield(self.pending)
+            self.pending = None
+
+    async def settle(self) -> None:
+        """After a failure: let the thread finish (it may be creating the temp file)."""
+        if self.pending is not None and not self.pending.done():
+            await asyncio.wait([self.pending])
 
 
 def _parser_for(content_type: str | None, receiver: _Receiver) -> MultipartParser:
@@ -284,9 +318,6 @@ def _parser_for(content_type: str | None, receiver: _Receiver) -> MultipartParse
 
 async def _commit(core: Core, owner_id: str, parts: list[_Part]) -> list[Upload]:
     """Rename the finished temp files into place, then record them in one transaction."""
-    for part in parts:
-        part.done = True
-        await asyncio.to_thread(part.flush)
 
     def rename_all() -> None:
         for part in parts:
