@@ -206,3 +206,86 @@ def test_sse_reader_stops_on_204_and_gives_up_after_retries():
                 list(client.events("t", max_retries=2, retry_delay=0.01))
     finally:
         httpd.shutdown()
+
+
+# --- the SSE reader against the real server, through a proxy that cuts connections -------
+
+
+class CuttingProxy:
+    """A loopback TCP proxy: the first `cuts` connections die after `cut_after` bytes of
+    answer; later ones pass through. Records each request's Last-Event-ID header."""
+
+    def __init__(self, upstream_port: int, *, cuts: int, cut_after: int) -> None:
+        self.upstream_port, self.cuts, self.cut_after = upstream_port, cuts, cut_after
+        self.last_event_ids: list[str | None] = []
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.connections = 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            self.connections += 1
+            limit = self.cut_after if self.connections <= self.cuts else None
+            upstream = socket.create_connection(("127.0.0.1", self.upstream_port))
+            threading.Thread(target=self._pump, args=(client, upstream, None, True), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, limit, False), daemon=True).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket, limit: int | None, request: bool) -> None:
+        sent = 0
+        try:
+            while True:
+                data = source.recv(65536)
+                if not data:
+                    break
+                if request:
+                    header = [line.split(b":", 1)[1].strip().decode() for line in data.split(b"\r\n")
+                              if line.lower().startswith(b"last-event-id:")]
+                    self.last_event_ids.append(header[0] if header else None)
+                if limit is not None and sent + len(data) >= limit:
+                    sink.sendall(data[: limit - sent])
+                    break
+                sink.sendall(data)
+                sent += len(data)
+        except OSError:
+            pass
+        for sock in (source, sink):
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            sock.close()
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def test_sse_reader_resumes_a_live_run_without_gaps_or_duplicates(server):
+    from tests.cli.cli_harness import setup_world
+    from tests.fakes.fake_llm import FakeLLM
+
+    with FakeLLM(chunk_delay=0.02) as llm:
+        world = setup_world(server, llm.base_url)
+        proxy = CuttingProxy(server.port, cuts=2, cut_after=1500)
+        try:
+            with Client(server.base_url, access_token=world["token"]) as direct:
+                trace_id = direct.start_run(world["templates"]["three_step"]["template_id"],
+                                            "a topic with several words in it")
+            with Client(f"http://127.0.0.1:{proxy.port}", access_token=world["token"]) as client:
+                events = list(client.events(trace_id, retry_delay=0.05))
+        finally:
+            proxy.close()
+        with Client(server.base_url, access_token=world["token"]) as direct:
+            stored = direct.get(f"/workflow/run/{trace_id}/events")["events"]
+
+    assert proxy.connections == 3
+    assert proxy.last_event_ids[0] is None
+    resumed_at = [int(x) for x in proxy.last_event_ids[1:]]
+    assert len(resumed_at) == 2 and 0 < resumed_at[0] < resumed_at[1] < len(stored)
+    assert [e.seq for e in events] == list(range(1, len(stored) + 1))
+    assert [(e.seq, e.kind, e.data) for e in events] == [(s["seq"], s["kind"], s["data"]) for s in stored]
+    assert events[-1].kind == "run_finished"

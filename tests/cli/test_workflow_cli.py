@@ -16,21 +16,27 @@ from tests.conftest import ServerProcess
 from tests.fakes.fake_llm import FakeLLM
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def llm():
     with FakeLLM() as fake:
         yield fake
 
 
-@pytest.fixture
-def world(server, llm, tmp_path):
-    """Server + provider + worker + both example templates; a client CLI logged in as root."""
-    info = setup_world(server, llm.base_url)
-    cli = ClientCLI(tmp_path / "client")
-    done = cli("login", "--server", server.base_url, "--user", "root", "--password-stdin", input=PASSWORD + "\n")
-    assert done.returncode == 0, done.stderr
-    info.update(cli=cli, server=server, llm=llm)
-    return info
+@pytest.fixture(scope="module")
+def world(llm, tmp_path_factory):
+    """One server + provider + worker + both example templates for the module (each test
+    waits for its runs to end); a client CLI logged in as root."""
+    server = ServerProcess(tmp_path_factory.mktemp("srv")).start()
+    try:
+        info = setup_world(server, llm.base_url)
+        cli = ClientCLI(tmp_path_factory.mktemp("client"))
+        done = cli("login", "--server", server.base_url, "--user", "root", "--password-stdin",
+                   input=PASSWORD + "\n")
+        assert done.returncode == 0, done.stderr
+        info.update(cli=cli, server=server, llm=llm)
+        yield info
+    finally:
+        server.stop()
 
 
 def template_id(world, stem: str) -> str:
@@ -81,8 +87,8 @@ def test_run_then_watch_renders_every_step_output_and_final_status(world):
     listed = cli("workflow", "list", "--json")
     assert listed.returncode == 0, listed.stderr
     body = json.loads(listed.stdout)
-    assert [r["trace_id"] for r in body["runs"]] == [trace_id]
-    assert body["runs"][0]["status"] == "succeeded"
+    (listed_run,) = [r for r in body["runs"] if r["trace_id"] == trace_id]
+    assert listed_run["status"] == "succeeded"
     assert {t["name"] for t in body["templates"]} == {"three_step", "with_human"}
     table = cli("workflow", "list", "runs")
     assert table.returncode == 0 and trace_id in table.stdout and "succeeded" in table.stdout
@@ -201,3 +207,37 @@ def test_expired_access_token_is_refreshed_and_kept(llm, tmp_path):
         assert done.returncode == 0, done.stderr
     finally:
         server.stop()
+
+
+def test_paced_keeps_the_recorded_spacing(world):
+    from orchestra.cli.render import parse_ts
+    from orchestra.cli.workflow import paced
+    from orchestra.client import Client
+
+    world["llm"].chunk_delay = 0.05  # a run that takes a visible while
+    try:
+        done = world["cli"]("workflow", "run", template_id(world, "three_step"), "--input",
+                            "one two three four five", "--watch", "--json")
+    finally:
+        world["llm"].chunk_delay = 0.0
+    trace_id = json.loads(done.stdout.splitlines()[0])["data"]["trace_id"]
+    with Client(world["server"].base_url, access_token=world["token"]) as client:
+        events = list(client.events(trace_id))
+    stamps = [parse_ts(e.data["ts"]) for e in events]
+    span = stamps[-1] - stamps[0]
+    assert span > 0.3, span
+
+    def timed(speed: float) -> tuple[float, list[float]]:
+        began, seen = time.monotonic(), []
+        for _ in paced(events, speed):
+            seen.append(time.monotonic() - began)
+        return time.monotonic() - began, seen
+
+    elapsed, seen = timed(1)
+    assert span * 0.95 <= elapsed <= span + 0.5
+    for offset, stamp in zip(seen, stamps):  # every event at its recorded moment
+        assert offset >= (stamp - stamps[0]) - 0.01
+    elapsed, _ = timed(4)
+    assert span / 4 * 0.95 <= elapsed <= span / 4 + 0.3
+    elapsed, _ = timed(0)
+    assert elapsed < 0.05
