@@ -17,6 +17,17 @@ SQLITE_PRAGMAS = {
 }
 
 
+async def release_connection(db) -> None:
+    """Hand the current task's pooled connection back, unless a transaction holds it.
+
+    playhouse.pwasyncio keeps a connection for the whole life of the task that first
+    used it; Sanic runs every request of a keep-alive connection in one task, and a
+    login waits seconds for argon2. Without this, nine idle keep-alive clients (or
+    nine queued logins) exhaust the pool and every other query times out (500)."""
+    if not db.in_transaction():
+        await db.aclose()
+
+
 class DatabaseUrlError(ValueError):
     """The database URL is not one orchestra can open."""
 

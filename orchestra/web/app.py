@@ -11,6 +11,7 @@ from sanic_ext import Config
 
 from orchestra import __version__
 from orchestra.core import Core
+from orchestra.db.database import release_connection
 from orchestra.settings import Settings
 from orchestra.web import errors
 from orchestra.web.blueprints import all_blueprints
@@ -72,6 +73,13 @@ def create_app(settings: Settings | None = None, *, name: str | None = None) -> 
     app.ctx.settings = settings
     app.blueprint(all_blueprints())
     errors.install(app)
+
+    @app.on_response
+    async def release_store_connection(request, response) -> None:
+        """A keep-alive connection must not pin a pooled store connection between requests."""
+        core = getattr(app.ctx, "core", None)
+        if core is not None:
+            await release_connection(core.db)
     _install_log_redaction()
 
     @app.before_server_start

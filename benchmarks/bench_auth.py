@@ -1,0 +1,351 @@
+"""Auth benchmark (issue 2): the auth API against a bare Sanic baseline and the argon2 bound.
+
+One run measures, against real server processes on loopback (one worker each, the
+default argon2 parameters):
+
+1. requests/s of `GET /api/v1/auth/list` (super-administrator token, ~20 users in the
+   store) over requests/s of a bare Sanic JSON route            goal >= 0.5
+2. logins/s over the argon2 bound: verifications/s of a plain ThreadPoolExecutor on
+   all cores in this process while the server is idle           goal >= 0.9
+3. p99 latency of a cheap route (bad token -> 401) while logins flood the server
+                                                                 goal < 20 ms
+Load comes from `wrk` (one thread) when it is installed, else from an asyncio
+raw-socket generator; the script says which one ran. Every phase is bounded in time
+(`--seconds`) and count. Run from the project root: `python benchmarks/bench_auth.py`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+import httpx
+from argon2 import PasswordHasher
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.common import (  # noqa: E402
+    ROOT,
+    free_port,
+    median,
+    orchestra_cli,
+    orchestra_server,
+    percentile,
+    report,
+    rss_bytes,
+    wait_until_up,
+)
+
+ADMIN = ("bench_admin", "bench-admin-password")
+USERS = 19  # plus the administrator: 20 users in the store
+MAX_REQUESTS = 2_000_000  # a hard bound on any one phase, whatever the speed
+
+
+@dataclass
+class Load:
+    """What one load phase did."""
+
+    requests: int
+    seconds: float
+    statuses: dict[int, int] = field(default_factory=dict)
+    errors: int = 0
+
+    def rate(self, status: int | None = None) -> float:
+        count = self.requests if status is None else self.statuses.get(status, 0)
+        return count / self.seconds if self.seconds else 0.0
+
+
+# --- load generators ------------------------------------------------------------------
+
+WRK_LUA = """
+wrk.method = {method}
+wrk.body = {body}
+wrk.headers["Authorization"] = {auth}
+wrk.headers["Content-Type"] = "application/json"
+local threads = {{}}
+function setup(thread) table.insert(threads, thread) end
+function init(args) counts = {{}} end
+{response}
+function done(summary, latency, requests)
+  local merged = {{}}
+  for _, t in ipairs(threads) do
+    local c = t:get("counts") or {{}}
+    for k, v in pairs(c) do merged[k] = (merged[k] or 0) + v end
+  end
+  local parts = {{}}
+  for k, v in pairs(merged) do table.insert(parts, string.format('"%d": %d', k, v)) end
+  local e = summary.errors
+  io.write(string.format('RESULT {{"requests": %d, "us": %d, "errors": %d, "statuses": {{%s}}}}\\n',
+    summary.requests, summary.duration, e.connect + e.read + e.write + e.timeout,
+    table.concat(parts, ", ")))
+end
+"""
+
+COUNT_STATUSES = "function response(status, headers, body) counts[status] = (counts[status] or 0) + 1 end"
+
+
+def _lua_str(value: str | None) -> str:
+    return "nil" if value is None else json.dumps(value)
+
+
+def run_wrk(url: str, *, method: str = "GET", body: str | None = None, token: str | None = None,
+            connections: int, seconds: float, count_statuses: bool) -> Load:
+    """One wrk thread against `url` for `seconds`; per-status counts when asked."""
+    script = WRK_LUA.format(
+        method=_lua_str(method), body=_lua_str(body),
+        auth=_lua_str(f"Bearer {token}" if token else None),
+        response=COUNT_STATUSES if count_statuses else "",
+    )
+    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as handle:
+        handle.write(script)
+    try:
+        done = subprocess.run(
+            ["wrk", "-t1", f"-c{connections}", f"-d{max(1, round(seconds))}s", "--timeout", "10s",
+             "-s", handle.name, url],
+            capture_output=True, text=True, timeout=seconds + 30, check=True,
+        )
+    finally:
+        os.unlink(handle.name)
+    line = next(ln for ln in done.stdout.splitlines() if ln.startswith("RESULT "))
+    data = json.loads(line[len("RESULT "):])
+    return Load(data["requests"], data["us"] / 1e6,
+                {int(k): v for k, v in data["statuses"].items()}, data["errors"])
+
+
+def raw_request(method: str, path: str, host: str, *, body: str | None = None,
+                token: str | None = None) -> bytes:
+    lines = [f"{method} {path} HTTP/1.1", f"Host: {host}", "Connection: keep-alive"]
+    if token:
+        lines.append(f"Authorization: Bearer {token}")
+    data = (body or "").encode()
+    if body is not None:
+        lines += ["Content-Type: application/json", f"Content-Length: {len(data)}"]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + data
+
+
+def _parse_head(head: bytes) -> tuple[int, int]:
+    """(status, content length) of a response head."""
+    status_line, *header_lines = head.decode("latin-1").split("\r\n")
+    length = 0
+    for line in header_lines:
+        name, _, value = line.partition(":")
+        if name.strip().lower() == "content-length":
+            length = int(value.strip())
+    return int(status_line.split()[1]), length
+
+
+async def _async_exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                          request: bytes) -> int:
+    writer.write(request)
+    status, length = _parse_head((await reader.readuntil(b"\r\n\r\n"))[:-4])
+    await reader.readexactly(length)
+    return status
+
+
+async def _async_load(url: str, request: bytes, connections: int, seconds: float) -> Load:
+    parsed = httpx.URL(url)
+    statuses: dict[int, int] = {}
+    errors = 0
+    deadline = time.monotonic() + seconds
+
+    async def connection() -> None:
+        nonlocal errors
+        reader, writer = await asyncio.open_connection(parsed.host, parsed.port)
+        try:
+            while time.monotonic() < deadline and sum(statuses.values()) < MAX_REQUESTS:
+                status = await _async_exchange(reader, writer, request)
+                statuses[status] = statuses.get(status, 0) + 1
+        except (OSError, asyncio.IncompleteReadError):
+            errors += 1
+        finally:
+            writer.close()
+
+    start = time.monotonic()
+    await asyncio.gather(*(connection() for _ in range(connections)))
+    return Load(sum(statuses.values()), time.monotonic() - start, statuses, errors)
+
+
+def run_load(generator: str, url: str, *, method: str = "GET", body: str | None = None,
+             token: str | None = None, connections: int, seconds: float,
+             count_statuses: bool = False) -> Load:
+    """Closed-loop load from `connections` keep-alive connections for `seconds`."""
+    if generator == "wrk":
+        return run_wrk(url, method=method, body=body, token=token, connections=connections,
+                       seconds=seconds, count_statuses=count_statuses)
+    parsed = httpx.URL(url)
+    request = raw_request(method, parsed.raw_path.decode(), f"{parsed.host}:{parsed.port}",
+                          body=body, token=token)
+    return asyncio.run(_async_load(url, request, connections, seconds))
+
+
+def probe_latencies(url: str, *, seconds: float, interval: float) -> tuple[list[float], dict[int, int]]:
+    """Paced GETs with a bad token on one keep-alive socket: latencies in ms, statuses."""
+    parsed = httpx.URL(url)
+    request = raw_request("GET", parsed.raw_path.decode(), f"{parsed.host}:{parsed.port}",
+                          token="not-a-valid-token")
+    latencies: list[float] = []
+    statuses: dict[int, int] = {}
+    with socket.create_connection((parsed.host, parsed.port), timeout=10) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        stream = sock.makefile("rb")
+        deadline = time.monotonic() + seconds
+        next_at = time.monotonic()
+        while time.monotonic() < deadline and len(latencies) < 100_000:
+            started = time.perf_counter()
+            sock.sendall(request)
+            head = b""
+            while not head.endswith(b"\r\n\r\n"):
+                head += stream.readline()
+            status, length = _parse_head(head[:-4])
+            stream.read(length)
+            latencies.append((time.perf_counter() - started) * 1000)
+            statuses[status] = statuses.get(status, 0) + 1
+            next_at += interval
+            time.sleep(max(0.0, next_at - time.monotonic()))
+    return latencies, statuses
+
+
+# --- the argon2 bound -----------------------------------------------------------------
+
+
+def argon2_bound(seconds: float) -> tuple[float, int]:
+    """Verifications/s with argon2-cffi's default parameters on all cores: (rate, workers)."""
+    hasher = PasswordHasher()
+    stored = hasher.hash(ADMIN[1])
+    workers = os.cpu_count() or 1
+    done = 0
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        start = time.monotonic()
+        deadline = start + seconds
+        pending = {pool.submit(hasher.verify, stored, ADMIN[1]) for _ in range(workers * 2)}
+        while pending:
+            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+            done += len(finished)
+            if time.monotonic() < deadline and done < 100_000:
+                pending |= {pool.submit(hasher.verify, stored, ADMIN[1]) for _ in finished}
+        elapsed = time.monotonic() - start
+    return done / elapsed, workers
+
+
+# --- servers --------------------------------------------------------------------------
+
+
+@contextmanager
+def bare_sanic() -> Iterator[tuple[str, subprocess.Popen]]:
+    """benchmarks/bare_sanic.py on a free port, one worker."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "benchmarks" / "bare_sanic.py"), "--port", str(port)],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_until_up(f"{base}/api/v1/auth/list", proc)
+        yield base, proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def populate(base: str, env: dict[str, str]) -> str:
+    """The administrator (from the CLI, same home) and USERS more; the admin's access token."""
+    orchestra_cli(env, "user", "create", ADMIN[0], "--role", "SUPER_ADMINISTRATOR",
+                  "--password-stdin", input=ADMIN[1] + "\n")
+    with httpx.Client(base_url=base, timeout=30) as client:
+        for n in range(USERS):
+            answer = client.post("/api/v1/auth/register",
+                                 json={"user_name": f"bench_user_{n:02d}", "password": f"password-{n:04d}"})
+            answer.raise_for_status()
+        answer = client.post("/api/v1/auth/login", json={"user_name": ADMIN[0], "password": ADMIN[1]})
+        answer.raise_for_status()
+        token = answer.json()["access_token"]
+        listed = client.get("/api/v1/auth/list", headers={"Authorization": f"Bearer {token}"})
+        listed.raise_for_status()
+        assert len(listed.json()["users"]) == USERS + 1, listed.text
+    return token
+
+
+# --- the run --------------------------------------------------------------------------
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=8.0, help="length of each load phase")
+    parser.add_argument("--connections", type=int, default=32, help="connections for /list")
+    parser.add_argument("--login-connections", type=int, default=8, help="connections for logins/s")
+    parser.add_argument("--flood-connections", type=int, default=128, help="connections of the login flood")
+    parser.add_argument("--generator", choices=["auto", "wrk", "python"], default="auto")
+    args = parser.parse_args()
+    generator = args.generator
+    if generator == "auto":
+        generator = "wrk" if shutil.which("wrk") else "python"
+    seconds = args.seconds
+    print(f"load generator: {generator}; {os.cpu_count()} cores; {seconds:.0f} s a phase", flush=True)
+
+    with bare_sanic() as (base, _proc):
+        run_load(generator, f"{base}/api/v1/auth/list", connections=args.connections, seconds=2)
+        bare = run_load(generator, f"{base}/api/v1/auth/list", connections=args.connections,
+                        seconds=seconds)
+    report("bare sanic GET /list", bare.rate(), "req/s")
+
+    with orchestra_server({"ORCHESTRA_ACCESS_TTL": "3600"}) as (base, proc, env):
+        token = populate(base, env)
+        list_url = f"{base}/api/v1/auth/list"
+        run_load(generator, list_url, token=token, connections=args.connections, seconds=2)
+        listed = run_load(generator, list_url, token=token, connections=args.connections,
+                          seconds=seconds, count_statuses=True)
+        if listed.statuses and set(listed.statuses) != {200}:
+            print(f"  warning: /list answered {listed.statuses}", flush=True)
+        report("orchestra GET /list (super admin, 20 users)", listed.rate(), "req/s")
+        report("ratio /list : bare sanic", listed.rate() / bare.rate(), "x", ">= 0.5")
+
+        bound, workers = argon2_bound(min(seconds, 6.0))
+        report(f"argon2 bound ({workers} threads, default params)", bound, "verify/s")
+
+        login_body = json.dumps({"user_name": ADMIN[0], "password": ADMIN[1]})
+        login_url = f"{base}/api/v1/auth/login"
+        logins = run_load(generator, login_url, method="POST", body=login_body,
+                          connections=args.login_connections, seconds=seconds, count_statuses=True)
+        report(f"logins/s ({args.login_connections} connections)", logins.rate(200), "login/s")
+        report("ratio logins : argon2 bound", logins.rate(200) / bound, "x", ">= 0.9")
+
+        flood_result: dict[str, Load] = {}
+        flood = threading.Thread(target=lambda: flood_result.update(load=run_load(
+            generator, login_url, method="POST", body=login_body,
+            connections=args.flood_connections, seconds=seconds, count_statuses=True)))
+        flood.start()
+        time.sleep(1.0)  # let the flood fill the hashing queue
+        latencies, probe_statuses = probe_latencies(list_url, seconds=seconds - 2, interval=0.01)
+        flood.join(timeout=seconds + 60)
+        flooded = flood_result["load"]
+        report("cheap route p50 during login flood", median(latencies), "ms")
+        report("cheap route p99 during login flood", percentile(latencies, 99), "ms", "< 20")
+        report("cheap route max during login flood", max(latencies), "ms")
+        print(f"  probe: {len(latencies)} requests, statuses {probe_statuses}", flush=True)
+        print(f"  flood ({args.flood_connections} connections): {flooded.requests} answers, "
+              f"statuses {flooded.statuses}, socket errors {flooded.errors}", flush=True)
+        report("logins/s during the flood", flooded.rate(200), "login/s")
+        report("503 OverloadedError/s during the flood", flooded.rate(503), "resp/s")
+        report("server RSS after the run", rss_bytes(proc.pid) / 2**20, "MiB")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
