@@ -153,6 +153,18 @@ class EventLog:
         if lock is not None and not lock.locked():
             self._locks.pop(trace_id, None)
 
+    async def release(self) -> None:
+        """Give the current task's pooled connection back before a long wait.
+
+        pwasyncio binds a connection to each task until the task ends; a stream or a
+        run that waits for minutes must not hold one, or a few of them drain the pool.
+        """
+        try:
+            if not self.db.in_transaction():
+                await self.db.aclose()
+        except Exception:  # noqa: BLE001 - releasing is best effort
+            pass
+
     # -- reading ----------------------------------------------------------------------
     async def max_seq(self, trace_id: str) -> int:
         rows = await self.db.list(
@@ -232,6 +244,7 @@ class EventLog:
                 if not sub.queue.empty():
                     event = sub.queue.get_nowait()
                 else:
+                    await self.release()
                     live = is_live()
                     wait = max(next_ping - time.monotonic(), 0.0)
                     if not live:

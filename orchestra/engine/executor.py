@@ -271,6 +271,7 @@ class Engine:
                     tasks[task] = sid
                 if not tasks:
                     return outputs
+                await self.log.release()
                 done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
                 failure: _RunFailed | None = None
                 for task in done:
@@ -409,6 +410,7 @@ class Engine:
         )
 
         async def attempt() -> ChatResult:
+            await self.log.release()  # no pooled connection held while the model talks
             shown = False
             result: ChatResult | None = None
             try:
@@ -483,6 +485,7 @@ class Engine:
     async def _wait_reply(self, live: LiveRun, pending: PendingReply) -> str:
         """The reply, from `Engine.reply` here or (several workers) from the store."""
         while True:
+            await self.log.release()
             try:
                 return await asyncio.wait_for(asyncio.shield(pending.future), STORE_POLL_SECONDS)
             except (asyncio.TimeoutError, TimeoutError):

@@ -149,3 +149,16 @@ async def test_coalescer_batches_and_keeps_order():
     assert emitted == ["01234", "56"]
     await coalescer.flush()
     assert emitted == ["01234", "56"]
+
+
+async def test_many_waiting_streams_do_not_drain_the_connection_pool(core, run_id):
+    """pwasyncio binds a pooled connection to each task; followers must give theirs back."""
+    log = EventLog(core.db)
+    await log.append(run_id, "run_started")
+    streams = [asyncio.create_task(collect(log.follow(run_id), timeout=8)) for _ in range(30)]
+    await asyncio.sleep(0.3)  # 30 tasks waiting > the pool's 8 connections
+    finished = await asyncio.wait_for(
+        asyncio.create_task(log.append(run_id, "run_finished", {"status": "succeeded"})), 3
+    )
+    results = await asyncio.gather(*streams)
+    assert all([e.seq for e in got] == [1, finished.seq] for got in results)
