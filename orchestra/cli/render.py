@@ -66,12 +66,19 @@ class StepView:
 
     step_id: str
     status: str = "running"
-    text: str = ""
-    lines: list[str] = field(default_factory=list)  # tool calls, results, questions
+    text: str = ""  # every streamed token
+    parts: list[list[str]] = field(default_factory=list)  # [kind, text] in arrival order
     output: str | None = None
     error: str | None = None
     started: float | None = None
     finished: float | None = None
+
+    def add(self, kind: str, text: str) -> None:
+        """Append to the view; streamed text joins the text part before it."""
+        if kind == "text" and self.parts and self.parts[-1][0] == "text":
+            self.parts[-1][1] += text
+        else:
+            self.parts.append([kind, text])
 
 
 @dataclass
@@ -121,21 +128,25 @@ class Renderer:
         elif kind == "step_started" and step:
             step.status, step.started = "running", ts
         elif kind == "token" and step:
-            step.text += _text(_pick(data, "text", "delta", "content", "token", default=""))
+            piece = _text(_pick(data, "text", "delta", "content", "token", default=""))
+            step.text += piece
+            step.add("text", piece)
         elif kind == "tool_call" and step:
-            step.lines.append(f"→ {tool_call_text(data)}")
+            step.add("tool", f"→ {tool_call_text(data)}")
         elif kind == "tool_result" and step:
-            step.lines.append(f"← {tool_result_text(data)}")
+            step.add("tool", f"← {tool_result_text(data)}")
         elif kind == "reply_requested" and step:
             step.status = "waiting_reply"
-            step.lines.append(f"? {_text(data.get('prompt'))}")
+            step.add("ask", f"? {_text(data.get('prompt'))}")
         elif kind == "reply_received" and step:
             step.status = "running"
-            step.lines.append(f"! {_text(_pick(data, 'content', 'reply', default=''))}")
+            step.add("ask", f"! {_text(_pick(data, 'content', 'reply', default=''))}")
         elif kind == "step_finished" and step:
             step.status, step.finished = "succeeded", ts
             output = _pick(data, "output", "content", "text")
             step.output = _text(output) if output is not None else step.text
+            if step.output and not step.parts:  # nothing was shown of it yet
+                step.add("text", step.output)
         elif kind == "step_failed" and step:
             step.status, step.finished = "failed", ts
             step.error = _text(_pick(data, "error", "message", default="failed"))
@@ -242,14 +253,15 @@ class LiveRenderer(Renderer):
         self.live.start()
 
     def panel(self, step: StepView, tail: int | None) -> Panel:
-        body = Text()
-        text = step.output if step.output is not None else step.text
-        lines = text.splitlines()
+        lines: list[tuple[str, str]] = []
+        for kind, text in step.parts:
+            style = {"tool": "dim", "ask": "bold yellow"}.get(kind, "")
+            lines += [(line, style) for line in text.strip("\n").splitlines()]
         if tail is not None and len(lines) > tail:
-            lines = ["…"] + lines[-tail:]
-        body.append("\n".join(lines))
-        for line in step.lines:
-            body.append(("\n" if body.plain else "") + line, style="dim" if line[0] in "→←" else "bold")
+            lines = [("…", "dim")] + lines[-tail:]
+        body = Text()
+        for i, (line, style) in enumerate(lines):
+            body.append(("\n" if i else "") + line, style=style)
         if step.error:
             body.append(("\n" if body.plain else "") + step.error, style="red")
         title = f"[b]{step.step_id}[/] · {step.status}{_seconds(step.started, step.finished)}"
