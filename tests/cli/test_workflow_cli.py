@@ -241,3 +241,47 @@ def test_paced_keeps_the_recorded_spacing(world):
     assert span / 4 * 0.95 <= elapsed <= span / 4 + 0.3
     elapsed, _ = timed(0)
     assert elapsed < 0.05
+
+
+def test_terminal_view_asks_the_question_at_the_prompt_and_replies(world):
+    """On a terminal (a real pty) the live view shows panels and answers the question."""
+    import os
+    import pty
+    import re
+    import select
+
+    master, slave = pty.openpty()
+    env = {**world["cli"].env, "COLUMNS": "100", "LINES": "40", "TERM": "xterm"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "orchestra", "workflow", "run", template_id(world, "with_human"),
+         "--input", "tea", "--watch"],
+        env=env, stdin=slave, stdout=slave, stderr=slave, close_fds=True)
+    os.close(slave)
+    screen, answered = b"", False
+    deadline = time.monotonic() + 40
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 0.2)
+            if ready:
+                try:
+                    chunk = os.read(master, 65536)
+                except OSError:  # the child closed the pty
+                    break
+                if not chunk:
+                    break
+                screen += chunk
+            if not answered and b"your answer" in screen:
+                os.write(master, b"less sugar\r")
+                answered = True
+            if proc.poll() is not None and not ready:
+                break
+        proc.wait(timeout=10)
+    finally:
+        proc.kill()
+        os.close(master)
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", screen.decode("utf-8", "replace"))
+    assert answered, text[-2000:]
+    assert proc.returncode == 0, text[-2000:]
+    assert "feedback asks: Here is the draft:" in text
+    assert "╭─ final · succeeded" in text and "Feedback: less sugar" in text
+    assert "run succeeded in " in text
