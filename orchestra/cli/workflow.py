@@ -10,6 +10,7 @@ succeed exits 1 with one line naming its status.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -226,9 +227,13 @@ def _follow(client: Client, trace_id: str, events: Iterable[Event], json_output:
             err.print(f"[yellow]reply not taken:[/] {exc.message}", highlight=False)
 
     can_ask = interactive and sys.stdin.isatty()
-    with make_renderer(trace_id, json_lines=json_output, console=out, ask=ask if can_ask else None) as view:
-        for event in events:
-            view.handle(event)
+    try:
+        with make_renderer(trace_id, json_lines=json_output, console=out, ask=ask if can_ask else None) as view:
+            for event in events:
+                view.handle(event)
+    except BrokenPipeError:  # `… --json | head`: the reader has seen enough
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise typer.Exit(0) from None
     outcome = view.outcome
     if outcome.status is None:  # the stream ended (204) without showing the end: ask the record
         record = client.get(f"/workflow/run/{trace_id}")
