@@ -25,6 +25,7 @@ from orchestra.errors import (
 )
 from orchestra.services.roles import ROLE_NAMES, Role
 from orchestra.services.tokens import ACCESS, REFRESH
+from orchestra.services.user_snapshot import UserSnapshot
 
 USER_NAME_PATTERN = re.compile(r"^[\w.@-]+$")
 USER_NAME_LENGTH = (3, 64)
@@ -101,9 +102,17 @@ async def find_user(core: Core, user_name: str) -> User:
     return user
 
 
+def _snapshot(core: Core) -> UserSnapshot:
+    snapshot = core.extras.get("user_snapshot")
+    if snapshot is None:
+        snapshot = UserSnapshot(None if core.is_postgres else core.db.database)
+        core.extras["user_snapshot"] = snapshot
+    return snapshot
+
+
 async def list_users(core: Core) -> list[User]:
-    """Every user, oldest first."""
-    return await core.db.list(User.select().order_by(User.created_at, User.id))
+    """Every user, oldest first (re-read only when the store has changed)."""
+    return list(await _snapshot(core).users(core.db))
 
 
 async def set_role(core: Core, *, user_id: str, new_role: Role) -> User:
@@ -158,7 +167,11 @@ async def count_super_administrators(core: Core) -> int:
 
 async def confirm_role(core: Core, *, user_id: str, minimum: Role) -> User:
     """Re-read the caller from the store: a deleted or demoted user's token stops at once."""
-    user = await User.aget_or_none(User.id == user_id)
+    current = _snapshot(core).current()  # the store's state, when nothing changed since
+    if current is not None:
+        user = current.by_id.get(user_id)
+    else:
+        user = await User.aget_or_none(User.id == user_id)
     if user is None:
         raise TokenInvalidError("The token's user no longer exists.")
     if not Role(user.role).at_least(minimum):

@@ -92,6 +92,28 @@ def test_run_then_watch_renders_every_step_output_and_final_status(world):
     assert {t["name"] for t in body["templates"]} == {"three_step", "with_human"}
     table = cli("workflow", "list", "runs")
     assert table.returncode == 0 and trace_id in table.stdout and "succeeded" in table.stdout
+    shown = json.loads(cli("workflow", "show", trace_id, "--json").stdout)
+    assert shown["status"] == "succeeded"
+    assert [s["step_id"] for s in shown["steps"]] == ["facts", "numbers", "report"]
+    plain = cli("workflow", "show", trace_id)
+    assert plain.returncode == 0 and "Echo: List the key facts in: the moon landing" in plain.stdout
+
+
+def test_a_closed_pipe_ends_a_watch_quietly(world):
+    world["llm"].chunk_delay = 0.05  # events keep coming after the reader has gone
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "orchestra", "workflow", "run", template_id(world, "three_step"),
+             "--input", "x", "--watch", "--json"],
+            env=world["cli"].env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        first = json.loads(proc.stdout.readline())
+        proc.stdout.close()  # like `| head -1`
+        _, err = proc.communicate(timeout=30)
+    finally:
+        world["llm"].chunk_delay = 0.0
+    assert first["event"] == "run_started"
+    assert proc.returncode == 0 and err == ""
+    wait_status(world, first["data"]["trace_id"], "succeeded")  # the run went on without us
 
 
 def test_run_watch_json_prints_raw_events_one_per_line(world):
