@@ -87,18 +87,26 @@ async def register(core: Core, *, user_name: str, password: str, role: Role = Ro
 
 
 async def get_user(core: Core, user_id: str) -> User:
-    user = await User.aget_or_none(User.id == user_id)
+    """The user with this id, or UserNotExistError."""
+    # An id that cannot exist is not sent to the store (PostgreSQL refuses NUL in text).
+    user = None
+    if len(user_id) <= 36 and "\x00" not in user_id:
+        user = await User.aget_or_none(User.id == user_id)
     if user is None:
-        raise UserNotExistError(f"No user has the id '{user_id}'.")
+        raise UserNotExistError(f"No user has the id '{user_id[:80]}'.")
     return user
 
 
 async def find_user(core: Core, user_name: str) -> User:
     """The user with this name (case-insensitive), or UserNotExistError."""
-    key = unicodedata.normalize("NFKC", user_name).strip().casefold()
-    user = await User.aget_or_none(User.user_name_key == key)
+    try:
+        _, key = normalize_user_name(user_name)
+    except ValidationError:  # a name that could not be registered cannot exist
+        user = None
+    else:
+        user = await User.aget_or_none(User.user_name_key == key)
     if user is None:
-        raise UserNotExistError(f"No user is named '{user_name.strip()}'.")
+        raise UserNotExistError(f"No user is named '{user_name.strip()[:80]}'.")
     return user
 
 
