@@ -24,7 +24,7 @@ def to_orchestra_error(request: Request, exc: BaseException) -> OrchestraError:
     if isinstance(exc, OrchestraError):
         return exc
     if isinstance(exc, sanic_exc.MethodNotAllowed):
-        allowed = sorted(getattr(exc, "allowed_methods", None) or [])
+        allowed = sorted(getattr(exc, "allowed_methods", None) or _allowed_methods(request))
         headers = {"Allow": ", ".join(allowed)} if allowed else {}
         return MethodNotAllowedError(
             f"{request.method} is not allowed on {request.path}.", headers=headers
@@ -42,6 +42,21 @@ def to_orchestra_error(request: Request, exc: BaseException) -> OrchestraError:
         return error
     logger.exception("unhandled error on %s %s", request.method, request.path, exc_info=exc)
     return OrchestraError()
+
+
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
+def _allowed_methods(request: Request) -> list[str]:
+    """The methods routed at this path (Sanic leaves them out for dynamic routes)."""
+    allowed = []
+    for method in _METHODS:
+        try:
+            request.app.router.get(request.path, method, request.headers.get("host"))
+        except sanic_exc.SanicException:
+            continue
+        allowed.append(method)
+    return allowed
 
 
 def error_response(request: Request, exc: BaseException) -> HTTPResponse:
