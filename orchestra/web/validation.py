@@ -8,7 +8,7 @@ from typing import TypeVar
 import pydantic
 from sanic import Request
 
-from orchestra.errors import BadRequestError, ValidationError
+from orchestra.errors import BadRequestError, PayloadTooLargeError, ValidationError
 
 M = TypeVar("M", bound=pydantic.BaseModel)
 
@@ -27,12 +27,16 @@ class ClosedBody(Body):
 
 def read_json_object(request: Request) -> dict:
     """The body as a dict; BadRequestError when it is not a JSON object."""
-    content_type = (request.content_type or "").split(";")[0].strip().lower()
+    # A missing Content-Type is read as JSON; a different one is refused.
+    content_type = (request.headers.get("content-type") or "").split(";")[0].strip().lower()
     if content_type and content_type != "application/json" and not content_type.endswith("+json"):
         raise BadRequestError(
             f"Send the body as JSON with 'Content-Type: application/json', not '{content_type}'."
         )
     raw = request.body or b""
+    limit = request.app.config.REQUEST_MAX_SIZE  # enforced by Sanic's HTTP/1 server, not ASGI
+    if limit and len(raw) > limit:
+        raise PayloadTooLargeError(f"The request body is larger than {limit} bytes.")
     if not raw.strip():
         raise BadRequestError("The request body is empty; a JSON object is expected.")
     try:
