@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from typing import Literal
 
+from pydantic import Field
+
 from sanic import Blueprint, Request
 from sanic.response import json
 from sanic_ext import openapi
+from sanic_ext.extensions.openapi.definitions import Component
 
 from orchestra.services import auth as auth_service
 from orchestra.services.roles import Role
@@ -19,22 +22,27 @@ bp = Blueprint("auth", url_prefix="/auth")
 SUCCESS = "success"
 
 
+@openapi.component
 class Credentials(Body):
-    user_name: str
-    password: str
+    user_name: str = Field(
+        description="3-64 letters, digits, _ . - @ (NFKC, stripped); unique ignoring case."
+    )
+    password: str = Field(description="8-256 characters.")
 
 
+@openapi.component
 class RefreshBody(Body):
     refresh_token: str
 
 
+@openapi.component
 class AuthorityBody(Body):
     user_id: str
     new_authority: Literal["SUPER_ADMINISTRATOR", "ADMINISTRATOR", "USER"]
 
 
 @bp.post("/register")
-@openapi.body({"application/json": Credentials}, required=True)
+@openapi.body({"application/json": Component(Credentials)}, required=True)
 @openapi.response(201, description="The user was created; body: message, user_id.")
 @rate_limited("register")
 async def register(request: Request):
@@ -46,7 +54,7 @@ async def register(request: Request):
 
 
 @bp.post("/login")
-@openapi.body({"application/json": Credentials}, required=True)
+@openapi.body({"application/json": Component(Credentials)}, required=True)
 @openapi.response(200, description="message, token (= access_token), access_token, refresh_token.")
 @rate_limited("login")
 async def login(request: Request):
@@ -65,7 +73,8 @@ async def login(request: Request):
 
 
 @bp.post("/refresh")
-@openapi.body({"application/json": RefreshBody}, required=True)
+@openapi.body({"application/json": Component(RefreshBody)}, required=True)
+@openapi.response(200, description="message, access_token, refresh_token (both new).")
 async def refresh(request: Request):
     body = parse_body(request, RefreshBody)
     pair = await auth_service.refresh(request.app.ctx.core, refresh_token=body.refresh_token)
@@ -75,7 +84,8 @@ async def refresh(request: Request):
 
 
 @bp.put("/authority")
-@openapi.body({"application/json": AuthorityBody}, required=True)
+@openapi.body({"application/json": Component(AuthorityBody)}, required=True)
+@openapi.response(200, description="message, user_id, new_authority.")
 @openapi.secured("bearer")
 @protected(Role.SUPER_ADMINISTRATOR, confirm=True)
 async def authority(request: Request):
@@ -87,6 +97,7 @@ async def authority(request: Request):
 
 
 @bp.get("/list")
+@openapi.response(200, description="message, users: [{user_id, user_name, role}], oldest first.")
 @openapi.secured("bearer")
 @protected(Role.SUPER_ADMINISTRATOR, confirm=True)
 async def list_users(request: Request):
@@ -100,6 +111,7 @@ async def list_users(request: Request):
 
 
 @bp.delete("/<user_id:str>")
+@openapi.response(200, description="message; the user and everything the user owns are deleted.")
 @openapi.secured("bearer")
 @protected(Role.SUPER_ADMINISTRATOR, confirm=True)
 async def delete_user(request: Request, user_id: str):
