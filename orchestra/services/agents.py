@@ -19,7 +19,13 @@ from orchestra.core import Core
 from orchestra.db.models import Provider, Skill, SystemNode, Worker, iso, utcnow
 from orchestra.engine.tools import REGISTRY, ToolRegistry
 from orchestra.errors import ConflictError, NotFoundError, ValidationError
-from orchestra.services.providers import clean_model, clean_name, clean_text, decrypt_api_key
+from orchestra.services.providers import (
+    clean_model,
+    clean_name,
+    clean_text,
+    decrypt_api_key,
+    storable,
+)
 
 logger = logging.getLogger("orchestra.agents")
 
@@ -130,7 +136,7 @@ class AgentCache:
     async def worker(self, worker_id: str) -> AgentConfig | None:
         await self._ensure_loaded()
         config = self._workers.get(worker_id)
-        if config is None:
+        if config is None and storable(worker_id):
             row = await Worker.aget_or_none(Worker.id == worker_id)
             if row is not None:
                 config = (await _worker_configs(self._core, [row])).get(worker_id)
@@ -285,7 +291,7 @@ async def list_skills(core: Core) -> list[Skill]:
 
 
 async def get_skill(core: Core, skill_id: str) -> Skill:
-    skill = await Skill.aget_or_none(Skill.id == skill_id)
+    skill = await Skill.aget_or_none(Skill.id == skill_id) if storable(skill_id) else None
     if skill is None:
         raise NotFoundError(f"No skill has the id '{skill_id}'.")
     return skill
@@ -375,7 +381,9 @@ async def _check_references(
     """Check provider, tools and skill together; one 422 listing every unknown name.
     Returns (tools without duplicates, the skill's stored name)."""
     problems: list[dict[str, str]] = []
-    if provider_id is not _UNSET and await Provider.aget_or_none(Provider.id == provider_id) is None:
+    if provider_id is not _UNSET and (
+        not storable(provider_id) or await Provider.aget_or_none(Provider.id == provider_id) is None
+    ):
         problems.append({"field": "provider_id", "problem": f"unknown provider '{provider_id}'"})
     if tools is not _UNSET:
         registry = tool_registry(core)
@@ -387,7 +395,11 @@ async def _check_references(
                     "problem": f"unknown tool '{name}'; available: {', '.join(registry.names())}",
                 })
     if bound_skill is not _UNSET and bound_skill is not None:
-        rows = await core.db.list(Skill.select().where(fn.LOWER(Skill.name) == bound_skill.strip().lower()))
+        rows = []
+        if storable(bound_skill):
+            rows = await core.db.list(
+                Skill.select().where(fn.LOWER(Skill.name) == bound_skill.strip().lower())
+            )
         if rows:
             bound_skill = rows[0].name
         else:
@@ -438,7 +450,9 @@ async def list_workers(core: Core, *, owner_id: str) -> list[Worker]:
 
 async def get_worker(core: Core, *, owner_id: str, worker_id: str) -> Worker:
     """One of the owner's workers; another user's is 404, like a missing one."""
-    worker = await Worker.aget_or_none((Worker.id == worker_id) & (Worker.owner == owner_id))
+    worker = None
+    if storable(worker_id):
+        worker = await Worker.aget_or_none((Worker.id == worker_id) & (Worker.owner == owner_id))
     if worker is None:
         raise NotFoundError(f"You have no worker with the id '{worker_id}'.")
     return worker
@@ -533,7 +547,7 @@ async def update_node(core: Core, *, name: str, provider: str | None = _UNSET, m
     if provider is _UNSET and model is _UNSET:
         raise ValidationError.field("body", "send provider and/or model")
     if provider is not _UNSET and provider is not None:
-        if await Provider.aget_or_none(Provider.id == provider) is None:
+        if not storable(provider) or await Provider.aget_or_none(Provider.id == provider) is None:
             raise ValidationError.field("provider", f"unknown provider '{provider}'")
     if model is not _UNSET and model is not None:
         model = clean_model(model, "model")

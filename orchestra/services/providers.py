@@ -41,10 +41,18 @@ def clean_name(value: str, field: str = "name", max_length: int = NAME_MAX) -> s
     return name
 
 
+def storable(value: str | None) -> bool:
+    """False for text no store keeps (PostgreSQL refuses NUL characters): such an id is
+    simply not found, and such a field is a 422, never a 500."""
+    return value is None or "\x00" not in value
+
+
 def clean_text(value: str, field: str, max_length: int = 100_000) -> str:
-    """Free text (descriptions, prompts): at most max_length characters."""
+    """Free text (descriptions, prompts): at most max_length characters, no NUL."""
     if len(value) > max_length:
         raise ValidationError.field(field, f"must be at most {max_length} characters long")
+    if not storable(value):
+        raise ValidationError.field(field, "must not contain NUL characters")
     return value
 
 
@@ -59,8 +67,8 @@ def clean_kind(value: str) -> str:
 
 def clean_model(value: str, field: str = "model_id") -> str:
     model = value.strip()
-    if not 1 <= len(model) <= MODEL_MAX:
-        raise ValidationError.field(field, f"must be 1 to {MODEL_MAX} characters long")
+    if not 1 <= len(model) <= MODEL_MAX or not storable(model):
+        raise ValidationError.field(field, f"must be 1 to {MODEL_MAX} characters long, without NUL")
     return model
 
 
@@ -69,7 +77,7 @@ def clean_base_url(value: str | None) -> str | None:
         return None
     url = value.strip()
     parsed = urlparse(url)
-    if len(url) > URL_MAX or parsed.scheme not in ("http", "https") or not parsed.hostname:
+    if len(url) > URL_MAX or not storable(url) or parsed.scheme not in ("http", "https") or not parsed.hostname:
         raise ValidationError.field("base_url", "must be an http:// or https:// URL with a host")
     return url.rstrip("/")
 
@@ -78,7 +86,7 @@ def clean_api_key(value: str | None) -> str | None:
     if value is None or not value.strip():
         return None
     key = value.strip()
-    if len(key) > API_KEY_MAX or any(ch.isspace() for ch in key):
+    if len(key) > API_KEY_MAX or not storable(key) or any(ch.isspace() for ch in key):
         raise ValidationError.field(
             "api_key", f"must be at most {API_KEY_MAX} characters, without spaces"
         )
@@ -172,7 +180,7 @@ async def list_providers(core: Core) -> list[Provider]:
 
 
 async def get_provider(core: Core, provider_id: str) -> Provider:
-    provider = await Provider.aget_or_none(Provider.id == provider_id)
+    provider = await Provider.aget_or_none(Provider.id == provider_id) if storable(provider_id) else None
     if provider is None:
         raise NotFoundError(f"No provider has the id '{provider_id}'.")
     return provider
@@ -180,6 +188,8 @@ async def get_provider(core: Core, provider_id: str) -> Provider:
 
 async def find_provider(core: Core, name_or_id: str) -> Provider:
     """A provider by id, or by name (case-insensitive); for the CLI."""
+    if not storable(name_or_id):
+        raise NotFoundError(f"No provider is named or has the id '{name_or_id}'.")
     provider = await Provider.aget_or_none(Provider.id == name_or_id)
     if provider is None:
         rows = await core.db.list(

@@ -146,3 +146,31 @@ async def test_node_rules(core):
     assert [n["name"] for n in nodes] == list(agents.NODE_SPECS)
     for spec in agents.NODE_SPECS.values():  # fixed tools exist in the registry
         assert all(t in agents.tool_registry(core) for t in spec.tools)
+
+
+async def test_nul_characters_are_422_or_not_found_never_a_store_error(core, owner, provider):
+    """PostgreSQL refuses NUL in text; every entry point answers before the store sees it."""
+    nul = "a\x00b"
+    with pytest.raises(NotFoundError):
+        await psvc.get_provider(core, nul)
+    with pytest.raises(NotFoundError):
+        await psvc.find_provider(core, nul)
+    with pytest.raises(NotFoundError):
+        await agents.get_skill(core, nul)
+    with pytest.raises(NotFoundError):
+        await agents.get_worker(core, owner_id=owner.id, worker_id=nul)
+    assert await agent_cache(core).worker(nul) is None
+    for kwargs in ({"description": nul}, {"instructions": nul}, {"name": nul}):
+        with pytest.raises(ValidationError):
+            await agents.create_skill(core, **{"name": "s", **kwargs})
+    with pytest.raises(ValidationError) as info:
+        await agents.create_worker(core, owner_id=owner.id, name="w", provider_id=nul, bound_skill=nul)
+    assert {d["field"] for d in info.value.detail} == {"provider_id", "bound_skill"}
+    for kwargs in ({"system_prompt": nul}, {"model": nul}):
+        with pytest.raises(ValidationError):
+            await agents.create_worker(core, owner_id=owner.id, name="w", provider_id=provider.id, **kwargs)
+    with pytest.raises(ValidationError):
+        await agents.update_node(core, name="planner", provider=nul)
+    for kwargs in ({"model_id": nul}, {"api_key": nul}, {"base_url": "http://h/" + nul}):
+        with pytest.raises(ValidationError):
+            await psvc.create_provider(core, **{"name": "p2", "kind": "openai", "model_id": "m", **kwargs})

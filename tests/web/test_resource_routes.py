@@ -138,3 +138,12 @@ async def test_bound_skill_cannot_be_deleted_and_rename_follows(client, admin):
     wid = worker.json()["worker_id"]
     again = await client.get(f"/api/v1/agent/worker/{wid}", headers=admin["headers"])
     assert again.json()["bound_skill"] == "terse"
+
+
+async def test_nul_in_path_or_body_is_never_a_500(client, admin):
+    for method, path in [("GET", f"{SKILLS}/a%00b"), ("DELETE", f"{SKILLS}/a%00b"), ("GET", "/api/v1/provider/a%00b"),
+                         ("GET", "/api/v1/agent/worker/a%00b"), ("GET", "/api/v1/agent/node/a%00b")]:
+        response = await client.request(method, path, headers=admin["headers"])
+        assert response.status_code == 404, (method, path, response.text)
+    response = await client.post(SKILLS, json={"name": "s", "instructions": "a\x00b"}, headers=admin["headers"])
+    assert response.status_code == 422 and response.json()["detail"][0]["field"] == "instructions"
