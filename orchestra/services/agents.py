@@ -189,15 +189,20 @@ async def _providers_by_id(core: Core, ids: set[str]) -> dict[str, Provider]:
     return {p.id: p for p in rows}
 
 
-def _provider_fields(core: Core, provider: Provider | None, model: str | None) -> dict[str, Any]:
+def _provider_fields(
+    core: Core, provider: Provider | None, model: str | None, keys: dict[str, str | None]
+) -> dict[str, Any]:
+    """The provider half of an AgentConfig; `keys` memoises decryption per provider."""
     if provider is None:
         return {"provider_id": None, "provider_kind": None, "provider_base_url": None,
                 "provider_api_key": None, "model": model}
-    try:
-        key = decrypt_api_key(core, provider)
-    except ValueError:
-        logger.warning("API key of provider %s cannot be decrypted with this secret", provider.name)
-        key = None
+    if provider.id not in keys:
+        try:
+            keys[provider.id] = decrypt_api_key(core, provider)
+        except ValueError:
+            logger.warning("API key of provider %s cannot be decrypted", provider.name)
+            keys[provider.id] = None
+    key = keys[provider.id]
     return {
         "provider_id": provider.id,
         "provider_kind": provider.kind,
@@ -214,6 +219,7 @@ async def _worker_configs(core: Core, workers: list[Worker]) -> dict[str, AgentC
     if skill_names:
         rows = await core.db.list(Skill.select().where(Skill.name.in_(list(skill_names))))
         skills = {s.name: s.instructions for s in rows}
+    keys: dict[str, str | None] = {}
     return {
         w.id: AgentConfig(
             kind="worker",
@@ -223,7 +229,7 @@ async def _worker_configs(core: Core, workers: list[Worker]) -> dict[str, AgentC
             system_prompt=w.system_prompt or "",
             skill_instructions=skills.get(w.bound_skill) if w.bound_skill else None,
             tools=tuple(w.tools or ()),
-            **_provider_fields(core, providers.get(w.provider_id), w.model),
+            **_provider_fields(core, providers.get(w.provider_id), w.model, keys),
         )
         for w in workers
     }
@@ -232,7 +238,7 @@ async def _worker_configs(core: Core, workers: list[Worker]) -> dict[str, AgentC
 async def _node_configs(core: Core) -> dict[str, AgentConfig]:
     rows = {n.name: n for n in await core.db.list(SystemNode.select())}
     providers = await _providers_by_id(core, {n.provider_id for n in rows.values() if n.provider_id})
-    configs = {}
+    configs, keys = {}, {}
     for spec in NODE_SPECS.values():
         row = rows.get(spec.name)
         provider = providers.get(row.provider_id) if row and row.provider_id else None
@@ -244,7 +250,7 @@ async def _node_configs(core: Core) -> dict[str, AgentConfig]:
             system_prompt=spec.system_prompt,
             skill_instructions=None,
             tools=spec.tools,
-            **_provider_fields(core, provider, row.model if row else None),
+            **_provider_fields(core, provider, row.model if row else None, keys),
         )
     return configs
 
