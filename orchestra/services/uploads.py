@@ -348,6 +348,8 @@ async def _commit(core: Core, owner_id: str, parts: list[_Part]) -> list[Upload]
 
 async def get_upload(core: Core, *, owner_id: str, file_id: str) -> Upload:
     """One of the owner's files; 404 for unknown ids and for other users' files alike."""
+    if "\x00" in file_id or len(file_id) > 64:  # PostgreSQL refuses NUL in text
+        raise NotFoundError("No such file.")
     upload = await Upload.aget_or_none((Upload.id == file_id) & (Upload.owner == owner_id))
     if upload is None:
         raise NotFoundError("No such file.")

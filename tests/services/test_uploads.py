@@ -192,6 +192,9 @@ async def test_read_text_delete_and_ownership(core, owner):
     for call in (uploads.read_text, uploads.get_upload, uploads.delete_upload):
         with pytest.raises(NotFoundError):
             await call(core, owner_id=other, file_id=stored.id)
+        for odd in ("a\x00b", "x" * 500, ""):  # never a store error, on PostgreSQL too
+            with pytest.raises(NotFoundError):
+                await call(core, owner_id=owner, file_id=odd)
     assert [u.id for u in await uploads.list_uploads(core, owner_id=other)] == []
     assert [u.id for u in await uploads.list_uploads(core, owner_id=owner)] == [stored.id]
 

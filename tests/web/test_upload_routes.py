@@ -139,8 +139,8 @@ async def test_another_users_file_is_404(client, users):
     assert_error(await client.delete(f"{URL}/{file_id}", headers=bob["headers"]), 404, "NotFoundError")
     assert (await client.get(URL, headers=bob["headers"])).json()["files"] == []
     assert on_disk(client, alice["user_id"]) == [file_id]
-    unknown = await client.get(f"{URL}/does-not-exist", headers=alice["headers"])
-    assert_error(unknown, 404, "NotFoundError")
+    for odd in ("does-not-exist", "a%00b", "x" * 300):
+        assert_error(await client.get(f"{URL}/{odd}", headers=alice["headers"]), 404, "NotFoundError")
 
 
 @pytest.mark.parametrize("method", ["GET", "POST"])
