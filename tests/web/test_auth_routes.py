@@ -611,3 +611,24 @@ class TestHashingPool:
         assert response.status_code == 200
         # A blocked loop would tick once or twice; a free one ticks about once a millisecond.
         assert ticks >= max(3, int(elapsed * 1000 * 0.2)), (ticks, elapsed)
+
+
+async def test_two_super_administrators_demoting_each_other_at_once_leave_one(client, users):
+    a = await users.make("first", "SUPER_ADMINISTRATOR")
+    b = await users.make("second", "SUPER_ADMINISTRATOR")
+    responses = await asyncio.gather(
+        client.put(f"{AUTH}/authority", headers=a["headers"],
+                   json={"user_id": b["user_id"], "new_authority": "USER"}),
+        client.put(f"{AUTH}/authority", headers=b["headers"],
+                   json={"user_id": a["user_id"], "new_authority": "USER"}),
+    )
+    statuses = sorted(r.status_code for r in responses)
+    # Either one wins and the other is refused (403: its caller was just demoted, or 409),
+    # but never two demotions: one super administrator always remains.
+    assert statuses[0] == 200 and statuses[1] in (403, 409), [r.text for r in responses]
+    assert await auth_service.count_super_administrators(client.app.ctx.core) == 1
+    responses = await asyncio.gather(
+        *(client.delete(f"{AUTH}/{u['user_id']}", headers=u["headers"]) for u in (a, b))
+    )
+    assert await auth_service.count_super_administrators(client.app.ctx.core) == 1
+    assert all(r.status_code < 500 for r in responses)
