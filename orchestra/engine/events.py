@@ -250,7 +250,8 @@ class EventLog:
                     if not live:
                         wait = min(wait, poll_every)
                     try:
-                        event = await asyncio.wait_for(sub.queue.get(), wait)
+                        async with asyncio.timeout(wait):  # no extra task, unlike wait_for
+                            event = await sub.queue.get()
                     except (asyncio.TimeoutError, TimeoutError):
                         if time.monotonic() >= next_ping:
                             yield PING
