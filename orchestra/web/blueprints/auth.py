@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import Field
 
 from sanic import Blueprint, Request
-from sanic.response import json
+from sanic.response import HTTPResponse, json
 from sanic_ext import openapi
 from sanic_ext.extensions.openapi.definitions import Component
 
@@ -102,12 +102,22 @@ async def authority(request: Request):
 @protected(Role.SUPER_ADMINISTRATOR, confirm=True)
 async def list_users(request: Request):
     users = await auth_service.list_users(request.app.ctx.core)
-    return json(
-        {
-            "message": SUCCESS,
-            "users": [{"user_id": u.id, "user_name": u.user_name, "role": u.role} for u in users],
-        }
-    )
+    return HTTPResponse(_users_body(users), content_type="application/json")
+
+
+_rendered: tuple[list, bytes] = ([], b"")
+
+
+def _users_body(users: list) -> bytes:
+    """The /list body. On SQLite the service hands out the same User objects until the
+    store changes, so the JSON is rendered once per change, not once per request."""
+    global _rendered
+    last, body = _rendered
+    if not body or len(last) != len(users) or any(a is not b for a, b in zip(last, users)):
+        rows = [{"user_id": u.id, "user_name": u.user_name, "role": u.role} for u in users]
+        body = json({"message": SUCCESS, "users": rows}).body
+        _rendered = (users, body)
+    return body
 
 
 @bp.delete("/<user_id:str>")
