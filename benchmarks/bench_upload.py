@@ -1,21 +1,30 @@
 """Upload throughput and memory: one 100 MiB file streamed to a real `orchestra serve`.
 
-Compares the upload's MiB/s with `cp` of the same bytes on the same disk (goal: ratio
->= 0.5) and with a bare Sanic streaming route that only reads and drops the body
-(Sanic's own ceiling), and samples the server's resident memory while the file arrives (goal: peak
-under 64 MiB above idle, i.e. the file is never held in memory). Loopback only,
-three rounds, each bounded by a 300 s timeout. Run: `python benchmarks/bench_upload.py [MiB]`.
+Each round, in this order and after an `os.sync()` each: `cp` of the source file to the
+server's home (same bytes, same file system as `uploads/`), the upload of the same file
+with `curl -F file=@source` (a C client: a Python client would compete with the server
+for the two cores), and the same upload to a bare Sanic streaming route that only reads
+and drops the body (Sanic's own ceiling). Figures are medians of ROUNDS rounds; the ratio
+is median upload MiB/s / median cp MiB/s (goal >= 0.5). CPU seconds (server process from
+/proc, curl and cp from rusage) say where time goes when the wall clock is noisy. A
+thread samples the server's resident memory while files arrive (goal: peak under 64 MiB
+above idle). Loopback only, every step bounded by a 300 s timeout.
+Run: `python benchmarks/bench_upload.py [MiB] [--rounds N] [--httpx]`.
 """
 
 from __future__ import annotations
 
+import argparse
 import hashlib
+import json as jsonlib
 import os
+import resource
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -36,7 +45,7 @@ from common import (  # noqa: E402
 MIB = 1024 * 1024
 URL = "/api/v1/adapter/client/upload"
 BOUNDARY = "orchestra-bench-5b0c2e"
-ROUNDS = 3
+TICK = os.sysconf("SC_CLK_TCK")
 
 
 def tree_rss(pid: int) -> int:
@@ -52,6 +61,17 @@ def tree_rss(pid: int) -> int:
         except OSError:
             pass
     return total
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds a process has used (all its threads)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 class PeakSampler(threading.Thread):
@@ -75,6 +95,38 @@ class PeakSampler(threading.Thread):
         self.join()
 
 
+class Timings:
+    """Wall seconds, this side's CPU (curl/cp children) and the server's CPU, per round."""
+
+    def __init__(self) -> None:
+        self.wall: list[float] = []
+        self.client_cpu: list[float] = []
+        self.server_cpu: list[float] = []
+
+    def measure(self, action: Callable[[], object], server_pid: int | None = None) -> object:
+        os.sync()  # neither side pays for the other's dirty pages
+        cpu0, srv0 = children_cpu(), cpu_seconds(server_pid) if server_pid else 0.0
+        started = time.perf_counter()
+        result = action()
+        self.wall.append(time.perf_counter() - started)
+        self.client_cpu.append(children_cpu() - cpu0)
+        self.server_cpu.append(cpu_seconds(server_pid) - srv0 if server_pid else 0.0)
+        return result
+
+    def rate(self, size_mib: float) -> float:
+        return size_mib / median(self.wall)
+
+
+def curl_upload(base: str, source: Path, token: str | None) -> dict:
+    """POST the file as multipart/form-data with curl; the parsed JSON answer."""
+    command = ["curl", "-sS", "--fail-with-body", "--max-time", "300", "-H", "Expect:",
+               "-F", f"file=@{source};type=application/octet-stream", f"{base}{URL}"]
+    if token:
+        command[1:1] = ["-H", f"Authorization: Bearer {token}"]
+    done = subprocess.run(command, capture_output=True, check=True, timeout=310)
+    return jsonlib.loads(done.stdout)
+
+
 def multipart_parts(path: Path) -> tuple[bytes, bytes]:
     head = (
         f"--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{path.name}\"\r\n"
@@ -93,9 +145,17 @@ def multipart_stream(path: Path, chunk: int = MIB):
     yield tail
 
 
-def multipart_length(path: Path) -> int:
-    head, tail = multipart_parts(path)
-    return len(head) + path.stat().st_size + len(tail)
+def httpx_upload(base: str, source: Path, token: str) -> dict:
+    """The same upload from Python (httpx, generator body), for comparison with curl."""
+    head, tail = multipart_parts(source)
+    headers = {
+        "Authorization": f"Bearer {token}",
+        "Content-Type": f"multipart/form-data; boundary={BOUNDARY}",
+        "Content-Length": str(len(head) + source.stat().st_size + len(tail)),
+    }
+    answer = httpx.post(f"{base}{URL}", headers=headers, content=multipart_stream(source), timeout=300)
+    answer.raise_for_status()
+    return answer.json()
 
 
 def make_source(path: Path, size: int) -> str:
@@ -130,30 +190,22 @@ def run_sink(port: int) -> None:
     Sanic.serve_single(primary=app)
 
 
-def sink_times(source: Path, rounds: int) -> list[float]:
-    """Seconds to send the same multipart body to the bare sink, per round."""
+def start_sink() -> tuple[str, subprocess.Popen]:
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, __file__, "--sink", str(port)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     base = f"http://127.0.0.1:{port}"
-    try:
-        wait_until_up(f"{base}/up", proc)
-        times = []
-        with httpx.Client(base_url=base, timeout=300) as http:
-            for _ in range(rounds):
-                length = {"Content-Length": str(multipart_length(source))}
-                started = time.perf_counter()
-                http.post(URL, headers=length, content=multipart_stream(source)).raise_for_status()
-                times.append(time.perf_counter() - started)
-        return times
-    finally:
-        proc.terminate()
-        proc.wait(timeout=15)
+    wait_until_up(f"{base}/up", proc)
+    return base, proc
 
 
-def main(size_mib: int = 100) -> None:
+def load_average() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def main(size_mib: int, rounds: int, with_httpx: bool) -> None:
     size = size_mib * MIB
     with tempfile.TemporaryDirectory(prefix="orchestra-bench-upload-") as tmp:
         tmp_path = Path(tmp)
@@ -161,68 +213,71 @@ def main(size_mib: int = 100) -> None:
         home.mkdir()
         source = tmp_path / "source.bin"
         expected = make_source(source, size)
-
+        sink_base, sink = start_sink()
         env = {"ORCHESTRA_UPLOAD_MAX_BYTES": str(size + MIB)}
-        with orchestra_server(env, home=home) as (base, proc, full_env):
-            orchestra_cli(full_env, "user", "create", "bench", "--password-stdin", input="password-123\n")
-            with httpx.Client(base_url=base, timeout=300) as http:
-                login = http.post("/api/v1/auth/login", json={"user_name": "bench", "password": "password-123"})
+        cp, up, bare, via_httpx = Timings(), Timings(), Timings(), Timings()
+        try:
+            with orchestra_server(env, home=home) as (base, proc, full_env):
+                orchestra_cli(full_env, "user", "create", "bench", "--password-stdin", input="password-123\n")
+                login = httpx.post(f"{base}/api/v1/auth/login", json={"user_name": "bench", "password": "password-123"})
                 login.raise_for_status()
-                headers = {
-                    "Authorization": f"Bearer {login.json()['access_token']}",
-                    "Content-Type": f"multipart/form-data; boundary={BOUNDARY}",
-                }
-                warm = http.post(URL, headers=headers, content=b"".join(multipart_stream(Path(__file__))))
-                warm.raise_for_status()
+                token = login.json()["access_token"]
+                auth = {"Authorization": f"Bearer {token}"}
+
+                def upload_and_check(send: Callable[[str, Path, str], dict]) -> None:
+                    [stored] = up_answer = send(base, source, token)["files"]
+                    assert stored["size"] == size and stored["sha256"] == expected, up_answer
+                    httpx.delete(f"{base}{URL}/{stored['file_id']}", headers=auth).raise_for_status()
+
+                curl_upload(base, Path(__file__), token)  # warm up
                 time.sleep(0.5)
                 idle = tree_rss(proc.pid)
-
-                # Rounds alternate cp (the same bytes on the same disk) and the upload;
-                # the best of each is reported, as the machine may be shared.
                 sampler = PeakSampler(proc.pid)
                 sampler.start()
-                cp_times, upload_times = [], []
-                for _ in range(ROUNDS):
+                load_before = load_average()
+                for _ in range(rounds):
                     target = home / "cp-copy.bin"
-                    os.sync()  # neither side pays for the other's dirty pages
-                    started = time.perf_counter()
-                    subprocess.run(["cp", str(source), str(target)], check=True)
-                    cp_times.append(time.perf_counter() - started)
+                    cp.measure(lambda: subprocess.run(["cp", str(source), str(target)], check=True, timeout=300))
                     target.unlink()
-
-                    length = {"Content-Length": str(multipart_length(source))}
-                    os.sync()
-                    started = time.perf_counter()
-                    response = http.post(URL, headers={**headers, **length}, content=multipart_stream(source))
-                    upload_times.append(time.perf_counter() - started)
-                    response.raise_for_status()
-                    [stored] = response.json()["files"]
-                    assert stored["size"] == size, stored
-                    assert stored["sha256"] == expected, "sha256 mismatch"
-                    http.delete(f"{URL}/{stored['file_id']}", headers=headers).raise_for_status()
+                    # the check and delete run after the timed part: `measure` times the send only
+                    answers: list[dict] = []
+                    up.measure(lambda: answers.append(curl_upload(base, source, token)), proc.pid)
+                    upload_and_check(lambda *_: answers[0])
+                    bare.measure(lambda: curl_upload(sink_base, source, None), sink.pid)
+                    if with_httpx:
+                        answers.clear()
+                        via_httpx.measure(lambda: answers.append(httpx_upload(base, source, token)), proc.pid)
+                        upload_and_check(lambda *_: answers[0])
                 sampler.stop()
+                load_after = load_average()
+        finally:
+            sink.terminate()
+            sink.wait(timeout=15)
 
-        bare_times = sink_times(source, ROUNDS)
-        upload_rate = size_mib / min(upload_times)
-        bare_rate = size_mib / min(bare_times)
-        cp_rate = size_mib / min(cp_times)
-        print(f"upload of one {size_mib} MiB file to a real `orchestra serve` (loopback), "
-              f"best of {ROUNDS} rounds")
-        report("upload throughput", upload_rate, "MiB/s")
-        report("upload throughput, median", size_mib / median(upload_times), "MiB/s")
-        report("cp throughput (same bytes, same disk)", cp_rate, "MiB/s")
-        report("cp throughput, median", size_mib / median(cp_times), "MiB/s")
-        report("ratio upload / cp", upload_rate / cp_rate, "", goal=">= 0.5")
-        report("bare Sanic stream sink (reads, drops)", bare_rate, "MiB/s")
-        report("ratio upload / bare Sanic sink", upload_rate / bare_rate, "")
-        report("server RSS idle", idle / MIB, "MiB")
-        report("server RSS peak during upload", sampler.peak / MIB, "MiB")
-        report("peak above idle", (sampler.peak - idle) / MIB, "MiB", goal="< 64")
-        print(f"({sampler.samples} RSS samples; sha256 verified)")
+    print(f"one {size_mib} MiB file, {rounds} rounds, medians; load average {load_before} -> {load_after}")
+    for name, timings in (("cp (same bytes, same disk)", cp), ("upload (curl -F)", up),
+                          ("bare Sanic sink (curl -F)", bare)) + ((("upload (httpx)", via_httpx),) if with_httpx else ()):
+        walls = ", ".join(f"{size_mib / w:.0f}" for w in timings.wall)
+        report(f"{name} MiB/s", timings.rate(size_mib), f"MiB/s   rounds: {walls}")
+    report("ratio upload / cp (medians)", up.rate(size_mib) / cp.rate(size_mib), "", goal=">= 0.5")
+    report("ratio upload / bare Sanic sink", up.rate(size_mib) / bare.rate(size_mib), "")
+    report("cp CPU seconds", median(cp.client_cpu), "s")
+    report("upload: server CPU seconds", median(up.server_cpu), "s")
+    report("upload: curl CPU seconds", median(up.client_cpu), "s")
+    report("bare sink: server CPU seconds", median(bare.server_cpu), "s")
+    report("server RSS idle", idle / MIB, "MiB")
+    report("server RSS peak during upload", sampler.peak / MIB, "MiB")
+    report("peak above idle", (sampler.peak - idle) / MIB, "MiB", goal="< 64")
+    print(f"({sampler.samples} RSS samples; sha256 and size verified every round)")
 
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--sink"]:
         run_sink(int(sys.argv[2]))
     else:
-        main(int(sys.argv[1]) if len(sys.argv) > 1 else 100)
+        parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+        parser.add_argument("mib", nargs="?", type=int, default=100)
+        parser.add_argument("--rounds", type=int, default=3)
+        parser.add_argument("--httpx", action="store_true", help="also time the old httpx client")
+        args = parser.parse_args()
+        main(args.mib, args.rounds, args.httpx)
