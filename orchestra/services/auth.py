@@ -74,6 +74,7 @@ async def register(core: Core, *, user_name: str, password: str, role: Role = Ro
     """Store a new user with an argon2id hash of the password; returns the user."""
     name, key = normalize_user_name(user_name)
     check_password(password)
+    core.passwords.ensure_capacity()  # overloaded: 503 before any store work
     if await User.aget_or_none(User.user_name_key == key) is not None:
         raise UserAlreadyExistsError(f"The user name '{name}' is taken.")
     await release_connection(core.db)  # argon2 may queue for seconds: free the pooled connection
@@ -199,6 +200,7 @@ async def confirm_role(core: Core, *, user_id: str, minimum: Role) -> User:
 
 async def login(core: Core, *, user_name: str, password: str) -> TokenPair:
     """Verify the password and issue a token pair in a new refresh family."""
+    core.passwords.ensure_capacity()  # overloaded: 503 before any store work
     user = await find_user(core, user_name)
     await release_connection(core.db)  # argon2 may queue for seconds: free the pooled connection
     if not await core.passwords.verify(user.password_hash, password):
