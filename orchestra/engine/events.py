@@ -4,9 +4,12 @@
 and only then hands it to live subscribers. `follow()` is what a stream reads: it
 subscribes *first*, replays the stored events after `Last-Event-ID`, then forwards
 live ones, skipping any `seq` already sent — so a resume has no gap and no duplicate.
-A subscriber that falls behind is dropped from the live feed (its queue is bounded)
-and catches up from the store; when the run executes in another process the store is
-polled instead. `TokenCoalescer` batches token deltas (about every 50 ms).
+A stream writer may give `follow()` a *sink*: once the reader has caught up, `publish`
+hands each event straight to the sink (a socket write of bytes built once per event),
+so a thousand readers cost a thousand writes per event, not a thousand task wake-ups.
+A subscriber that falls behind (full queue, or a sink that refuses) is dropped from
+the live feed and catches up from the store; when the run executes in another process
+the store is polled instead. `TokenCoalescer` batches token deltas (about every 50 ms).
 """
 
 from __future__ import annotations
@@ -47,13 +50,14 @@ class RunGone(Exception):
 class Event:
     """One stored event; `frame()` is its SSE text, built once and shared by subscribers."""
 
-    __slots__ = ("seq", "kind", "data", "_frame")
+    __slots__ = ("seq", "kind", "data", "_frame", "_chunk")
 
     def __init__(self, seq: int, kind: str, data: dict[str, Any]) -> None:
         self.seq = seq
         self.kind = kind
         self.data = data
         self._frame: bytes | None = None
+        self._chunk: bytes | None = None
 
     @property
     def terminal(self) -> bool:
@@ -65,6 +69,13 @@ class Event:
             self._frame = f"id: {self.seq}\nevent: {self.kind}\ndata: {payload}\n\n".encode()
         return self._frame
 
+    def chunk(self) -> bytes:
+        """The frame as one HTTP/1.1 chunk (hex size, CRLF, frame, CRLF), built once."""
+        if self._chunk is None:
+            frame = self.frame()
+            self._chunk = b"%x\r\n%b\r\n" % (len(frame), frame)
+        return self._chunk
+
     def as_dict(self) -> dict[str, Any]:
         return {"seq": self.seq, "kind": self.kind, "data": self.data}
 
@@ -72,15 +83,52 @@ class Event:
         return f"Event({self.seq}, {self.kind!r})"
 
 
-class Subscription:
-    """A bounded queue of live events for one stream reader."""
+Sink = Callable[[Event], bool]  # writes an event now; False when the reader cannot keep up
 
-    __slots__ = ("trace_id", "queue", "dropped")
+
+class Subscription:
+    """One stream reader's live feed: a bounded queue, or (caught up) a sink.
+
+    In sink mode `push` writes each next event at once and records it in `last`; it
+    falls back to the queue (and wakes the reader) on a gap, a refusal or the end.
+    """
+
+    __slots__ = ("trace_id", "queue", "dropped", "sink", "last", "ended", "gap", "written_at", "waiter")
 
     def __init__(self, trace_id: str, maxsize: int) -> None:
         self.trace_id = trace_id
         self.queue: asyncio.Queue[Event] = asyncio.Queue(maxsize)
         self.dropped = False
+        self.sink: Sink | None = None
+        self.last = 0
+        self.ended = False  # the terminal event went through the sink
+        self.gap = False
+        self.written_at = 0.0
+        self.waiter: asyncio.Future | None = None
+
+    def push(self, event: Event, now: float) -> bool:
+        """Sink mode: write `event` if it is the next one. False: drop this subscriber."""
+        seq = event.seq
+        if seq <= self.last:
+            return True
+        if seq != self.last + 1:  # appended by another process: the reader reads the gap
+            self.sink, self.gap = None, True
+            self.wake()
+            return True
+        if not self.sink(event):
+            self.sink, self.dropped = None, True
+            self.wake()
+            return False
+        self.last, self.written_at = seq, now
+        if event.terminal:
+            self.sink, self.ended = None, True
+            self.wake()
+        return True
+
+    def wake(self) -> None:
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
 
 class EventLog:
@@ -139,12 +187,20 @@ class EventLog:
         subs = self._subs.get(trace_id)
         if not subs:
             return
-        for sub in list(subs):
+        now = time.monotonic()
+        dropped = []
+        for sub in subs:
+            if sub.sink is not None:
+                if not sub.push(event, now):
+                    dropped.append(sub)
+                continue
             try:
                 sub.queue.put_nowait(event)
             except asyncio.QueueFull:
                 sub.dropped = True
-                subs.discard(sub)
+                dropped.append(sub)
+        for sub in dropped:
+            subs.discard(sub)
 
     def forget(self, trace_id: str) -> None:
         """Drop the cached seq and lock of a run that has ended."""
@@ -208,7 +264,7 @@ class EventLog:
     def subscriber_count(self, trace_id: str) -> int:
         return len(self._subs.get(trace_id, ()))
 
-    async def follow(
+    def follow(
         self,
         trace_id: str,
         *,
@@ -216,12 +272,24 @@ class EventLog:
         is_live: Callable[[], bool] = lambda: True,
         ping_every: float = 15.0,
         poll_every: float = 0.2,
-    ) -> AsyncIterator[Event | None]:
+    ) -> Follow:
         """Every event after `after`, once and in order, ending with the terminal one.
 
         Yields `PING` (None) when `ping_every` seconds pass without an event. While
-        `is_live()` is false (the run executes elsewhere) the store is polled.
+        `is_live()` is false (the run executes elsewhere) the store is polled. Set
+        `.sink` on the result before iterating to have live events written by the sink.
         """
+        return Follow(self, trace_id, after, is_live, ping_every, poll_every)
+
+    async def _follow(
+        self,
+        follow: Follow,
+        trace_id: str,
+        after: int,
+        is_live: Callable[[], bool],
+        ping_every: float,
+        poll_every: float,
+    ) -> AsyncIterator[Event | None]:
         last = after
         sub = self.subscribe(trace_id)
         next_ping = time.monotonic() + ping_every
@@ -243,6 +311,37 @@ class EventLog:
                     continue
                 if not sub.queue.empty():
                     event = sub.queue.get_nowait()
+                elif follow.sink is not None and not sub.dropped and is_live():
+                    # Caught up: from here `publish` writes through the sink, no task wake-up.
+                    sub.sink, sub.last, sub.written_at = follow.sink, last, next_ping - ping_every
+                    sub.gap = False
+                    try:
+                        await self.release()
+                        while sub.sink is not None:
+                            wait = max(sub.written_at + ping_every - time.monotonic(), 0.0)
+                            sub.waiter = asyncio.get_running_loop().create_future()
+                            try:
+                                async with asyncio.timeout(wait):
+                                    await sub.waiter
+                            except (asyncio.TimeoutError, TimeoutError):
+                                pass
+                            finally:
+                                sub.waiter = None
+                            if sub.sink is None:
+                                break
+                            if time.monotonic() >= sub.written_at + ping_every:
+                                yield PING
+                                sub.written_at = time.monotonic()
+                            if not is_live():  # ended elsewhere, or handed over: read the store
+                                break
+                    finally:
+                        sub.sink = None
+                        last = sub.last
+                        next_ping = sub.written_at + ping_every
+                    if sub.ended:
+                        return
+                    catch_up = not sub.dropped
+                    continue
                 else:
                     await self.release()
                     live = is_live()
@@ -271,6 +370,29 @@ class EventLog:
                     return
         finally:
             self.unsubscribe(sub)
+
+
+class Follow:
+    """What `EventLog.follow` returns: an async iterator of events and PINGs.
+
+    `sink`, when set before the reader catches up, receives the live events instead
+    (see `Subscription.push`); the iterator then yields only PINGs and ends after the
+    sink took the terminal event.
+    """
+
+    def __init__(self, log: EventLog, trace_id: str, after: int, is_live: Callable[[], bool],
+                 ping_every: float, poll_every: float) -> None:
+        self.sink: Sink | None = None
+        self._gen = log._follow(self, trace_id, after, is_live, ping_every, poll_every)
+
+    def __aiter__(self) -> Follow:
+        return self
+
+    def __anext__(self) -> Awaitable[Event | None]:
+        return self._gen.__anext__()
+
+    async def aclose(self) -> None:
+        await self._gen.aclose()
 
 
 class TokenCoalescer:

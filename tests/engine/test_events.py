@@ -162,3 +162,72 @@ async def test_many_waiting_streams_do_not_drain_the_connection_pool(core, run_i
     )
     results = await asyncio.gather(*streams)
     assert all([e.seq for e in got] == [1, finished.seq] for got in results)
+
+
+async def test_a_caught_up_reader_gets_live_events_through_its_sink_once_and_in_order(core, run_id):
+    log = EventLog(core.db)
+    for i in range(3):
+        await log.append(run_id, "token", {"text": str(i)}, step_id="a")
+    written: list[bytes] = []
+    stream = log.follow(run_id, after=1)
+    stream.sink = lambda event: written.append(event.chunk()) or True
+
+    async def writer():
+        await asyncio.sleep(0.05)  # the reader has replayed 2..3 and waits
+        (sub,) = log._subs[run_id]
+        assert sub.sink is not None  # live events now bypass the reader's queue
+        for i in range(3):
+            await log.append(run_id, "token", {"text": f"live{i}"}, step_id="a")
+        await log.append(run_id, "run_finished", {"status": "succeeded"})
+
+    task = asyncio.create_task(writer())
+    replayed = await collect(stream)
+    await task
+    assert [e.seq for e in replayed] == [2, 3]  # the catch-up came through the iterator
+    stored = await log.stored(run_id, after=3)
+    assert written == [e.chunk() for e in stored]  # 4..7, each once, the terminal one last
+    assert written[0].startswith(b"%x\r\nid: 4\nevent: token\n" % len(stored[0].frame()))
+    assert log.subscriber_count(run_id) == 0
+
+
+async def test_a_sink_that_refuses_drops_the_reader_which_catches_up_from_the_store(core, run_id):
+    log = EventLog(core.db)
+    seen: list[int] = []
+    refuse = {5}  # the sink refuses event 5 once (a slow socket)
+
+    def sink(event):
+        if event.seq in refuse:
+            refuse.discard(event.seq)
+            return False
+        seen.append(event.seq)
+        return True
+
+    stream = log.follow(run_id)
+    stream.sink = sink
+
+    async def writer():
+        await asyncio.sleep(0.05)
+        for i in range(8):
+            await log.append(run_id, "token", {"text": str(i)})
+        await log.append(run_id, "run_finished", {"status": "succeeded"})
+
+    task = asyncio.create_task(writer())
+    through_iterator = []
+    async for event in stream:  # what the stream writer sends, in the order it sends it
+        through_iterator.append(event.seq)
+        seen.append(event.seq)
+    await task
+    # 1..4 live through the sink; 5 refused, then replayed from the store; never twice.
+    assert seen[:4] == [1, 2, 3, 4] and through_iterator[0] == 5
+    assert seen == list(range(1, 10))
+
+
+async def test_a_sink_reader_pings_when_idle(core, run_id):
+    log = EventLog(core.db)
+    stream = log.follow(run_id, ping_every=0.05)
+    stream.sink = lambda event: True
+    assert await collect(stream, n=2, timeout=2) == [PING, PING]
+    (sub,) = log._subs[run_id]
+    assert sub.sink is not None
+    await stream.aclose()
+    assert log.subscriber_count(run_id) == 0
