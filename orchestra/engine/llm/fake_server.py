@@ -142,6 +142,9 @@ class _Handler(BaseHTTPRequestHandler):
     # -- plumbing -------------------------------------------------------------------
     def setup(self) -> None:
         super().setup()
+        # Each SSE chunk is its own small write: without TCP_NODELAY, Nagle holds the
+        # second one until the client's delayed ACK (~40 ms on Linux) on every reply.
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.server.fake._track(self.connection, True)
 
     def finish(self) -> None:
