@@ -248,6 +248,7 @@ async def test_alg_none_is_refused(client, users):
                  401, "TokenInvalidError")
 
 
+@pytest.mark.filterwarnings("ignore:The HMAC key")  # HS512 with the real (44-byte) secret
 async def test_forged_signature_and_other_algorithms_are_refused(client, users):
     admin = await users.make("root", "SUPER_ADMINISTRATOR")
     forged = forge(claims_for(admin), key="not-the-server-secret-" + "z" * 20)
