@@ -31,7 +31,9 @@ def _lower_priority() -> None:
     if not sys.platform.startswith("linux"):
         return
     try:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), HASH_NICENESS)
+        thread = threading.get_native_id()
+        niceness = min(19, os.getpriority(os.PRIO_PROCESS, thread) + HASH_NICENESS)
+        os.setpriority(os.PRIO_PROCESS, thread, niceness)
     except OSError:  # not permitted here: hash at normal priority
         pass
 
