@@ -25,6 +25,7 @@ from orchestra.services.providers import (
     clean_text,
     decrypt_api_key,
     storable,
+    write_transaction,
 )
 
 logger = logging.getLogger("orchestra.agents")
@@ -312,7 +313,7 @@ async def update_skill(
     instructions: str = _UNSET,
 ) -> Skill:
     """Change the named fields; a rename carries the workers bound to the skill along."""
-    async with core.db.atomic():
+    async with write_transaction(core):
         skill = await get_skill(core, skill_id)
         old_name = skill.name
         if name is not _UNSET:
@@ -337,7 +338,7 @@ async def update_skill(
 
 async def delete_skill(core: Core, *, skill_id: str) -> Skill:
     """Delete a skill no worker is bound to; 409 naming the workers otherwise."""
-    async with core.db.atomic():
+    async with write_transaction(core):
         skill = await get_skill(core, skill_id)
         workers = await core.db.list(
             Worker.select(Worker.id, Worker.name)
@@ -557,21 +558,17 @@ async def update_node(core: Core, *, name: str, provider: str | None = _UNSET, m
             raise ValidationError.field("provider", f"unknown provider '{provider}'")
     if model is not _UNSET and model is not None:
         model = clean_model(model, "model")
-    async with core.db.atomic():
-        row = await SystemNode.aget_or_none(SystemNode.name == spec.name)
-        if row is None:
-            row = SystemNode(name=spec.name)
-            is_new = True
-        else:
-            is_new = False
-        if provider is not _UNSET:
-            row.provider = provider
-        if model is not _UNSET:
-            row.model = model
-        row.updated_at = utcnow()
-        try:
-            await row.asave(force_insert=is_new)
-        except IntegrityError:
-            raise ConflictError("The node changed concurrently, or its provider was removed; try again.") from None
+    values: dict[Any, Any] = {SystemNode.updated_at: utcnow()}
+    if provider is not _UNSET:
+        values[SystemNode.provider] = provider
+    if model is not _UNSET:
+        values[SystemNode.model] = model
+    upsert = SystemNode.insert({SystemNode.name: spec.name, **values}).on_conflict(
+        conflict_target=[SystemNode.name], update=values
+    )
+    try:
+        await core.db.aexecute(upsert)
+    except IntegrityError:  # the provider was deleted meanwhile
+        raise ValidationError.field("provider", f"unknown provider '{provider}'") from None
     _invalidate(core)
     return await get_node(core, spec.name)

@@ -174,3 +174,20 @@ async def test_nul_characters_are_422_or_not_found_never_a_store_error(core, own
     for kwargs in ({"model_id": nul}, {"api_key": nul}, {"base_url": "http://h/" + nul}):
         with pytest.raises(ValidationError):
             await psvc.create_provider(core, **{"name": "p2", "kind": "openai", "model_id": "m", **kwargs})
+
+
+async def test_concurrent_writes_wait_their_turn(core, provider):
+    """Read-then-write transactions must not fail with 'database is locked' on SQLite."""
+    import asyncio
+
+    skills = [await agents.create_skill(core, name=f"s{i}") for i in range(10)]
+    results = await asyncio.gather(
+        *[agents.update_node(core, name="planner", model=f"m{i}") for i in range(10)],
+        *[agents.update_skill(core, skill_id=s.id, name=f"renamed{i}") for i, s in enumerate(skills)],
+        *[agents.delete_skill(core, skill_id=s.id) for s in skills[:5]],
+        return_exceptions=True,
+    )
+    unexpected = [r for r in results if isinstance(r, Exception) and not isinstance(r, NotFoundError)]
+    assert unexpected == []
+    assert (await agents.get_node(core, "planner"))["model"].startswith("m")
+    assert len(await agents.list_skills(core)) == 5
