@@ -207,3 +207,21 @@ async def test_cache_sees_route_writes(client, admin, alice, provider_id):
     assert (await cache.node("planner")).model == "gpt-4o-mini"
     await client.delete(f"{WORKERS}/{wid}", headers=alice["headers"])
     assert await cache.worker(wid) is None
+
+
+async def test_super_administrator_manages_shared_resources_and_openapi_lists_routes(client, users):
+    root = await users.make("root", "SUPER_ADMINISTRATOR")
+    response = await client.post(
+        "/api/v1/provider", json={"name": "p", "provider": "ollama", "model_id": "llama3"}, headers=root["headers"]
+    )
+    assert response.status_code == 201
+    response = await client.put(f"{NODES}/summarizer", json={"provider": response.json()["provider_id"]}, headers=root["headers"])
+    assert response.status_code == 200
+    assert (await client.post("/api/v1/agent/reload", headers=root["headers"])).json()["nodes"] == 3
+    spec = await client.get("/api/v1/docs/openapi.json")
+    assert spec.status_code == 200
+    paths = spec.json()["paths"]
+    for path in ("/api/v1/provider", "/api/v1/provider/{provider_id}/check", "/api/v1/agent/worker",
+                 "/api/v1/agent/node/{name}", "/api/v1/agent/reload", "/api/v1/resource/tool",
+                 "/api/v1/resource/skill/{skill_id}"):
+        assert path in paths, path
