@@ -146,33 +146,49 @@ class EventLog:
         self, trace_id: str, kind: str, data: dict[str, Any] | None = None, *, step_id: str | None = None
     ) -> Event:
         """Store the event with the next seq, then publish it. Raises RunGone."""
-        if kind not in KINDS:
-            raise ValueError(f"unknown event kind {kind!r}")
+        return (await self.append_many(trace_id, [(kind, data, step_id)]))[0]
+
+    async def append_many(
+        self, trace_id: str, items: list[tuple[str, dict[str, Any] | None, str | None]]
+    ) -> list[Event]:
+        """Store (kind, data, step_id) items as consecutive events in one statement, then
+        publish them in order. Raises RunGone."""
+        for kind, _, _ in items:
+            if kind not in KINDS:
+                raise ValueError(f"unknown event kind {kind!r}")
         lock = self._locks.setdefault(trace_id, asyncio.Lock())
         async with lock:
             for _ in range(20):
                 last = self._last.get(trace_id)
                 if last is None:
                     last = await self.max_seq(trace_id)
-                seq = last + 1
                 now = utcnow()
-                payload: dict[str, Any] = {"trace_id": trace_id, "seq": seq, "ts": iso(now)}
-                if step_id is not None:
-                    payload["step_id"] = step_id
-                payload.update(data or {})
+                ts = iso(now)
+                rows: list[dict[str, Any]] = []
+                for offset, (kind, data, step_id) in enumerate(items, 1):
+                    payload: dict[str, Any] = {"trace_id": trace_id, "seq": last + offset, "ts": ts}
+                    if step_id is not None:
+                        payload["step_id"] = step_id
+                    payload.update(data or {})
+                    rows.append({"run": trace_id, "seq": last + offset, "kind": kind, "data": payload,
+                                 "created_at": now})
                 try:
-                    await RunEvent.acreate(run=trace_id, seq=seq, kind=kind, data=payload, created_at=now)
+                    if len(rows) == 1:
+                        await RunEvent.acreate(**rows[0])
+                    else:
+                        await self.db.aexecute(RunEvent.insert_many(rows))
                 except IntegrityError:
                     # Another process appended (or the run is gone): re-read and retry.
                     self._last.pop(trace_id, None)
                     await self._check_open(trace_id)
                     continue
-                self._last[trace_id] = seq
-                event = Event(seq, kind, payload)
-                self.publish(event, trace_id)
-                if event.terminal:
+                self._last[trace_id] = last + len(rows)
+                events = [Event(row["seq"], row["kind"], row["data"]) for row in rows]
+                for event in events:
+                    self.publish(event, trace_id)
+                if events[-1].terminal:
                     self.forget(trace_id)
-                return event
+                return events
         raise RunGone(f"could not append to run {trace_id}")
 
     async def _check_open(self, trace_id: str) -> None:
@@ -429,6 +445,19 @@ class TokenCoalescer:
 
     async def flush(self) -> None:
         """Append whatever is buffered now (call before any other event of the step)."""
+        await self._stop_timer()
+        await self._flush()
+
+    async def take(self) -> str:
+        """Stop the timer and hand back the buffered text un-appended: the caller stores it
+        together with the step's next event (one statement instead of two)."""
+        await self._stop_timer()
+        async with self._lock:
+            text = "".join(self._buffer)
+            self._buffer.clear()
+        return text
+
+    async def _stop_timer(self) -> None:
         timer, self._timer = self._timer, None
         if timer is not None and not timer.done():
             if self._sleeping_timer is timer:  # still sleeping: cancel it, we flush now
@@ -438,7 +467,6 @@ class TokenCoalescer:
         if self._error is not None:
             error, self._error = self._error, None
             raise error
-        await self._flush()
 
     async def _flush(self) -> None:
         async with self._lock:

@@ -72,6 +72,7 @@ class LiveRun:
     steps: list[dict[str, Any]]
     task: asyncio.Task | None = None
     pending: dict[str, PendingReply] = field(default_factory=dict)
+    started: dict[str, asyncio.Future] = field(default_factory=dict)  # agent steps' first writes
     stop_status: str = "cancelled"  # or "interrupted"
     stop_reason: str = "The run was cancelled."
 
@@ -109,6 +110,7 @@ class Engine:
         self.retry_base_delay = retry_base_delay
         self.runs: dict[str, LiveRun] = {}
         self._clients: dict[tuple, Any] = {}
+        self._clients_lock = asyncio.Lock()
         self.stopping = False
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -293,32 +295,61 @@ class Engine:
 
     async def _step(self, live: LiveRun, step: dict[str, Any], outputs: dict[str, str]) -> str:
         trace_id, sid = live.trace_id, step["id"]
-        await self._set_step(trace_id, sid, status="running", started_at=utcnow())
         prompt = render_prompt(step["prompt"], input=live.input, outputs=outputs)
-        await self.log.append(
-            trace_id, "step_started", {"agent": step["agent"], "prompt": prompt}, step_id=sid
-        )
+        begin = self._begin_step(trace_id, sid, step["agent"], prompt)
+        human = bool(step["agent"].get("human"))
+        if human:
+            await begin
+        else:  # its store writes overlap the provider call; the step's events wait for them
+            live.started[sid] = asyncio.ensure_future(begin)
+        pending_text = ""
         try:
-            if step["agent"].get("human"):
+            if human:
                 output, usage = await self._ask(live, sid, prompt), None
             else:
-                output, usage = await self._agent_step(live, step, prompt)
+                output, usage, pending_text = await self._agent_step(live, step, prompt)
+            await self._started(live, sid)
         except StepFailure as failure:
+            await self._started(live, sid)
             await self._set_step(trace_id, sid, status="failed", error=failure.message, finished_at=utcnow())
             await self.log.append(trace_id, "step_failed", {"error": failure.message}, step_id=sid)
             raise
+        except BaseException:
+            started = live.started.get(sid)
+            if started is not None:  # never leave its writes to land after the run's end
+                await asyncio.wait({started})
+                if not started.cancelled():
+                    started.exception()  # retrieved: the step's own error wins
+            raise
+        finally:
+            if sid in live.started and live.started[sid].done():
+                live.started.pop(sid)
         await self._set_step(
             trace_id, sid, status="succeeded", output=output, usage=usage, finished_at=utcnow()
         )
-        await self.log.append(
-            trace_id, "step_finished", {"output": output, "usage": usage}, step_id=sid
+        last_tokens = [("token", {"text": pending_text}, sid)] if pending_text else []
+        await self.log.append_many(
+            trace_id, last_tokens + [("step_finished", {"output": output, "usage": usage}, sid)]
         )
         return output
+
+    async def _begin_step(self, trace_id: str, sid: str, agent: dict[str, Any], prompt: str) -> None:
+        await self._set_step(trace_id, sid, status="running", started_at=utcnow())
+        await self.log.append(trace_id, "step_started", {"agent": agent, "prompt": prompt}, step_id=sid)
+
+    async def _started(self, live: LiveRun, sid: str) -> None:
+        """Wait until the step's `running` row and `step_started` event are stored."""
+        started = live.started.get(sid)
+        if started is not None:
+            if not started.done():
+                await asyncio.shield(started)
+            started.result()  # its error (RunGone) is the step's
 
     # -- agent steps ------------------------------------------------------------------------
     async def _agent_step(
         self, live: LiveRun, step: dict[str, Any], prompt: str
-    ) -> tuple[str, dict[str, int]]:
+    ) -> tuple[str, dict[str, int], str]:
+        """(output, usage, the last token text, not yet appended: the caller stores it)."""
         from orchestra.services.agents import agent_cache, tool_registry
 
         agent = step["agent"]
@@ -340,7 +371,7 @@ class Engine:
         registry = self.registry or tool_registry(self.core)
         try:
             tools = registry.specs(config.tools)
-            client = self._client(config)
+            client = await self._client_for(config)
         except (ToolError, LLMError) as exc:
             raise StepFailure(exc.message) from None
         system = "\n\n".join(p for p in (config.system_prompt, config.skill_instructions) if p)
@@ -361,12 +392,12 @@ class Engine:
         usage = {"prompt_tokens": 0, "completion_tokens": 0}
         rounds = self.settings.llm_max_tool_rounds
         for round_number in range(rounds + 1):
-            result = await self._turn(live, step["id"], client, config.model, messages, tools)
+            result, pending_text = await self._turn(live, step["id"], client, config.model, messages, tools)
             if result.usage is not None:
                 usage["prompt_tokens"] += result.usage.prompt_tokens
                 usage["completion_tokens"] += result.usage.completion_tokens
             if not result.tool_calls:
-                return result.text, usage
+                return result.text, usage, pending_text
             if round_number == rounds:
                 raise StepFailure(f"The model still asked for tools after {rounds} tool rounds.")
             messages.append(ChatMessage("assistant", result.text or None, tool_calls=result.tool_calls))
@@ -379,6 +410,7 @@ class Engine:
 
     async def _tool(self, live: LiveRun, sid: str, registry, call, ctx: ToolContext) -> str:
         """Run one tool call; a failing tool becomes an error result for the model."""
+        await self._started(live, sid)
         await self.log.append(
             live.trace_id,
             "tool_call",
@@ -402,12 +434,19 @@ class Engine:
         await self.log.append(live.trace_id, "tool_result", data, step_id=sid)
         return result if error is None else f"Error: {error}"
 
-    async def _turn(self, live: LiveRun, sid: str, client, model: str, messages, tools) -> ChatResult:
-        """One streamed model turn, retried on retryable errors before any token is shown."""
-        coalescer = TokenCoalescer(
-            lambda text: self.log.append(live.trace_id, "token", {"text": text}, step_id=sid),
-            interval=self.token_interval,
-        )
+    async def _turn(
+        self, live: LiveRun, sid: str, client, model: str, messages, tools
+    ) -> tuple[ChatResult, str]:
+        """One streamed model turn, retried on retryable errors before any token is shown.
+
+        Returns the result and, for a final answer (no tool calls), the last buffered
+        token text, which the caller appends together with `step_finished`."""
+
+        async def emit(text: str) -> None:
+            await self._started(live, sid)
+            await self.log.append(live.trace_id, "token", {"text": text}, step_id=sid)
+
+        coalescer = TokenCoalescer(emit, interval=self.token_interval)
 
         async def attempt() -> ChatResult:
             await self.log.release()  # no pooled connection held while the model talks
@@ -440,21 +479,39 @@ class Engine:
         except BaseException:
             await coalescer.close()
             raise
-        await coalescer.flush()
-        return result
+        if result.tool_calls:
+            await coalescer.flush()
+            return result, ""
+        return result, await coalescer.take()
+
+    async def _client_for(self, config) -> Any:
+        """`_client`, built in a thread the first time: importing a provider SDK takes ~1 s
+        (openai) to ~4 s (anthropic) of CPU that must not stall every stream and request."""
+        key = (config.provider_kind, config.provider_base_url, config.provider_api_key)
+        client = self._clients.get(key)
+        if client is None:
+            async with self._clients_lock:
+                client = self._clients.get(key)
+                if client is None:
+                    client = await asyncio.to_thread(self._build_client, config)
+                    self._clients[key] = client
+        return client
 
     def _client(self, config) -> Any:
         """One provider client per (kind, URL, key), reused across steps and runs."""
         key = (config.provider_kind, config.provider_base_url, config.provider_api_key)
         client = self._clients.get(key)
         if client is None:
-            client = self._clients[key] = make_client(
-                kind=config.provider_kind,
-                api_key=config.provider_api_key,
-                base_url=config.provider_base_url,
-                timeout=self.settings.llm_timeout,
-            )
+            client = self._clients[key] = self._build_client(config)
         return client
+
+    def _build_client(self, config) -> Any:
+        return make_client(
+            kind=config.provider_kind,
+            api_key=config.provider_api_key,
+            base_url=config.provider_base_url,
+            timeout=self.settings.llm_timeout,
+        )
 
     async def _read_upload(self, owner_id: str, file_id: str) -> str:
         from orchestra.services import uploads
@@ -467,6 +524,7 @@ class Engine:
     # -- human in the loop ------------------------------------------------------------------
     async def _ask(self, live: LiveRun, sid: str, prompt: str) -> str:
         """Emit `reply_requested`, move the run to `waiting_reply`, wait for the answer."""
+        await self._started(live, sid)
         request_id = uuid.uuid4().hex
         future = asyncio.get_running_loop().create_future()
         pending = PendingReply(request_id, sid, prompt, future)

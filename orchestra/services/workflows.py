@@ -351,8 +351,10 @@ async def start_run(
             files=attached,
             status="queued",
         )
-        for step in template.steps:
-            await RunStep.acreate(run=run.trace_id, step_id=step["id"], status="pending")
+        if template.steps:  # one statement for every step row
+            await core.db.aexecute(RunStep.insert_many(
+                [{"run": run.trace_id, "step_id": step["id"], "status": "pending"} for step in template.steps]
+            ))
     engine.start(run)
     return run
 
