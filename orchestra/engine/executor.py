@@ -7,6 +7,10 @@ tool calls run and fed back, at most `llm_max_tool_rounds` rounds, retryable pro
 errors retried while nothing of the attempt has been shown). A human step, like the
 `ask_user` tool, emits `reply_requested` and waits for `Engine.reply`. Requests that
 start, cancel or answer a run never own it: a client hanging up changes nothing.
+
+A run's store writes (row updates, events) go through its `RunWriter`, in order, so
+the run does not wait on the store between steps; a run waits for them to be stored
+before it ends, and a reply request before it answers.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestra.db.models import RunEvent, RunStep, WorkflowRun, utcnow
-from orchestra.engine.events import EventLog, RunGone, TokenCoalescer
+from orchestra.engine.events import EventLog, RunGone, RunWriter, TokenCoalescer
 from orchestra.engine.llm import (
     ChatMessage,
     ChatResult,
@@ -72,7 +76,7 @@ class LiveRun:
     steps: list[dict[str, Any]]
     task: asyncio.Task | None = None
     pending: dict[str, PendingReply] = field(default_factory=dict)
-    started: dict[str, asyncio.Future] = field(default_factory=dict)  # agent steps' first writes
+    writes: RunWriter = field(default_factory=RunWriter)  # its store writes, in order
     stop_status: str = "cancelled"  # or "interrupted"
     stop_reason: str = "The run was cancelled."
 
@@ -182,49 +186,55 @@ class Engine:
                 f"The request '{request_id}' is not waiting for a reply (stale or unknown).",
                 detail={"pending": list(live.pending)},
             )
+        writes = live.writes
         if not live.pending:
-            await self._set_run(trace_id, status="running")
-        await self._set_step(trace_id, pending.step_id, status="running")
-        await self.log.append(
+            writes.submit(self._set_run, trace_id, status="running")
+        writes.submit(self._set_step, trace_id, pending.step_id, status="running")
+        stored = writes.submit(
+            self.log.append,
             trace_id,
             "reply_received",
             {"request_id": request_id, "content": content},
             step_id=pending.step_id,
         )
+        await asyncio.shield(stored)
         if not pending.future.done():
             pending.future.set_result(content)
         return pending
 
     # -- the run ----------------------------------------------------------------------------
     async def _run(self, live: LiveRun) -> None:
-        trace_id = live.trace_id
+        trace_id, writes = live.trace_id, live.writes
         try:
-            await self._set_run(trace_id, status="running", started_at=utcnow())
-            await self.log.append(
+            writes.submit(self._set_run, trace_id, status="running", started_at=utcnow())
+            writes.submit(
+                self.log.append,
                 trace_id,
                 "run_started",
                 {"status": "running", "input": live.input, "steps": [s["id"] for s in live.steps]},
             )
             outputs = await self._schedule(live)
-            await self._set_run(trace_id, status="succeeded", finished_at=utcnow())
+            writes.submit(self._set_run, trace_id, status="succeeded", finished_at=utcnow())
             final = outputs.get(live.steps[-1]["id"]) if live.steps else None
-            await self.log.append(
-                trace_id, "run_finished", {"status": "succeeded", "output": final}
+            writes.submit(
+                self.log.append, trace_id, "run_finished", {"status": "succeeded", "output": final}
             )
+            await writes.drain()
         except _RunFailed as failure:
-            await self._end(trace_id, "failed", "run_failed", failure.message, step_id=failure.step_id)
+            await self._end(live, "failed", "run_failed", failure.message, step_id=failure.step_id)
         except asyncio.CancelledError:
             task = asyncio.current_task()
             if task is not None:
                 task.uncancel()
             kind = "run_failed" if live.stop_status == "interrupted" else "run_cancelled"
-            await self._end(trace_id, live.stop_status, kind, live.stop_reason)
+            await self._end(live, live.stop_status, kind, live.stop_reason)
         except RunGone:
             pass
         except Exception as exc:  # noqa: BLE001 - a bug must still end the run visibly
             logger.exception("run %s crashed", trace_id)
-            await self._end(trace_id, "failed", "run_failed", f"Internal error: {type(exc).__name__}.")
+            await self._end(live, "failed", "run_failed", f"Internal error: {type(exc).__name__}.")
         finally:
+            await writes.settle()
             for pending in live.pending.values():
                 if not pending.future.done():
                     pending.future.cancel()
@@ -232,11 +242,18 @@ class Engine:
             self.log.forget(trace_id)
 
     async def _end(
-        self, trace_id: str, status: str, kind: str, message: str, *, step_id: str | None = None
+        self, live: LiveRun, status: str, kind: str, message: str, *, step_id: str | None = None
     ) -> None:
-        """Record a run's unhappy end: steps, run row, terminal event (best effort if gone)."""
+        """Record a run's unhappy end: steps, run row, terminal event (best effort if gone).
+
+        The run's queued writes land first; then these are written directly."""
+        trace_id = live.trace_id
+        await live.writes.settle()
         now = utcnow()
         try:
+            last = await self.log.last_event(trace_id)
+            if last is not None and last.terminal:  # it ended just before the stop
+                return
             await self.core.db.aexecute(
                 RunStep.update(status=status if status != "failed" else "cancelled", finished_at=now)
                 .where((RunStep.run == trace_id) & RunStep.status.in_(["running", "waiting_reply"]))
@@ -264,6 +281,7 @@ class Engine:
         tasks: dict[asyncio.Task, str] = {}
         try:
             while True:
+                live.writes.check()  # a failed write (the run was deleted, …) ends the run
                 for step in live.steps:
                     sid = step["id"]
                     if sid in started or not all(d in outputs for d in step.get("depends_on", [])):
@@ -294,56 +312,31 @@ class Engine:
                 await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _step(self, live: LiveRun, step: dict[str, Any], outputs: dict[str, str]) -> str:
-        trace_id, sid = live.trace_id, step["id"]
+        trace_id, sid, writes = live.trace_id, step["id"], live.writes
         prompt = render_prompt(step["prompt"], input=live.input, outputs=outputs)
-        begin = self._begin_step(trace_id, sid, step["agent"], prompt)
-        human = bool(step["agent"].get("human"))
-        if human:
-            await begin
-        else:  # its store writes overlap the provider call; the step's events wait for them
-            live.started[sid] = asyncio.ensure_future(begin)
+        writes.submit(self._set_step, trace_id, sid, status="running", started_at=utcnow())
+        writes.submit(
+            self.log.append, trace_id, "step_started", {"agent": step["agent"], "prompt": prompt}, step_id=sid
+        )
         pending_text = ""
         try:
-            if human:
+            if step["agent"].get("human"):
                 output, usage = await self._ask(live, sid, prompt), None
             else:
                 output, usage, pending_text = await self._agent_step(live, step, prompt)
-            await self._started(live, sid)
         except StepFailure as failure:
-            await self._started(live, sid)
-            await self._set_step(trace_id, sid, status="failed", error=failure.message, finished_at=utcnow())
-            await self.log.append(trace_id, "step_failed", {"error": failure.message}, step_id=sid)
+            writes.submit(self._set_step, trace_id, sid, status="failed", error=failure.message,
+                          finished_at=utcnow())
+            writes.submit(self.log.append, trace_id, "step_failed", {"error": failure.message}, step_id=sid)
             raise
-        except BaseException:
-            started = live.started.get(sid)
-            if started is not None:  # never leave its writes to land after the run's end
-                await asyncio.wait({started})
-                if not started.cancelled():
-                    started.exception()  # retrieved: the step's own error wins
-            raise
-        finally:
-            if sid in live.started and live.started[sid].done():
-                live.started.pop(sid)
-        await self._set_step(
-            trace_id, sid, status="succeeded", output=output, usage=usage, finished_at=utcnow()
+        writes.submit(
+            self._set_step, trace_id, sid, status="succeeded", output=output, usage=usage, finished_at=utcnow()
         )
         last_tokens = [("token", {"text": pending_text}, sid)] if pending_text else []
-        await self.log.append_many(
-            trace_id, last_tokens + [("step_finished", {"output": output, "usage": usage}, sid)]
+        writes.submit(
+            self.log.append_many, trace_id, last_tokens + [("step_finished", {"output": output, "usage": usage}, sid)]
         )
         return output
-
-    async def _begin_step(self, trace_id: str, sid: str, agent: dict[str, Any], prompt: str) -> None:
-        await self._set_step(trace_id, sid, status="running", started_at=utcnow())
-        await self.log.append(trace_id, "step_started", {"agent": agent, "prompt": prompt}, step_id=sid)
-
-    async def _started(self, live: LiveRun, sid: str) -> None:
-        """Wait until the step's `running` row and `step_started` event are stored."""
-        started = live.started.get(sid)
-        if started is not None:
-            if not started.done():
-                await asyncio.shield(started)
-            started.result()  # its error (RunGone) is the step's
 
     # -- agent steps ------------------------------------------------------------------------
     async def _agent_step(
@@ -410,8 +403,8 @@ class Engine:
 
     async def _tool(self, live: LiveRun, sid: str, registry, call, ctx: ToolContext) -> str:
         """Run one tool call; a failing tool becomes an error result for the model."""
-        await self._started(live, sid)
-        await self.log.append(
+        live.writes.submit(
+            self.log.append,
             live.trace_id,
             "tool_call",
             {"call_id": call.id, "name": call.name, "arguments": call.arguments},
@@ -431,7 +424,7 @@ class Engine:
         data: dict[str, Any] = {"call_id": call.id, "name": call.name, "result": result}
         if error is not None:
             data["error"] = error
-        await self.log.append(live.trace_id, "tool_result", data, step_id=sid)
+        live.writes.submit(self.log.append, live.trace_id, "tool_result", data, step_id=sid)
         return result if error is None else f"Error: {error}"
 
     async def _turn(
@@ -443,8 +436,7 @@ class Engine:
         token text, which the caller appends together with `step_finished`."""
 
         async def emit(text: str) -> None:
-            await self._started(live, sid)
-            await self.log.append(live.trace_id, "token", {"text": text}, step_id=sid)
+            live.writes.submit(self.log.append, live.trace_id, "token", {"text": text}, step_id=sid)
 
         coalescer = TokenCoalescer(emit, interval=self.token_interval)
 
@@ -524,18 +516,18 @@ class Engine:
     # -- human in the loop ------------------------------------------------------------------
     async def _ask(self, live: LiveRun, sid: str, prompt: str) -> str:
         """Emit `reply_requested`, move the run to `waiting_reply`, wait for the answer."""
-        await self._started(live, sid)
         request_id = uuid.uuid4().hex
         future = asyncio.get_running_loop().create_future()
         pending = PendingReply(request_id, sid, prompt, future)
         live.pending[request_id] = pending
         try:
-            await self._set_run(live.trace_id, status="waiting_reply")
-            await self._set_step(live.trace_id, sid, status="waiting_reply")
-            await self.log.append(
-                live.trace_id, "reply_requested", {"request_id": request_id, "prompt": prompt},
-                step_id=sid,
-            )
+            writes = live.writes
+            writes.submit(self._set_run, live.trace_id, status="waiting_reply")
+            writes.submit(self._set_step, live.trace_id, sid, status="waiting_reply")
+            await asyncio.shield(writes.submit(
+                self.log.append, live.trace_id, "reply_requested",
+                {"request_id": request_id, "prompt": prompt}, step_id=sid,
+            ))
             return await self._wait_reply(live, pending)
         finally:
             live.pending.pop(request_id, None)

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from orchestra.db.models import RunEvent, WorkflowRun
-from orchestra.engine.events import PING, EventLog, RunGone, TokenCoalescer
+from orchestra.engine.events import PING, EventLog, RunGone, RunWriter, TokenCoalescer
 from orchestra.services import auth
 
 
@@ -231,3 +231,38 @@ async def test_a_sink_reader_pings_when_idle(core, run_id):
     assert sub.sink is not None
     await stream.aclose()
     assert log.subscriber_count(run_id) == 0
+
+
+async def test_run_writer_applies_writes_in_submit_order_without_making_the_caller_wait(core, run_id):
+    log, writes, done = EventLog(core.db), RunWriter(), []
+
+    async def slow(name):
+        await asyncio.sleep(0.05)
+        done.append(name)
+
+    began = asyncio.get_running_loop().time()
+    writes.submit(slow, "first")
+    writes.submit(log.append, run_id, "run_started")
+    last = writes.submit(log.append_many, run_id, [("token", {"text": "a"}, "s"), ("token", {"text": "b"}, "s")])
+    assert asyncio.get_running_loop().time() - began < 0.01  # submitting never waits
+    assert await stored_seqs(core, run_id) == []
+    await writes.drain()
+    assert done == ["first"]
+    assert [e.seq for e in last.result()] == [2, 3]
+    assert await stored_seqs(core, run_id) == [1, 2, 3]
+
+
+async def test_run_writer_stops_at_the_first_failed_write_and_raises_it(core, run_id):
+    log, writes = EventLog(core.db), RunWriter()
+    writes.submit(log.append, run_id, "run_started")
+    failed = writes.submit(log.append, "no-such-run", "run_started")  # RunGone
+    skipped = writes.submit(log.append, run_id, "token", {"text": "x"})
+    await writes.settle()
+    assert await stored_seqs(core, run_id) == [1]  # the write after the failure was skipped
+    for future in (failed, skipped):
+        with pytest.raises(RunGone):
+            await future
+    with pytest.raises(RunGone):
+        await writes.drain()
+    with pytest.raises(RunGone):
+        writes.submit(log.append, run_id, "token", {"text": "y"})
