@@ -108,7 +108,8 @@ class _Part:
     tmp_path: Path
     final_path: Path
     size: int = 0
-    buffer: bytearray = field(default_factory=bytearray)
+    pieces: list[bytes | memoryview] = field(default_factory=list)  # views into chunks
+    buffered: int = 0
     hasher: Any = field(default_factory=hashlib.sha256)
     handle: BinaryIO | None = None
     done: bool = False
@@ -116,26 +117,35 @@ class _Part:
     started: bool = False  # loop side: the first write was handed out
     finished: bool = False  # loop side: the closing write was handed out
 
-    def take(self) -> tuple[bytearray, bool] | None:
-        """On the event loop: the next write to hand to a thread as (data, close), or
+    def add(self, data: bytes, start: int, end: int) -> None:
+        """On the event loop: keep `data[start:end]` for the next write. Chunks are
+        immutable bytes, so a memoryview keeps the slice without copying it."""
+        if isinstance(data, bytes):
+            self.pieces.append(data if start == 0 and end == len(data) else memoryview(data)[start:end])
+        else:
+            self.pieces.append(bytes(data[start:end]))
+        self.buffered += end - start
+
+    def take(self) -> tuple[list[bytes | memoryview], bool] | None:
+        """On the event loop: the next write to hand to a thread as (pieces, close), or
         None when nothing is due (not yet opened, finished, or a full buffer first)."""
         if self.finished:
             return None
-        if self.started and not self.done and len(self.buffer) < FLUSH_BYTES:
+        if self.started and not self.done and self.buffered < FLUSH_BYTES:
             return None
-        data, self.buffer = self.buffer, bytearray()  # hand over, no copy
+        pieces, self.pieces, self.buffered = self.pieces, [], 0  # hand over, no copy
         self.started, self.finished = True, self.done
-        return data, self.done
+        return pieces, self.done
 
-    def write(self, data: bytearray, close: bool) -> None:
+    def write(self, pieces: list[bytes | memoryview], close: bool) -> None:
         """In a worker thread: open the temp file once, hash and append, maybe close."""
         if self.handle is None:
             self.tmp_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             fd = os.open(self.tmp_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             self.handle = os.fdopen(fd, "wb")
-        if data:
-            self.hasher.update(data)
-            self.handle.write(data)
+        for piece in pieces:
+            self.hasher.update(piece)
+            self.handle.write(piece)
         if close:
             self.handle.close()
 
@@ -212,7 +222,7 @@ class _Receiver:
                 f"'{part.filename}' is larger than the limit of {self.limit} bytes a file."
             )
             return
-        part.buffer.extend(data[start:end])
+        part.add(data, start, end)
 
     def on_part_end(self) -> None:
         if self.current is not None:
