@@ -41,6 +41,7 @@ KINDS = (
 )
 TERMINAL = frozenset({"run_finished", "run_failed", "run_cancelled"})
 SUBSCRIBER_QUEUE = 1024
+FANOUT_SLICE = 100  # socket writes per loop turn: timers and reads run between slices
 PING = None  # what `follow` yields when a keep-alive comment is due
 
 
@@ -141,6 +142,7 @@ class EventLog:
         self._subs: dict[str, set[Subscription]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._last: dict[str, int] = {}
+        self._fanout: dict[str, deque[list]] = {}  # per run: [event, sink readers, next index]
 
     # -- writing ----------------------------------------------------------------------
     async def append(
@@ -204,20 +206,49 @@ class EventLog:
         subs = self._subs.get(trace_id)
         if not subs:
             return
-        now = time.monotonic()
-        dropped = []
-        for sub in subs:
+        sinks = []
+        for sub in list(subs):
             if sub.sink is not None:
-                if not sub.push(event, now):
-                    dropped.append(sub)
+                sinks.append(sub)
                 continue
             try:
                 sub.queue.put_nowait(event)
             except asyncio.QueueFull:
                 sub.dropped = True
-                dropped.append(sub)
-        for sub in dropped:
-            subs.discard(sub)
+                subs.discard(sub)
+        if sinks:
+            jobs = self._fanout.get(trace_id)
+            if jobs is None:
+                jobs = self._fanout[trace_id] = deque()
+                asyncio.get_running_loop().call_soon(self._fan_out, trace_id)
+            jobs.append([event, sinks, 0])
+            if len(jobs) == 1 and len(sinks) <= FANOUT_SLICE:
+                self._fan_out(trace_id)  # small: write now (the scheduled call finds nothing)
+
+    def _fan_out(self, trace_id: str) -> None:
+        """Write queued events to sink readers, FANOUT_SLICE writes per loop turn, in order."""
+        jobs = self._fanout.get(trace_id)
+        if not jobs:
+            self._fanout.pop(trace_id, None)
+            return
+        budget, now = FANOUT_SLICE, time.monotonic()
+        subs = self._subs.get(trace_id)
+        while jobs and budget > 0:
+            job = jobs[0]
+            event, sinks, index = job
+            end = min(len(sinks), index + budget)
+            for sub in sinks[index:end]:
+                if sub.sink is not None and not sub.push(event, now) and subs is not None:
+                    subs.discard(sub)
+            budget -= end - index
+            if end < len(sinks):
+                job[2] = end
+            else:
+                jobs.popleft()
+        if jobs:
+            asyncio.get_running_loop().call_soon(self._fan_out, trace_id)
+        else:
+            self._fanout.pop(trace_id, None)
 
     def forget(self, trace_id: str) -> None:
         """Drop the cached seq and lock of a run that has ended."""

@@ -266,3 +266,22 @@ async def test_run_writer_stops_at_the_first_failed_write_and_raises_it(core, ru
         await writes.drain()
     with pytest.raises(RunGone):
         writes.submit(log.append, run_id, "token", {"text": "y"})
+
+
+async def test_a_large_fan_out_is_written_in_slices_and_in_order(core, run_id):
+    from orchestra.engine.events import FANOUT_SLICE
+
+    log, writer = EventLog(core.db), EventLog(core.db)
+    readers = 2 * FANOUT_SLICE + 50
+    got: list[list[int]] = [[] for _ in range(readers)]
+    for i in range(readers):
+        sub = log.subscribe(run_id)
+        sub.sink = lambda event, out=got[i]: out.append(event.seq) or True
+    events = [await writer.append(run_id, "token", {"text": str(n)}) for n in range(3)]
+    for event in events:  # a burst: the loop gets its turn between slices of writes
+        log.publish(event, run_id)
+    assert sum(len(g) for g in got) < 3 * readers
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert all(g == [1, 2, 3] for g in got)
+    assert not log._fanout
