@@ -53,7 +53,30 @@ def parse_body(request: Request, model: type[M]) -> M:
     return validate(read_json_object(request), model)
 
 
+def _nul_path(value, path: str = "") -> str | None:
+    """Where a NUL character hides in a JSON value (PostgreSQL text cannot hold one)."""
+    if isinstance(value, str):
+        return (path or "body") if "\x00" in value else None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            where = f"{path}.{key}" if path else str(key)
+            if "\x00" in key:
+                return where
+            found = _nul_path(item, where)
+            if found:
+                return found
+    if isinstance(value, list):
+        for index, item in enumerate(value):
+            found = _nul_path(item, f"{path}.{index}" if path else str(index))
+            if found:
+                return found
+    return None
+
+
 def validate(data: dict, model: type[M]) -> M:
+    nul_at = _nul_path(data)
+    if nul_at:
+        raise ValidationError.field(nul_at, "must not contain the NUL character")
     try:
         return model.model_validate(data)
     except pydantic.ValidationError as exc:
