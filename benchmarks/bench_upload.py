@@ -4,8 +4,9 @@ Each round, in this order and after an `os.sync()` each: `cp` of the source file
 server's home (same bytes, same file system as `uploads/`), the upload of the same file
 with `curl -F file=@source` (a C client: a Python client would compete with the server
 for the two cores), and the same upload to a bare Sanic streaming route that only reads
-and drops the body (Sanic's own ceiling). Figures are medians of ROUNDS rounds; the ratio
-is median upload MiB/s / median cp MiB/s (goal >= 0.5). CPU seconds (server process from
+and drops the body (Sanic's own ceiling) and to a blocking socket that only reads and
+drops it (the floor of any server: loopback TCP plus curl). Figures are medians of
+ROUNDS rounds; the ratio is median upload MiB/s / median cp MiB/s (goal >= 0.5). CPU seconds (server process from
 /proc, curl and cp from rusage) say where time goes when the wall clock is noisy. A
 thread samples the server's resident memory while files arrive (goal: peak under 64 MiB
 above idle). Loopback only, every step bounded by a 300 s timeout.
@@ -19,6 +20,7 @@ import hashlib
 import json as jsonlib
 import os
 import resource
+import socket
 import subprocess
 import sys
 import tempfile
@@ -190,14 +192,45 @@ def run_sink(port: int) -> None:
     Sanic.serve_single(primary=app)
 
 
-def start_sink() -> tuple[str, subprocess.Popen]:
+def run_raw_sink(port: int) -> None:
+    """The floor of any HTTP server here: a blocking socket that `recv_into`s a 1 MiB
+    buffer and drops it (no event loop, no copies, no parsing), then answers 201."""
+    listener = socket.create_server(("127.0.0.1", port))
+    view = memoryview(bytearray(MIB))
+    while True:
+        conn, _ = listener.accept()
+        with conn:
+            head = b""
+            while b"\r\n\r\n" not in head and (more := conn.recv(65536)):
+                head += more
+            if b"\r\n\r\n" not in head:
+                continue  # a readiness probe
+            head, _, rest = head.partition(b"\r\n\r\n")
+            lines = [line.split(b":", 1) for line in head.split(b"\r\n")[1:]]
+            length = int(dict((k.strip().lower(), v) for k, v in lines).get(b"content-length", 0))
+            left = length - len(rest)
+            while left > 0 and (got := conn.recv_into(view, min(left, MIB))):
+                left -= got
+            conn.sendall(b"HTTP/1.1 201 Created\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}")
+
+
+def start_sink(kind: str) -> tuple[str, subprocess.Popen]:
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, __file__, "--sink", str(port)],
+        [sys.executable, __file__, kind, str(port)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     base = f"http://127.0.0.1:{port}"
-    wait_until_up(f"{base}/up", proc)
+    if kind == "--sink":
+        wait_until_up(f"{base}/up", proc)
+    else:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.1)
     return base, proc
 
 
@@ -213,9 +246,10 @@ def main(size_mib: int, rounds: int, with_httpx: bool) -> None:
         home.mkdir()
         source = tmp_path / "source.bin"
         expected = make_source(source, size)
-        sink_base, sink = start_sink()
+        sink_base, sink = start_sink("--sink")
+        raw_base, raw_sink = start_sink("--raw-sink")
         env = {"ORCHESTRA_UPLOAD_MAX_BYTES": str(size + MIB)}
-        cp, up, bare, via_httpx = Timings(), Timings(), Timings(), Timings()
+        cp, up, bare, raw, via_httpx = Timings(), Timings(), Timings(), Timings(), Timings()
         try:
             with orchestra_server(env, home=home) as (base, proc, full_env):
                 orchestra_cli(full_env, "user", "create", "bench", "--password-stdin", input="password-123\n")
@@ -244,6 +278,7 @@ def main(size_mib: int, rounds: int, with_httpx: bool) -> None:
                     up.measure(lambda: answers.append(curl_upload(base, source, token)), proc.pid)
                     upload_and_check(lambda *_: answers[0])
                     bare.measure(lambda: curl_upload(sink_base, source, None), sink.pid)
+                    raw.measure(lambda: curl_upload(raw_base, source, None), raw_sink.pid)
                     if with_httpx:
                         answers.clear()
                         via_httpx.measure(lambda: answers.append(httpx_upload(base, source, token)), proc.pid)
@@ -251,20 +286,23 @@ def main(size_mib: int, rounds: int, with_httpx: bool) -> None:
                 sampler.stop()
                 load_after = load_average()
         finally:
-            sink.terminate()
-            sink.wait(timeout=15)
+            for helper in (sink, raw_sink):
+                helper.terminate()
+                helper.wait(timeout=15)
 
     print(f"one {size_mib} MiB file, {rounds} rounds, medians; load average {load_before} -> {load_after}")
     for name, timings in (("cp (same bytes, same disk)", cp), ("upload (curl -F)", up),
-                          ("bare Sanic sink (curl -F)", bare)) + ((("upload (httpx)", via_httpx),) if with_httpx else ()):
+                          ("bare Sanic sink (curl -F)", bare), ("raw socket sink (curl -F)", raw)) + ((("upload (httpx)", via_httpx),) if with_httpx else ()):
         walls = ", ".join(f"{size_mib / w:.0f}" for w in timings.wall)
         report(f"{name} MiB/s", timings.rate(size_mib), f"MiB/s   rounds: {walls}")
     report("ratio upload / cp (medians)", up.rate(size_mib) / cp.rate(size_mib), "", goal=">= 0.5")
     report("ratio upload / bare Sanic sink", up.rate(size_mib) / bare.rate(size_mib), "")
+    report("ratio raw socket sink / cp", raw.rate(size_mib) / cp.rate(size_mib), "")
     report("cp CPU seconds", median(cp.client_cpu), "s")
     report("upload: server CPU seconds", median(up.server_cpu), "s")
     report("upload: curl CPU seconds", median(up.client_cpu), "s")
     report("bare sink: server CPU seconds", median(bare.server_cpu), "s")
+    report("raw socket sink: CPU seconds", median(raw.server_cpu), "s")
     report("server RSS idle", idle / MIB, "MiB")
     report("server RSS peak during upload", sampler.peak / MIB, "MiB")
     report("peak above idle", (sampler.peak - idle) / MIB, "MiB", goal="< 64")
@@ -274,6 +312,8 @@ def main(size_mib: int, rounds: int, with_httpx: bool) -> None:
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--sink"]:
         run_sink(int(sys.argv[2]))
+    elif sys.argv[1:2] == ["--raw-sink"]:
+        run_raw_sink(int(sys.argv[2]))
     else:
         parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
         parser.add_argument("mib", nargs="?", type=int, default=100)
