@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime as dt
+import gc
 import re
 import subprocess
 import sys
@@ -97,7 +98,7 @@ class Subscriber(asyncio.Protocol):
             self.seqs.append(int(seq))
             self.latencies.append(now - _epoch(ts))
             if kind in TERMINAL:
-                self._finish(None)
+                self._finish(None)  # closed after the measurement, not during the burst
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._finish(exc or ConnectionError("the stream ended before its terminal event"))
@@ -108,6 +109,9 @@ class Subscriber(asyncio.Protocol):
                 self.done.set_result(None)
             else:
                 self.done.set_exception(error)
+                self.close()
+
+    def close(self) -> None:
         if self.transport is not None:
             self.transport.close()
 
@@ -148,10 +152,15 @@ async def bench(subscribers: int, chunks: int, delay: float) -> None:
                 tasks = [s.done for s in subs]
                 await asyncio.sleep(1.0)
                 rss_after = rss_bytes(proc.pid)
+                gc.collect()
+                gc.disable()  # the measuring client's own collections would add to latency
                 began = time.perf_counter()
                 await http.post(f"/workflow/reply/{trace_id}", json={"content": "go"})
                 await asyncio.wait_for(asyncio.gather(*tasks), 300)
                 elapsed = time.perf_counter() - began
+                gc.enable()
+                for sub in subs:
+                    sub.close()
                 stored = (await http.get(f"/workflow/run/{trace_id}/events")).json()["events"]
         kinds = [e["kind"] for e in stored]
         counts = {len(s.seqs) for s in subs}

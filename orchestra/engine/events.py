@@ -92,7 +92,8 @@ class Subscription:
     """One stream reader's live feed: a bounded queue, or (caught up) a sink.
 
     In sink mode `push` writes each next event at once and records it in `last`; it
-    falls back to the queue (and wakes the reader) on a gap, a refusal or the end.
+    falls back to the queue (and wakes the reader) on a gap, a refusal or the end (the
+    fan-out wakes readers of the terminal event after writing it to all of them).
     """
 
     __slots__ = ("trace_id", "queue", "dropped", "sink", "last", "ended", "gap", "written_at", "waiter")
@@ -122,9 +123,8 @@ class Subscription:
             self.wake()
             return False
         self.last, self.written_at = seq, now
-        if event.terminal:
+        if event.terminal:  # the fan-out wakes the reader once every reader has it
             self.sink, self.ended = None, True
-            self.wake()
         return True
 
     def wake(self) -> None:
@@ -245,6 +245,9 @@ class EventLog:
                 job[2] = end
             else:
                 jobs.popleft()
+                if event.terminal:  # now let the readers' tasks end their responses
+                    for sub in sinks:
+                        sub.wake()
         if jobs:
             asyncio.get_running_loop().call_soon(self._fan_out, trace_id)
         else:
