@@ -29,7 +29,7 @@ from orchestra.errors import BadRequestError, NotFoundError, PayloadTooLargeErro
 
 FIELD = "file"
 MAX_FILES = 20  # file parts in one request
-FLUSH_BYTES = 256 * 1024  # buffered bytes of one part before a write is handed out
+FLUSH_BYTES = 1024 * 1024  # buffered bytes of one part before a write is handed out (one thread hop each)
 READ_CHUNK = 256 * 1024
 DEFAULT_NAME = "upload"
 DEFAULT_TYPE = "application/octet-stream"
