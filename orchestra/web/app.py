@@ -12,7 +12,6 @@ from sanic_ext import Config
 from orchestra import __version__
 from orchestra.core import Core
 from orchestra.db.database import release_connection
-from orchestra.errors import NotFoundError
 from orchestra.settings import Settings
 from orchestra.web import errors
 from orchestra.web.blueprints import all_blueprints
@@ -74,12 +73,6 @@ def create_app(settings: Settings | None = None, *, name: str | None = None) -> 
     app.ctx.settings = settings
     app.blueprint(all_blueprints())
     errors.install(app)
-
-    @app.on_request
-    async def refuse_nul_in_path(request) -> None:
-        """No stored name or id holds a NUL, and PostgreSQL would refuse to look one up."""
-        if "%00" in request.path or "\x00" in request.path:
-            raise NotFoundError(f"Nothing is at {request.method} {request.path}.")
 
     @app.on_response
     async def release_store_connection(request, response) -> None:

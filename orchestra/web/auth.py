@@ -60,8 +60,9 @@ def require_role(principal: Principal, minimum: Role) -> None:
 
 
 def protected(minimum: Role = Role.USER, *, confirm: bool = False, allow_query: bool = False):
-    """Decorator: authenticate, check the token's role, and (confirm=True) re-read it from
-    the store, so a demoted or deleted user's token stops working at once.
+    """Decorator: authenticate and check the token's role. The caller is always re-read
+    from the store, so a deleted user's token stops working at once everywhere; with
+    confirm=True the role is re-checked there too, so a demoted one's does as well.
     Sets `request.ctx.principal`."""
 
     def decorator(handler):
@@ -69,10 +70,11 @@ def protected(minimum: Role = Role.USER, *, confirm: bool = False, allow_query: 
         async def wrapper(request: Request, *args, **kwargs):
             principal = authenticate(request, allow_query=allow_query)
             require_role(principal, minimum)
-            if confirm:
-                await auth_service.confirm_role(
-                    request.app.ctx.core, user_id=principal.user_id, minimum=minimum
-                )
+            await auth_service.confirm_role(
+                request.app.ctx.core,
+                user_id=principal.user_id,
+                minimum=minimum if confirm else Role.USER,
+            )
             request.ctx.principal = principal
             return await handler(request, *args, **kwargs)
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import TypeVar
+from typing import ClassVar, TypeVar
 
 import pydantic
 from sanic import Request
@@ -14,7 +14,11 @@ M = TypeVar("M", bound=pydantic.BaseModel)
 
 
 class Body(pydantic.BaseModel):
-    """Base of request bodies: strict types (no "1" for 1), unknown fields ignored."""
+    """Base of request bodies: strict types (no "1" for 1), unknown fields ignored.
+    A NUL character in any string is a 422, unless the body's service handles it itself
+    (`accepts_nul = True`), as login does: there a name that cannot exist is simply unknown."""
+
+    accepts_nul: ClassVar[bool] = False
 
     model_config = pydantic.ConfigDict(strict=True, str_max_length=1_000_000)
 
@@ -74,7 +78,7 @@ def _nul_path(value, path: str = "") -> str | None:
 
 
 def validate(data: dict, model: type[M]) -> M:
-    nul_at = _nul_path(data)
+    nul_at = None if getattr(model, "accepts_nul", False) else _nul_path(data)
     if nul_at:
         raise ValidationError.field(nul_at, "must not contain the NUL character")
     try:

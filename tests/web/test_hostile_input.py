@@ -22,8 +22,6 @@ NUL_BODIES = [
         "steps.0.agent.worker",
     ),
     ("POST", "/api/v1/resource/skill", {"name": "s\u0000", "description": "", "instructions": ""}, "name"),
-    ("POST", "/api/v1/auth/register", {"user_name": "bob\u0000", "password": "password-123"}, "user_name"),
-    ("POST", "/api/v1/auth/login", {"user_name": "bob", "password": "pass\u0000word-1"}, "password"),
 ]
 
 

@@ -23,7 +23,14 @@ SUCCESS = "success"
 
 
 @openapi.component
-class Credentials(Body):
+class AuthBody(Body):
+    """Auth bodies keep the seed's answers for text with a NUL: the auth service treats
+    such a name or id as one that cannot exist (404), such a token as invalid (401)."""
+
+    accepts_nul = True
+
+
+class Credentials(AuthBody):
     user_name: str = Field(
         description="3-64 letters, digits, _ . - @ (NFKC, stripped); unique ignoring case."
     )
@@ -31,12 +38,12 @@ class Credentials(Body):
 
 
 @openapi.component
-class RefreshBody(Body):
+class RefreshBody(AuthBody):
     refresh_token: str
 
 
 @openapi.component
-class AuthorityBody(Body):
+class AuthorityBody(AuthBody):
     user_id: str
     new_authority: Literal["SUPER_ADMINISTRATOR", "ADMINISTRATOR", "USER"]
 
