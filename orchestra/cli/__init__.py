@@ -1,8 +1,7 @@
-"""The `orchestra` command: serve, db, user (and, as they land, provider, node, login, workflow)."""
+"""The `orchestra` command: serve, db, user, provider, node, login/logout, workflow."""
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 from typing import Optional
 
@@ -41,19 +40,13 @@ def root(
 
 
 def _register_commands() -> None:
-    from orchestra.cli import db, serve, user
+    from orchestra.cli import db, login, node, provider, serve, user, workflow
 
     serve.register(app)
     app.add_typer(db.app, name="db")
     app.add_typer(user.app, name="user")
-    for name in ("provider", "node", "login", "workflow"):
-        try:
-            module = importlib.import_module(f"orchestra.cli.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"orchestra.cli.{name}":
-                raise
-            continue
-        module.register(app)
+    for area in (provider, node, login, workflow):
+        area.register(app)
 
 
 _register_commands()
