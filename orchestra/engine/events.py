@@ -96,7 +96,9 @@ class Subscription:
     fan-out wakes readers of the terminal event after writing it to all of them).
     """
 
-    __slots__ = ("trace_id", "queue", "dropped", "sink", "last", "ended", "gap", "written_at", "waiter")
+    __slots__ = (
+        "trace_id", "queue", "dropped", "sink", "last", "ended", "gap", "written_at", "waiter"
+    )
 
     def __init__(self, trace_id: str, maxsize: int) -> None:
         self.trace_id = trace_id
@@ -173,8 +175,8 @@ class EventLog:
                     if step_id is not None:
                         payload["step_id"] = step_id
                     payload.update(data or {})
-                    rows.append({"run": trace_id, "seq": last + offset, "kind": kind, "data": payload,
-                                 "created_at": now})
+                    rows.append({"run": trace_id, "seq": last + offset, "kind": kind,
+                                 "data": payload, "created_at": now})
                 try:
                     if len(rows) == 1:
                         await RunEvent.acreate(**rows[0])
@@ -456,11 +458,11 @@ class RunWriter:
     """
 
     def __init__(self) -> None:
-        self._queue: deque[tuple[asyncio.Future, Callable[..., Awaitable[Any]], tuple, dict]] = deque()
+        self._queue: deque[tuple[asyncio.Future, Callable[..., Awaitable], tuple, dict]] = deque()
         self._task: asyncio.Task | None = None
         self.error: BaseException | None = None
 
-    def submit(self, fn: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any) -> asyncio.Future:
+    def submit(self, fn: Callable[..., Awaitable], *args: Any, **kwargs: Any) -> asyncio.Future:
         """Queue `await fn(*args, **kwargs)`; the returned future has its result."""
         self.check()
         loop = asyncio.get_running_loop()

@@ -316,7 +316,8 @@ class Engine:
         prompt = render_prompt(step["prompt"], input=live.input, outputs=outputs)
         writes.submit(self._set_step, trace_id, sid, status="running", started_at=utcnow())
         writes.submit(
-            self.log.append, trace_id, "step_started", {"agent": step["agent"], "prompt": prompt}, step_id=sid
+            self.log.append, trace_id, "step_started", {"agent": step["agent"], "prompt": prompt},
+            step_id=sid,
         )
         pending_text = ""
         try:
@@ -327,15 +328,17 @@ class Engine:
         except StepFailure as failure:
             writes.submit(self._set_step, trace_id, sid, status="failed", error=failure.message,
                           finished_at=utcnow())
-            writes.submit(self.log.append, trace_id, "step_failed", {"error": failure.message}, step_id=sid)
+            writes.submit(
+                self.log.append, trace_id, "step_failed", {"error": failure.message}, step_id=sid
+            )
             raise
         writes.submit(
-            self._set_step, trace_id, sid, status="succeeded", output=output, usage=usage, finished_at=utcnow()
+            self._set_step, trace_id, sid, status="succeeded", output=output, usage=usage,
+            finished_at=utcnow(),
         )
         last_tokens = [("token", {"text": pending_text}, sid)] if pending_text else []
-        writes.submit(
-            self.log.append_many, trace_id, last_tokens + [("step_finished", {"output": output, "usage": usage}, sid)]
-        )
+        finished = ("step_finished", {"output": output, "usage": usage}, sid)
+        writes.submit(self.log.append_many, trace_id, last_tokens + [finished])
         return output
 
     # -- agent steps ------------------------------------------------------------------------
@@ -385,7 +388,9 @@ class Engine:
         usage = {"prompt_tokens": 0, "completion_tokens": 0}
         rounds = self.settings.llm_max_tool_rounds
         for round_number in range(rounds + 1):
-            result, pending_text = await self._turn(live, step["id"], client, config.model, messages, tools)
+            result, pending_text = await self._turn(
+                live, step["id"], client, config.model, messages, tools
+            )
             if result.usage is not None:
                 usage["prompt_tokens"] += result.usage.prompt_tokens
                 usage["completion_tokens"] += result.usage.completion_tokens
