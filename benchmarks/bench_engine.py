@@ -4,7 +4,9 @@ A template of N sequential worker steps runs in process on a temp SQLite store. 
 engine's provider client is wrapped so the time spent inside `stream_chat` (the
 provider's share, HTTP included) is summed for the very same run. Overhead per step =
 (run wall time − provider time) / N: status updates, stored events, prompt rendering,
-scheduling. Goal: under 5 ms.
+scheduling. A run's store writes go through its ordered writer task, so those that
+overlap a provider call are hidden; the writes still pending when the last step ends
+are counted (the run ends only once they are stored). Goal: under 5 ms.
 
     python benchmarks/bench_engine.py [--steps 50] [--repeat 3]
 """
