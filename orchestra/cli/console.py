@@ -9,10 +9,24 @@ import sys
 from enum import IntEnum
 from typing import Any, Awaitable, Callable
 
+import peewee
 import typer
+from limits.errors import ConfigurationError
 from rich.console import Console
 
 from orchestra.errors import OrchestraError
+
+def _store_errors() -> tuple[type[BaseException], ...]:
+    """Errors of the store and its drivers (asyncpg only when the postgres extra is there)."""
+    errors: list[type[BaseException]] = [peewee.PeeweeException]
+    try:
+        import asyncpg
+    except ImportError:
+        return tuple(errors)
+    return (*errors, asyncpg.PostgresError, asyncpg.InterfaceError)
+
+
+STORE_ERRORS = _store_errors()
 
 out = Console(soft_wrap=True)
 if not out.is_terminal:  # piped output: never cut ids to an imaginary 80 columns
@@ -63,8 +77,10 @@ def handle_errors(command: Callable) -> Callable:
             return command(*args, **kwargs)
         except OrchestraError as exc:
             fail(exc.message, exit_code_for(exc))
-        except (ValueError, OSError) as exc:
+        except (ValueError, OSError, ConfigurationError) as exc:
             fail(str(exc))
+        except STORE_ERRORS as exc:
+            fail(f"the store could not be used: {exc}", ExitCode.UNAVAILABLE)
         except KeyboardInterrupt:
             fail("interrupted", ExitCode.ERROR)
 

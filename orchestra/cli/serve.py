@@ -17,7 +17,9 @@ async def _prepare(settings: Settings) -> int:
     """Apply migrations and mark runs of a previous server interrupted, once, before any
     worker starts; count super administrators."""
     from orchestra.services.workflows import mark_interrupted_runs
+    from orchestra.web.limits import RateLimits
 
+    RateLimits(settings)  # a bad limit or limiter storage is one error line now, not a dead worker
     async with open_core(settings) as core:
         interrupted = await mark_interrupted_runs(core)  # left unfinished by the last server
         if interrupted:

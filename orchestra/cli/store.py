@@ -14,7 +14,8 @@ from orchestra.settings import Settings
 def settings_from(ctx: typer.Context, **overrides) -> Settings:
     """Settings from ORCHESTRA_* variables, then the root options, then `overrides`."""
     root = (ctx.find_root().obj or {}) if ctx else {}
-    merged = {**{k: v for k, v in root.items() if v is not None}, **overrides}
+    merged = {k: v for k, v in root.items() if v is not None}
+    merged.update({k: v for k, v in overrides.items() if v is not None})  # unset flags hide nothing
     return Settings.from_env(**merged)
 
 

@@ -19,7 +19,7 @@ class RateLimits:
     """The named limiters of the service (`register`, `login`), sharing one storage."""
 
     def __init__(self, settings: Settings) -> None:
-        self._limiter = MovingWindowRateLimiter(storage_from_string(settings.limiter_storage))
+        self._limiter = MovingWindowRateLimiter(_storage(settings.limiter_storage))
         self._items = {
             "register": parse(settings.rate_limit_register),
             "login": parse(settings.rate_limit_login),
@@ -42,6 +42,13 @@ class RateLimits:
                 headers={**headers, "Retry-After": str(max(reset, 1))},
             )
         return headers
+
+
+def _storage(uri: str):
+    """The limiter storage for `uri`; Redis through redis-py's asyncio client (the `redis` extra)."""
+    if uri.split("://", 1)[0] in ("async+redis", "async+rediss", "async+redis+unix"):
+        return storage_from_string(uri, implementation="redispy")
+    return storage_from_string(uri)
 
 
 def client_address(request: Request) -> str:
