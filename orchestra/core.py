@@ -55,6 +55,12 @@ class Core:
     def is_postgres(self) -> bool:
         return self.settings.database_url.startswith(("postgres://", "postgresql://"))
 
+    def write_transaction(self):
+        """A transaction that reads, then writes. On SQLite it takes the write lock at
+        BEGIN (IMMEDIATE): a deferred one that read first would fail with "database is
+        locked" when a concurrent writer got in between, instead of waiting its turn."""
+        return self.db.atomic() if self.is_postgres else self.db.atomic(lock_type="IMMEDIATE")
+
     async def close(self) -> None:
         """Release the pool (aiosqlite threads would otherwise keep the process alive)."""
         self.passwords.close()

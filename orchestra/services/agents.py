@@ -25,7 +25,6 @@ from orchestra.services.providers import (
     clean_text,
     decrypt_api_key,
     storable,
-    write_transaction,
 )
 
 logger = logging.getLogger("orchestra.agents")
@@ -313,7 +312,7 @@ async def update_skill(
     instructions: str = _UNSET,
 ) -> Skill:
     """Change the named fields; a rename carries the workers bound to the skill along."""
-    async with write_transaction(core):
+    async with core.write_transaction():
         skill = await get_skill(core, skill_id)
         old_name = skill.name
         if name is not _UNSET:
@@ -338,7 +337,7 @@ async def update_skill(
 
 async def delete_skill(core: Core, *, skill_id: str) -> Skill:
     """Delete a skill no worker is bound to; 409 naming the workers otherwise."""
-    async with write_transaction(core):
+    async with core.write_transaction():
         skill = await get_skill(core, skill_id)
         workers = await core.db.list(
             Worker.select(Worker.id, Worker.name)

@@ -126,7 +126,7 @@ async def list_users(core: Core) -> list[User]:
 
 async def set_role(core: Core, *, user_id: str, new_role: Role) -> User:
     """Change a user's authority, keeping at least one super administrator."""
-    async with _write_transaction(core):
+    async with core.write_transaction():
         user = await get_user(core, user_id)
         if user.role == Role.SUPER_ADMINISTRATOR and new_role != Role.SUPER_ADMINISTRATOR:
             await _ensure_not_last_super_administrator(core, "demote")
@@ -138,7 +138,7 @@ async def set_role(core: Core, *, user_id: str, new_role: Role) -> User:
 
 async def delete_user(core: Core, *, user_id: str) -> User:
     """Delete a user and everything the user owns, files included."""
-    async with _write_transaction(core):
+    async with core.write_transaction():
         user = await get_user(core, user_id)
         if user.role == Role.SUPER_ADMINISTRATOR:
             await _ensure_not_last_super_administrator(core, "delete")
@@ -157,13 +157,6 @@ async def set_password(core: Core, *, user_id: str, password: str) -> None:
     user.password_hash = await core.passwords.hash(password)
     await user.asave(only=[User.password_hash])
     await revoke_all_tokens(core, user.id)
-
-
-def _write_transaction(core: Core):
-    """A transaction that reads and then writes. On SQLite it takes the write lock at
-    BEGIN (IMMEDIATE): a deferred one that read first fails with "database is locked"
-    when a concurrent writer got there in between, instead of waiting its turn."""
-    return core.db.atomic(lock_type="IMMEDIATE") if not core.is_postgres else core.db.atomic()
 
 
 async def _ensure_not_last_super_administrator(core: Core, verb: str) -> None:
@@ -217,7 +210,7 @@ async def refresh(core: Core, *, refresh_token: str) -> TokenPair:
     jti = claims["jti"]
     # Claim and successor commit together: a concurrent reuse waits on the claim's row
     # lock, finds it used, and then revokes the family *including* the successor.
-    async with _write_transaction(core):
+    async with core.write_transaction():
         claimed = await core.db.aexecute(
             RefreshToken.update(used_at=utcnow()).where(
                 (RefreshToken.jti == jti)

@@ -118,13 +118,6 @@ def decrypt_api_key(core: Core, provider: Provider) -> str | None:
     return core.secrets.decrypt(provider.api_key_encrypted)
 
 
-def write_transaction(core: Core):
-    """A transaction that reads, then writes. On SQLite it takes the write lock at BEGIN
-    (IMMEDIATE), so a concurrent writer makes it wait instead of failing with
-    "database is locked"."""
-    return core.db.atomic() if core.is_postgres else core.db.atomic(lock_type="IMMEDIATE")
-
-
 def _invalidate(core: Core) -> None:
     from orchestra.services.agents import agent_cache  # agents imports this module
 
@@ -241,7 +234,7 @@ async def update_provider(
 
 async def delete_provider(core: Core, *, provider_id: str) -> Provider:
     """Delete a provider no worker or system node uses; 409 naming the users otherwise."""
-    async with write_transaction(core):
+    async with core.write_transaction():
         provider = await get_provider(core, provider_id)
         workers = await core.db.list(
             Worker.select(Worker.id, Worker.name)

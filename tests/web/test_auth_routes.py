@@ -17,7 +17,6 @@ import pytest
 from orchestra.db.models import RefreshToken, User
 from orchestra.services import auth as auth_service
 from orchestra.services.passwords import PasswordService
-from orchestra.services.roles import Role
 
 AUTH = "/api/v1/auth"
 PASSWORD = "password-123"

@@ -20,10 +20,10 @@ from orchestra.errors import PayloadTooLargeError
 from orchestra.services import uploads as upload_service
 from orchestra.services.roles import Role
 from orchestra.web.auth import protected
+from orchestra.web.responses import SUCCESS
 
 bp = Blueprint("adapter", url_prefix="/adapter")
 
-SUCCESS = "success"
 PATH = "/client/upload"
 
 

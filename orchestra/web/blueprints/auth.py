@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import Field
-
 from sanic import Blueprint, Request
 from sanic.response import HTTPResponse, json
 from sanic_ext import openapi
@@ -15,11 +14,11 @@ from orchestra.services import auth as auth_service
 from orchestra.services.roles import Role
 from orchestra.web.auth import protected
 from orchestra.web.limits import rate_limited
+from orchestra.web.responses import SUCCESS
 from orchestra.web.validation import Body, parse_body
 
 bp = Blueprint("auth", url_prefix="/auth")
 
-SUCCESS = "success"
 
 
 @openapi.component

@@ -12,11 +12,11 @@ from orchestra.engine.llm.factory import SUPPORTED_KINDS
 from orchestra.services import providers as provider_service
 from orchestra.services.roles import Role
 from orchestra.web.auth import protected
+from orchestra.web.responses import SUCCESS
 from orchestra.web.validation import Body, ClosedBody, parse_body
 
 bp = Blueprint("provider", url_prefix="/provider")
 
-SUCCESS = "success"
 
 
 class ProviderBody(Body):

@@ -9,11 +9,11 @@ from sanic_ext import openapi
 from orchestra.services import agents
 from orchestra.services.roles import Role
 from orchestra.web.auth import protected
+from orchestra.web.responses import SUCCESS
 from orchestra.web.validation import Body, ClosedBody, parse_body
 
 bp = Blueprint("resource", url_prefix="/resource")
 
-SUCCESS = "success"
 
 
 class SkillBody(Body):

@@ -13,12 +13,12 @@ from orchestra.errors import ValidationError
 from orchestra.services import workflows as service
 from orchestra.services.roles import Role
 from orchestra.web.auth import protected
+from orchestra.web.responses import SUCCESS
 from orchestra.web.sse import parse_last_event_id, send_stream
 from orchestra.web.validation import Body, parse_body
 
 bp = Blueprint("workflow", url_prefix="/workflow")
 
-SUCCESS = "success"
 
 
 class TemplateBody(Body):

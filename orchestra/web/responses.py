@@ -1,0 +1,3 @@
+"""What every success body says (SPEC §1: `"message": "success"`)."""
+
+SUCCESS = "success"
