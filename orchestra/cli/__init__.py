@@ -1,4 +1,4 @@
-"""The `orchestra` command: serve, db, user, provider, node, login/logout, workflow."""
+"""The `orchestra` command: serve, db, user, provider, node, login/logout, worker, workflow."""
 
 from __future__ import annotations
 
@@ -40,12 +40,12 @@ def root(
 
 
 def _register_commands() -> None:
-    from orchestra.cli import db, login, node, provider, serve, user, workflow
+    from orchestra.cli import db, login, node, provider, serve, user, worker, workflow
 
     serve.register(app)
     app.add_typer(db.app, name="db")
     app.add_typer(user.app, name="user")
-    for area in (provider, node, login, workflow):
+    for area in (provider, node, login, worker, workflow):
         area.register(app)
 
 
