@@ -49,6 +49,7 @@ from benchmarks.common import (  # noqa: E402
     percentile,
     report,
     rss_bytes,
+    stop,
     wait_until_up,
 )
 
@@ -280,12 +281,7 @@ def bare_sanic() -> Iterator[tuple[str, subprocess.Popen]]:
         wait_until_up(f"{base}/api/v1/auth/list", proc)
         yield base, proc
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc)
 
 
 def populate(base: str, env: dict[str, str]) -> str:

@@ -66,12 +66,17 @@ def orchestra_server(env: dict[str, str] | None = None, *, home: Path | None = N
             wait_until_up(f"{base}/api/v1/auth/list", proc)
             yield base, proc, full_env
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop(proc)
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """Terminate a server process, killing it if it does not stop within 15 s."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def orchestra_cli(env: dict[str, str], *args: str, input: str | None = None) -> str:

@@ -11,9 +11,7 @@ import sys
 import time
 
 import pytest
-from typer.testing import CliRunner
 
-from orchestra.cli import app
 from tests.fakes.fake_llm import FakeLLM, fake_llm  # noqa: F401 - registers the fixture
 
 KEY = "sk-cli-secret-key-7777"
@@ -26,16 +24,6 @@ def env(tmp_path):
         "ORCHESTRA_SECRET_KEY": "cli-secret-" + "z" * 32,
         "ORCHESTRA_DATABASE_URL": "",
     }
-
-
-@pytest.fixture
-def cli(env):
-    runner = CliRunner()
-
-    def invoke(*args: str, input: str | None = None):
-        return runner.invoke(app, list(args), input=input, env=env)
-
-    return invoke
 
 
 def test_add_list_remove(cli):

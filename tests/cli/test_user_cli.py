@@ -9,9 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from orchestra.cli import app
 from orchestra.core import Core
 from orchestra.db.models import RefreshToken, User
 from orchestra.services import auth
@@ -31,16 +29,6 @@ def env(tmp_path: Path) -> dict:
         "COLUMNS": "200",
         **{f"ORCHESTRA_{k.upper()}": str(v) for k, v in FAST_HASH.items()},
     }
-
-
-@pytest.fixture
-def cli(env):
-    runner = CliRunner()
-
-    def invoke(*args: str, input: str | None = None):
-        return runner.invoke(app, list(args), input=input, env=env)
-
-    return invoke
 
 
 def store(env: dict, fn):

@@ -12,11 +12,6 @@ NODES = "/api/v1/agent/node"
 
 
 @pytest.fixture
-async def admin(users):
-    return await users.make("admin", "ADMINISTRATOR")
-
-
-@pytest.fixture
 async def alice(users):
     return await users.make("alice", "USER")
 

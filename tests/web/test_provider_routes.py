@@ -12,16 +12,6 @@ URL = "/api/v1/provider"
 KEY = "sk-test-1234567890abcd"
 
 
-@pytest.fixture
-async def admin(users):
-    return await users.make("admin", "ADMINISTRATOR")
-
-
-@pytest.fixture
-async def user(users):
-    return await users.make("plainuser", "USER")
-
-
 def body(**overrides):
     return {"name": "main", "provider": "deepseek", "model_id": "deepseek-chat", "api_key": KEY, **overrides}
 

@@ -11,16 +11,6 @@ TOOLS = "/api/v1/resource/tool"
 SKILLS = "/api/v1/resource/skill"
 
 
-@pytest.fixture
-async def admin(users):
-    return await users.make("admin", "ADMINISTRATOR")
-
-
-@pytest.fixture
-async def user(users):
-    return await users.make("plainuser", "USER")
-
-
 async def make_skill(client, admin, **overrides):
     body = {"name": "concise", "description": "Short answers", "instructions": "Answer in one line.", **overrides}
     response = await client.post(SKILLS, json=body, headers=admin["headers"])
