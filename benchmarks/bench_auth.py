@@ -228,10 +228,10 @@ def probe_during_flood(generator: str, login_url: str, login_body: str, probe_ur
     result: dict[str, Load] = {}
     flood = threading.Thread(target=lambda: result.update(load=run_load(
         generator, login_url, method="POST", body=login_body,
-        connections=connections, seconds=seconds, count_statuses=True)))
+        connections=connections, seconds=seconds + 2, count_statuses=True)))
     flood.start()
-    time.sleep(1.0)  # let the flood fill the hashing queue
-    latencies, _ = probe_latencies(probe_url, seconds=seconds - 2, interval=0.01)
+    time.sleep(1.0)  # let the flood fill the hashing queue; it goes on 1 s after the probes
+    latencies, _ = probe_latencies(probe_url, seconds=seconds, interval=0.01)
     flood.join(timeout=seconds + 60)
     return latencies, result["load"]
 
