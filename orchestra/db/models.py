@@ -43,6 +43,12 @@ def iso(value: dt.datetime | None) -> str | None:
     return value.replace(tzinfo=None).isoformat(timespec="milliseconds") + "Z"
 
 
+def storable(value: str | None) -> bool:
+    """False for text no store keeps (PostgreSQL refuses NUL characters): such an id is
+    simply not found, and such a field is a 422, never a 500."""
+    return value is None or "\x00" not in value
+
+
 class JSONField(TextField):
     """JSON kept as text, so the same column works on SQLite and PostgreSQL."""
 

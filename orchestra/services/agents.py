@@ -16,7 +16,7 @@ from typing import Any
 from peewee import IntegrityError, fn
 
 from orchestra.core import Core
-from orchestra.db.models import Provider, Skill, SystemNode, Worker, iso, utcnow
+from orchestra.db.models import Provider, Skill, SystemNode, Worker, iso, storable, utcnow
 from orchestra.engine.tools import REGISTRY, ToolRegistry
 from orchestra.errors import ConflictError, NotFoundError, ValidationError
 from orchestra.services.providers import (
@@ -24,7 +24,6 @@ from orchestra.services.providers import (
     clean_name,
     clean_text,
     decrypt_api_key,
-    storable,
 )
 
 logger = logging.getLogger("orchestra.agents")

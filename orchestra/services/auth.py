@@ -13,7 +13,7 @@ from peewee import IntegrityError
 
 from orchestra.core import Core
 from orchestra.db.database import release_connection
-from orchestra.db.models import RefreshToken, User, utcnow
+from orchestra.db.models import RefreshToken, User, storable, utcnow
 from orchestra.errors import (
     InvalidCredentialsError,
     LastSuperAdministratorError,
@@ -91,7 +91,7 @@ async def get_user(core: Core, user_id: str) -> User:
     """The user with this id, or UserNotExistError."""
     # An id that cannot exist is not sent to the store (PostgreSQL refuses NUL in text).
     user = None
-    if len(user_id) <= 36 and "\x00" not in user_id:
+    if len(user_id) <= 36 and storable(user_id):
         user = await User.aget_or_none(User.id == user_id)
     if user is None:
         raise UserNotExistError(f"No user has the id '{user_id[:80]}'.")

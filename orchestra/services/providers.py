@@ -13,7 +13,7 @@ from urllib.parse import urlparse
 from peewee import IntegrityError, fn
 
 from orchestra.core import Core
-from orchestra.db.models import Provider, SystemNode, Worker, iso
+from orchestra.db.models import Provider, SystemNode, Worker, iso, storable
 from orchestra.engine.llm.base import LLMError
 from orchestra.engine.llm.factory import SUPPORTED_KINDS, make_client
 from orchestra.errors import ConflictError, NotFoundError, ProviderError, ValidationError
@@ -39,12 +39,6 @@ def clean_name(value: str, field: str = "name", max_length: int = NAME_MAX) -> s
     if any(unicodedata.category(ch)[0] == "C" for ch in name):
         raise ValidationError.field(field, "must not contain control characters")
     return name
-
-
-def storable(value: str | None) -> bool:
-    """False for text no store keeps (PostgreSQL refuses NUL characters): such an id is
-    simply not found, and such a field is a 422, never a 500."""
-    return value is None or "\x00" not in value
 
 
 def clean_text(value: str, field: str, max_length: int = 100_000) -> str:

@@ -24,7 +24,7 @@ from python_multipart.exceptions import FormParserError
 from python_multipart.multipart import MultipartParser, parse_options_header
 
 from orchestra.core import Core
-from orchestra.db.models import Upload, iso, new_id
+from orchestra.db.models import Upload, iso, new_id, storable
 from orchestra.errors import BadRequestError, NotFoundError, PayloadTooLargeError, ValidationError
 
 FIELD = "file"
@@ -358,7 +358,7 @@ async def _commit(core: Core, owner_id: str, parts: list[_Part]) -> list[Upload]
 
 async def get_upload(core: Core, *, owner_id: str, file_id: str) -> Upload:
     """One of the owner's files; 404 for unknown ids and for other users' files alike."""
-    if "\x00" in file_id or len(file_id) > 64:  # PostgreSQL refuses NUL in text
+    if not storable(file_id) or len(file_id) > 64:
         raise NotFoundError("No such file.")
     upload = await Upload.aget_or_none((Upload.id == file_id) & (Upload.owner == owner_id))
     if upload is None:
