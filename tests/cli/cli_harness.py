@@ -7,7 +7,9 @@ import json
 import os
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import httpx
 
@@ -73,4 +75,22 @@ def setup_world(server: ServerProcess, llm_url: str, name: str = "root") -> dict
             created = http.post("/workflow/template", json=json.loads(body))
             assert created.status_code == 201, created.text
             templates[stem] = created.json()
-    return {"token": token, "worker_id": worker_id, "templates": templates}
+    return {"token": token, "provider_id": provider.json()["provider_id"],
+            "worker_id": worker_id, "templates": templates}
+
+
+@contextmanager
+def logged_in_world(tmp_path_factory, llm_url: str) -> Iterator[dict]:
+    """A started server with `setup_world`, and a client CLI logged in as root; the
+    server stops afterwards. Yields setup_world's dict plus `cli` and `server`."""
+    server = ServerProcess(tmp_path_factory.mktemp("srv")).start()
+    try:
+        info = setup_world(server, llm_url)
+        cli = ClientCLI(tmp_path_factory.mktemp("client"))
+        done = cli("login", "--server", server.base_url, "--user", "root", "--password-stdin",
+                   input=PASSWORD + "\n")
+        assert done.returncode == 0, done.stderr
+        info.update(cli=cli, server=server)
+        yield info
+    finally:
+        server.stop()

@@ -8,31 +8,19 @@ import httpx
 import pytest
 
 from orchestra.cli.console import ExitCode
-from tests.cli.cli_harness import PASSWORD, ClientCLI, setup_world
-from tests.conftest import ServerProcess
+from tests.cli.cli_harness import ClientCLI, logged_in_world
 from tests.fakes.fake_llm import FakeLLM
 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     """A server with a provider named `fake` (and the harness's worker); a CLI logged in as root."""
-    with FakeLLM() as llm:
-        server = ServerProcess(tmp_path_factory.mktemp("srv")).start()
-        try:
-            info = setup_world(server, llm.base_url)
-            cli = ClientCLI(tmp_path_factory.mktemp("client"))
-            done = cli("login", "--server", server.base_url, "--user", "root", "--password-stdin",
-                       input=PASSWORD + "\n")
-            assert done.returncode == 0, done.stderr
-            api = httpx.Client(base_url=f"{server.base_url}/api/v1",
-                               headers={"Authorization": f"Bearer {info['token']}"})
-            providers = api.get("/provider").json()["providers"]
-            info.update(cli=cli, server=server, api=api,
-                        provider_id=next(p["provider_id"] for p in providers if p["name"] == "fake"))
-            yield info
-            api.close()
-        finally:
-            server.stop()
+    with FakeLLM() as llm, logged_in_world(tmp_path_factory, llm.base_url) as info:
+        api = httpx.Client(base_url=f"{info['server'].base_url}/api/v1",
+                           headers={"Authorization": f"Bearer {info['token']}"})
+        info.update(api=api)
+        yield info
+        api.close()
 
 
 def stored(world, worker_id: str) -> httpx.Response:

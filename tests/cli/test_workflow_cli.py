@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from orchestra.cli.console import ExitCode
-from tests.cli.cli_harness import PASSWORD, ClientCLI, setup_world
+from tests.cli.cli_harness import PASSWORD, ClientCLI, logged_in_world, setup_world
 from tests.conftest import ServerProcess
 from tests.fakes.fake_llm import FakeLLM
 
@@ -26,17 +26,9 @@ def llm():
 def world(llm, tmp_path_factory):
     """One server + provider + worker + both example templates for the module (each test
     waits for its runs to end); a client CLI logged in as root."""
-    server = ServerProcess(tmp_path_factory.mktemp("srv")).start()
-    try:
-        info = setup_world(server, llm.base_url)
-        cli = ClientCLI(tmp_path_factory.mktemp("client"))
-        done = cli("login", "--server", server.base_url, "--user", "root", "--password-stdin",
-                   input=PASSWORD + "\n")
-        assert done.returncode == 0, done.stderr
-        info.update(cli=cli, server=server, llm=llm)
+    with logged_in_world(tmp_path_factory, llm.base_url) as info:
+        info.update(llm=llm)
         yield info
-    finally:
-        server.stop()
 
 
 def template_id(world, stem: str) -> str:
