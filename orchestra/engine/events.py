@@ -23,6 +23,7 @@ from typing import Any
 
 from peewee import IntegrityError, fn
 
+from orchestra.db.database import release_connection
 from orchestra.db.models import RunEvent, WorkflowRun, iso, utcnow
 
 KINDS = (
@@ -269,8 +270,7 @@ class EventLog:
         run that waits for minutes must not hold one, or a few of them drain the pool.
         """
         try:
-            if not self.db.in_transaction():
-                await self.db.aclose()
+            await release_connection(self.db)
         except Exception:  # noqa: BLE001 - releasing is best effort
             pass
 
