@@ -40,7 +40,7 @@ def fake_provider() -> Iterator[str]:
     """FakeLLM (zero latency, echo) in its own process, so it does not share our GIL."""
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "orchestra.engine.llm.fake_server", "--port", str(port),
+        [sys.executable, "-m", "orchestra.testing.fake_llm", "--port", str(port),
          "--zero-latency", "--mode", "echo"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )

@@ -42,7 +42,7 @@ _ts_cache: dict[bytes, float] = {}
 
 FAKE = """
 import sys
-from orchestra.engine.llm.fake_server import FakeLLM
+from orchestra.testing.fake_llm import FakeLLM
 chunks, delay = int(sys.argv[2]), float(sys.argv[3])
 fake = FakeLLM(port=int(sys.argv[1]), behavior="echo")
 fake.script_text("t " * chunks, chunks=chunks, delay=delay)

@@ -12,10 +12,10 @@ import sys
 from pathlib import Path
 
 try:
-    from orchestra.engine.llm.fake_server import main
+    from orchestra.testing.fake_llm import main
 except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from orchestra.engine.llm.fake_server import main
+    from orchestra.testing.fake_llm import main
 
 if __name__ == "__main__":
     main()

@@ -2,7 +2,7 @@
 
 Use it from any test package with `from tests.fakes.fake_llm import FakeLLM, fake_llm`
 (importing the fixture into a conftest registers it). The implementation lives in
-`orchestra.engine.llm.fake_server` so `examples/fake_llm.py` can share it.
+`orchestra.testing.fake_llm` so `examples/fake_llm.py` can share it.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from orchestra.engine.llm.fake_server import FakeLLM, RecordedRequest, ScriptedReply
+from orchestra.testing.fake_llm import FakeLLM, RecordedRequest, ScriptedReply
 
 __all__ = ["FakeLLM", "RecordedRequest", "ScriptedReply", "fake_llm"]
 

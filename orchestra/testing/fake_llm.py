@@ -8,7 +8,7 @@ Tests queue scripted replies (text, tool calls, HTTP errors, a stream cut mid-wa
 with nothing queued it answers deterministically: `echo` mode replies
 "Echo: <last user message>", `assistant` mode also calls `calculator` when offered and
 asked for a calculation. Every request is recorded. Run standalone with
-`python -m orchestra.engine.llm.fake_server --port 9999`.
+`python -m orchestra.testing.fake_llm --port 9999`.
 """
 
 from __future__ import annotations
