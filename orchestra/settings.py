@@ -42,6 +42,7 @@ class Settings:
     llm_max_tool_rounds: int = 8
     sse_ping_seconds: float = 15.0
     access_log: bool = False
+    console: bool = True  # the web console at `/` (ORCHESTRA_CONSOLE=0 turns it off)
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None, **overrides: Any) -> "Settings":
