@@ -6,6 +6,7 @@ const BOX_W = 150;
 const BOX_H = 46;
 const GAP_X = 60;
 const GAP_Y = 18;
+const LEFT = 40;  // room left of the first column for a cycle's arrow coming back
 
 /** Depth of each step (0 for steps with no known dependency); cycles are cut, not followed. */
 function depths(steps) {
@@ -45,8 +46,8 @@ export function StepGraph({ steps, statuses = {}, flagged = new Set(), names = {
     (columns[d] = columns[d] || []).push(s);
   }
   const at = new Map();
-  columns.forEach((col, c) => (col || []).forEach((s, r) => at.set(s.id, { x: 10 + c * (BOX_W + GAP_X), y: 10 + r * (BOX_H + GAP_Y) })));
-  const width = 20 + columns.length * (BOX_W + GAP_X) - GAP_X;
+  columns.forEach((col, c) => (col || []).forEach((s, r) => at.set(s.id, { x: LEFT + c * (BOX_W + GAP_X), y: 10 + r * (BOX_H + GAP_Y) })));
+  const width = LEFT + 10 + columns.length * (BOX_W + GAP_X) - GAP_X;
   const height = 20 + Math.max(...columns.map((c) => (c ? c.length : 0))) * (BOX_H + GAP_Y) - GAP_Y;
   const arrows = [];
   let below = 0;  // room under the boxes for backward (cycle) arrows

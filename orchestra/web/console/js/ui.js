@@ -105,3 +105,15 @@ export function ConfirmButton({ label, confirm, onConfirm, ...rest }) {
 export function go(path) {
   location.hash = `#/${path}`;
 }
+
+let flash = '';
+/** A message for the next page (e.g. "saved" after a navigation), shown once. */
+export function setFlash(text) {
+  flash = text;
+}
+
+export function takeFlash() {
+  const text = flash;
+  flash = '';
+  return text;
+}

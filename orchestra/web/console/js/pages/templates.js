@@ -2,7 +2,7 @@
 // shows every 422 problem next to the step and field it names, and the step graph.
 import { html, useState, useMemo } from '../html.js';
 import { api, isAdmin } from '../api.js';
-import { TextField, TextArea, Select, ErrorBox, Notice, useLoad, when, go, useId, ConfirmButton } from '../ui.js';
+import { TextField, TextArea, Select, ErrorBox, Notice, useLoad, when, go, useId, ConfirmButton, setFlash, takeFlash } from '../ui.js';
 import { StepGraph } from '../graph.js';
 
 const NODES = ['planner', 'reviewer', 'summarizer'];
@@ -146,7 +146,7 @@ function TemplateForm({ templateId, template, workers }) {
   const [jsonText, setJsonText] = useState('');
   const [jsonError, setJsonError] = useState('');
   const [error, setError] = useState(null);
-  const [notice, setNotice] = useState('');
+  const [notice, setNotice] = useState(takeFlash);
   const sharedId = useId('shared');
 
   const body = () => ({ name, description, shared, steps: steps.map(toApi) });
@@ -191,8 +191,12 @@ function TemplateForm({ templateId, template, workers }) {
         ? await api('POST', '/workflow/template', payload)
         : await api('PUT', `/workflow/template/${templateId}`, payload);
       setError(null);
-      setNotice(`Template '${saved.template.name}' saved.`);
-      if (templateId === 'new') go(`templates/${saved.template_id}`);
+      const text = `Template '${saved.template.name}' saved.`;
+      setNotice(text);
+      if (templateId === 'new') {
+        setFlash(text);
+        go(`templates/${saved.template_id}`);
+      }
     } catch (err) {
       setNotice('');
       setError(err);
