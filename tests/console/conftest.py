@@ -49,10 +49,11 @@ class Console:
     """One browser page on the console of `server`, recording every request it makes."""
 
     def __init__(self, browser, server: ServerProcess, screenshots: Path, *, width: int = 1280,
-                 height: int = 900) -> None:
+                 height: int = 900, color_scheme: str = "light") -> None:
         self.server = server
         self.screenshots = screenshots
-        self.context = browser.new_context(viewport={"width": width, "height": height})
+        self.context = browser.new_context(viewport={"width": width, "height": height},
+                                           color_scheme=color_scheme)
         self.page = self.context.new_page()
         self.requested: list[str] = []
         self.errors: list[str] = []
@@ -91,13 +92,18 @@ def fake() -> Iterator[FakeLLM]:
     llm.stop()
 
 
-@pytest.fixture
-def served(tmp_path) -> Iterator[ServerProcess]:
+def start_server(home: Path, env: dict | None = None) -> ServerProcess:
     """A real server with a super administrator `root` made from the command line."""
-    server = ServerProcess(tmp_path / "home").start()
+    server = ServerProcess(home, env=env).start()
     made = server.cli("user", "create", "root", "--role", "SUPER_ADMINISTRATOR", "--password-stdin",
                       input=PASSWORD + "\n")
     assert made.returncode == 0, made.stderr
+    return server
+
+
+@pytest.fixture
+def served(tmp_path) -> Iterator[ServerProcess]:
+    server = start_server(tmp_path / "home")
     yield server
     server.stop()
 

@@ -9,8 +9,13 @@ from __future__ import annotations
 import re
 
 import httpx
+import pytest
 
-from tests.console.conftest import PASSWORD, Console
+from tests.console.conftest import PASSWORD, Console, start_server
+
+expect = pytest.importorskip(
+    "playwright.sync_api", reason="browser tests need Playwright for Python: pip install -e '.[test]'"
+).expect
 
 SUMMARY = "Confirmed: six times seven is forty-two, as the user agreed on reflection."
 
@@ -82,19 +87,40 @@ def create_worker(console: Console) -> None:
     page = console.page
     page.get_by_role("link", name="Workers").click()
     page.get_by_role("heading", name="New worker").wait_for()
+    # Administrators also manage skills and the system nodes here.
+    page.get_by_label("Skill name").fill("terse")
+    page.get_by_label("Instructions").fill("Answer in one line.")
+    page.get_by_role("button", name="Add skill").click()
+    page.get_by_text("Skill 'terse' added.").wait_for()
+    page.get_by_label("Provider of planner").select_option(label="fake")
+    page.get_by_role("button", name="Save planner").click()
+    page.get_by_text("System node 'planner' saved.").wait_for()
     page.get_by_label("Name", exact=True).fill("calc")
     page.get_by_label("Provider", exact=True).select_option(label="fake (openai_compatible, fake-model)")
+    page.get_by_label("Skill", exact=True).select_option("terse")
     page.get_by_role("checkbox", name=re.compile("^calculator")).check()
     page.get_by_role("button", name="Create worker").click()
-    page.locator('tr[data-worker="calc"]').wait_for()
-    assert "calculator" in page.locator('tr[data-worker="calc"]').inner_text()
+    row = page.locator('tr[data-worker="calc"]')
+    expect(row).to_contain_text("calculator")
+    expect(row).to_contain_text("terse")
+    row.get_by_role("button", name="Edit").click()
+    page.get_by_label("Model", exact=True).fill("fake-model-large")
+    page.get_by_role("button", name="Save worker").click()
+    page.get_by_text("Worker 'calc' saved.").wait_for()
+    expect(row).to_contain_text("fake-model-large")
+    http = api_login(console, "root")
+    (worker,) = http.get("/agent/worker").json()["workers"]
+    assert (worker["tools"], worker["bound_skill"], worker["model"]) == (["calculator"], "terse", "fake-model-large")
+    planner = http.get("/agent/node/planner").json()
+    assert planner["provider_name"] == "fake"
     console.shot("04-workers")
-    # The provider now cannot be deleted: the page names the worker that blocks it.
+    # The provider now cannot be deleted: the page names the worker and node that block it.
     page.get_by_role("link", name="Providers").click()
     row = page.locator('tr[data-provider="fake"]')
     row.get_by_role("button", name="Delete").click()
     row.get_by_role("button", name="Delete fake").click()
     page.locator("ul.blockers").get_by_text("calc").wait_for()
+    page.locator("ul.blockers").get_by_text("planner").wait_for()
 
 
 def step(page, index: int):
@@ -181,6 +207,8 @@ def run_it(console: Console, fake) -> str:
     assert log.get_attribute("data-count") == log.get_attribute("data-last")  # no gap, no repeat
     assert page.locator(".connection").inner_text() == "ended"
     console.shot("09-run-succeeded")
+    run = api_login(console, "root").get(f"/workflow/run/{trace_id}").json()
+    assert run["status"] == "succeeded" and len(run["files"]) == 1  # the file went up with the run
     return trace_id
 
 
@@ -234,9 +262,10 @@ def test_the_console_end_to_end(console: Console, fake):
     assert_only_local_requests(console)
 
 
-def test_narrow_screen_and_keyboard(chromium, served, screenshots, fake):
-    """At 360 px nothing scrolls sideways but the tables; the sign-in form works by keyboard."""
-    console = Console(chromium, served, screenshots, width=360, height=740)
+def test_narrow_screen_dark_scheme_and_keyboard(chromium, served, screenshots, fake):
+    """At 360 px nothing scrolls sideways (tables scroll in their own box); the system's dark
+    preference gives the dark palette; the sign-in form works by keyboard alone."""
+    console = Console(chromium, served, screenshots, width=360, height=740, color_scheme="dark")
     try:
         page = console.page
         console.open()
@@ -247,16 +276,66 @@ def test_narrow_screen_and_keyboard(chromium, served, screenshots, fake):
         page.keyboard.type(PASSWORD)
         page.keyboard.press("Enter")
         page.get_by_role("button", name="Sign out").wait_for()
+        background = page.evaluate("getComputedStyle(document.body).backgroundColor")
+        red, green, blue = map(int, re.findall(r"\d+", background)[:3])
+        assert red + green + blue < 150, background  # dark
         for fragment in ["runs", "templates/new", "workers", "providers", "users"]:
             console.open(fragment)
             page.locator("main h1").first.wait_for()
             page.wait_for_load_state("networkidle")
             width = page.evaluate("document.documentElement.scrollWidth")
             assert width <= 360, (fragment, width)
-            console.shot(f"narrow-{fragment.replace('/', '-')}")
+            console.shot(f"narrow-dark-{fragment.replace('/', '-')}")
         assert_only_local_requests(console)
     finally:
         console.close()
+
+
+def test_tokens_are_refreshed_before_they_expire(chromium, tmp_path, screenshots):
+    """With 6-second access tokens the page swaps its pair before expiry and keeps working
+    long after the first token died."""
+    server = start_server(tmp_path / "home", env={"ORCHESTRA_ACCESS_TTL": "6"})
+    console = Console(chromium, server, screenshots)
+    try:
+        console.sign_in("root")
+        page = console.page
+        read = "() => JSON.parse(sessionStorage.getItem('orchestra.session')).access_token"
+        first = page.evaluate(read)
+        page.wait_for_function(  # a function, not a string: the page's CSP forbids eval
+            "(first) => JSON.parse(sessionStorage.getItem('orchestra.session')).access_token !== first",
+            arg=first, timeout=10_000)
+        page.wait_for_timeout(7_000)  # the first token is now expired
+        expired = httpx.get(f"{server.base_url}/api/v1/auth/list", headers={"Authorization": f"Bearer {first}"})
+        assert expired.status_code == 401 and expired.json()["error"] == "TokenExpiredError"
+        page.get_by_role("link", name="Users").click()
+        page.locator('tr[data-user="root"]').wait_for()
+        assert page.get_by_role("button", name="Sign out").is_visible()
+        assert console.errors == []
+    finally:
+        console.close()
+        server.stop()
+
+
+def test_rate_limit_is_shown_with_when_to_retry(chromium, tmp_path, screenshots):
+    server = start_server(tmp_path / "home", env={"ORCHESTRA_RATE_LIMIT_LOGIN": "2/minute"})
+    console = Console(chromium, server, screenshots)
+    try:
+        page = console.page
+        console.open("login")
+        page.get_by_label("User name").fill("root")
+        page.get_by_label("Password").fill("not-the-password")
+        for _ in range(3):
+            page.get_by_role("button", name="Sign in").click()
+            page.get_by_role("alert").wait_for()
+        alert = page.get_by_role("alert").filter(has_text=re.compile(r"Try again in \d+ s\."))
+        alert.wait_for()
+        refused = httpx.post(f"{server.base_url}/api/v1/auth/login",
+                             json={"user_name": "root", "password": PASSWORD})
+        assert refused.status_code == 429 and refused.json()["message"] in alert.inner_text()
+        console.shot("14-rate-limited")
+    finally:
+        console.close()
+        server.stop()
 
 
 def stored_text(http: httpx.Client, trace_id: str, step_id: str) -> tuple[str, int]:

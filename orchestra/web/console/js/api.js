@@ -1,10 +1,11 @@
 // The public API, and the signed-in session: tokens live in this tab's sessionStorage,
-// the access token is refreshed (with the single-use refresh token) a minute before it
-// expires, and an expired token met on a request is refreshed once and the request repeated.
+// the access token is refreshed (with the single-use refresh token) a minute (or a fifth of
+// its lifetime, if shorter) before it expires, and an expired token met on a request is refreshed once and the request repeated.
 
 const API = '/api/v1';
 const STORE_KEY = 'orchestra.session';
 const REFRESH_MARGIN_S = 60;
+const REFRESH_MARGIN_SHARE = 0.2;
 
 /** An answer the API refused: its `message` is what the user reads. */
 export class ApiError extends Error {
@@ -54,7 +55,8 @@ function changed() {
 function scheduleRefresh() {
   clearTimeout(refreshTimer);
   if (!session) return;
-  const wait = Math.max(5, session.exp - Date.now() / 1000 - REFRESH_MARGIN_S);
+  const margin = Math.min(REFRESH_MARGIN_S, (session.exp - session.iat) * REFRESH_MARGIN_SHARE);
+  const wait = Math.max(1, session.exp - Date.now() / 1000 - margin);
   refreshTimer = setTimeout(() => refreshTokens().catch(() => {}), wait * 1000);
 }
 
@@ -84,6 +86,7 @@ export function signIn(accessToken, refreshToken) {
     user_name: claims.name,
     role: claims.role,
     exp: claims.exp,
+    iat: claims.iat,
   };
   scheduleRefresh();
   changed();
@@ -151,7 +154,7 @@ export function refreshTokens() {
 
 /** An access token good for at least a few more seconds (refreshing it first if not). */
 export async function freshAccessToken() {
-  if (session && session.exp - Date.now() / 1000 < 10) await refreshTokens();
+  if (session && session.exp - Date.now() / 1000 < Math.min(10, (session.exp - session.iat) * 0.1)) await refreshTokens();
   return session && session.access_token;
 }
 
@@ -203,7 +206,4 @@ export async function upload(files, onProgress) {
   });
 }
 
-if (session) {
-  if (session.exp - Date.now() / 1000 < 10) refreshTokens().catch(() => {});
-  else scheduleRefresh();
-}
+if (session) scheduleRefresh();  // a reload keeps the tab's session (and refreshes it on time)
