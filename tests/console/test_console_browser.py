@@ -148,20 +148,19 @@ def create_template(console: Console) -> str:
     page.get_by_role("link", name="Templates").click()
     page.get_by_role("link", name="New template").click()
     page.get_by_label("Name", exact=True).fill("ask and sum")
-    first = step(page, 0)
-    first.get_by_label("Step id").fill("calc")
-    first.get_by_label("Agent").select_option("worker")
-    first.get_by_label("Worker").select_option(label="calc")
-    first.get_by_label("Prompt").fill("Compute {{input}}")
-    page.get_by_role("button", name="Add a step").click()
-    step(page, 1).get_by_label("Step id").fill("ask")
-    step(page, 1).get_by_label("Prompt").fill("Is {{steps.calc.output}} right?")
-    page.get_by_role("button", name="Add a step").click()
-    last = step(page, 2)
-    last.get_by_label("Step id").fill("final")
-    last.get_by_label("Agent").select_option("worker")
-    last.get_by_label("Worker").select_option(label="calc")
-    last.get_by_label("Prompt").fill("Summarise {{steps.calc.output}} given {{steps.ask.output}}")
+    # Each new step depends on the one before it (the editor's default).
+    plan = [("calc", "calc", "Compute {{input}}"),
+            ("ask", None, "Is {{steps.calc.output}} right?"),
+            ("final", "calc", "Summarise {{steps.calc.output}} given {{steps.ask.output}}")]
+    for index, (step_id, worker, prompt) in enumerate(plan):
+        if index:
+            page.get_by_role("button", name="Add a step").click()
+        editor = step(page, index)
+        editor.get_by_label("Step id").fill(step_id)
+        if worker:
+            editor.get_by_label("Agent").select_option("worker")
+            editor.get_by_label("Worker").select_option(label=worker)
+        editor.get_by_label("Prompt").fill(prompt)
     page.get_by_role("button", name="Save template").click()
     page.get_by_text("Template 'ask and sum' saved.").wait_for()
     page.wait_for_url(re.compile(r"#/templates/[0-9a-f-]{36}$"))
@@ -377,7 +376,7 @@ def test_the_run_view_survives_a_server_restart(console: Console, fake):
 
     page.wait_for_function("""() => ['interrupted', 'succeeded', 'failed']
                                     .includes(document.querySelector('section.run').dataset.status)""",
-                           timeout=30_000)
+                           timeout=60_000)
     status = page.locator("section.run").get_attribute("data-status")
     http = api_login(console, "root")
     run = http.get(f"/workflow/run/{trace_id}").json()
@@ -396,3 +395,20 @@ def test_the_run_view_survives_a_server_restart(console: Console, fake):
     console.shot("13-restart-after")
     foreign = [u for u in console.requested if not u.startswith(console.server.base_url + "/")]
     assert foreign == []
+
+
+def test_a_waiting_run_is_cancelled_from_its_view(console: Console):
+    http = api_login(console, "root")
+    steps = [{"id": "wait", "agent": {"human": True}, "prompt": "Shall we go on?"}]
+    template = http.post("/workflow/template", json={"name": "wait", "steps": steps}).json()["template_id"]
+    trace_id = http.post("/workflow/run", json={"template_id": template}).json()["trace_id"]
+    console.sign_in("root")
+    console.open(f"run/{trace_id}")
+    page = console.page
+    page.get_by_text("wait asks: Shall we go on?").wait_for()
+    page.get_by_role("button", name="Cancel run").click()
+    page.locator('section.run[data-status="cancelled"]').wait_for()
+    assert page.get_by_label("Your reply").count() == 0  # no question left to answer
+    assert page.locator('article[data-step="wait"]').get_attribute("class").endswith("status-cancelled")
+    assert http.get(f"/workflow/run/{trace_id}").json()["status"] == "cancelled"
+    assert page.get_by_role("button", name="Cancel run").count() == 0

@@ -117,3 +117,15 @@ export function takeFlash() {
   flash = '';
   return text;
 }
+
+/** Run an API action; its error (or null on success) goes to `setError`. True when it worked. */
+export async function attempt(setError, action) {
+  try {
+    await action();
+    setError(null);
+    return true;
+  } catch (err) {
+    setError(err);
+    return false;
+  }
+}

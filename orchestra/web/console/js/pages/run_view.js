@@ -3,7 +3,7 @@
 // usage. Built only from the event stream, so a finished run opens as its replay.
 import { html, useEffect, useReducer, useState } from '../html.js';
 import { api } from '../api.js';
-import { ErrorBox, StatusBadge, TextArea, useLoad, when, duration } from '../ui.js';
+import { ErrorBox, StatusBadge, TextArea, useLoad, when, duration, attempt } from '../ui.js';
 import { StepGraph } from '../graph.js';
 import { followRun } from '../stream.js';
 
@@ -159,13 +159,7 @@ function Run({ run, traceId }) {
     onEvent: (kind, data, seq) => dispatch({ kind, data, seq }),
     onState: (s, error) => setConnection({ state: s, error }),
   }), [traceId]);
-  const cancel = async () => {
-    try {
-      await api('POST', `/workflow/cancel/${traceId}`);
-    } catch (err) {
-      setActionError(err);
-    }
-  };
+  const cancel = () => attempt(setActionError, () => api('POST', `/workflow/cancel/${traceId}`));
   const ended = ['succeeded', 'failed', 'cancelled', 'interrupted'].includes(state.status);
   const statuses = Object.fromEntries(Object.values(state.steps).map((s) => [s.id, s.status]));
   const steps = state.order.map((id) => ({ id, depends_on: state.steps[id].depends_on, agent: state.steps[id].agent }));

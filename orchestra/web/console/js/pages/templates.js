@@ -2,7 +2,7 @@
 // shows every 422 problem next to the step and field it names, and the step graph.
 import { html, useState, useMemo } from '../html.js';
 import { api, isAdmin } from '../api.js';
-import { TextField, TextArea, Select, ErrorBox, Notice, useLoad, when, go, useId, ConfirmButton, setFlash, takeFlash } from '../ui.js';
+import { TextField, TextArea, Select, ErrorBox, Notice, useLoad, when, go, useId, ConfirmButton, setFlash, takeFlash, attempt } from '../ui.js';
 import { StepGraph } from '../graph.js';
 
 const NODES = ['planner', 'reviewer', 'summarizer'];
@@ -202,14 +202,10 @@ function TemplateForm({ templateId, template, workers }) {
       setError(err);
     }
   };
-  const remove = async () => {
-    try {
-      await api('DELETE', `/workflow/template/${templateId}`);
-      go('templates');
-    } catch (err) {
-      setError(err);
-    }
-  };
+  const remove = () => attempt(setError, async () => {
+    await api('DELETE', `/workflow/template/${templateId}`);
+    go('templates');
+  });
   const changeStep = (i) => (step) => setSteps(steps.map((s, j) => (j === i ? step : s)));
   const moveStep = (i) => (delta) => {
     const next = [...steps];

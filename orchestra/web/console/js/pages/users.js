@@ -2,7 +2,7 @@
 // last super administrator above all) are shown as its message, next to the user.
 import { html, useState } from '../html.js';
 import { api, currentSession } from '../api.js';
-import { ErrorBox, Notice, useLoad, useId, ConfirmButton } from '../ui.js';
+import { ErrorBox, Notice, useLoad, useId, ConfirmButton, attempt } from '../ui.js';
 
 const ROLES = ['USER', 'ADMINISTRATOR', 'SUPER_ADMINISTRATOR'];
 
@@ -11,24 +11,14 @@ function UserRow({ user, onChanged }) {
   const [error, setError] = useState(null);
   const id = useId('role');
   const me = currentSession().user_id === user.user_id;
-  const save = async () => {
-    setError(null);
-    try {
-      await api('PUT', '/auth/authority', { user_id: user.user_id, new_authority: role });
-      onChanged(`${user.user_name} is now ${role}.`);
-    } catch (err) {
-      setError(err);
-    }
-  };
-  const remove = async () => {
-    setError(null);
-    try {
-      await api('DELETE', `/auth/${encodeURIComponent(user.user_id)}`);
-      onChanged(`${user.user_name} was deleted, with their workers, runs and files.`);
-    } catch (err) {
-      setError(err);
-    }
-  };
+  const save = () => attempt(setError, async () => {
+    await api('PUT', '/auth/authority', { user_id: user.user_id, new_authority: role });
+    onChanged(`${user.user_name} is now ${role}.`);
+  });
+  const remove = () => attempt(setError, async () => {
+    await api('DELETE', `/auth/${encodeURIComponent(user.user_id)}`);
+    onChanged(`${user.user_name} was deleted, with their workers, runs and files.`);
+  });
   return html`<tr data-user=${user.user_name}>
       <td>${user.user_name}${me && html` <small>(you)</small>`}</td>
       <td><label class="sr-only" for=${id}>Role of ${user.user_name}</label>

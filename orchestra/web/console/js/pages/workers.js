@@ -2,7 +2,7 @@
 // a provider and a model. Administrators also manage skills and the system nodes.
 import { html, useState } from '../html.js';
 import { api, isAdmin } from '../api.js';
-import { TextField, TextArea, Select, ErrorBox, Notice, useLoad, problemsByField, ConfirmButton } from '../ui.js';
+import { TextField, TextArea, Select, ErrorBox, Notice, useLoad, problemsByField, ConfirmButton, attempt } from '../ui.js';
 
 const BLANK = { name: '', description: '', system_prompt: '', provider_id: '', model: '', tools: [], bound_skill: '' };
 
@@ -77,14 +77,10 @@ function Skills({ skills, onChanged }) {
       setError(err);
     }
   };
-  const remove = async (s) => {
-    try {
-      await api('DELETE', `/resource/skill/${s.skill_id}`);
-      onChanged(`Skill '${s.name}' deleted.`);
-    } catch (err) {
-      setError(err);
-    }
-  };
+  const remove = (s) => attempt(setError, async () => {
+    await api('DELETE', `/resource/skill/${s.skill_id}`);
+    onChanged(`Skill '${s.name}' deleted.`);
+  });
   return html`<section class="card" aria-labelledby="skills">
     <h2 id="skills">Skills</h2>
     <ul class="plain">${skills.map((s) => html`<li key=${s.skill_id}><strong>${s.name}</strong> ${s.description}
@@ -105,14 +101,10 @@ function NodeRow({ node, providers, onChanged }) {
   const [provider, setProvider] = useState(node.provider || '');
   const [model, setModel] = useState(node.model || '');
   const [error, setError] = useState(null);
-  const save = async () => {
-    try {
-      await api('PUT', `/agent/node/${node.name}`, { provider: provider || null, model: model || null });
-      onChanged(`System node '${node.name}' saved.`);
-    } catch (err) {
-      setError(err);
-    }
-  };
+  const save = () => attempt(setError, async () => {
+    await api('PUT', `/agent/node/${node.name}`, { provider: provider || null, model: model || null });
+    onChanged(`System node '${node.name}' saved.`);
+  });
   return html`<li class="node">
     <strong>${node.name}</strong> <small>tools: ${node.tools.join(', ')}</small>
     <div class="grid">
@@ -140,14 +132,10 @@ export function Workers() {
   const [notice, setNotice] = useState('');
   const [error, setError] = useState(null);
   const changed = (text) => { setNotice(text); setEditing(null); setError(null); reload(); };
-  const remove = async (w) => {
-    try {
-      await api('DELETE', `/agent/worker/${w.worker_id}`);
-      changed(`Worker '${w.name}' deleted.`);
-    } catch (err) {
-      setError(err);
-    }
-  };
+  const remove = (w) => attempt(setError, async () => {
+    await api('DELETE', `/agent/worker/${w.worker_id}`);
+    changed(`Worker '${w.name}' deleted.`);
+  });
   return html`<section>
     <h1>Workers</h1>
     <${Notice} text=${notice} />
