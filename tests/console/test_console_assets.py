@@ -110,3 +110,17 @@ async def test_console_off_answers_404_json_at_the_root(client):
         response = await client.get(path)
         assert response.status_code == 404, path
         assert response.json()["error"] == "NotFoundError"
+
+
+def test_the_wheel_ships_every_console_file():
+    """Each file of the console folder matches a package-data glob of pyproject.toml."""
+    import fnmatch
+    import tomllib
+
+    pyproject = CONSOLE_DIR.parents[2] / "pyproject.toml"
+    globs = tomllib.loads(pyproject.read_text())["tool"]["setuptools"]["package-data"]["orchestra.web"]
+    web = CONSOLE_DIR.parent
+    for path in CONSOLE_DIR.rglob("*"):
+        if path.is_file():
+            relative = path.relative_to(web).as_posix()
+            assert any(fnmatch.fnmatch(relative, g) and relative.count("/") == g.count("/") for g in globs), relative
