@@ -6,6 +6,7 @@ reconnecting and showing what follows without a gap or a duplicated word."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import httpx
@@ -141,6 +142,25 @@ def refuse_a_cycle(console: Console) -> None:
         step(page, index).locator(".problem").filter(has_text="cycle").wait_for()
     assert page.locator("figure.graph g.node.flagged").count() == 2
     console.shot("05-template-cycle-refused")
+    # The same template as JSON: break the cycle there, come back, save, then edit it.
+    page.get_by_role("button", name="JSON").click()
+    editor = page.get_by_label("Template as JSON")
+    body = json.loads(editor.input_value())
+    assert [(s["id"], s["depends_on"]) for s in body["steps"]] == [("a", ["b"]), ("b", ["a"])]
+    body["steps"][0]["depends_on"] = []
+    editor.fill(json.dumps(body))
+    page.get_by_role("button", name="Step editor").click()
+    assert not step(page, 0).get_by_role("checkbox", name="b").is_checked()
+    page.get_by_role("button", name="Save template").click()
+    page.get_by_text("Template 'loop' created.").wait_for()
+    page.wait_for_url(re.compile(r"#/templates/[0-9a-f-]{36}$"))
+    template_id = page.url.rsplit("/", 1)[1]
+    page.get_by_label("Description").fill("two questions")
+    page.get_by_role("button", name="Save template").click()
+    page.get_by_text("Template 'loop' saved.").wait_for()
+    saved = api_login(console, "root").get(f"/workflow/template/{template_id}").json()["template"]
+    assert saved["description"] == "two questions"
+    assert [(s["id"], s["depends_on"]) for s in saved["steps"]] == [("a", []), ("b", ["a"])]
 
 
 def create_template(console: Console) -> str:
@@ -162,7 +182,7 @@ def create_template(console: Console) -> str:
             editor.get_by_label("Worker").select_option(label=worker)
         editor.get_by_label("Prompt").fill(prompt)
     page.get_by_role("button", name="Save template").click()
-    page.get_by_text("Template 'ask and sum' saved.").wait_for()
+    page.get_by_text("Template 'ask and sum' created.").wait_for()
     page.wait_for_url(re.compile(r"#/templates/[0-9a-f-]{36}$"))
     assert page.locator("figure.graph path.edge").count() == 2  # calc → ask → final
     console.shot("06-template")

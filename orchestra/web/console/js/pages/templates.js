@@ -191,7 +191,7 @@ function TemplateForm({ templateId, template, workers }) {
         ? await api('POST', '/workflow/template', payload)
         : await api('PUT', `/workflow/template/${templateId}`, payload);
       setError(null);
-      const text = `Template '${saved.template.name}' saved.`;
+      const text = `Template '${saved.template.name}' ${templateId === 'new' ? 'created' : 'saved'}.`;
       setNotice(text);
       if (templateId === 'new') {
         setFlash(text);
