@@ -15,7 +15,7 @@ from orchestra.web.blueprints.console import CONSOLE_DIR
 HTML_REFERENCE = re.compile(r"""\b(?:src|href)\s*=\s*["']([^"']+)["']""")
 CSS_REFERENCE = re.compile(r"""url\(\s*["']?([^"')]+)["']?\s*\)|@import\s+["']([^"']+)["']""")
 JS_REFERENCE = re.compile(r"""\bfrom\s*["']([^"']+)["']|\bimport\s*\(?\s*["']([^"']+)["']""")
-OUTSIDE = re.compile(r"^(?:[a-z][a-z0-9+.-]*:)?//", re.I)
+OUTSIDE = re.compile(r"^(?:[a-z][a-z0-9+.-]*:)?//", re.IGNORECASE)
 CSP_NEEDS = ["default-src 'self'", "script-src 'self'", "connect-src 'self'", "object-src 'none'",
              "frame-ancestors 'none'", "base-uri 'none'"]
 

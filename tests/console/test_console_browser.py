@@ -61,7 +61,7 @@ def register_and_sign_in(console: Console) -> None:
     page.get_by_label("Password").fill("wrong-password")
     page.get_by_label("User name").fill("alice")
     page.get_by_role("button", name="Sign in").click()
-    page.get_by_role("alert").filter(has_text=re.compile("password", re.I)).wait_for()
+    page.get_by_role("alert").filter(has_text=re.compile("password", re.IGNORECASE)).wait_for()
     console.sign_in("root")
 
 

@@ -1,5 +1,5 @@
 // Small shared pieces: labelled fields, the error banner, loading lists, times.
-import { html, useState, useEffect, useCallback } from './html.js';
+import { html, useState, useEffect, useCallback, useRef } from './html.js';
 
 let nextId = 0;
 /** A stable id for label/input pairs. */
@@ -94,9 +94,11 @@ export function StatusBadge({ status }) {
 /** A button that asks "Really?" on the first press (no browser dialog). */
 export function ConfirmButton({ label, confirm, onConfirm, ...rest }) {
   const [armed, setArmed] = useState(false);
+  const confirmRef = useRef(null);
+  useEffect(() => { if (armed && confirmRef.current) confirmRef.current.focus(); }, [armed]);  // keyboard users land on it
   return armed
     ? html`<span class="confirm">
-        <button class="danger" ...${rest} onClick=${() => { setArmed(false); onConfirm(); }}>${confirm}</button>
+        <button class="danger" ref=${confirmRef} ...${rest} onClick=${() => { setArmed(false); onConfirm(); }}>${confirm}</button>
         <button type="button" onClick=${() => setArmed(false)}>Keep</button></span>`
     : html`<button type="button" ...${rest} onClick=${() => setArmed(true)}>${label}</button>`;
 }

@@ -1,5 +1,5 @@
 // Runs: start one (input, files uploaded with progress), and the run list with a filter.
-import { html, useState } from '../html.js';
+import { html, useState, useEffect } from '../html.js';
 import { api, upload, isAdmin } from '../api.js';
 import { TextArea, Select, ErrorBox, useLoad, when, duration, StatusBadge, go, useId } from '../ui.js';
 
@@ -56,6 +56,12 @@ export function Runs({ query }) {
   const [runs, runsError, reload] = useLoad(() => api('GET', `/workflow/run?limit=200${all ? '&all=1' : ''}`), [all]);
   const [templates, templatesError] = useLoad(() => api('GET', '/workflow/template'));
   const filterId = useId('filter');
+  const live = !!runs && runs.runs.some((r) => !r.finished_at);
+  useEffect(() => {  // while a run is going, its row follows without a click on Refresh
+    if (!live) return undefined;
+    const timer = setInterval(reload, 3000);
+    return () => clearInterval(timer);
+  }, [live, reload]);
   const shown = (runs ? runs.runs : []).filter((r) => (!status || r.status === status)
     && (!text || `${r.template_name} ${r.trace_id}`.toLowerCase().includes(text.toLowerCase())));
   return html`<section>
