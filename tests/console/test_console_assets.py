@@ -102,6 +102,14 @@ async def test_unchanged_files_answer_304_to_their_etag(client):
 async def test_the_api_keeps_its_json_errors_next_to_the_console(client):
     response = await client.get("/api/v1/nothing")
     assert response.status_code == 404 and response.json()["error"] == "NotFoundError"
+    for path in ["/index.html", "/runs", "/console"]:  # no catch-all: only / and the files
+        response = await client.get(path)
+        assert response.status_code == 404 and response.json()["error"] == "NotFoundError", path
+
+
+async def test_the_console_is_not_in_the_api_document(client):
+    paths = (await client.get("/api/v1/docs/openapi.json")).json()["paths"]
+    assert paths and all(path.startswith("/api/v1/") for path in paths)
 
 
 @pytest.mark.parametrize("settings_overrides", [{"console": False}])

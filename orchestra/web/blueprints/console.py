@@ -14,6 +14,7 @@ from pathlib import Path
 
 from sanic import Blueprint, Request
 from sanic.response import HTTPResponse, raw
+from sanic_ext import openapi
 
 from orchestra.errors import NotFoundError
 
@@ -71,12 +72,14 @@ def _serve(request: Request, relative: str) -> HTTPResponse:
 
 
 @bp.route("/", methods=["GET", "HEAD"])
+@openapi.exclude()  # static files: not part of the API document
 async def index(request: Request) -> HTTPResponse:
     """The console's single page; its own router reads the URL fragment (`#/runs/…`)."""
     return _serve(request, "index.html")
 
 
 @bp.route("/console/<relative:path>", methods=["GET", "HEAD"])
+@openapi.exclude()
 async def asset(request: Request, relative: str) -> HTTPResponse:
     """A script, style sheet, image or licence of the console."""
     return _serve(request, relative)
