@@ -433,3 +433,34 @@ def test_a_waiting_run_is_cancelled_from_its_view(console: Console):
     assert page.locator('article[data-step="wait"]').get_attribute("class").endswith("status-cancelled")
     assert http.get(f"/workflow/run/{trace_id}").json()["status"] == "cancelled"
     assert page.get_by_role("button", name="Cancel run").count() == 0
+
+
+def test_a_question_open_when_the_server_died_is_asked_once_after_restart(console: Console):
+    """The run waits for a reply when its server is killed. After the restart the page
+    shows how it went on: interrupted (no reply box), or resumed with the question still
+    open (kept, or asked again if the step restarted) — one reply box, not two — which the
+    page then answers."""
+    http = api_login(console, "root")
+    steps = [{"id": "ask", "agent": {"human": True}, "prompt": "Still with me?"}]
+    template = http.post("/workflow/template", json={"name": "ask", "steps": steps}).json()["template_id"]
+    trace_id = http.post("/workflow/run", json={"template_id": template}).json()["trace_id"]
+    console.sign_in("root")
+    console.open(f"run/{trace_id}")
+    page = console.page
+    page.get_by_text("ask asks: Still with me?").wait_for()
+    console.server.kill()
+    page.locator(".connection.reconnecting").wait_for()
+    console.server.start()
+    page.wait_for_function("""() => document.querySelector('.notice.resumed')
+                                    || document.querySelector('section.run').dataset.status === 'interrupted'""",
+                           timeout=60_000)
+    if page.locator("section.run").get_attribute("data-status") == "interrupted":
+        assert page.locator("form.reply").count() == 0
+        return
+    page.get_by_text("ask asks: Still with me?").wait_for()
+    assert page.locator("form.reply").count() == 1
+    page.get_by_label("Your reply").fill("still here")
+    page.get_by_role("button", name="Send reply").click()
+    page.locator('section.run[data-status="succeeded"]').wait_for()
+    assert page.locator(".final-output").inner_text() == "still here"
+    console.shot("15-restart-question-answered")

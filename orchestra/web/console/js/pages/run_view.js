@@ -34,11 +34,14 @@ function apply(state, { kind, data, seq }) {
   switch (kind) {
     case 'run_started':
       return { ...state, status: 'running', startedTs: state.startedTs || data.ts };
-    case 'run_resumed':
-      return { ...state, status: 'running', notices: [...state.notices,
-        `The run was taken over after its server stopped (attempt ${data.attempt}); restarted: ${(data.restarted_steps || []).join(', ') || 'none'}.`] };
+    case 'run_resumed':  // questions of the restarted steps died with the old process
+      return { ...state, status: 'running',
+        questions: state.questions.filter((q) => !(data.restarted_steps || []).includes(q.step_id)),
+        notices: [...state.notices,
+        `The run was taken over after its server stopped (attempt ${data.attempt}); ${(data.restarted_steps || []).length
+          ? `started again: ${data.restarted_steps.join(', ')}.` : 'no step had to start again.'}`] };
     case 'step_started':  // also after a resume: the step runs again, so its text starts again
-      return withStep({ ...state, status: 'running' }, id, (s) => ({ status: 'running', text: '', tools: [], output: null,
+      return withStep({ ...state, status: 'running', questions: state.questions.filter((q) => q.step_id !== id) }, id, (s) => ({ status: 'running', text: '', tools: [], output: null,
         error: null, usage: null, prompt: data.prompt, agent: data.agent || s.agent, attempt: s.attempt + 1 }));
     case 'token':
       return withStep(state, id, (s) => ({ text: s.text + data.text }));
