@@ -16,7 +16,7 @@ from peewee import (
     CharField,
     DatabaseProxy,
     DateTimeField,
-    FloatField,
+    DoubleField,
     ForeignKeyField,
     IntegerField,
     TextField,
@@ -166,7 +166,7 @@ class WorkflowRun(BaseModel):
     # Ownership (see engine/ownership.py): the process holding the run and until when
     # (epoch seconds), how many times it was claimed, and a cancel asked from anywhere.
     owner_process = CharField(max_length=128, null=True)
-    lease_until = FloatField(null=True)
+    lease_until = DoubleField(null=True)
     attempts = IntegerField(default=0)
     cancel_requested = BooleanField(default=False)
 

@@ -24,6 +24,7 @@ from typing import Any
 logger = logging.getLogger("orchestra.signals")
 
 CHANNELS = {"events": "orchestra_events", "cache": "orchestra_cache", "control": "orchestra_control"}
+LISTENER_NAME = "orchestra-listen"  # application_name of the LISTEN connection
 HEALTH_CHECK_SECONDS = 2.0
 RECONNECT_MAX_SECONDS = 5.0
 
@@ -130,7 +131,9 @@ class PostgresSignals(Signals):
         delay = 0.1
         while True:
             try:
-                conn = await asyncpg.connect(**self._params, timeout=5)
+                conn = await asyncpg.connect(
+                    **self._params, timeout=5, server_settings={"application_name": LISTENER_NAME}
+                )
                 lost = asyncio.get_running_loop().create_future()
                 conn.add_termination_listener(lambda _c: lost.done() or lost.set_result(None))
                 for channel, name in CHANNELS.items():

@@ -521,10 +521,8 @@ class Engine:
                 )
             outputs = await self._schedule(live)
             final = outputs.get(live.steps[-1]["id"]) if live.steps else None
-            writes.submit(self.log.append, trace_id, "run_finished",
-                          {"status": "succeeded", "output": final})
-            writes.submit(self._set_run, trace_id, status="succeeded", finished_at=utcnow(),
-                          owner_process=None, lease_until=None)
+            writes.submit(self._close, trace_id, "run_finished",
+                          {"status": "succeeded", "output": final}, status="succeeded")
             await writes.drain()
         except _RunFailed as failure:
             await self._end(live, "failed", "run_failed", failure.message, step_id=failure.step_id)
@@ -605,21 +603,7 @@ class Engine:
             try:
                 last = await self.log.last_event(trace_id)
                 if last is None or not last.terminal:
-                    await self.log.append(trace_id, kind, data)
-                now = utcnow()
-                step_status = "cancelled" if status == "failed" else status
-                await self.db.aexecute(
-                    RunStep.update(status=step_status, finished_at=now).where(
-                        (RunStep.run == trace_id) & RunStep.status.in_(["running", "waiting_reply"])
-                    )
-                )
-                await self.db.aexecute(
-                    RunStep.update(status="skipped").where(
-                        (RunStep.run == trace_id) & (RunStep.status == "pending")
-                    )
-                )
-                await self._set_run(trace_id, status=status, error=message, finished_at=now,
-                                    owner_process=None, lease_until=None)
+                    await self._close(trace_id, kind, data, status=status, error=message)
                 return
             except RunGone:
                 return
@@ -630,6 +614,29 @@ class Engine:
                     return
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
+
+    async def _close(self, trace_id: str, kind: str, data: dict[str, Any], *, status: str,
+                     error: str | None = None) -> None:
+        """Store a run's terminal event together with its final rows, in one transaction,
+        and only then publish it: whoever sees the event reads the final state."""
+        now = utcnow()
+        step_status = "cancelled" if status == "failed" else status
+        async with self.core.write_transaction():
+            if status != "succeeded":
+                await self.db.aexecute(
+                    RunStep.update(status=step_status, finished_at=now).where(
+                        (RunStep.run == trace_id) & RunStep.status.in_(["running", "waiting_reply"])
+                    )
+                )
+                await self.db.aexecute(
+                    RunStep.update(status="skipped").where(
+                        (RunStep.run == trace_id) & (RunStep.status == "pending")
+                    )
+                )
+            await self._set_run(trace_id, status=status, error=error, finished_at=now,
+                                owner_process=None, lease_until=None)
+            events = await self.log.append_many(trace_id, [(kind, data, None)], publish=False)
+        self.log.published(trace_id, events)
 
     async def _hand_back(self, live: LiveRun) -> None:
         await live.writes.settle()

@@ -112,10 +112,13 @@ class EventLog:
         return (await self.append_many(trace_id, [(kind, data, step_id)]))[0]
 
     async def append_many(
-        self, trace_id: str, items: list[tuple[str, dict[str, Any] | None, str | None]]
+        self, trace_id: str, items: list[tuple[str, dict[str, Any] | None, str | None]], *,
+        publish: bool = True,
     ) -> list[Event]:
         """Store (kind, data, step_id) items as consecutive events in one statement, then
-        publish them in order. Raises RunGone, or StoreContention after the deadline."""
+        publish them in order (unless `publish` is False: the caller's transaction must
+        commit first, then it calls `published`). Raises RunGone, or StoreContention
+        after the deadline."""
         for kind, _, _ in items:
             if kind not in KINDS:
                 raise ValueError(f"unknown event kind {kind!r}")
@@ -150,7 +153,8 @@ class EventLog:
                 break
         if events[-1].terminal:
             self.forget(trace_id)
-        self.published(trace_id, events)
+        if publish:
+            self.published(trace_id, events)
         return events
 
     def published(self, trace_id: str, events: list[Event]) -> None:

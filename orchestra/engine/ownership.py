@@ -78,12 +78,10 @@ class Ownership:
         return {trace_id: bool(cancel) for trace_id, cancel in rows}
 
     async def hand_back(self, trace_id: str) -> bool:
-        """Give a run up at once (graceful stop): its lease ends now, and this claim does
-        not count against the run's attempts."""
+        """Give a run up at once (graceful stop): its lease ends now, so another process
+        claims it without waiting. (Each claim counts as an attempt, as SPEC says.)"""
         changed = await self.db.aexecute(
-            WorkflowRun.update(
-                owner_process=None, lease_until=None, attempts=WorkflowRun.attempts - 1
-            ).where(
+            WorkflowRun.update(owner_process=None, lease_until=None).where(
                 (WorkflowRun.trace_id == trace_id)
                 & (WorkflowRun.owner_process == self.me)
                 & WorkflowRun.status.in_(list(ACTIVE))

@@ -275,15 +275,15 @@ async def test_cancel_ends_a_waiting_run(core, fake_llm):
 
 
 async def test_engine_stop_hands_a_waiting_run_back(core, fake_llm):
-    """A graceful stop gives the run back to the store (lease ended now, the claim not
-    counted) instead of ending it: another process, or the next start, goes on."""
+    """A graceful stop gives the run back to the store (its lease ended now) instead of
+    ending it: another process, or the next start, goes on."""
     who = await setup_agent(core, fake_llm)
     trace_id = await start(core, who, [{"id": "h", "agent": {"human": True}, "prompt": "?"}])
     await wait_status(core, trace_id, "waiting_reply")
     await engine_of(core).stop(grace=0.2)
     run = await WorkflowRun.aget(WorkflowRun.trace_id == trace_id)
     assert run.status == "waiting_reply"
-    assert run.owner_process is None and run.lease_until is None and run.attempts == 0
+    assert run.owner_process is None and run.lease_until is None and run.attempts == 1
     assert not (await events(core, trace_id))[-1].data.get("status") == "interrupted"
     assert [e.kind for e in await events(core, trace_id)] == [
         "run_started", "step_started", "reply_requested"]

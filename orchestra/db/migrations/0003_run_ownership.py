@@ -4,7 +4,7 @@ and whether a cancel was asked for. On PostgreSQL, triggers send the cross-proce
 workers, skills and system nodes) so that no process has to poll.
 """
 
-from peewee import BooleanField, CharField, FloatField, IntegerField
+from peewee import BooleanField, CharField, DoubleField, IntegerField
 
 TRIGGERS = (  # one statement each: the driver prepares statements
     """CREATE OR REPLACE FUNCTION orchestra_notify_events() RETURNS trigger AS $$
@@ -30,7 +30,7 @@ CACHED_TABLES = ("user", "provider", "skill", "worker", "system_node")
 def up(migrator, db):
     migrator.migrate(
         migrator.add_column("workflow_run", "owner_process", CharField(max_length=128, null=True)),
-        migrator.add_column("workflow_run", "lease_until", FloatField(null=True)),
+        migrator.add_column("workflow_run", "lease_until", DoubleField(null=True)),
         migrator.add_column("workflow_run", "attempts", IntegerField(default=0)),
         migrator.add_column("workflow_run", "cancel_requested", BooleanField(default=False)),
         migrator.add_index("workflow_run", ("status", "lease_until")),
