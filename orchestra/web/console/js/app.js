@@ -19,7 +19,18 @@ function currentRoute() {
 function useRoute() {
   const [route, setRoute] = useState(currentRoute);
   useEffect(() => {
-    const update = () => setRoute(currentRoute());
+    const update = () => {
+      setRoute(currentRoute());
+      // After a navigation, focus the new page's heading so screen readers announce it
+      // and Tab starts from the top of the page, not from the link that was followed.
+      requestAnimationFrame(() => {
+        const heading = document.querySelector('main h1');
+        if (heading) {
+          heading.tabIndex = -1;
+          heading.focus({ preventScroll: true });
+        }
+      });
+    };
     addEventListener('hashchange', update);
     return () => removeEventListener('hashchange', update);
   }, []);
