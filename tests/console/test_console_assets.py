@@ -132,3 +132,10 @@ def test_the_wheel_ships_every_console_file():
         if path.is_file():
             relative = path.relative_to(web).as_posix()
             assert any(fnmatch.fnmatch(relative, g) and relative.count("/") == g.count("/") for g in globs), relative
+
+
+def test_orchestra_console_0_turns_it_off():
+    from orchestra.settings import Settings
+
+    assert Settings.from_env(env={}).console is True
+    assert Settings.from_env(env={"ORCHESTRA_CONSOLE": "0"}).console is False

@@ -464,3 +464,38 @@ def test_a_question_open_when_the_server_died_is_asked_once_after_restart(consol
     page.locator('section.run[data-status="succeeded"]').wait_for()
     assert page.locator(".final-output").inner_text() == "still here"
     console.shot("15-restart-question-answered")
+
+
+def test_the_stream_reopens_with_a_fresh_token_and_the_last_event_id(chromium, tmp_path, screenshots):
+    """The browser's own reconnect reuses the URL, whose `?access_token=` has expired by the
+    time the restarted server answers (401: the EventSource gives up). The page then
+    refreshes its token, opens a new EventSource with `?last_event_id=`, and goes on."""
+    server = start_server(tmp_path / "home", env={"ORCHESTRA_ACCESS_TTL": "6"})
+    console = Console(chromium, server, screenshots)
+    try:
+        http = api_login(console, "root")
+        steps = [{"id": "ask", "agent": {"human": True}, "prompt": "Ready?"}]
+        template = http.post("/workflow/template", json={"name": "ask", "steps": steps}).json()["template_id"]
+        trace_id = http.post("/workflow/run", json={"template_id": template}).json()["trace_id"]
+        console.sign_in("root")
+        console.open(f"run/{trace_id}")
+        page = console.page
+        page.get_by_text("ask asks: Ready?").wait_for()
+        streams = [u for u in console.requested if "/workflow/sse/" in u]
+        assert len(streams) == 1 and "last_event_id" not in streams[0]
+        page.wait_for_timeout(7_000)  # the token in the stream's URL expires
+        server.kill()
+        page.locator(".connection.reconnecting").wait_for()
+        server.start()
+        page.locator(".connection.live, .connection.ended").wait_for(timeout=60_000)
+        reopened = [u for u in console.requested if "/workflow/sse/" in u and "last_event_id=" in u]
+        assert reopened, console.requested
+        if page.locator("section.run").get_attribute("data-status") != "interrupted":
+            page.get_by_label("Your reply").fill("ready")
+            page.get_by_role("button", name="Send reply").click()
+            page.locator('section.run[data-status="succeeded"]').wait_for()
+        log = page.locator("ol.event-log")
+        assert log.get_attribute("data-count") == log.get_attribute("data-last")
+    finally:
+        console.close()
+        server.stop()
