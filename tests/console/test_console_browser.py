@@ -418,15 +418,21 @@ def test_the_run_view_survives_a_server_restart(console: Console, fake):
     assert foreign == []
 
 
-def test_a_waiting_run_is_cancelled_from_its_view(console: Console):
-    http = api_login(console, "root")
-    steps = [{"id": "wait", "agent": {"human": True}, "prompt": "Shall we go on?"}]
-    template = http.post("/workflow/template", json={"name": "wait", "steps": steps}).json()["template_id"]
+def watch_a_question(console: Console, http: httpx.Client, step_id: str, prompt: str) -> str:
+    """Start a one-step run that asks `prompt`, open its view as root, wait for the question."""
+    steps = [{"id": step_id, "agent": {"human": True}, "prompt": prompt}]
+    template = http.post("/workflow/template", json={"name": step_id, "steps": steps}).json()["template_id"]
     trace_id = http.post("/workflow/run", json={"template_id": template}).json()["trace_id"]
     console.sign_in("root")
     console.open(f"run/{trace_id}")
+    console.page.get_by_text(f"{step_id} asks: {prompt}").wait_for()
+    return trace_id
+
+
+def test_a_waiting_run_is_cancelled_from_its_view(console: Console):
+    http = api_login(console, "root")
+    trace_id = watch_a_question(console, http, "wait", "Shall we go on?")
     page = console.page
-    page.get_by_text("wait asks: Shall we go on?").wait_for()
     page.get_by_role("button", name="Cancel run").click()
     page.locator('section.run[data-status="cancelled"]').wait_for()
     assert page.get_by_label("Your reply").count() == 0  # no question left to answer
@@ -440,14 +446,8 @@ def test_a_question_open_when_the_server_died_is_asked_once_after_restart(consol
     shows how it went on: interrupted (no reply box), or resumed with the question still
     open (kept, or asked again if the step restarted) — one reply box, not two — which the
     page then answers."""
-    http = api_login(console, "root")
-    steps = [{"id": "ask", "agent": {"human": True}, "prompt": "Still with me?"}]
-    template = http.post("/workflow/template", json={"name": "ask", "steps": steps}).json()["template_id"]
-    trace_id = http.post("/workflow/run", json={"template_id": template}).json()["trace_id"]
-    console.sign_in("root")
-    console.open(f"run/{trace_id}")
+    watch_a_question(console, api_login(console, "root"), "ask", "Still with me?")
     page = console.page
-    page.get_by_text("ask asks: Still with me?").wait_for()
     console.server.kill()
     page.locator(".connection.reconnecting").wait_for()
     console.server.start()
@@ -473,14 +473,8 @@ def test_the_stream_reopens_with_a_fresh_token_and_the_last_event_id(chromium, t
     server = start_server(tmp_path / "home", env={"ORCHESTRA_ACCESS_TTL": "6"})
     console = Console(chromium, server, screenshots)
     try:
-        http = api_login(console, "root")
-        steps = [{"id": "ask", "agent": {"human": True}, "prompt": "Ready?"}]
-        template = http.post("/workflow/template", json={"name": "ask", "steps": steps}).json()["template_id"]
-        trace_id = http.post("/workflow/run", json={"template_id": template}).json()["trace_id"]
-        console.sign_in("root")
-        console.open(f"run/{trace_id}")
+        watch_a_question(console, api_login(console, "root"), "ask", "Ready?")
         page = console.page
-        page.get_by_text("ask asks: Ready?").wait_for()
         streams = [u for u in console.requested if "/workflow/sse/" in u]
         assert len(streams) == 1 and "last_event_id" not in streams[0]
         page.wait_for_timeout(7_000)  # the token in the stream's URL expires
