@@ -22,9 +22,10 @@ CHROMIUM = os.environ.get("ORCHESTRA_TEST_CHROMIUM") or shutil.which("chromium")
 PASSWORD = "password-123"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def chromium():
-    """A launched headless Chromium, shared by the session's browser tests."""
+    """A launched headless Chromium, shared by a module's browser tests (and closed after
+    them, so Playwright's event loop is gone before other packages' async tests run)."""
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
