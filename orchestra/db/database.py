@@ -52,7 +52,7 @@ async def end_task_store_work(db) -> None:
                 db.pop_transaction()
             db._clear_commit_callbacks()
         await db.aclose()
-    except Exception:  # noqa: BLE001 - the pool may be closing at shutdown
+    except Exception:  # the pool may be closing at shutdown
         logger.warning("could not release a request's store connection", exc_info=True)
 
 
@@ -87,7 +87,7 @@ class _SettlingPool(AsyncSqlitePool):
             conn.interrupted = False
             try:  # queued behind the interrupted statement in the connection's thread
                 await (await conn.conn.execute("SELECT 1")).close()
-            except Exception:  # noqa: BLE001 - the rollback below decides; a broken one is replaced
+            except Exception:  # the rollback below decides; a broken one is replaced
                 logger.warning("an interrupted store connection did not settle", exc_info=True)
         await super().release(conn)
 

@@ -13,10 +13,10 @@ from sanic_ext import Config
 from orchestra import __version__
 from orchestra.core import Core
 from orchestra.db.database import end_task_store_work, release_connection
+from orchestra.services.uploads import sweep_stray_files
 from orchestra.settings import Settings
 from orchestra.web import errors
 from orchestra.web.blueprints import all_blueprints
-from orchestra.services.uploads import sweep_stray_files
 from orchestra.web.limits import RateLimits
 
 _app_numbers = itertools.count(1)
@@ -28,7 +28,7 @@ class OrchestraSanic(Sanic):
     is cancelled by a client hanging up), its store connection goes back to the pool
     and any transaction it left open is rolled back when the request ends."""
 
-    async def handle_request(self, request) -> None:  # noqa: D102 - see the class
+    async def handle_request(self, request) -> None:
         try:
             await super().handle_request(request)
         finally:
