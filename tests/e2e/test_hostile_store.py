@@ -132,7 +132,7 @@ class _StoreLock:
 def test_a_request_cancelled_inside_its_transaction_leaves_no_lock(world):
     root = world.user("root", "SUPER_ADMINISTRATOR")
     world.user("bob")
-    alice = world.client(world.user("alice"))
+    alice = world.user("alice")
     users = world.client(root).get("/auth/list").json()["users"]
     bob_id = next(u["user_id"] for u in users if u["user_name"] == "bob")
     body = json.dumps({"user_id": bob_id, "new_authority": "ADMINISTRATOR"}).encode()
@@ -145,12 +145,21 @@ def test_a_request_cancelled_inside_its_transaction_leaves_no_lock(world):
         time.sleep(1.0)
         sock.close()  # the client hangs up: the server cancels the request
         time.sleep(0.5)
+    time.sleep(0.5)  # whatever the cancelled request left running has finished by now
 
-    for i in range(5):  # other clients' writes: at once, never "database is locked"
+    # Sixteen writes, each on a new connection, cycle through every pooled connection:
+    # a connection left inside a transaction would make one of them wait for the lock
+    # ("database is locked"), or swallow its write in a transaction later rolled back.
+    names = [f"after-{i}" for i in range(16)]
+    for name in names:
         started = time.monotonic()
-        made = alice.post("/workflow/template", json={"name": f"after-{i}", "steps": HUMAN_STEPS})
+        with world.client(alice) as fresh:
+            made = fresh.post("/workflow/template", json={"name": name, "steps": HUMAN_STEPS})
         assert made.status_code == 201, made.text
         assert time.monotonic() - started < 1.0
+    with world.client(alice) as fresh:
+        listed = fresh.get("/workflow/template").json()["templates"]
+    assert sorted(t["name"] for t in listed) == sorted(names)
     users = world.client(root).get("/auth/list").json()["users"]
     assert next(u["role"] for u in users if u["user_name"] == "bob") == "USER"  # rolled back
 
@@ -206,14 +215,16 @@ def test_kill_during_an_upload_leaves_nothing_after_restart(world):
 
 
 def test_the_start_up_sweep_spares_a_live_upload_of_another_process(tmp_path, sqlite_url):
-    """Two server processes share one home (as several workers do); the sweep does
-    not depend on the store, so SQLite alone."""
+    """Two server processes share one uploads folder, as the workers of one service
+    do. The sweep depends only on the folder; the second server gets a store of its
+    own because one SQLite store takes one server process."""
     world = World(ServerProcess(tmp_path / "home", database_url=sqlite_url).start(), sqlite_url)
     bob = world.user("bob")
     uploads = world.server.home / "uploads"
     sock = _start_upload(world.server.port, bob["token"], 200_000)
     _wait_for(lambda: len(_parts(uploads)) == 1)
-    second = ServerProcess(world.server.home, database_url=world.store_url).start()
+    second = ServerProcess(world.server.home,
+                           database_url=f"sqlite:///{tmp_path / 'second' / 'orchestra.db'}").start()
     try:
         assert len(_parts(uploads)) == 1  # locked by the first server: still there
         sock.sendall(b"y" * REST + TRAILER)
