@@ -63,6 +63,9 @@ def register(app: typer.Typer) -> None:
         from orchestra.engine.memory import tune_allocator
 
         tune_allocator()  # before the server starts its threads; see engine/memory.py
+        from orchestra.engine.llm.factory import preload
+
+        preload()  # the provider SDK, before the first run needs it
         loader = AppLoader(factory=partial(create_app, settings, name="orchestra"))
         app = loader.load()
         app.prepare(

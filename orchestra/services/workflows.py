@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from peewee import fn
+from peewee import IntegrityError
 
 from orchestra.core import Core
 from orchestra.db.models import (
@@ -23,6 +23,7 @@ from orchestra.db.models import (
     WorkflowRun,
     WorkflowTemplate,
     iso,
+    name_key,
     utcnow,
 )
 from orchestra.engine.executor import FINISHED, PLACEHOLDER, Engine
@@ -218,14 +219,27 @@ def template_view(template: WorkflowTemplate) -> dict[str, Any]:
     }
 
 
+def _name_taken(name: str) -> ConflictError:
+    return ConflictError(f"You already have a template named '{name}' (names ignore case).")
+
+
 async def _ensure_name_free(core: Core, owner_id: str, name: str, except_id: str | None = None) -> None:
+    """A friendly early 409; the unique (owner, name_key) index decides under races."""
     query = WorkflowTemplate.select(WorkflowTemplate.id).where(
-        (WorkflowTemplate.owner == owner_id) & (fn.LOWER(WorkflowTemplate.name) == name.lower())
+        (WorkflowTemplate.owner == owner_id) & (WorkflowTemplate.name_key == name_key(name))
     )
     if except_id:
         query = query.where(WorkflowTemplate.id != except_id)
     if await core.db.exists(query):
-        raise ConflictError(f"You already have a template named '{name}'.")
+        raise _name_taken(name)
+
+
+async def _save_template(template: WorkflowTemplate, *, create: bool) -> WorkflowTemplate:
+    try:
+        await template.asave(force_insert=create)
+    except IntegrityError:  # the unique (owner, name_key) index: a concurrent write took the name
+        raise _name_taken(template.name) from None
+    return template
 
 
 def _check_share(shared: bool, is_admin: bool) -> None:
@@ -250,9 +264,10 @@ async def create_template(
         raise ValidationError.field("description", f"must be at most {PROMPT_MAX} characters long")
     clean = await validate_steps(core, owner_id=owner_id, steps=steps)
     await _ensure_name_free(core, owner_id, name)
-    return await WorkflowTemplate.acreate(
+    template = WorkflowTemplate(
         owner=owner_id, name=name, description=description, steps=clean, shared=shared
     )
+    return await _save_template(template, create=True)
 
 
 async def list_templates(core: Core, *, user_id: str) -> list[WorkflowTemplate]:
@@ -302,8 +317,7 @@ async def update_template(
     template.steps = await validate_steps(core, owner_id=template.owner_id, steps=steps)
     await _ensure_name_free(core, template.owner_id, template.name, except_id=template.id)
     template.updated_at = utcnow()
-    await template.asave()
-    return template
+    return await _save_template(template, create=False)
 
 
 async def delete_template(core: Core, *, user_id: str, is_admin: bool, template_id: str) -> None:
