@@ -45,7 +45,7 @@ def register(app: typer.Typer) -> None:
         settings = settings_from(
             ctx, host=host, port=port, workers=workers, database_url=db, access_log=access_log
         )
-        if not settings.database_url.startswith(("postgres://", "postgresql://")):
+        if settings.database_url.startswith("sqlite"):
             hold_sqlite_store(settings)
         admins = run(_prepare(settings))
         if admins == 0:
