@@ -158,9 +158,15 @@ def test_template_create_show_update_delete(world, tmp_path):
     assert [s["id"] for s in stored["steps"]] == ["facts", "numbers"]
 
     broken = tmp_path / "broken.json"
-    broken.write_text(json.dumps({"steps": [{"id": "a", "agent": {"node": "planner"}, "prompt": "{{nope}}"}]}))
+    broken.write_text(json.dumps({"steps": [  # three kinds of problem, reported together
+        {"id": "a", "agent": {"node": "planner"}, "prompt": "{{nope}}", "depends_on": ["b"]},
+        {"id": "b", "agent": {"node": "planner"}, "prompt": "x", "depends_on": ["a"]},
+        {"id": "b", "agent": {"node": "planner"}, "prompt": "y"}]}))
     done = cli("template", "update", template_id, str(broken))
-    assert done.returncode == ExitCode.USAGE and "nope" in one_error_line(done)
+    line = one_error_line(done)
+    assert done.returncode == ExitCode.USAGE
+    assert "unknown placeholder {{nope}}" in line and "cycle: a -> b -> a" in line
+    assert "duplicate step id 'b'" in line
 
     done = cli("template", "delete", "lifecycle", "--yes")
     assert done.returncode == 0, done.stderr
