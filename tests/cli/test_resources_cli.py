@@ -216,6 +216,30 @@ def test_list_runs_limit(world):
     assert len(body["runs"]) == 1 and body["runs"][0]["trace_id"] == trace_id
 
 
+def test_follow_run_example_honours_orchestra_port_and_says_when_it_cannot_connect(world):
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import free_port
+
+    script = EXAMPLES.parent / "follow_run.py"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ORCHESTRA_")}
+    done = subprocess.run([sys.executable, str(script), "--template", world["templates"]["three_step"]["template_id"],
+                           "--input", "x"], env={**env, "ORCHESTRA_PORT": str(world["server"].port),
+                                                 "ORCHESTRA_TOKEN": world["token"]},
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0].startswith("run ")
+    assert any(line.split()[1:2] == ["run_finished"] for line in done.stdout.splitlines())
+    port = free_port()
+    done = subprocess.run([sys.executable, str(script), "--template", "t"], env={**env, "ORCHESTRA_PORT": str(port)},
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.stderr.strip() == (f"cannot reach the server at http://127.0.0.1:{port} (connection refused); "
+                                   "is it running? (--server, ORCHESTRA_SERVER or ORCHESTRA_PORT)")
+
+
 # --- files ------------------------------------------------------------------------------
 
 
