@@ -98,6 +98,35 @@ def test_reload_answers_the_counts(world):
     assert plain.returncode == 0 and "reloaded" in plain.stderr and "3 nodes" in plain.stderr
 
 
+def test_account_register_list_set_role_delete_through_the_api(world, tmp_path):
+    from tests.cli.cli_harness import PASSWORD, ClientCLI
+
+    cli = world["cli"]
+    stranger = ClientCLI(tmp_path / "stranger")  # no login: registering needs none
+    done = stranger("account", "register", "newcomer", "--password-stdin", "--server",
+                    world["server"].base_url, input=PASSWORD + "\n")
+    assert done.returncode == 0, done.stderr
+    user_id = done.stdout.strip()
+    users = {u["user_name"]: u for u in world["api"].get("/auth/list").json()["users"]}
+    assert users["newcomer"]["user_id"] == user_id and users["newcomer"]["role"] == "USER"
+    assert json.loads(cli("account", "list", "--json").stdout) == world["api"].get("/auth/list").json()["users"]
+    assert "newcomer" in cli("account", "list").stdout
+
+    done = cli("account", "set-role", "newcomer", "administrator")
+    assert done.returncode == 0 and "newcomer is now ADMINISTRATOR" in done.stderr
+    users = {u["user_name"]: u for u in world["api"].get("/auth/list").json()["users"]}
+    assert users["newcomer"]["role"] == "ADMINISTRATOR"
+    assert cli("account", "set-role", "newcomer", "KING").returncode == ExitCode.USAGE
+    assert stranger("account", "list", "--server", world["server"].base_url).returncode == ExitCode.AUTH
+
+    assert cli("account", "delete", user_id).returncode == ExitCode.USAGE  # no terminal, no --yes
+    done = cli("account", "delete", user_id, "--yes")
+    assert done.returncode == 0, done.stderr
+    assert "newcomer" not in [u["user_name"] for u in world["api"].get("/auth/list").json()["users"]]
+    gone = cli("account", "delete", "newcomer", "--yes")
+    assert gone.returncode == ExitCode.NOT_FOUND and "unknown user 'newcomer'" in one_error_line(gone)
+
+
 # --- workers ----------------------------------------------------------------------------
 
 

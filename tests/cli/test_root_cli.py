@@ -48,6 +48,6 @@ def test_store_commands_say_so_in_their_help():
 
 def test_every_api_area_has_a_command_group():
     text = orchestra("--help").stdout
-    for name in ("provider", "node", "tool", "skill", "worker", "template", "file", "workflow", "reload",
+    for name in ("account", "provider", "node", "tool", "skill", "worker", "template", "file", "workflow", "reload",
                  "login", "logout", "serve", "user", "db"):
         assert f" {name} " in text, name
