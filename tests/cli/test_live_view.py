@@ -12,12 +12,10 @@ import subprocess
 import sys
 import time
 
-import httpx
 import pytest
 
 from orchestra.cli.console import ExitCode
-from tests.cli.cli_harness import logged_in_world
-from tests.fakes.fake_llm import FakeLLM
+from tests.cli.cli_harness import api_world
 
 COLUMNS = 60
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b[()][A-Z0-9]|\r")
@@ -26,12 +24,8 @@ HEADER = re.compile(r"^run ([0-9a-f-]{36})\s*$", re.M)
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-    with FakeLLM() as llm, logged_in_world(tmp_path_factory, llm.base_url) as info:
-        api = httpx.Client(base_url=f"{info['server'].base_url}/api/v1",
-                           headers={"Authorization": f"Bearer {info['token']}"})
-        info.update(api=api, llm=llm)
+    with api_world(tmp_path_factory) as info:
         yield info
-        api.close()
 
 
 class Terminal:
@@ -132,12 +126,17 @@ def test_long_lines_wrap_at_the_terminal_width(world):
     assert "run succeeded in " in final
 
 
-def test_prompt_is_withdrawn_when_answered_elsewhere(world):
+def _asking(world) -> tuple[Terminal, str, dict]:
+    """`run with_human --watch` on the pty, once its question is at the prompt."""
     term = Terminal(world, "workflow", "run", "with_human", "--input", "tea", "--watch")
+    assert term.read_until("your answer: "), term.screen[-2000:]
+    trace_id = _trace_id(term)
+    return term, trace_id, _pending(world, trace_id)
+
+
+def test_prompt_is_withdrawn_when_answered_elsewhere(world):
+    term, trace_id, pending = _asking(world)
     try:
-        assert term.read_until("your answer: "), term.screen[-2000:]
-        trace_id = _trace_id(term)
-        pending = _pending(world, trace_id)
         term.type("half typed")  # not entered yet when the answer comes from elsewhere
         time.sleep(0.3)
         answered = world["api"].post(f"/workflow/reply/{trace_id}",
@@ -159,11 +158,8 @@ def test_prompt_is_withdrawn_when_answered_elsewhere(world):
 
 
 def test_prompt_is_withdrawn_when_the_run_is_cancelled(world):
-    term = Terminal(world, "workflow", "run", "with_human", "--input", "tea", "--watch")
+    term, trace_id, _ = _asking(world)
     try:
-        assert term.read_until("your answer: "), term.screen[-2000:]
-        trace_id = _trace_id(term)
-        _pending(world, trace_id)
         cancelled = world["api"].post(f"/workflow/cancel/{trace_id}")
         assert cancelled.status_code == 200, cancelled.text
         assert term.read_until("prompt withdrawn"), term.screen[-2000:]
@@ -180,9 +176,8 @@ def test_prompt_is_withdrawn_when_the_run_is_cancelled(world):
 
 
 def test_an_answer_typed_at_the_prompt_is_sent(world):
-    term = Terminal(world, "workflow", "run", "with_human", "--input", "tea", "--watch")
+    term, trace_id, _ = _asking(world)
     try:
-        assert term.read_until("your answer: "), term.screen[-2000:]
         term.type("less sugar\r")
         code = term.finish(timeout=60)
     finally:
@@ -191,4 +186,5 @@ def test_an_answer_typed_at_the_prompt_is_sent(world):
     assert code == 0, term.screen[-3000:]
     assert "feedback asks: Here is the draft:" in term.screen
     assert "Feedback: less sugar" in final and "run succeeded in " in final
-    assert term.screen.count(f"run {_trace_id(term)}") >= 1 and "started run" not in term.screen
+    assert "started run" not in term.screen
+    assert world["api"].get(f"/workflow/run/{trace_id}").json()["steps"][1]["output"] == "less sugar"

@@ -10,12 +10,10 @@ import subprocess
 import sys
 import time
 
-import httpx
 import pytest
 
 from orchestra.cli.console import ExitCode
-from tests.cli.cli_harness import PASSWORD, ClientCLI, logged_in_world, make_user
-from tests.fakes.fake_llm import FakeLLM
+from tests.cli.cli_harness import PASSWORD, ClientCLI, api_world, make_user, one_error_line
 
 KEY = "sk-cli-secret-key-7777"
 
@@ -23,22 +21,12 @@ KEY = "sk-cli-secret-key-7777"
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     """A server (with the harness's provider `fake` on a FakeLLM); a CLI logged in as root."""
-    with FakeLLM() as llm, logged_in_world(tmp_path_factory, llm.base_url) as info:
-        api = httpx.Client(base_url=f"{info['server'].base_url}/api/v1",
-                           headers={"Authorization": f"Bearer {info['token']}"})
-        info.update(api=api, llm=llm)
+    with api_world(tmp_path_factory) as info:
         yield info
-        api.close()
 
 
 def stored_providers(world) -> dict[str, dict]:
     return {p["name"]: p for p in world["api"].get("/provider").json()["providers"]}
-
-
-def one_error_line(done) -> str:
-    lines = [line for line in done.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr
-    return lines[0]
 
 
 def test_add_goes_through_the_server_list_show_and_remove(world):

@@ -7,28 +7,16 @@ import hashlib
 import json
 import time
 
-import httpx
 import pytest
 
 from orchestra.cli.console import ExitCode
-from tests.cli.cli_harness import EXAMPLES, logged_in_world
-from tests.fakes.fake_llm import FakeLLM
+from tests.cli.cli_harness import EXAMPLES, api_world, one_error_line
 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-    with FakeLLM() as llm, logged_in_world(tmp_path_factory, llm.base_url) as info:
-        api = httpx.Client(base_url=f"{info['server'].base_url}/api/v1",
-                           headers={"Authorization": f"Bearer {info['token']}"})
-        info.update(api=api, llm=llm)
+    with api_world(tmp_path_factory) as info:
         yield info
-        api.close()
-
-
-def one_error_line(done) -> str:
-    lines = [line for line in done.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr
-    return lines[0]
 
 
 def wait_status(world, trace_id: str, statuses: set[str], timeout: float = 20) -> dict:
