@@ -41,6 +41,12 @@ class Settings:
     llm_retries: int = 3
     llm_max_tool_rounds: int = 8
     sse_ping_seconds: float = 15.0
+    sse_send_timeout: float = 30.0  # a stream reader that takes no bytes this long is closed
+    run_lease_seconds: float = 15.0  # a run's owner renews its lease; past it, others take over
+    run_max_attempts: int = 3  # claims of one run before it ends `interrupted`
+    max_runs: int = 100  # runs one process executes at once; the rest wait `queued`
+    shutdown_grace_seconds: float = 10.0  # on SIGTERM, how long in-flight steps may finish
+    step_output_max_bytes: int = 1024 * 1024  # one step's output; past it the step fails
     access_log: bool = False
 
     @classmethod
@@ -151,6 +157,12 @@ SETTING_DOCS: dict[str, SettingDoc] = {
     "llm_retries": SettingDoc("retries of a provider error that may pass (429, 5xx, timeouts)"),
     "llm_max_tool_rounds": SettingDoc("tool-call rounds an agent step may take"),
     "sse_ping_seconds": SettingDoc("seconds between `: ping` comments on a quiet event stream"),
+    "sse_send_timeout": SettingDoc("seconds a stream reader may take no bytes before it is closed"),
+    "run_lease_seconds": SettingDoc("a run's owner renews its lease this often; past it, another process takes over"),
+    "run_max_attempts": SettingDoc("claims of one run before it ends `interrupted`"),
+    "max_runs": SettingDoc("runs one process executes at once; the rest wait `queued`"),
+    "shutdown_grace_seconds": SettingDoc("on SIGTERM, seconds in-flight steps may take to finish"),
+    "step_output_max_bytes": SettingDoc("largest output of one step; past it the step fails"),
     "access_log": SettingDoc("log every request", flag="--access-log/--no-access-log"),
 }
 
