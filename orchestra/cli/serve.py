@@ -12,7 +12,7 @@ import typer
 
 from orchestra.cli.console import ExitCode, err, fail, handle_errors, run
 from orchestra.cli.single_server import hold_sqlite_store
-from orchestra.cli.store import describe_store, open_core, settings_from
+from orchestra.cli.store import check_home, describe_store, open_core, settings_from
 from orchestra.settings import Settings
 
 
@@ -47,6 +47,7 @@ def register(app: typer.Typer) -> None:
             ctx, host=host, port=port, workers=workers, database_url=db, access_log=access_log
         )
         check_address(settings.host, settings.port)  # one clear line now, not a worker's traceback
+        check_home(settings)
         if not settings.database_url.startswith(("postgres://", "postgresql://")):
             hold_sqlite_store(settings)
         admins = run(_prepare(settings))
