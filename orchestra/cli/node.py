@@ -63,10 +63,7 @@ def show(ctx: typer.Context, name: str = NAME, server: Optional[str] = SERVER, t
     """Show one system node."""
     with connect(ctx, server, token) as client:
         node = without_message(client.get(f"/agent/node/{name}"))
-    if json_output:
-        print_json(node)
-    else:
-        show_fields(node, ("name", "description", "provider", "provider_name", "model", "tools", "updated_at"))
+    show_fields(node, ("name", "description", "provider", "provider_name", "model", "tools", "updated_at"), json_output)
 
 
 @app.command("set")

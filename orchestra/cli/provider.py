@@ -87,10 +87,7 @@ def show(ctx: typer.Context, provider: str = PROVIDER, server: Optional[str] = S
     """Show one provider (its API key masked)."""
     with connect(ctx, server, token) as client:
         view = without_message(client.get(f"/provider/{resolve_provider(client, provider, ExitCode.NOT_FOUND)}"))
-    if json_output:
-        print_json(view)
-    else:
-        show_fields(view, FIELDS)
+    show_fields(view, FIELDS, json_output)
 
 
 @app.command()

@@ -68,8 +68,14 @@ def without_message(body: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in body.items() if k != "message"}
 
 
-def show_fields(obj: dict[str, Any], keys: Iterable[str]) -> None:
-    """`key: value` lines (lists joined by commas, objects as JSON), values printed verbatim."""
+def show_fields(obj: dict[str, Any], keys: Iterable[str], json_output: bool = False) -> None:
+    """`obj` as JSON with `--json`; else `key: value` lines (lists joined by commas,
+    objects as JSON), values printed verbatim."""
+    if json_output:
+        from orchestra.cli.console import print_json
+
+        print_json(obj)
+        return
     for key in keys:
         value = obj.get(key)
         if isinstance(value, list) and all(isinstance(v, str) for v in value):

@@ -56,10 +56,7 @@ def show(ctx: typer.Context, skill: str = SKILL, server: Optional[str] = SERVER,
     """Show one skill with its instructions."""
     with connect(ctx, server, token) as client:
         body = without_message(client.get(f"{PATH}/{_skill_id(client, skill)}"))
-    if json_output:
-        print_json(body)
-    else:
-        show_fields(body, FIELDS)
+    show_fields(body, FIELDS, json_output)
 
 
 @app.command()

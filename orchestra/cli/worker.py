@@ -91,10 +91,7 @@ def show(
     """Show one of your workers."""
     with connect(ctx, server, token) as client:
         worker = _worker(client.get(f"/agent/worker/{worker_id}"))
-    if json_output:
-        print_json(worker)
-        return
-    show_fields(worker, FIELDS)
+    show_fields(worker, FIELDS, json_output)
 
 
 @app.command()
