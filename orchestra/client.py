@@ -31,6 +31,7 @@ API = "/api/v1"
 TERMINAL_EVENTS = frozenset({"run_finished", "run_failed", "run_cancelled"})
 CREDENTIALS_FILE = "credentials.json"
 UPLOADS = "/adapter/client/upload"
+REFRESH_TRIES = 3
 
 
 class APIError(OrchestraError):
@@ -186,9 +187,15 @@ class Client:
             raise ServerUnreachableError(f"cannot reach the server at {self.server}: {_reason(exc)}") from None
 
     def request(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
-        """Send a request; the JSON body on 2xx, `{}` on 204, `APIError` otherwise."""
+        """Send a request; the JSON body on 2xx, `{}` on 204, `APIError` otherwise.
+
+        An expired access token is refreshed and the request sent again, up to
+        REFRESH_TRIES times: `exp` has whole seconds, so a fresh token with a short
+        lifetime may already be over by the time the retry arrives."""
         response = self._send(method, path, **kwargs)
-        if self._expired(response):
+        for _ in range(REFRESH_TRIES):
+            if not self._expired(response):
+                break
             response = self._send(method, path, **kwargs)
         return self._body(response)
 

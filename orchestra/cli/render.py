@@ -264,8 +264,9 @@ class LiveRenderer(Renderer):
         super().__init__(trace_id)
         # The shared console soft-wraps (no cutting of piped output); on a terminal the
         # view must wrap at the width instead, so it gets a console of its own.
+        # An explicit width (tests) is kept; otherwise rich follows the terminal's size.
         self.console = Console(file=console.file, soft_wrap=False, force_terminal=console.is_terminal,
-                               width=console.width if console.is_terminal else None)
+                               width=getattr(console, "_width", None))
         self.opened = time.time()
         self.live = Live(console=self.console, refresh_per_second=12, transient=True,
                          get_renderable=lambda: self.view(tail=self.TAIL))
