@@ -157,12 +157,13 @@ SETTING_DOCS: dict[str, SettingDoc] = {
     "llm_retries": SettingDoc("retries of a provider error that may pass (429, 5xx, timeouts)"),
     "llm_max_tool_rounds": SettingDoc("tool-call rounds an agent step may take"),
     "sse_ping_seconds": SettingDoc("seconds between `: ping` comments on a quiet event stream"),
-    "sse_send_timeout": SettingDoc("seconds a stream reader may take no bytes before it is closed"),
-    "run_lease_seconds": SettingDoc("a run's owner renews its lease this often; past it, another process takes over"),
+    "sse_send_timeout": SettingDoc("seconds a stream reader may take no bytes before it is disconnected"),
+    "run_lease_seconds": SettingDoc("a run's owner renews its lease; when it dies, others take the run over after this"),
     "run_max_attempts": SettingDoc("claims of one run before it ends `interrupted`"),
     "max_runs": SettingDoc("runs one process executes at once; the rest wait `queued`"),
-    "shutdown_grace_seconds": SettingDoc("on SIGTERM, seconds in-flight steps may take to finish"),
-    "step_output_max_bytes": SettingDoc("largest output of one step; past it the step fails"),
+    "shutdown_grace_seconds": SettingDoc(
+        "on SIGTERM, how long in-flight steps may finish before runs are handed back"),
+    "step_output_max_bytes": SettingDoc("largest output of one step (the step fails beyond)"),
     "access_log": SettingDoc("log every request", flag="--access-log/--no-access-log"),
 }
 

@@ -48,7 +48,7 @@ def register(app: typer.Typer) -> None:
         )
         check_address(settings.host, settings.port)  # one clear line now, not a worker's traceback
         check_home(settings)
-        if not settings.database_url.startswith(("postgres://", "postgresql://")):
+        if settings.database_url.startswith("sqlite:"):  # any other URL is judged by _prepare
             hold_sqlite_store(settings)
         admins = run(_prepare(settings))
         if admins == 0:
