@@ -110,5 +110,9 @@ def test_listening_is_announced_only_once_the_port_is_bound(tmp_path):
             pass
         assert f"orchestra listening on http://127.0.0.1:{port}/api/v1" in log.read_text()
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+        proc.terminate()  # as ServerProcess.stop: a SIGTERM in the first instants is not always honoured
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
