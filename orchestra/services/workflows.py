@@ -96,8 +96,7 @@ async def validate_steps(core: Core, *, owner_id: str, steps: list[Any]) -> list
         clean.append(
             {"id": step_id, "agent": agent, "prompt": prompt, "depends_on": list(dict.fromkeys(depends))}
         )
-    if not problems:
-        _check_graph(clean, problems)
+    _check_graph(clean, problems)  # also after other problems: one 422 names them all
     if problems:
         _raise(problems)
     return clean
@@ -132,23 +131,32 @@ async def _check_agent(core: Core, owner_id: str, agent: Any, field: str, proble
 
 
 def _check_graph(steps: list[dict[str, Any]], problems: list) -> None:
-    """Unknown dependencies, cycles, and placeholders naming steps that are not ancestors."""
-    ids = {s["id"] for s in steps}
-    deps = {s["id"]: s["depends_on"] for s in steps}
+    """Unknown dependencies, cycles, and placeholders naming steps that are not ancestors.
+
+    Every check runs, whatever the others found (docs/api.md: one 422 lists every
+    problem): the graph is built from the steps whose id is valid (the first of a
+    duplicated id), with only the dependencies that name such a step.
+    """
+    ids = {s["id"] for s in steps if s["id"] is not None}
+    deps: dict[str, list[str]] = {}
     for i, step in enumerate(steps):
+        known = []
         for dep in step["depends_on"]:
             if dep not in ids:
                 _problem(problems, f"steps.{i}.depends_on", f"unknown step '{dep}'")
             elif dep == step["id"]:
                 _problem(problems, f"steps.{i}.depends_on", f"step '{dep}' depends on itself")
-    if problems:
-        return
+            else:
+                known.append(dep)
+        step["_known"] = known
+        if step["id"] is not None and step["id"] not in deps:
+            deps[step["id"]] = known
     cycle = _find_cycle(deps)
     if cycle:
         _problem(problems, "steps", f"the steps form a cycle: {' -> '.join(cycle)}")
-        return
     for i, step in enumerate(steps):
-        ancestors = _ancestors(step["id"], deps)
+        known = step.pop("_known")
+        ancestors = set(known).union(*(_ancestors(d, deps) for d in known))
         for match in PLACEHOLDER.finditer(step["prompt"]):
             name = match.group(1)
             if name == "input":
@@ -158,7 +166,7 @@ def _check_graph(steps: list[dict[str, Any]], problems: list) -> None:
                 ref = parts[1]
                 if ref not in ids:
                     _problem(problems, f"steps.{i}.prompt", f"{{{{{name}}}}} names unknown step '{ref}'")
-                elif ref not in ancestors:
+                elif ref not in ancestors or ref == step["id"]:
                     _problem(problems, f"steps.{i}.prompt",
                              f"{{{{{name}}}}} needs step '{ref}' in depends_on (directly or transitively)")
                 continue
