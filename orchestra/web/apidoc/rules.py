@@ -1,0 +1,91 @@
+"""Documented field rules: the checks a service makes, stated for the OpenAPI document.
+
+Request models keep the service as the one place that enforces names, lengths and
+references (so its 422 speaks in its own words and reports every problem at once);
+`rule(...)` writes those same limits into the model's JSON Schema. The numbers come
+from the services' own constants, and schemathesis checks both directions (valid
+data accepted, invalid data refused) against a real server.
+
+Patterns are Python/ECMA regular expressions, searched (not anchored) as JSON Schema
+says; those below anchor themselves. Strings are NFKC-normalised and stripped by the
+services before the length is counted: the patterns allow the surrounding white space.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field
+from pydantic_core import PydanticUndefined
+
+NO_NUL = r"^[^\u0000]*$"  # PostgreSQL text cannot hold NUL: every body refuses it (422)
+_CONTROL = r"\u0000-\u001f\u007f-\u009f"
+
+
+REF = "#/components/schemas/{model}"
+# Models a rule refers to (`items=Step`) by name: the document adds them to its components.
+REFERENCED_MODELS: dict[str, type] = {}
+
+
+def rule(default: Any = PydanticUndefined, *, description: str | None = None, **schema: Any) -> Any:
+    """A model field whose rules the service enforces, documented with JSON Schema keywords.
+    A keyword's value may be a model class (`items=Step`): it becomes a reference to it."""
+    for key, value in schema.items():
+        if isinstance(value, type):
+            REFERENCED_MODELS[value.__name__] = value
+            schema[key] = {"$ref": REF.format(model=value.__name__)}
+    return Field(default, description=description, json_schema_extra=schema or None)
+
+
+def stripped(max_length: int, *, controls: bool = True) -> str:
+    """1..max_length characters once surrounding white space is stripped; without
+    control characters inside (`controls=False`: without NUL only)."""
+    bad = _CONTROL if controls else r"\u0000"
+    inner = f"[^{bad}]"
+    edge = f"[^\\s{bad}]"
+    return f"^\\s*{edge}(?:{inner}{{0,{max_length - 2}}}{edge})?\\s*$"
+
+
+def display_name(max_length: int) -> dict[str, Any]:
+    return {"pattern": stripped(max_length), "x-normalised": "NFKC, stripped"}
+
+
+def free_text(max_length: int) -> dict[str, Any]:
+    return {"maxLength": max_length, "pattern": NO_NUL}
+
+
+# An API key: blank (no key), or one run of characters without white space or NUL.
+API_KEY_PATTERN = r"^\s*(?:[^\s\u0000]{1,4096})?\s*$"
+# A base URL: blank (the kind's default), or http(s)://host… (scheme in any case).
+BASE_URL_PATTERN = (
+    r"^\s*(?:[hH][tT][tT][pP][sS]?://[^\s/?#@:\[\]\u0000][^/?#@\[\]\u0000]*(?:[/?#][^\u0000]*)?)?\s*$"
+)
+
+
+def _limits():
+    from orchestra.services import agents, providers
+
+    return providers.NAME_MAX, providers.MODEL_MAX, agents.PROMPT_MAX
+
+
+def name_rule(default: Any = PydanticUndefined) -> Any:
+    """A display name of a provider, skill or worker (`providers.clean_name`)."""
+    name_max, _, _ = _limits()
+    return rule(default, description=f"1-{name_max} characters (NFKC, stripped).", **display_name(name_max))
+
+
+def model_rule(default: Any = PydanticUndefined) -> Any:
+    """A model id (`providers.clean_model`): free text, stripped."""
+    _, model_max, _ = _limits()
+    return rule(
+        default,
+        description=f"A model id: 1-{model_max} characters (stripped).",
+        pattern=stripped(model_max, controls=False),
+    )
+
+
+def text_rule(default: Any = PydanticUndefined, *, long: bool = False) -> Any:
+    """Free text (`providers.clean_text`); `long`: prompts and instructions."""
+    _, _, prompt_max = _limits()
+    limit = prompt_max if long else 100_000
+    return rule(default, description=f"At most {limit} characters.", **free_text(limit))
