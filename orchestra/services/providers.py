@@ -70,8 +70,14 @@ def clean_base_url(value: str | None) -> str | None:
     if value is None or not value.strip():
         return None
     url = value.strip()
-    parsed = urlparse(url)
-    if len(url) > URL_MAX or not storable(url) or parsed.scheme not in ("http", "https") or not parsed.hostname:
+    try:
+        parsed = urlparse(url)
+        host = parsed.hostname
+    except ValueError:  # e.g. an unclosed IPv6 bracket
+        parsed, host = None, None
+    # White space or control characters inside are no URL (HTTP clients refuse them later).
+    bad_char = any(ch.isspace() or unicodedata.category(ch)[0] == "C" for ch in url)
+    if len(url) > URL_MAX or bad_char or parsed is None or parsed.scheme not in ("http", "https") or not host:
         raise ValidationError.field("base_url", "must be an http:// or https:// URL with a host")
     return url.rstrip("/")
 

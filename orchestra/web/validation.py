@@ -78,7 +78,11 @@ def _nul_path(value, path: str = "") -> str | None:
 
 
 def validate(data: dict, model: type[M]) -> M:
-    nul_at = None if getattr(model, "accepts_nul", False) else _nul_path(data)
+    # Only the fields the model reads: the unknown ones a Body ignores are not stored.
+    known = data if model.model_config.get("extra") == "forbid" else {
+        key: value for key, value in data.items() if key in model.model_fields
+    }
+    nul_at = None if getattr(model, "accepts_nul", False) else _nul_path(known)
     if nul_at:
         raise ValidationError.field(nul_at, "must not contain the NUL character")
     try:

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from orchestra.engine.llm.factory import SUPPORTED_KINDS
 from orchestra.services.roles import ROLE_NAMES
+from orchestra.services.uploads import MAX_FILES
 from orchestra.services.workflows import STATUSES
 
 Timestamp = Annotated[str, Field(json_schema_extra={"format": "date-time"})]
@@ -210,7 +211,9 @@ class FileList(Success):
 class UploadForm(BaseModel):
     """multipart/form-data: one or more parts named `file`, each with a file name."""
 
-    file: list[Annotated[bytes, Field(json_schema_extra={"format": "binary", "type": "string"})]]
+    file: list[Annotated[bytes, Field(json_schema_extra={"format": "binary", "type": "string"})]] = Field(
+        min_length=1, max_length=MAX_FILES
+    )
 
 
 # --- workflows ----------------------------------------------------------------------------

@@ -6,9 +6,12 @@ references (so its 422 speaks in its own words and reports every problem at once
 from the services' own constants, and schemathesis checks both directions (valid
 data accepted, invalid data refused) against a real server.
 
-Patterns are Python/ECMA regular expressions, searched (not anchored) as JSON Schema
-says; those below anchor themselves. Strings are NFKC-normalised and stripped by the
-services before the length is counted: the patterns allow the surrounding white space.
+Patterns are portable (ECMA-262 and Python) regular expressions, searched (not
+anchored) as JSON Schema says; those below anchor themselves. They state each rule
+exactly for ASCII text. The services also NFKC-normalise names and refuse every Unicode
+control or format character (category C), which no portable pattern can say: for
+non-ASCII text the patterns admit a little more than the service, never less, so valid
+data may still meet a 422 whose `detail` names the rule.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from pydantic_core import PydanticUndefined
 
 NO_NUL = r"^[^\u0000]*$"  # PostgreSQL text cannot hold NUL: every body refuses it (422)
 _CONTROL = r"\u0000-\u001f\u007f-\u009f"
+# White space a service strips: ECMA's \s plus what Python's str.strip() also removes.
+WS = r"[\s\u001c-\u001f\u0085]"
 
 
 REF = "#/components/schemas/{model}"
@@ -42,8 +47,13 @@ def stripped(max_length: int, *, controls: bool = True) -> str:
     control characters inside (`controls=False`: without NUL only)."""
     bad = _CONTROL if controls else r"\u0000"
     inner = f"[^{bad}]"
-    edge = f"[^\\s{bad}]"
-    return f"^\\s*{edge}(?:{inner}{{0,{max_length - 2}}}{edge})?\\s*$"
+    edge = f"[^\\s{bad}\\u001c-\\u001f\\u0085]"
+    return f"^{WS}*{edge}(?:{inner}{{0,{max_length - 2}}}{edge})?{WS}*$"
+
+
+def user_name_pattern(low: int, high: int) -> str:
+    """Letters, digits and _ . - @ (any non-ASCII character may be a letter), stripped."""
+    return f"^{WS}*(?:[A-Za-z0-9_.@-]|[^\\u0000-\\u007f]){{{low},{high}}}{WS}*$"
 
 
 def display_name(max_length: int) -> dict[str, Any]:
@@ -55,10 +65,14 @@ def free_text(max_length: int) -> dict[str, Any]:
 
 
 # An API key: blank (no key), or one run of characters without white space or NUL.
-API_KEY_PATTERN = r"^\s*(?:[^\s\u0000]{1,4096})?\s*$"
-# A base URL: blank (the kind's default), or http(s)://host… (scheme in any case).
+API_KEY_PATTERN = r"^[\s\u001c-\u001f\u0085]*(?:[^\s\u0000]{1,4096})?[\s\u001c-\u001f\u0085]*$"
+# A base URL: blank (the kind's default), or http(s)://host… (scheme in any case), with no
+# white space or control character inside.
+_URL_CHAR = r"[^\s\u0000-\u001f\u007f-\u009f"
 BASE_URL_PATTERN = (
-    r"^\s*(?:[hH][tT][tT][pP][sS]?://[^\s/?#@:\[\]\u0000][^/?#@\[\]\u0000]*(?:[/?#][^\u0000]*)?)?\s*$"
+    r"^[\s\u001c-\u001f\u0085]*(?:[hH][tT][tT][pP][sS]?://"
+    + _URL_CHAR + r"/?#@:\[\]]" + _URL_CHAR + r"/?#@\[\]]*"
+    + r"(?:[/?#]" + _URL_CHAR + r"]*)?)?[\s\u001c-\u001f\u0085]*$"
 )
 
 

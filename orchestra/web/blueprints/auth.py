@@ -10,7 +10,7 @@ from orchestra.services import auth as auth_service
 from orchestra.services.roles import ROLE_NAMES, Role
 from orchestra.web.apidoc import models as out
 from orchestra.web.apidoc.operation import Link, documented
-from orchestra.web.apidoc.rules import rule
+from orchestra.web.apidoc.rules import rule, user_name_pattern
 from orchestra.web.auth import protected
 from orchestra.web.limits import rate_limited
 from orchestra.web.responses import SUCCESS
@@ -35,7 +35,7 @@ class Credentials(AuthBody):
     user_name: str = rule(
         description=f"{_NAME_LOW}-{_NAME_HIGH} letters, digits, _ . - @ (NFKC, stripped); "
         "unique ignoring case.",
-        pattern=rf"^\s*[\w.@-]{{{_NAME_LOW},{_NAME_HIGH}}}\s*$",
+        pattern=user_name_pattern(_NAME_LOW, _NAME_HIGH),
     )
     password: str = rule(
         description=f"{_PASSWORD_LOW}-{_PASSWORD_HIGH} characters.",
