@@ -11,6 +11,7 @@ from sanic import Request
 from orchestra.errors import BadRequestError, PayloadTooLargeError, ValidationError
 
 M = TypeVar("M", bound=pydantic.BaseModel)
+STR_MAX = 1_000_000  # characters in any one string of a body (the body itself is at most 1 MiB)
 
 
 class Body(pydantic.BaseModel):
@@ -20,7 +21,7 @@ class Body(pydantic.BaseModel):
 
     accepts_nul: ClassVar[bool] = False
 
-    model_config = pydantic.ConfigDict(strict=True, str_max_length=1_000_000)
+    model_config = pydantic.ConfigDict(strict=True, str_max_length=STR_MAX)
 
 
 class ClosedBody(Body):

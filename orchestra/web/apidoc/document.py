@@ -20,6 +20,7 @@ from orchestra.services.roles import Role
 from orchestra.web.apidoc import models
 from orchestra.web.apidoc.operation import Link, Operation, operation_of
 from orchestra.web.apidoc.rules import NO_NUL, REF, REFERENCED_MODELS
+from orchestra.web.validation import STR_MAX, Body
 
 API_PREFIX = "/api/v1/"
 DOCS_PREFIX = "/api/v1/docs"
@@ -84,7 +85,9 @@ def build_document(app: Sanic) -> dict[str, Any]:
             "title": "orchestra",
             "version": __version__,
             "description": "Agent-orchestration backend: auth, agent platform, workflow runs. "
-            "Every error is {message, error, detail?} (the Error schema).",
+            "Every error is {message, error, detail?} (the Error schema). A JSON body is at "
+            "most 1 MiB (413) and none of its strings may be longer than "
+            f"{STR_MAX} characters (422).",
         },
         "paths": dict(sorted(paths.items())),
         "components": {
@@ -291,8 +294,6 @@ def _walk_types(annotation: Any):
 
 
 def _refuses_nul(model: type | None) -> bool:
-    from orchestra.web.validation import Body
-
     return bool(model and issubclass(model, Body) and not getattr(model, "accepts_nul", False))
 
 
@@ -314,6 +315,8 @@ def _clean(schema: Any, *, refuse_nul: bool) -> Any:
             out[key] = [_clean(s, refuse_nul=refuse_nul) for s in out[key]]
     if "properties" in out:
         out["properties"] = {k: _clean(v, refuse_nul=refuse_nul) for k, v in out["properties"].items()}
+    if out.get("maxLength") == STR_MAX:  # every body string's cap; the 1 MiB body limit comes first
+        del out["maxLength"]
     if "default" in out and out["default"] is None and not _allows_null(out):
         del out["default"]
     if refuse_nul and _is_free_string(out):
