@@ -64,7 +64,8 @@ def test_schemathesis_finds_nothing(fuzz_server: ServerProcess, user_name: str, 
         "--no-color",
         "--report", "junit", "--report-dir", str(tmp_path),
     ]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    # run in tmp_path: schemathesis keeps its example database in the working directory
+    result = subprocess.run(command, capture_output=True, text=True, timeout=900, cwd=tmp_path)
     (tmp_path / "schemathesis.out").write_text(result.stdout + result.stderr)
     report = _short(result.stdout)[-20000:] + result.stderr[-2000:]
     assert result.returncode == 0, report
