@@ -9,10 +9,11 @@ import pytest
 from openapi_spec_validator import validate
 from sanic import Sanic
 
-from orchestra.engine.events import KINDS
+from orchestra.engine.log import KINDS
 from orchestra.engine.llm.factory import SUPPORTED_KINDS
 from orchestra.services.roles import ROLE_NAMES
 from orchestra.web.apidoc.document import UndocumentedRoute, api_routes, build_document
+from orchestra.web.apidoc.events import EVENT_FIELDS
 from orchestra.web.app import create_app
 
 DOC = "/api/v1/docs/openapi.json"
@@ -219,9 +220,11 @@ async def test_parameters_and_security(doc):
 
 
 async def test_the_stream_describes_every_event_kind(doc):
+    assert set(EVENT_FIELDS) == set(KINDS)  # the engine's kinds, no more, no fewer
     description = doc["paths"]["/api/v1/workflow/sse/{trace_id}"]["get"]["description"]
-    for kind in {*KINDS, "run_resumed"}:
-        assert f"`{kind}`" in description, kind
+    for kind in KINDS:
+        assert f"| `{kind}` |" in description, kind
+    assert "`run_resumed`" in description
 
 
 async def test_links_lead_from_resources_to_what_uses_them(doc):
