@@ -64,8 +64,8 @@ def free_text(max_length: int) -> dict[str, Any]:
     return {"maxLength": max_length, "pattern": NO_NUL}
 
 
-# An API key: blank (no key), or one run of characters without white space or NUL.
-API_KEY_PATTERN = r"^[\s\u001c-\u001f\u0085]*(?:[^\s\u0000]{1,4096})?[\s\u001c-\u001f\u0085]*$"
+# An API key: blank (no key), or up to 4096 printable ASCII characters (it is sent in a header).
+API_KEY_PATTERN = r"^[\s\u001c-\u001f\u0085]*(?:[!-~]{1,4096})?[\s\u001c-\u001f\u0085]*$"
 # A base URL: blank (the kind's default), or http(s)://host… (scheme in any case), with no
 # white space or control character inside.
 _URL_CHAR = r"[^\s\u0000-\u001f\u007f-\u009f"

@@ -46,7 +46,7 @@ def _model_id(default=PydanticUndefined):
 def _api_key():
     return rule(
         None,
-        description="Encrypted at rest, shown masked; no white space inside. null or \"\": no key.",
+        description="Printable ASCII, encrypted at rest, shown masked. null or \"\": no key.",
         pattern=API_KEY_PATTERN,
     )
 
