@@ -242,6 +242,7 @@ async def test_links_lead_from_resources_to_what_uses_them(doc):
         ("workflow.start_run", "workflow.cancel_run"),
         ("provider.create", "agent.create_worker"),
         ("adapter.upload", "adapter.download"),
+        ("adapter.upload", "workflow.start_run"),
         ("agent.create_worker", "workflow.create_template"),
     } <= set(links)
     run = links[("workflow.create_template", "workflow.start_run")]

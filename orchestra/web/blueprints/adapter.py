@@ -62,6 +62,11 @@ class _Counter:
     links={
         "Download": Link("adapter.download", {"file_id": "$response.body#/files/0/file_id"}),
         "Delete": Link("adapter.delete_file", {"file_id": "$response.body#/files/0/file_id"}),
+        "AttachToRun": Link(
+            "workflow.start_run",
+            request_body={"template_id": "", "files": ["$response.body#/files/0/file_id"]},
+            description="Attach the file to a run; template_id names a template you may read.",
+        ),
     },
 )
 @protected(Role.USER, confirm=True)
