@@ -50,8 +50,12 @@ _RATE_HEADERS = {
 _RETRY_AFTER = {"description": "Seconds to wait.", "schema": {"type": "integer", "minimum": 0}}
 
 
-class UndocumentedRoute(RuntimeError):
-    """A route under /api/v1 without `@documented`."""
+class DocumentError(RuntimeError):
+    """The document cannot be built as the code stands."""
+
+
+class UndocumentedRoute(DocumentError):
+    """A route under /api/v1 without `@documented`, or a link to an unknown operation."""
 
 
 def api_routes(app: Sanic) -> list[tuple[str, str, Any, str]]:
@@ -242,8 +246,11 @@ def _component_schemas(operations: list[Operation]) -> dict[str, Any]:
     wanted = _models_of(operations)
     while True:
         pairs = [(m, "validation") for m in wanted]
-        keys, top = models_json_schema(pairs, ref_template=REF)
+        _, top = models_json_schema(pairs, ref_template=REF)
         defs = top.get("$defs", {})
+        clashes = [m.__name__ for m in wanted if m.__name__ not in defs]
+        if clashes:  # two models of one name get module-qualified names: references would dangle
+            raise DocumentError(f"model names used twice: {', '.join(clashes)}")
         embedded = [REFERENCED_MODELS[n] for n in _refs(defs) if n not in defs and n in REFERENCED_MODELS]
         if not embedded:
             break
