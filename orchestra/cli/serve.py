@@ -60,6 +60,9 @@ def register(app: typer.Typer) -> None:
             f"(store: {_describe(settings.database_url)})",
             highlight=False,
         )
+        from orchestra.engine.memory import tune_allocator
+
+        tune_allocator()  # before the server starts its threads; see engine/memory.py
         loader = AppLoader(factory=partial(create_app, settings, name="orchestra"))
         app = loader.load()
         app.prepare(
