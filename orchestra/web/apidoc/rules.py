@@ -16,10 +16,16 @@ data may still meet a 422 whose `detail` names the rule.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from pydantic import Field
 from pydantic_core import PydanticUndefined
+
+from orchestra.services import agents, providers
+
+# clean_text's own default limit, read from it rather than repeated
+_TEXT_MAX = inspect.signature(providers.clean_text).parameters["max_length"].default
 
 NO_NUL = r"^[^\u0000]*$"  # PostgreSQL text cannot hold NUL: every body refuses it (422)
 _CONTROL = r"\u0000-\u001f\u007f-\u009f"
@@ -76,21 +82,15 @@ BASE_URL_PATTERN = (
 )
 
 
-def _limits():
-    from orchestra.services import agents, providers
-
-    return providers.NAME_MAX, providers.MODEL_MAX, agents.PROMPT_MAX
-
-
 def name_rule(default: Any = PydanticUndefined) -> Any:
     """A display name of a provider, skill or worker (`providers.clean_name`)."""
-    name_max, _, _ = _limits()
+    name_max = providers.NAME_MAX
     return rule(default, description=f"1-{name_max} characters (NFKC, stripped).", **display_name(name_max))
 
 
 def model_rule(default: Any = PydanticUndefined) -> Any:
     """A model id (`providers.clean_model`): free text, stripped."""
-    _, model_max, _ = _limits()
+    model_max = providers.MODEL_MAX
     return rule(
         default,
         description=f"A model id: 1-{model_max} characters (stripped).",
@@ -100,6 +100,5 @@ def model_rule(default: Any = PydanticUndefined) -> Any:
 
 def text_rule(default: Any = PydanticUndefined, *, long: bool = False) -> Any:
     """Free text (`providers.clean_text`); `long`: prompts and instructions."""
-    _, _, prompt_max = _limits()
-    limit = prompt_max if long else 100_000
+    limit = agents.PROMPT_MAX if long else _TEXT_MAX
     return rule(default, description=f"At most {limit} characters.", **free_text(limit))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pydantic
-from pydantic_core import PydanticCustomError, PydanticUndefined
+from pydantic_core import PydanticCustomError
 from sanic import Blueprint, Request
 from sanic.response import json
 
@@ -12,35 +12,12 @@ from orchestra.services import providers as provider_service
 from orchestra.services.roles import Role
 from orchestra.web.apidoc import models as out
 from orchestra.web.apidoc.operation import Link, documented
-from orchestra.web.apidoc.rules import (
-    API_KEY_PATTERN,
-    BASE_URL_PATTERN,
-    display_name,
-    rule,
-    stripped,
-)
+from orchestra.web.apidoc.rules import API_KEY_PATTERN, BASE_URL_PATTERN, model_rule, name_rule, rule
 from orchestra.web.auth import protected
 from orchestra.web.responses import SUCCESS
 from orchestra.web.validation import Body, ClosedBody, parse_body
 
 bp = Blueprint("provider", url_prefix="/provider")
-
-
-
-def _name(default=PydanticUndefined):
-    return rule(
-        default,
-        description=f"1-{provider_service.NAME_MAX} characters; unique ignoring case.",
-        **display_name(provider_service.NAME_MAX),
-    )
-
-
-def _model_id(default=PydanticUndefined):
-    return rule(
-        default,
-        description=f"1-{provider_service.MODEL_MAX} characters (stripped); free text.",
-        pattern=stripped(provider_service.MODEL_MAX, controls=False),
-    )
 
 
 def _api_key():
@@ -73,9 +50,9 @@ class ProviderBody(Body):
         }
     )
 
-    name: str = _name()
+    name: str = name_rule()
     provider: str = rule(enum=list(SUPPORTED_KINDS), description="The provider kind.")
-    model_id: str = _model_id()
+    model_id: str = model_rule()
     api_key: str | None = _api_key()
     base_url: str | None = _base_url()
 
@@ -96,8 +73,8 @@ class ProviderUpdateBody(ClosedBody):
     """Only the named fields change; `provider` (the kind) is fixed. Null is refused
     for name and model_id (not sent: unchanged), and removes api_key / base_url."""
 
-    name: str = _name(None)
-    model_id: str = _model_id(None)
+    name: str = name_rule(None)
+    model_id: str = model_rule(None)
     api_key: str | None = _api_key()
     base_url: str | None = _base_url()
 
