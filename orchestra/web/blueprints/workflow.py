@@ -79,6 +79,9 @@ class ReplyBody(Body):
 
 
 _AFTER = {"type": "integer", "minimum": 0, "maximum": 10**18 - 1}
+# run_event.seq is a 32-bit column: a larger "after" means "after every event" (PostgreSQL
+# refuses such a parameter outright, which was a 500).
+SEQ_MAX = 2**31 - 1
 _TEMPLATE = {"template_id": "$response.body#/template_id"}
 _TRACE = {"trace_id": "$response.body#/trace_id"}
 _RUN_LINKS = {
@@ -261,7 +264,7 @@ async def list_events(request: Request, trace_id: str):
     if not raw.isdigit() or len(raw) > 18:
         raise ValidationError.field("after", "must be a non-negative integer")
     events = await service.list_events(
-        request.app.ctx.core, trace_id=trace_id, after=int(raw), **_who(request)
+        request.app.ctx.core, trace_id=trace_id, after=min(int(raw), SEQ_MAX), **_who(request)
     )
     return json({"message": SUCCESS, "events": [e.as_dict() for e in events]})
 
@@ -315,7 +318,7 @@ async def reply(request: Request, trace_id: str):
 @protected(Role.USER, allow_query=True)
 async def stream(request: Request, trace_id: str):
     core = request.app.ctx.core
-    after = parse_last_event_id(request)
+    after = min(parse_last_event_id(request), SEQ_MAX)
     run = await service.open_stream(core, trace_id=trace_id, last_event_id=after, **_who(request))
     if run is None:
         return HTTPResponse(status=204, headers={"Cache-Control": "no-cache"})
