@@ -1,5 +1,7 @@
 """schemathesis 4 against a real `orchestra serve`: every check, every phase (stateful
-included, driven by the document's links), as a super administrator and as a plain user.
+included, driven by the document's links), as a super administrator and as a plain user
+on SQLite, and as a super administrator on PostgreSQL (skipped without
+ORCHESTRA_TEST_POSTGRES_URL).
 
 A failure prints schemathesis' report (each failing case with a curl line to replay it).
 The number of examples per operation is bounded so the whole module runs in a few minutes;
@@ -29,9 +31,12 @@ pytestmark = pytest.mark.skipif(shutil.which("st") is None and not Path(sys.exec
 
 
 @pytest.fixture
-def fuzz_server(tmp_path):
-    """A fresh server per run: a super administrator's fuzzing may delete other users."""
-    server = ServerProcess(tmp_path / "home").start()
+def fuzz_server(request, tmp_path):
+    """A fresh server per run (a super administrator's fuzzing may delete other users), on
+    the store the test names: SQLite, or PostgreSQL when ORCHESTRA_TEST_POSTGRES_URL is set."""
+    store = request.node.callspec.params["store"]
+    database_url = request.getfixturevalue("postgres_url") if store == "postgres" else None
+    server = ServerProcess(tmp_path / "home", database_url=database_url).start()
     created = server.cli("user", "create", "root", "--role", "SUPER_ADMINISTRATOR", "--password-stdin",
                          input=PASSWORD + "\n")
     assert created.returncode == 0, created.stderr
@@ -49,8 +54,10 @@ def _token(server: ServerProcess, user_name: str) -> str:
     return response.json()["access_token"]
 
 
-@pytest.mark.parametrize("user_name", ["root", "plain"])
-def test_schemathesis_finds_nothing(fuzz_server: ServerProcess, user_name: str, tmp_path: Path):
+@pytest.mark.parametrize(
+    ("store", "user_name"), [("sqlite", "root"), ("sqlite", "plain"), ("postgres", "root")]
+)
+def test_schemathesis_finds_nothing(fuzz_server: ServerProcess, store: str, user_name: str, tmp_path: Path):
     st = shutil.which("st") or str(Path(sys.executable).with_name("st"))
     command = [
         st, "--config-file", str(CONFIG), "run", f"{fuzz_server.base_url}/api/v1/docs/openapi.json",
