@@ -69,7 +69,7 @@ class _Counter:
         ),
     },
 )
-@protected(Role.USER, confirm=True)
+@protected(Role.USER)
 async def upload(request: Request):
     core = request.app.ctx.core
     cap = upload_service.body_limit(core.settings.upload_max_bytes)

@@ -110,7 +110,7 @@ async def refresh(request: Request):
         409: "LastSuperAdministratorError: demoting the only super administrator.",
     },
 )
-@protected(Role.SUPER_ADMINISTRATOR, confirm=True)
+@protected(Role.SUPER_ADMINISTRATOR)
 async def authority(request: Request):
     body = parse_body(request, AuthorityBody)
     user = await auth_service.set_role(
@@ -121,7 +121,7 @@ async def authority(request: Request):
 
 @bp.get("/list")
 @documented("List the users, oldest first", response=out.UserList)
-@protected(Role.SUPER_ADMINISTRATOR, confirm=True)
+@protected(Role.SUPER_ADMINISTRATOR)
 async def list_users(request: Request):
     users = await auth_service.list_users(request.app.ctx.core)
     return HTTPResponse(_users_body(users), content_type="application/json")
@@ -150,7 +150,7 @@ def _users_body(users: list) -> bytes:
         409: "LastSuperAdministratorError: deleting the only super administrator.",
     },
 )
-@protected(Role.SUPER_ADMINISTRATOR, confirm=True)
+@protected(Role.SUPER_ADMINISTRATOR)
 async def delete_user(request: Request, user_id: str):
     await auth_service.delete_user(request.app.ctx.core, user_id=user_id)
     return json({"message": SUCCESS})
