@@ -72,8 +72,15 @@ def clean_base_url(value: str | None) -> str | None:
     if value is None or not value.strip():
         return None
     url = value.strip()
-    parsed = urlparse(url)
-    if len(url) > URL_MAX or not storable(url) or parsed.scheme not in ("http", "https") or not parsed.hostname:
+    try:
+        parsed = urlparse(url)
+        host = parsed.hostname
+        parsed.port  # noqa: B018 - raises for a port that is not a number from 0 to 65535
+    except ValueError:  # an unclosed IPv6 bracket, a bad port
+        parsed, host = None, None
+    # White space or control characters inside are no URL (HTTP clients refuse them later).
+    bad_char = any(ch.isspace() or unicodedata.category(ch)[0] == "C" for ch in url)
+    if len(url) > URL_MAX or bad_char or parsed is None or parsed.scheme not in ("http", "https") or not host:
         raise ValidationError.field("base_url", "must be an http:// or https:// URL with a host")
     return url.rstrip("/")
 
@@ -82,9 +89,10 @@ def clean_api_key(value: str | None) -> str | None:
     if value is None or not value.strip():
         return None
     key = value.strip()
-    if len(key) > API_KEY_MAX or not storable(key) or any(ch.isspace() for ch in key):
+    # It travels in an HTTP header: printable ASCII only (anything else cannot be sent).
+    if len(key) > API_KEY_MAX or not all("!" <= ch <= "~" for ch in key):
         raise ValidationError.field(
-            "api_key", f"must be at most {API_KEY_MAX} characters, without spaces"
+            "api_key", f"must be at most {API_KEY_MAX} printable ASCII characters, without spaces"
         )
     return key
 

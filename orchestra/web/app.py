@@ -10,12 +10,12 @@ import re
 from sanic import Sanic
 from sanic_ext import Config
 
-from orchestra import __version__
 from orchestra.core import Core
 from orchestra.db.database import end_task_store_work, release_connection
 from orchestra.services.uploads import sweep_stray_files
 from orchestra.settings import Settings
 from orchestra.web import errors
+from orchestra.web.apidoc import ui as apidoc_ui
 from orchestra.web.blueprints import all_blueprints
 from orchestra.web.limits import RateLimits
 
@@ -73,8 +73,7 @@ def create_app(settings: Settings | None = None, *, name: str | None = None) -> 
     origins = [o.strip() for o in settings.cors_origins.split(",") if o.strip()]
     app.extend(
         config=Config(
-            oas_url_prefix="/api/v1/docs",
-            oas_ui_default="swagger",
+            oas=False,  # the document and its pages are orchestra.web.apidoc (OpenAPI 3.1)
             cors=bool(origins),
             cors_origins=",".join(origins) if origins else "",
             cors_expose_headers="Retry-After,RateLimit-Limit,RateLimit-Remaining,RateLimit-Reset",
@@ -82,14 +81,9 @@ def create_app(settings: Settings | None = None, *, name: str | None = None) -> 
             http_auto_trace=False,
         )
     )
-    app.ext.openapi.describe(
-        "orchestra",
-        version=__version__,
-        description="Agent-orchestration backend: auth, agent platform, workflow runs.",
-    )
-    app.ext.openapi.add_security_scheme("bearer", "http", scheme="bearer", bearer_format="JWT")
     app.ctx.settings = settings
     app.blueprint(all_blueprints())
+    app.blueprint(apidoc_ui.bp)
     if settings.console:
         from orchestra.web.blueprints import console
 

@@ -82,6 +82,8 @@ def protected(minimum: Role = Role.USER, *, allow_query: bool = False):
             request.ctx.principal = principal
             return await handler(request, *args, **kwargs)
 
+        wrapper.required_role = minimum  # read by the OpenAPI document (security, 401/403)
+        wrapper.token_in_query = allow_query
         return wrapper
 
     return decorator

@@ -71,6 +71,7 @@ def rate_limited(name: str):
             response.headers.update(headers)
             return response
 
+        wrapper.rate_limit = name  # read by the OpenAPI document (429, RateLimit-* headers)
         return wrapper
 
     return decorator

@@ -11,6 +11,7 @@ from sanic import Request
 from orchestra.errors import BadRequestError, PayloadTooLargeError, ValidationError
 
 M = TypeVar("M", bound=pydantic.BaseModel)
+STR_MAX = 1_000_000  # characters in any one string of a body (the body itself is at most 1 MiB)
 
 
 class Body(pydantic.BaseModel):
@@ -20,7 +21,7 @@ class Body(pydantic.BaseModel):
 
     accepts_nul: ClassVar[bool] = False
 
-    model_config = pydantic.ConfigDict(strict=True, str_max_length=1_000_000)
+    model_config = pydantic.ConfigDict(strict=True, str_max_length=STR_MAX)
 
 
 class ClosedBody(Body):
@@ -78,7 +79,11 @@ def _nul_path(value, path: str = "") -> str | None:
 
 
 def validate(data: dict, model: type[M]) -> M:
-    nul_at = None if getattr(model, "accepts_nul", False) else _nul_path(data)
+    # Only the fields the model reads: the unknown ones a Body ignores are not stored.
+    known = data if model.model_config.get("extra") == "forbid" else {
+        key: value for key, value in data.items() if key in model.model_fields
+    }
+    nul_at = None if getattr(model, "accepts_nul", False) else _nul_path(known)
     if nul_at:
         raise ValidationError.field(nul_at, "must not contain the NUL character")
     try:

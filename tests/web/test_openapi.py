@@ -1,10 +1,23 @@
-"""The OpenAPI document lists every auth route with its request body schema."""
+"""The OpenAPI 3.1 document: valid, complete (every route of the router), and saying what
+the routes take and answer: bodies, statuses, errors, parameters, security, links."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
+from openapi_spec_validator import validate
+from sanic import Sanic
+
+from orchestra.engine.log import KINDS
+from orchestra.engine.llm.factory import SUPPORTED_KINDS
+from orchestra.services.roles import ROLE_NAMES
+from orchestra.web.apidoc.document import UndocumentedRoute, api_routes, build_document
+from orchestra.web.apidoc.events import EVENT_FIELDS
+from orchestra.web.app import create_app
 
 DOC = "/api/v1/docs/openapi.json"
+METHODS = {"get", "put", "post", "delete", "patch"}
 
 
 @pytest.fixture
@@ -71,3 +84,166 @@ async def test_every_auth_route_is_listed_with_security_where_protected(doc):
     params = paths["/api/v1/auth/{user_id}"]["delete"]["parameters"]
     assert {"name": "user_id", "in": "path"}.items() <= params[0].items()
     assert doc["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
+
+
+def operations(doc: dict):
+    for path, item in doc["paths"].items():
+        for method, op in item.items():
+            if method in METHODS:
+                yield path, method, op
+
+
+def schema(doc: dict, name: str) -> dict:
+    return doc["components"]["schemas"][name]
+
+
+async def test_the_document_is_valid_openapi_3_1(doc):
+    assert doc["openapi"] == "3.1.0"
+    validate(doc)  # openapi-spec-validator: raises on any error
+
+
+async def test_every_route_of_the_router_is_documented(client, doc):
+    routes = {(path, method) for path, method, _, _ in api_routes(client.app)}
+    documented = {(path, method) for path, method, _ in operations(doc)}
+    assert routes == documented
+    assert len(routes) >= 40
+
+
+def test_a_route_without_description_fails_the_build(settings):
+    app = create_app(settings)
+
+    @app.get("/api/v1/undocumented")
+    async def undocumented(request):  # pragma: no cover - never called
+        return None
+
+    app.router.finalize()
+    with pytest.raises(UndocumentedRoute, match="GET /api/v1/undocumented"):
+        build_document(app)
+    Sanic._app_registry.pop(app.name, None)
+
+
+async def test_no_pydantic_internals_leak_and_bodies_say_what_is_required(doc):
+    for name, component in doc["components"]["schemas"].items():
+        assert not {"model_config", "accepts_nul"} & set(component.get("properties", {})), name
+    assert set(body_schema(doc, "/api/v1/provider", "post")["required"]) == {"name", "provider", "model_id"}
+    assert set(body_schema(doc, "/api/v1/agent/worker", "post")["required"]) == {"name", "provider_id"}
+    assert set(body_schema(doc, "/api/v1/workflow/run", "post")["required"]) == {"template_id"}
+    assert set(body_schema(doc, "/api/v1/workflow/reply/{trace_id}", "post")["required"]) == {"content"}
+
+
+async def test_enums_and_length_rules(doc):
+    provider = body_schema(doc, "/api/v1/provider", "post")["properties"]
+    assert provider["provider"]["enum"] == list(SUPPORTED_KINDS)
+    name = re.compile(provider["name"]["pattern"])  # 1..128 characters once stripped
+    assert name.search("n" * 128) and name.search("  a b\t") and name.search(" " + "n" * 128 + " ")
+    assert not name.search("n" * 129) and not name.search("   ") and not name.search("a\x01b")
+    authority = body_schema(doc, "/api/v1/auth/authority", "put")["properties"]
+    assert set(authority["new_authority"]["enum"]) == set(ROLE_NAMES)
+    password = body_schema(doc, "/api/v1/auth/register", "post")["properties"]["password"]
+    assert (password["minLength"], password["maxLength"]) == (8, 256)
+    worker = body_schema(doc, "/api/v1/agent/worker", "post")["properties"]
+    assert set(worker["tools"]["items"]["enum"]) >= {"calculator", "current_time", "read_upload", "ask_user"}
+    template = body_schema(doc, "/api/v1/workflow/template", "post")["properties"]
+    assert (template["steps"]["minItems"], template["steps"]["maxItems"]) == (1, 50)
+
+
+async def test_template_steps_are_the_step_union(doc):
+    steps = body_schema(doc, "/api/v1/workflow/template", "post")["properties"]["steps"]
+    step = schema(doc, steps["items"]["$ref"].rsplit("/", 1)[-1])
+    assert set(step["properties"]) == {"id", "agent", "prompt", "depends_on"}
+    assert set(step["required"]) == {"id", "agent", "prompt"}
+    agents = [schema(doc, s["$ref"].rsplit("/", 1)[-1]) for s in step["properties"]["agent"]["anyOf"]]
+    assert [set(a["required"]) for a in agents] == [{"worker"}, {"node"}, {"human"}]
+    assert all(a["additionalProperties"] is False for a in agents)
+    assert agents[1]["properties"]["node"]["enum"] == ["planner", "reviewer", "summarizer"]
+    assert agents[2]["properties"]["human"]["const"] is True
+
+
+async def test_success_statuses_and_media_types(doc):
+    ops = {(p, m): op for p, m, op in operations(doc)}
+    created = {("/api/v1/auth/register", "post"), ("/api/v1/provider", "post"),
+               ("/api/v1/agent/worker", "post"), ("/api/v1/resource/skill", "post"),
+               ("/api/v1/workflow/template", "post"), ("/api/v1/adapter/client/upload", "post")}
+    for key, op in ops.items():
+        success = [s for s in op["responses"] if s.startswith("2")]
+        expected = "201" if key in created else "202" if key == ("/api/v1/workflow/run", "post") else "200"
+        assert success[0] == expected, key
+        assert "default" not in op["responses"], key
+    sse = ops[("/api/v1/workflow/sse/{trace_id}", "get")]
+    assert list(sse["responses"]["200"]["content"]) == ["text/event-stream"]
+    assert "204" in sse["responses"]
+    download = ops[("/api/v1/adapter/client/upload/{file_id}", "get")]
+    assert list(download["responses"]["200"]["content"]) == ["*/*"]
+    upload = ops[("/api/v1/adapter/client/upload", "post")]
+    assert list(upload["requestBody"]["content"]) == ["multipart/form-data"]
+    for key, op in ops.items():
+        if key not in {("/api/v1/workflow/sse/{trace_id}", "get"), ("/api/v1/adapter/client/upload/{file_id}", "get")}:
+            success = next(s for s in op["responses"] if s.startswith("2"))
+            assert list(op["responses"][success]["content"]) == ["application/json"], key
+
+
+async def test_errors_are_documented_with_the_shared_error_schema(doc):
+    error = schema(doc, "Error")
+    assert set(error["required"]) == {"message", "error"} and "detail" in error["properties"]
+    for path, method, op in operations(doc):
+        errors = {int(s): r for s, r in op["responses"].items() if s[0] in "45"}
+        for response in errors.values():
+            assert response["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/Error"}
+        assert {431, 503} <= set(errors), (path, method)
+        if op["security"]:
+            assert 401 in errors, (path, method)
+        if "{" in path:
+            assert 404 in errors, (path, method)
+        if "application/json" in op.get("requestBody", {}).get("content", {}):
+            assert {400, 413, 422} <= set(errors), (path, method)
+    ops = {(p, m): op for p, m, op in operations(doc)}
+    register = ops[("/api/v1/auth/register", "post")]["responses"]
+    assert {"409", "429"} <= set(register)
+    assert register["429"]["headers"]["Retry-After"]["required"] is True
+    assert "403" in ops[("/api/v1/provider", "post")]["responses"]  # ADMINISTRATOR and above
+    assert "403" not in ops[("/api/v1/provider", "get")]["responses"]
+    assert "502" in ops[("/api/v1/provider/{provider_id}/check", "post")]["responses"]
+
+
+async def test_parameters_and_security(doc):
+    ops = {(p, m): op for p, m, op in operations(doc)}
+    names = lambda op: {(p["name"], p["in"]) for p in op.get("parameters", [])}  # noqa: E731
+    assert {("limit", "query"), ("all", "query")} <= names(ops[("/api/v1/workflow/run", "get")])
+    assert ("after", "query") in names(ops[("/api/v1/workflow/run/{trace_id}/events", "get")])
+    sse = ops[("/api/v1/workflow/sse/{trace_id}", "get")]
+    assert {("trace_id", "path"), ("Last-Event-ID", "header"), ("last_event_id", "query")} <= names(sse)
+    assert sse["security"] == [{"bearer": []}, {"access_token": []}]
+    schemes = doc["components"]["securitySchemes"]
+    assert schemes["access_token"] == {**schemes["access_token"], "type": "apiKey", "in": "query"}
+    assert ops[("/api/v1/provider", "get")]["security"] == [{"bearer": []}]
+    assert ops[("/api/v1/auth/login", "post")]["security"] == []
+
+
+async def test_the_stream_describes_every_event_kind(doc):
+    assert set(EVENT_FIELDS) == set(KINDS)  # the engine's kinds, no more, no fewer
+    description = doc["paths"]["/api/v1/workflow/sse/{trace_id}"]["get"]["description"]
+    for kind in KINDS:
+        assert f"| `{kind}` |" in description, kind
+    assert "`run_resumed`" in description
+
+
+async def test_links_lead_from_resources_to_what_uses_them(doc):
+    ids = {op["operationId"] for _, _, op in operations(doc)}
+    links = {}
+    for _, _, op in operations(doc):
+        for status, response in op["responses"].items():
+            for name, link in response.get("links", {}).items():
+                assert link["operationId"] in ids
+                links[(op["operationId"], link["operationId"])] = link
+    assert {
+        ("workflow.create_template", "workflow.start_run"),
+        ("workflow.start_run", "workflow.stream"),
+        ("workflow.start_run", "workflow.reply"),
+        ("workflow.start_run", "workflow.cancel_run"),
+        ("provider.create", "agent.create_worker"),
+        ("adapter.upload", "adapter.download"),
+        ("adapter.upload", "workflow.start_run"),
+        ("agent.create_worker", "workflow.create_template"),
+    } <= set(links)
+    run = links[("workflow.create_template", "workflow.start_run")]
+    assert run["requestBody"]["template_id"] == "$response.body#/template_id"

@@ -70,6 +70,12 @@ async def test_gemini_is_422_naming_the_supported_kinds(client, admin):
         ({"model_id": 3}, "model_id"),
         ({"api_key": 12345}, "api_key"),
         ({"api_key": "has space"}, "api_key"),
+        ({"api_key": "sk-é-not-ascii"}, "api_key"),  # cannot be sent in a header (was a 500 at check)
+        ({"base_url": "http://host:port"}, "base_url"),  # no port number (was a 500 at check)
+        ({"base_url": "http://host:99999"}, "base_url"),
+        ({"base_url": "http://ho\x02st"}, "base_url"),  # a control character (was a 500 at check)
+        ({"base_url": "http://a b"}, "base_url"),
+        ({"base_url": "http://["}, "base_url"),
         ({"provider": None}, "provider"),
     ],
 )

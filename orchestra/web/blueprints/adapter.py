@@ -14,11 +14,12 @@ from urllib.parse import quote
 
 from sanic import Blueprint, Request
 from sanic.response import json
-from sanic_ext import openapi
 
 from orchestra.errors import PayloadTooLargeError
 from orchestra.services import uploads as upload_service
 from orchestra.services.roles import Role
+from orchestra.web.apidoc import models as out
+from orchestra.web.apidoc.operation import Link, documented
 from orchestra.web.auth import protected
 from orchestra.web.responses import SUCCESS
 
@@ -44,9 +45,30 @@ class _Counter:
 
 
 @bp.post(PATH, stream=True)
-@openapi.summary("Upload one or more files (multipart/form-data, field 'file')")
-@openapi.response(201, description="message, files: [{file_id, filename, size, content_type, sha256}]")
-@openapi.secured("bearer")
+@documented(
+    "Upload one or more files (multipart/form-data, parts named 'file')",
+    request_content={
+        "multipart/form-data": {
+            "schema": out.UploadForm,
+            "encoding": {"file": {"contentType": "application/octet-stream"}},
+        }
+    },
+    response=out.Uploaded, status=201,
+    errors={
+        400: "BadRequestError: not multipart/form-data, or a malformed body.",
+        413: "PayloadTooLargeError: a file over the limit, too many files, or too big a body.",
+        422: "ValidationError: no part named file with a file name.",
+    },
+    links={
+        "Download": Link("adapter.download", {"file_id": "$response.body#/files/0/file_id"}),
+        "Delete": Link("adapter.delete_file", {"file_id": "$response.body#/files/0/file_id"}),
+        "AttachToRun": Link(
+            "workflow.start_run",
+            request_body={"template_id": "", "files": ["$response.body#/files/0/file_id"]},
+            description="Attach the file to a run; template_id names a template you may read.",
+        ),
+    },
+)
 @protected(Role.USER)
 async def upload(request: Request):
     core = request.app.ctx.core
@@ -72,8 +94,7 @@ async def upload(request: Request):
 
 
 @bp.get(PATH)
-@openapi.summary("List the caller's files")
-@openapi.secured("bearer")
+@documented("List your files, oldest first", response=out.FileList)
 @protected(Role.USER)
 async def list_files(request: Request):
     files = await upload_service.list_uploads(
@@ -83,8 +104,10 @@ async def list_files(request: Request):
 
 
 @bp.get(f"{PATH}/<file_id:str>")
-@openapi.summary("Download one of the caller's files")
-@openapi.secured("bearer")
+@documented(
+    "Download one of your files (the exact bytes, as an attachment)",
+    response_content={"*/*": {"schema": {"type": "string", "format": "binary"}}},
+)
 @protected(Role.USER)
 async def download(request: Request, file_id: str):
     record, handle = await upload_service.open_upload(
@@ -109,8 +132,7 @@ async def download(request: Request, file_id: str):
 
 
 @bp.delete(f"{PATH}/<file_id:str>")
-@openapi.summary("Delete one of the caller's files")
-@openapi.secured("bearer")
+@documented("Delete one of your files", response=out.Done)
 @protected(Role.USER)
 async def delete_file(request: Request, file_id: str):
     await upload_service.delete_upload(

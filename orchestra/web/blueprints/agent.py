@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from sanic import Blueprint, Request
 from sanic.response import json
-from sanic_ext import openapi
 
+from orchestra.engine.tools import REGISTRY
 from orchestra.services import agents
 from orchestra.services.roles import Role
+from orchestra.web.apidoc import models as out
+from orchestra.web.apidoc.operation import Link, documented
+from orchestra.web.apidoc.rules import model_rule, name_rule, rule, text_rule
 from orchestra.web.auth import protected
 from orchestra.web.responses import SUCCESS
 from orchestra.web.validation import Body, ClosedBody, parse_body
@@ -16,34 +19,53 @@ bp = Blueprint("agent", url_prefix="/agent")
 
 
 
+def _tools(default):
+    return rule(
+        default,
+        description="Names from GET /resource/tool (duplicates dropped).",
+        items={"enum": REGISTRY.names()},
+    )
+
+
+def _bound_skill():
+    return rule(None, description="A skill name (ignoring case), or null.")
+
+
 class WorkerBody(Body):
-    name: str
-    description: str = ""
-    system_prompt: str = ""
-    provider_id: str
-    model: str | None = None
-    tools: list[str] = []
-    bound_skill: str | None = None
+    """A worker; provider_id, tools and bound_skill must name existing ones (else 422)."""
+
+    name: str = name_rule()
+    description: str = text_rule("")
+    system_prompt: str = text_rule("", long=True)
+    provider_id: str = rule(description="The id of a provider.")
+    model: str | None = model_rule(None)
+    tools: list[str] = _tools([])
+    bound_skill: str | None = _bound_skill()
 
 
 class WorkerUpdateBody(ClosedBody):
     """Only the fields sent change; null clears model and bound_skill, and is refused
     for the others."""
 
-    name: str = None  # type: ignore[assignment]
-    description: str = None  # type: ignore[assignment]
-    system_prompt: str = None  # type: ignore[assignment]
-    provider_id: str = None  # type: ignore[assignment]
-    model: str | None = None
-    tools: list[str] = None  # type: ignore[assignment]
-    bound_skill: str | None = None
+    name: str = name_rule(None)
+    description: str = text_rule(None)
+    system_prompt: str = text_rule(None, long=True)
+    provider_id: str = rule(None, description="The id of a provider.")
+    model: str | None = model_rule(None)
+    tools: list[str] = _tools(None)
+    bound_skill: str | None = _bound_skill()
 
 
 class NodeBody(ClosedBody):
-    """Only provider (a provider id) and model; tools are fixed."""
+    """Only provider (a provider id) and model; tools are fixed. At least one of them."""
 
-    provider: str | None = None
-    model: str | None = None
+    model_config = ClosedBody.model_config | {"json_schema_extra": {"minProperties": 1}}
+
+    provider: str | None = rule(None, description="A provider id; null clears it.")
+    model: str | None = model_rule(None)
+
+
+_NODE_NAME = {"name": {"type": "string", "enum": list(agents.NODE_SPECS)}}
 
 
 def _changes(body) -> dict:
@@ -51,9 +73,18 @@ def _changes(body) -> dict:
 
 
 @bp.post("/worker")
-@openapi.body({"application/json": WorkerBody}, required=True)
-@openapi.response(201, description="The worker.")
-@openapi.secured("bearer")
+@documented(
+    "Create one of your workers", body=WorkerBody, response=out.Worker, status=201,
+    links={
+        "Read": Link("agent.read_worker", {"worker_id": "$response.body#/worker_id"}),
+        "Update": Link("agent.update_worker", {"worker_id": "$response.body#/worker_id"}),
+        "Delete": Link("agent.delete_worker", {"worker_id": "$response.body#/worker_id"}),
+        "UseInTemplate": Link("workflow.create_template", request_body={
+            "name": "uses a worker",
+            "steps": [{"id": "work", "agent": {"worker": "$response.body#/worker_id"}, "prompt": "{{input}}"}],
+        }),
+    },
+)
 @protected(Role.USER)
 async def create_worker(request: Request):
     body = parse_body(request, WorkerBody)
@@ -66,7 +97,7 @@ async def create_worker(request: Request):
 
 
 @bp.get("/worker")
-@openapi.secured("bearer")
+@documented("List your workers", response=out.WorkerList)
 @protected(Role.USER)
 async def list_workers(request: Request):
     core = request.app.ctx.core
@@ -75,7 +106,7 @@ async def list_workers(request: Request):
 
 
 @bp.get("/worker/<worker_id:str>")
-@openapi.secured("bearer")
+@documented("Read one of your workers", response=out.Worker)
 @protected(Role.USER)
 async def read_worker(request: Request, worker_id: str):
     core = request.app.ctx.core
@@ -87,8 +118,7 @@ async def read_worker(request: Request, worker_id: str):
 
 
 @bp.put("/worker/<worker_id:str>")
-@openapi.body({"application/json": WorkerUpdateBody}, required=True)
-@openapi.secured("bearer")
+@documented("Change one of your workers (only the fields sent)", body=WorkerUpdateBody, response=out.Worker)
 @protected(Role.USER)
 async def update_worker(request: Request, worker_id: str):
     body = parse_body(request, WorkerUpdateBody)
@@ -101,7 +131,7 @@ async def update_worker(request: Request, worker_id: str):
 
 
 @bp.delete("/worker/<worker_id:str>")
-@openapi.secured("bearer")
+@documented("Delete one of your workers", response=out.Done)
 @protected(Role.USER)
 async def delete_worker(request: Request, worker_id: str):
     await agents.delete_worker(
@@ -111,23 +141,23 @@ async def delete_worker(request: Request, worker_id: str):
 
 
 @bp.get("/node")
-@openapi.response(200, description="message, nodes: [{name, provider, model, tools, ...}].")
-@openapi.secured("bearer")
+@documented("List the system nodes", response=out.NodeList)
 @protected(Role.USER)
 async def list_nodes(request: Request):
     return json({"message": SUCCESS, "nodes": await agents.list_nodes(request.app.ctx.core)})
 
 
 @bp.get("/node/<name:str>")
-@openapi.secured("bearer")
+@documented("Read a system node", response=out.Node, path=_NODE_NAME)
 @protected(Role.USER)
 async def read_node(request: Request, name: str):
     return json({"message": SUCCESS, **await agents.get_node(request.app.ctx.core, name)})
 
 
 @bp.put("/node/<name:str>")
-@openapi.body({"application/json": NodeBody}, required=True)
-@openapi.secured("bearer")
+@documented(
+    "Set a system node's provider and/or model", body=NodeBody, response=out.Node, path=_NODE_NAME
+)
 @protected(Role.ADMINISTRATOR)
 async def update_node(request: Request, name: str):
     body = parse_body(request, NodeBody)
@@ -136,8 +166,7 @@ async def update_node(request: Request, name: str):
 
 
 @bp.post("/reload")
-@openapi.response(200, description="message, workers: n, nodes: n.")
-@openapi.secured("bearer")
+@documented("Drop the cached worker and node state and read it again", response=out.Reloaded)
 @protected(Role.ADMINISTRATOR)
 async def reload(request: Request):
     counts = await agents.reload_everywhere(request.app.ctx.core)

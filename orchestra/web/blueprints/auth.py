@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
 from sanic import Blueprint, Request
 from sanic.response import HTTPResponse, json
-from sanic_ext import openapi
-from sanic_ext.extensions.openapi.definitions import Component
-
 from orchestra.services import auth as auth_service
-from orchestra.services.roles import Role
+from orchestra.services.roles import ROLE_NAMES, Role
+from orchestra.web.apidoc import models as out
+from orchestra.web.apidoc.operation import Link, documented
+from orchestra.web.apidoc.rules import rule, user_name_pattern
 from orchestra.web.auth import protected
 from orchestra.web.limits import rate_limited
 from orchestra.web.responses import SUCCESS
@@ -21,7 +20,6 @@ bp = Blueprint("auth", url_prefix="/auth")
 
 
 
-@openapi.component
 class AuthBody(Body):
     """Auth bodies keep the seed's answers for text with a NUL: the auth service treats
     such a name or id as one that cannot exist (404), such a token as invalid (401)."""
@@ -29,27 +27,37 @@ class AuthBody(Body):
     accepts_nul = True
 
 
+_NAME_LOW, _NAME_HIGH = auth_service.USER_NAME_LENGTH
+_PASSWORD_LOW, _PASSWORD_HIGH = auth_service.PASSWORD_LENGTH
+
+
 class Credentials(AuthBody):
-    user_name: str = Field(
-        description="3-64 letters, digits, _ . - @ (NFKC, stripped); unique ignoring case."
+    user_name: str = rule(
+        description=f"{_NAME_LOW}-{_NAME_HIGH} letters, digits, _ . - @ (NFKC, stripped); "
+        "unique ignoring case.",
+        pattern=user_name_pattern(_NAME_LOW, _NAME_HIGH),
     )
-    password: str = Field(description="8-256 characters.")
+    password: str = rule(
+        description=f"{_PASSWORD_LOW}-{_PASSWORD_HIGH} characters.",
+        minLength=_PASSWORD_LOW,
+        maxLength=_PASSWORD_HIGH,
+    )
 
 
-@openapi.component
 class RefreshBody(AuthBody):
     refresh_token: str
 
 
-@openapi.component
 class AuthorityBody(AuthBody):
     user_id: str
-    new_authority: Literal["SUPER_ADMINISTRATOR", "ADMINISTRATOR", "USER"]
+    new_authority: Literal[tuple(ROLE_NAMES)]  # type: ignore[valid-type]
 
 
 @bp.post("/register")
-@openapi.body({"application/json": Component(Credentials)}, required=True)
-@openapi.response(201, description="The user was created; body: message, user_id.")
+@documented(
+    "Register a USER", body=Credentials, response=out.Registered, status=201,
+    errors={409: "UserAlreadyExistsError: the name is taken (ignoring case)."},
+)
 @rate_limited("register")
 async def register(request: Request):
     body = parse_body(request, Credentials)
@@ -60,8 +68,11 @@ async def register(request: Request):
 
 
 @bp.post("/login")
-@openapi.body({"application/json": Component(Credentials)}, required=True)
-@openapi.response(200, description="message, token (= access_token), access_token, refresh_token.")
+@documented(
+    "Log in: an access and a refresh token", body=Credentials, response=out.LoggedIn,
+    errors={401: "InvalidCredentialsError: wrong password.", 404: "UserNotExistError: no such user."},
+    links={"Refresh": Link("auth.refresh", request_body={"refresh_token": "$response.body#/refresh_token"})},
+)
 @rate_limited("login")
 async def login(request: Request):
     body = parse_body(request, Credentials)
@@ -79,8 +90,10 @@ async def login(request: Request):
 
 
 @bp.post("/refresh")
-@openapi.body({"application/json": Component(RefreshBody)}, required=True)
-@openapi.response(200, description="message, access_token, refresh_token (both new).")
+@documented(
+    "Exchange a refresh token for a new pair (single use)", body=RefreshBody, response=out.TokenPair,
+    errors={401: "TokenInvalidError (bad, revoked, reused) or TokenExpiredError."},
+)
 async def refresh(request: Request):
     body = parse_body(request, RefreshBody)
     pair = await auth_service.refresh(request.app.ctx.core, refresh_token=body.refresh_token)
@@ -90,9 +103,13 @@ async def refresh(request: Request):
 
 
 @bp.put("/authority")
-@openapi.body({"application/json": Component(AuthorityBody)}, required=True)
-@openapi.response(200, description="message, user_id, new_authority.")
-@openapi.secured("bearer")
+@documented(
+    "Change a user's role", body=AuthorityBody, response=out.AuthorityChanged,
+    errors={
+        404: "UserNotExistError: unknown user_id.",
+        409: "LastSuperAdministratorError: demoting the only super administrator.",
+    },
+)
 @protected(Role.SUPER_ADMINISTRATOR)
 async def authority(request: Request):
     body = parse_body(request, AuthorityBody)
@@ -103,8 +120,7 @@ async def authority(request: Request):
 
 
 @bp.get("/list")
-@openapi.response(200, description="message, users: [{user_id, user_name, role}], oldest first.")
-@openapi.secured("bearer")
+@documented("List the users, oldest first", response=out.UserList)
 @protected(Role.SUPER_ADMINISTRATOR)
 async def list_users(request: Request):
     users = await auth_service.list_users(request.app.ctx.core)
@@ -127,8 +143,13 @@ def _users_body(users: list) -> bytes:
 
 
 @bp.delete("/<user_id:str>")
-@openapi.response(200, description="message; the user and everything the user owns are deleted.")
-@openapi.secured("bearer")
+@documented(
+    "Delete a user and everything the user owns", response=out.Done,
+    errors={
+        404: "UserNotExistError: unknown user_id.",
+        409: "LastSuperAdministratorError: deleting the only super administrator.",
+    },
+)
 @protected(Role.SUPER_ADMINISTRATOR)
 async def delete_user(request: Request, user_id: str):
     await auth_service.delete_user(request.app.ctx.core, user_id=user_id)

@@ -6,11 +6,13 @@ import pydantic
 from pydantic_core import PydanticCustomError
 from sanic import Blueprint, Request
 from sanic.response import json
-from sanic_ext import openapi
 
 from orchestra.engine.llm.factory import SUPPORTED_KINDS
 from orchestra.services import providers as provider_service
 from orchestra.services.roles import Role
+from orchestra.web.apidoc import models as out
+from orchestra.web.apidoc.operation import Link, documented
+from orchestra.web.apidoc.rules import API_KEY_PATTERN, BASE_URL_PATTERN, model_rule, name_rule, rule
 from orchestra.web.auth import protected
 from orchestra.web.responses import SUCCESS
 from orchestra.web.validation import Body, ClosedBody, parse_body
@@ -18,13 +20,41 @@ from orchestra.web.validation import Body, ClosedBody, parse_body
 bp = Blueprint("provider", url_prefix="/provider")
 
 
+def _api_key():
+    return rule(
+        None,
+        description="Printable ASCII, encrypted at rest, shown masked. null or \"\": no key.",
+        pattern=API_KEY_PATTERN,
+    )
+
+
+def _base_url():
+    return rule(
+        None,
+        description="An http:// or https:// URL with a host; null or \"\": the kind's default.",
+        maxLength=provider_service.URL_MAX,
+        pattern=BASE_URL_PATTERN,
+    )
+
 
 class ProviderBody(Body):
-    name: str
-    provider: str
-    model_id: str
-    api_key: str | None = None
-    base_url: str | None = None
+    """A provider; `base_url` is required for `openai_compatible`."""
+
+    model_config = pydantic.ConfigDict(
+        json_schema_extra={
+            "if": {"properties": {"provider": {"const": "openai_compatible"}}},
+            "then": {
+                "required": ["base_url"],
+                "properties": {"base_url": {"type": "string", "pattern": r"\S"}},
+            },
+        }
+    )
+
+    name: str = name_rule()
+    provider: str = rule(enum=list(SUPPORTED_KINDS), description="The provider kind.")
+    model_id: str = model_rule()
+    api_key: str | None = _api_key()
+    base_url: str | None = _base_url()
 
     @pydantic.field_validator("provider")
     @classmethod
@@ -43,16 +73,18 @@ class ProviderUpdateBody(ClosedBody):
     """Only the named fields change; `provider` (the kind) is fixed. Null is refused
     for name and model_id (not sent: unchanged), and removes api_key / base_url."""
 
-    name: str = None  # type: ignore[assignment]
-    model_id: str = None  # type: ignore[assignment]
-    api_key: str | None = None
-    base_url: str | None = None
+    name: str = name_rule(None)
+    model_id: str = model_rule(None)
+    api_key: str | None = _api_key()
+    base_url: str | None = _base_url()
 
 
 @bp.post("", strict_slashes=False)
-@openapi.body({"application/json": ProviderBody}, required=True)
-@openapi.response(201, description="The provider, its API key masked.")
-@openapi.secured("bearer")
+@documented(
+    "Register a model provider", body=ProviderBody, response=out.Provider, status=201,
+    errors={409: "ConflictError: the name is taken (ignoring case)."},
+    links={"Read": Link("provider.read", {"provider_id": "$response.body#/provider_id"}), "Check": Link("provider.check", {"provider_id": "$response.body#/provider_id"}), "Update": Link("provider.update", {"provider_id": "$response.body#/provider_id"}), "Delete": Link("provider.delete", {"provider_id": "$response.body#/provider_id"}), "CreateWorker": Link("agent.create_worker", request_body={"name": "worker", "provider_id": "$response.body#/provider_id"}), "SetNode": Link("agent.update_node", {"name": "planner"}, request_body={"provider": "$response.body#/provider_id"})},
+)
 @protected(Role.ADMINISTRATOR)
 async def create(request: Request):
     body = parse_body(request, ProviderBody)
@@ -69,7 +101,7 @@ async def create(request: Request):
 
 
 @bp.get("", strict_slashes=False)
-@openapi.secured("bearer")
+@documented("List the providers, oldest first", response=out.ProviderList)
 @protected(Role.USER)
 async def list_all(request: Request):
     rows = await provider_service.list_providers(request.app.ctx.core)
@@ -77,7 +109,7 @@ async def list_all(request: Request):
 
 
 @bp.get("/<provider_id:str>")
-@openapi.secured("bearer")
+@documented("Read a provider", response=out.Provider)
 @protected(Role.USER)
 async def read(request: Request, provider_id: str):
     provider = await provider_service.get_provider(request.app.ctx.core, provider_id)
@@ -85,8 +117,10 @@ async def read(request: Request, provider_id: str):
 
 
 @bp.put("/<provider_id:str>")
-@openapi.body({"application/json": ProviderUpdateBody}, required=True)
-@openapi.secured("bearer")
+@documented(
+    "Change a provider (only the fields sent)", body=ProviderUpdateBody, response=out.Provider,
+    errors={409: "ConflictError: the name is taken (ignoring case)."},
+)
 @protected(Role.ADMINISTRATOR)
 async def update(request: Request, provider_id: str):
     body = parse_body(request, ProviderUpdateBody)
@@ -98,7 +132,10 @@ async def update(request: Request, provider_id: str):
 
 
 @bp.delete("/<provider_id:str>")
-@openapi.secured("bearer")
+@documented(
+    "Delete a provider", response=out.Done,
+    errors={409: "ConflictError: workers or system nodes use it (detail names them)."},
+)
 @protected(Role.ADMINISTRATOR)
 async def delete(request: Request, provider_id: str):
     await provider_service.delete_provider(request.app.ctx.core, provider_id=provider_id)
@@ -106,8 +143,10 @@ async def delete(request: Request, provider_id: str):
 
 
 @bp.post("/<provider_id:str>/check")
-@openapi.response(200, description="message, ok: true, models; 502 ProviderError on failure.")
-@openapi.secured("bearer")
+@documented(
+    "Ask the provider for its models (proves the key and URL work)", response=out.ProviderCheck,
+    errors={502: "ProviderError: the provider refused or could not be reached."},
+)
 @protected(Role.ADMINISTRATOR)
 async def check(request: Request, provider_id: str):
     models = await provider_service.check_provider(request.app.ctx.core, provider_id=provider_id)

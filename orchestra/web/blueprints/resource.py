@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from sanic import Blueprint, Request
 from sanic.response import json
-from sanic_ext import openapi
 
 from orchestra.services import agents
 from orchestra.services.roles import Role
+from orchestra.web.apidoc import models as out
+from orchestra.web.apidoc.operation import Link, documented
+from orchestra.web.apidoc.rules import name_rule, text_rule
 from orchestra.web.auth import protected
 from orchestra.web.responses import SUCCESS
 from orchestra.web.validation import Body, ClosedBody, parse_body
@@ -17,31 +19,36 @@ bp = Blueprint("resource", url_prefix="/resource")
 
 
 class SkillBody(Body):
-    name: str
-    description: str = ""
-    instructions: str = ""
+    name: str = name_rule()
+    description: str = text_rule("")
+    instructions: str = text_rule("", long=True)
 
 
 class SkillUpdateBody(ClosedBody):
     """Only the fields sent change; null is refused."""
 
-    name: str = None  # type: ignore[assignment]
-    description: str = None  # type: ignore[assignment]
-    instructions: str = None  # type: ignore[assignment]
+    name: str = name_rule(None)
+    description: str = text_rule(None)
+    instructions: str = text_rule(None, long=True)
 
 
 @bp.get("/tool")
-@openapi.response(200, description="message, tools: [{name, description, parameters}].")
-@openapi.secured("bearer")
+@documented("The tool catalog", response=out.ToolList)
 @protected(Role.USER)
 async def tools(request: Request):
     return json({"message": SUCCESS, "tools": agents.list_tools(request.app.ctx.core)})
 
 
 @bp.post("/skill")
-@openapi.body({"application/json": SkillBody}, required=True)
-@openapi.response(201, description="The skill.")
-@openapi.secured("bearer")
+@documented(
+    "Create a shared skill", body=SkillBody, response=out.Skill, status=201,
+    errors={409: "ConflictError: the name is taken (ignoring case)."},
+    links={
+        "Read": Link("resource.read_skill", {"skill_id": "$response.body#/skill_id"}),
+        "Update": Link("resource.update_skill", {"skill_id": "$response.body#/skill_id"}),
+        "Delete": Link("resource.delete_skill", {"skill_id": "$response.body#/skill_id"}),
+    },
+)
 @protected(Role.ADMINISTRATOR)
 async def create_skill(request: Request):
     body = parse_body(request, SkillBody)
@@ -55,7 +62,7 @@ async def create_skill(request: Request):
 
 
 @bp.get("/skill")
-@openapi.secured("bearer")
+@documented("List the skills, oldest first", response=out.SkillList)
 @protected(Role.USER)
 async def list_skills(request: Request):
     rows = await agents.list_skills(request.app.ctx.core)
@@ -63,7 +70,7 @@ async def list_skills(request: Request):
 
 
 @bp.get("/skill/<skill_id:str>")
-@openapi.secured("bearer")
+@documented("Read a skill", response=out.Skill)
 @protected(Role.USER)
 async def read_skill(request: Request, skill_id: str):
     skill = await agents.get_skill(request.app.ctx.core, skill_id)
@@ -71,8 +78,10 @@ async def read_skill(request: Request, skill_id: str):
 
 
 @bp.put("/skill/<skill_id:str>")
-@openapi.body({"application/json": SkillUpdateBody}, required=True)
-@openapi.secured("bearer")
+@documented(
+    "Change a skill (only the fields sent)", body=SkillUpdateBody, response=out.Skill,
+    errors={409: "ConflictError: the name is taken (ignoring case)."},
+)
 @protected(Role.ADMINISTRATOR)
 async def update_skill(request: Request, skill_id: str):
     body = parse_body(request, SkillUpdateBody)
@@ -82,7 +91,10 @@ async def update_skill(request: Request, skill_id: str):
 
 
 @bp.delete("/skill/<skill_id:str>")
-@openapi.secured("bearer")
+@documented(
+    "Delete a skill", response=out.Done,
+    errors={409: "ConflictError: workers are bound to it (detail names them)."},
+)
 @protected(Role.ADMINISTRATOR)
 async def delete_skill(request: Request, skill_id: str):
     await agents.delete_skill(request.app.ctx.core, skill_id=skill_id)

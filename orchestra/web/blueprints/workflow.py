@@ -2,41 +2,96 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from sanic import Blueprint, Request
 from sanic.response import HTTPResponse, json
-from sanic_ext import openapi
 
 from orchestra.errors import ValidationError
 from orchestra.services import workflows as service
+from orchestra.services.agents import NODE_SPECS
 from orchestra.services.workflows import engine_of
 from orchestra.services.roles import Role
+from orchestra.web.apidoc import models as out
+from orchestra.web.apidoc.events import stream_description
+from orchestra.web.apidoc.operation import Link, documented, header, query
+from orchestra.web.apidoc.rules import NO_NUL, free_text, rule, stripped
 from orchestra.web.auth import protected
 from orchestra.web.responses import SUCCESS
 from orchestra.web.sse import parse_last_event_id, send_stream
-from orchestra.web.validation import Body, parse_body
+from orchestra.web.validation import Body, ClosedBody, parse_body
 
 bp = Blueprint("workflow", url_prefix="/workflow")
 
 
 
+class WorkerAgent(ClosedBody):
+    worker: str = rule(description="One of the template owner's worker ids.")
+
+
+class NodeAgent(ClosedBody):
+    node: Literal[tuple(NODE_SPECS)]  # type: ignore[valid-type]
+
+
+class HumanAgent(ClosedBody):
+    """The prompt is put to the client as a question; the reply is the step's output."""
+
+    human: Literal[True]
+
+
+class Step(ClosedBody):
+    """One step of a template, for the document. The template service checks the steps
+    itself, so that one 422 lists every problem (shapes, ids, agents, references,
+    cycles, placeholders) rather than pydantic's first stage."""
+
+    id: str = rule(description="Unique in the template.", pattern=service.STEP_ID.pattern)
+    agent: WorkerAgent | NodeAgent | HumanAgent
+    prompt: str = rule(
+        description="Not blank; may use {{input}} and {{steps.<id>.output}} of an ancestor step.",
+        maxLength=service.PROMPT_MAX,
+        pattern=r"^[^\u0000]*[^\s\u0000][^\u0000]*$",
+    )
+    depends_on: list[str] | None = rule([], description="Ids of steps of this template.")
+
+
 class TemplateBody(Body):
-    name: str
-    description: str = ""
-    steps: list[Any]
-    shared: bool | None = None
+    name: str = rule(
+        description=f"1-{service.NAME_MAX} characters (stripped); unique among your templates.",
+        pattern=stripped(service.NAME_MAX, controls=False),
+    )
+    description: str = rule("", **free_text(service.PROMPT_MAX))
+    steps: list[Any] = rule(
+        description="The steps; checked by the template service (see Step).",
+        minItems=1, maxItems=service.MAX_STEPS, items=Step,
+    )
+    shared: bool | None = rule(None, description="Readable and runnable by every user (ADMINISTRATOR+).")
 
 
 class RunBody(Body):
-    template_id: str
-    input: str = ""
-    files: list[str] | None = None
+    template_id: str = rule(description="A template you may read (yours or shared).")
+    input: str = rule("", description="The text {{input}} stands for.", pattern=NO_NUL)
+    files: list[str] | None = rule(None, description="Ids of your uploads, listed to agent steps.")
 
 
 class ReplyBody(Body):
-    content: str
-    request_id: str | None = None
+    content: str = rule(description="The answer.", pattern=NO_NUL)
+    request_id: str | None = rule(None, description="The question answered; default the oldest open one.")
+
+
+_AFTER = {"type": "integer", "minimum": 0, "maximum": 10**18 - 1}
+# run_event.seq is a 32-bit column: a larger "after" means "after every event" (PostgreSQL
+# refuses such a parameter outright, which was a 500).
+SEQ_MAX = 2**31 - 1
+_TEMPLATE = {"template_id": "$response.body#/template_id"}
+_TRACE = {"trace_id": "$response.body#/trace_id"}
+_RUN_LINKS = {
+    "Read": Link("workflow.get_run", _TRACE),
+    "Events": Link("workflow.list_events", _TRACE),
+    "Stream": Link("workflow.stream", _TRACE),
+    "Reply": Link("workflow.reply", _TRACE, request_body={"content": "yes"}),
+    "Cancel": Link("workflow.cancel_run", _TRACE),
+}
+_FLAGS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False, "": False}
 
 
 def _who(request: Request) -> dict[str, Any]:
@@ -45,16 +100,30 @@ def _who(request: Request) -> dict[str, Any]:
 
 
 def _flag(request: Request, name: str) -> bool:
-    return (request.args.get(name) or "").strip().lower() in {"1", "true", "yes", "on"}
+    """A yes/no query parameter; 422 for a value that is neither."""
+    value = _FLAGS.get((request.args.get(name) or "").strip().lower())
+    if value is None:
+        raise ValidationError.field(name, "must be true or false (also 1/0, yes/no, on/off)")
+    return value
 
 
 # --- templates ------------------------------------------------------------------------
 
 
 @bp.post("/template")
-@openapi.body({"application/json": TemplateBody}, required=True)
-@openapi.response(201, description="message, template_id, template.")
-@openapi.secured("bearer")
+@documented(
+    "Create a template", body=TemplateBody, response=out.Template, status=201,
+    errors={
+        403: "PermissionDeniedError: shared is for ADMINISTRATOR and above.",
+        409: "ConflictError: you have a template of that name (ignoring case).",
+    },
+    links={
+        "Read": Link("workflow.get_template", _TEMPLATE),
+        "Update": Link("workflow.update_template", _TEMPLATE),
+        "Delete": Link("workflow.delete_template", _TEMPLATE),
+        "Run": Link("workflow.start_run", request_body={**_TEMPLATE, "input": "2 + 2"}),
+    },
+)
 @protected(Role.USER)
 async def create_template(request: Request):
     body = parse_body(request, TemplateBody)
@@ -73,8 +142,7 @@ async def create_template(request: Request):
 
 
 @bp.get("/template")
-@openapi.response(200, description="message, templates (own and shared).")
-@openapi.secured("bearer")
+@documented("List your templates and the shared ones, oldest first", response=out.TemplateList)
 @protected(Role.USER)
 async def list_templates(request: Request):
     rows = await service.list_templates(request.app.ctx.core, user_id=request.ctx.principal.user_id)
@@ -82,7 +150,7 @@ async def list_templates(request: Request):
 
 
 @bp.get("/template/<template_id:str>")
-@openapi.secured("bearer")
+@documented("Read a template", response=out.Template)
 @protected(Role.USER)
 async def get_template(request: Request, template_id: str):
     template = await service.get_template(
@@ -94,8 +162,13 @@ async def get_template(request: Request, template_id: str):
 
 
 @bp.put("/template/<template_id:str>")
-@openapi.body({"application/json": TemplateBody}, required=True)
-@openapi.secured("bearer")
+@documented(
+    "Replace a template", body=TemplateBody, response=out.Template,
+    errors={
+        403: "PermissionDeniedError: a shared template, or shared, changed by a non-administrator.",
+        409: "ConflictError: you have a template of that name (ignoring case).",
+    },
+)
 @protected(Role.USER)
 async def update_template(request: Request, template_id: str):
     body = parse_body(request, TemplateBody)
@@ -114,7 +187,10 @@ async def update_template(request: Request, template_id: str):
 
 
 @bp.delete("/template/<template_id:str>")
-@openapi.secured("bearer")
+@documented(
+    "Delete a template (its runs keep their steps)", response=out.TemplateDeleted,
+    errors={403: "PermissionDeniedError: a shared template, deleted by a non-administrator."},
+)
 @protected(Role.USER)
 async def delete_template(request: Request, template_id: str):
     await service.delete_template(request.app.ctx.core, template_id=template_id, **_who(request))
@@ -125,9 +201,11 @@ async def delete_template(request: Request, template_id: str):
 
 
 @bp.post("/run")
-@openapi.body({"application/json": RunBody}, required=True)
-@openapi.response(202, description="message, trace_id, status (queued).")
-@openapi.secured("bearer")
+@documented(
+    "Start a run of a template", body=RunBody, response=out.RunStarted, status=202,
+    errors={404: "NotFoundError: no template you may read has this id."},
+    links=_RUN_LINKS,
+)
 @protected(Role.USER)
 async def start_run(request: Request):
     body = parse_body(request, RunBody)
@@ -142,8 +220,17 @@ async def start_run(request: Request):
 
 
 @bp.get("/run")
-@openapi.response(200, description="message, runs (newest first); ?all=1 for administrators.")
-@openapi.secured("bearer")
+@documented(
+    "List your runs, newest first", response=out.RunList,
+    errors={
+        403: "PermissionDeniedError: all=true is for ADMINISTRATOR and above.",
+        422: "ValidationError: limit or all out of range.",
+    },
+    params=(
+        query("limit", "How many runs (default 100).", type="integer", minimum=1, maximum=1000),
+        query("all", "Every user's runs (ADMINISTRATOR and above).", type="boolean"),
+    ),
+)
 @protected(Role.USER)
 async def list_runs(request: Request):
     raw_limit = request.args.get("limit") or "100"
@@ -156,8 +243,7 @@ async def list_runs(request: Request):
 
 
 @bp.get("/run/<trace_id:str>")
-@openapi.response(200, description="message, the run's fields (also under `run`), steps.")
-@openapi.secured("bearer")
+@documented("Read a run: status, steps, outputs, open questions", response=out.RunDetail)
 @protected(Role.USER)
 async def get_run(request: Request, trace_id: str):
     core = request.app.ctx.core
@@ -167,22 +253,28 @@ async def get_run(request: Request, trace_id: str):
 
 
 @bp.get("/run/<trace_id:str>/events")
-@openapi.response(200, description="message, events [{seq, kind, data}] after ?after=.")
-@openapi.secured("bearer")
+@documented(
+    "A run's stored events as JSON", response=out.EventList,
+    errors={422: "ValidationError: after is not a non-negative integer."},
+    params=(query("after", "Only events with a greater seq (default 0).", **_AFTER),),
+)
 @protected(Role.USER)
 async def list_events(request: Request, trace_id: str):
     raw = (request.args.get("after") or "0").strip()
     if not raw.isdigit() or len(raw) > 18:
         raise ValidationError.field("after", "must be a non-negative integer")
     events = await service.list_events(
-        request.app.ctx.core, trace_id=trace_id, after=int(raw), **_who(request)
+        request.app.ctx.core, trace_id=trace_id, after=min(int(raw), SEQ_MAX), **_who(request)
     )
     return json({"message": SUCCESS, "events": [e.as_dict() for e in events]})
 
 
 @bp.post("/cancel/<trace_id:str>")
-@openapi.response(200, description="message, trace_id, status.")
-@openapi.secured("bearer")
+@documented(
+    "Cancel a run", response=out.Cancelled,
+    errors={409: "ConflictError: the run has already ended."},
+    links={"Read": Link("workflow.get_run", {"trace_id": "$response.body#/trace_id"})},
+)
 @protected(Role.USER)
 async def cancel_run(request: Request, trace_id: str):
     run = await service.cancel_run(request.app.ctx.core, trace_id=trace_id, **_who(request))
@@ -190,9 +282,11 @@ async def cancel_run(request: Request, trace_id: str):
 
 
 @bp.post("/reply/<trace_id:str>")
-@openapi.body({"application/json": ReplyBody}, required=True)
-@openapi.response(200, description="message, trace_id, request_id, step_id.")
-@openapi.secured("bearer")
+@documented(
+    "Answer the question a waiting run asked", body=ReplyBody, response=out.Replied,
+    errors={409: "ConflictError: the run waits for no reply, or request_id is not open."},
+    links={"Read": Link("workflow.get_run", {"trace_id": "$response.body#/trace_id"})},
+)
 @protected(Role.USER)
 async def reply(request: Request, trace_id: str):
     body = parse_body(request, ReplyBody)
@@ -210,13 +304,21 @@ async def reply(request: Request, trace_id: str):
 
 
 @bp.get("/sse/<trace_id:str>")
-@openapi.response(200, description="text/event-stream of the run's events.")
-@openapi.response(204, description="Last-Event-ID is already the terminal event.")
-@openapi.secured("bearer")
+@documented(
+    "Follow a run's events (Server-Sent Events)",
+    description=stream_description(),
+    response_content={"text/event-stream": {"schema": {"type": "string"}}},
+    extra_responses={204: "Last-Event-ID is already the terminal event: nothing more will come."},
+    errors={422: "ValidationError: Last-Event-ID is not a non-negative integer."},
+    params=(
+        header("Last-Event-ID", "Resume after this event seq.", **_AFTER),
+        query("last_event_id", "Resume after this seq, when the header cannot be set.", **_AFTER),
+    ),
+)
 @protected(Role.USER, allow_query=True)
 async def stream(request: Request, trace_id: str):
     core = request.app.ctx.core
-    after = parse_last_event_id(request)
+    after = min(parse_last_event_id(request), SEQ_MAX)
     run = await service.open_stream(core, trace_id=trace_id, last_event_id=after, **_who(request))
     if run is None:
         return HTTPResponse(status=204, headers={"Cache-Control": "no-cache"})

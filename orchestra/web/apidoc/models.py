@@ -1,0 +1,330 @@
+"""The shapes of what the API answers, for the OpenAPI document.
+
+Request bodies are described by the models that validate them (in the blueprints);
+these describe the answers the services' `*_view` functions build, so a client
+generator gets real types and schemathesis can check every answer against them.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from orchestra.engine.llm.factory import SUPPORTED_KINDS
+from orchestra.services.roles import ROLE_NAMES
+from orchestra.services.uploads import MAX_FILES
+from orchestra.engine.executor import FINISHED
+from orchestra.engine.ownership import ACTIVE
+
+Timestamp = Annotated[str, Field(json_schema_extra={"format": "date-time"})]
+RoleName = Literal[tuple(ROLE_NAMES)]  # type: ignore[valid-type]
+ProviderKind = Literal[SUPPORTED_KINDS]  # type: ignore[valid-type]
+RunStatus = Literal[ACTIVE + FINISHED]  # type: ignore[valid-type]
+StepStatus = Literal[
+    "pending", "running", "waiting_reply", "succeeded", "failed", "cancelled", "interrupted", "skipped"
+]
+
+
+class Shape(BaseModel):
+    """Base of answer shapes: answers may grow fields, so extra ones are allowed."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class Error(Shape):
+    """The one error body of every route (SPEC §1)."""
+
+    message: str = Field(description="A readable sentence.")
+    error: str = Field(description="The error name, e.g. ValidationError.", pattern=r"^[A-Za-z]+$")
+    detail: Any = Field(
+        default=None,
+        description="Optional. For ValidationError a list of {field, problem}; elsewhere what the route says.",
+    )
+
+
+class Success(Shape):
+    message: Literal["success"]
+
+
+# --- auth --------------------------------------------------------------------------------
+
+
+class Registered(Success):
+    user_id: str
+
+
+class LoggedIn(Success):
+    token: str = Field(description="The access token (the same as access_token).")
+    access_token: str
+    refresh_token: str
+
+
+class TokenPair(Success):
+    access_token: str
+    refresh_token: str
+
+
+class AuthorityChanged(Success):
+    user_id: str
+    new_authority: RoleName
+
+
+class UserRow(Shape):
+    user_id: str
+    user_name: str
+    role: RoleName
+
+
+class UserList(Success):
+    users: list[UserRow]
+
+
+# --- providers, tools, skills ---------------------------------------------------------
+
+
+class ProviderView(Shape):
+    provider_id: str
+    id: str = Field(description="The same as provider_id.")
+    name: str
+    provider: ProviderKind
+    model_id: str
+    base_url: str | None
+    api_key: str | None = Field(description="Masked, e.g. sk-…abcd; null when none is kept.")
+    has_api_key: bool
+    created_at: Timestamp
+
+
+class Provider(Success, ProviderView):
+    pass
+
+
+class ProviderList(Success):
+    providers: list[ProviderView]
+
+
+class ProviderCheck(Success):
+    ok: Literal[True]
+    models: list[str]
+
+
+class Tool(Shape):
+    name: str
+    description: str
+    parameters: dict[str, Any] = Field(description="A JSON Schema of the tool's arguments.")
+
+
+class ToolList(Success):
+    tools: list[Tool]
+
+
+class SkillView(Shape):
+    skill_id: str
+    id: str
+    name: str
+    description: str
+    instructions: str
+    created_at: Timestamp
+    updated_at: Timestamp
+
+
+class Skill(Success, SkillView):
+    pass
+
+
+class SkillList(Success):
+    skills: list[SkillView]
+
+
+# --- workers, nodes -------------------------------------------------------------------
+
+
+class WorkerView(Shape):
+    worker_id: str
+    id: str
+    owner_id: str
+    name: str
+    description: str
+    system_prompt: str
+    provider_id: str
+    provider_name: str | None
+    model: str | None = Field(description="null: the provider's model_id.")
+    tools: list[str]
+    bound_skill: str | None
+    created_at: Timestamp
+    updated_at: Timestamp
+
+
+class Worker(Success, WorkerView):
+    pass
+
+
+class WorkerList(Success):
+    workers: list[WorkerView]
+
+
+class NodeView(Shape):
+    name: str
+    description: str
+    provider: str | None = Field(description="A provider_id, or null when none is set.")
+    provider_name: str | None
+    model: str | None
+    tools: list[str]
+    updated_at: Timestamp | None
+
+
+class Node(Success, NodeView):
+    pass
+
+
+class NodeList(Success):
+    nodes: list[NodeView]
+
+
+class Reloaded(Success):
+    workers: int
+    nodes: int
+
+
+# --- uploads ----------------------------------------------------------------------------
+
+
+class UploadedFile(Shape):
+    file_id: str
+    filename: str
+    size: int = Field(ge=0)
+    content_type: str
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+
+
+class StoredFile(UploadedFile):
+    created_at: Timestamp
+
+
+class Uploaded(Success):
+    files: list[UploadedFile]
+
+
+class FileList(Success):
+    files: list[StoredFile]
+
+
+class UploadForm(BaseModel):
+    """multipart/form-data: one or more parts named `file`, each with a file name."""
+
+    file: list[Annotated[bytes, Field(json_schema_extra={"format": "binary", "type": "string"})]] = Field(
+        min_length=1, max_length=MAX_FILES
+    )
+
+
+# --- workflows ----------------------------------------------------------------------------
+
+
+class TemplateView(Shape):
+    template_id: str
+    name: str
+    description: str
+    shared: bool
+    owner_id: str
+    steps: list[dict[str, Any]] = Field(description="The steps as validated: {id, agent, prompt, depends_on}.")
+    created_at: Timestamp
+    updated_at: Timestamp
+
+
+class Template(Success):
+    template_id: str
+    template: TemplateView
+
+
+class TemplateList(Success):
+    templates: list[TemplateView]
+
+
+class TemplateDeleted(Success):
+    template_id: str
+
+
+class RunStarted(Success):
+    trace_id: str
+    status: Literal["queued"]
+
+
+class RunSummary(Shape):
+    trace_id: str
+    template_id: str | None = Field(description="null once the template is deleted.")
+    template_name: str
+    owner_id: str
+    status: RunStatus
+    error: str | None
+    created_at: Timestamp
+    started_at: Timestamp | None
+    finished_at: Timestamp | None
+
+
+class RunList(Success):
+    runs: list[RunSummary]
+
+
+class Usage(Shape):
+    prompt_tokens: int
+    completion_tokens: int
+
+
+class StepState(Shape):
+    step_id: str
+    agent: dict[str, Any]
+    depends_on: list[str]
+    status: StepStatus
+    output: str | None
+    error: str | None
+    usage: Usage | None
+    started_at: Timestamp | None
+    finished_at: Timestamp | None
+
+
+class AttachedFile(Shape):
+    file_id: str
+    filename: str
+
+
+class PendingReply(Shape):
+    request_id: str
+    step_id: str | None
+    prompt: str
+
+
+class RunDetailView(RunSummary):
+    input: str
+    files: list[AttachedFile]
+    steps: list[StepState]
+    pending_replies: list[PendingReply]
+    last_seq: int = Field(ge=0)
+
+
+class RunDetail(Success, RunDetailView):
+    run: RunDetailView
+
+
+class StoredEvent(Shape):
+    seq: int = Field(ge=1)
+    kind: str = Field(description="One of the event kinds of the SSE stream.")
+    data: dict[str, Any]
+
+
+class EventList(Success):
+    events: list[StoredEvent]
+
+
+class Cancelled(Success):
+    trace_id: str
+    status: RunStatus
+
+
+class Replied(Success):
+    trace_id: str
+    request_id: str
+    step_id: str | None
+
+
+class Done(Success):
+    """A success with nothing more to say (deletes)."""

@@ -1,0 +1,104 @@
+"""Documented field rules: the checks a service makes, stated for the OpenAPI document.
+
+Request models keep the service as the one place that enforces names, lengths and
+references (so its 422 speaks in its own words and reports every problem at once);
+`rule(...)` writes those same limits into the model's JSON Schema. The numbers come
+from the services' own constants, and schemathesis checks both directions (valid
+data accepted, invalid data refused) against a real server.
+
+Patterns are portable (ECMA-262 and Python) regular expressions, searched (not
+anchored) as JSON Schema says; those below anchor themselves. They state each rule
+exactly for ASCII text. The services also NFKC-normalise names and refuse every Unicode
+control or format character (category C), which no portable pattern can say: for
+non-ASCII text the patterns admit a little more than the service, never less, so valid
+data may still meet a 422 whose `detail` names the rule.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from pydantic import Field
+from pydantic_core import PydanticUndefined
+
+from orchestra.services import agents, providers
+
+# clean_text's own default limit, read from it rather than repeated
+_TEXT_MAX = inspect.signature(providers.clean_text).parameters["max_length"].default
+
+NO_NUL = r"^[^\u0000]*$"  # PostgreSQL text cannot hold NUL: every body refuses it (422)
+_CONTROL = r"\u0000-\u001f\u007f-\u009f"
+# White space a service strips: ECMA's \s plus what Python's str.strip() also removes.
+WS = r"[\s\u001c-\u001f\u0085]"
+
+
+REF = "#/components/schemas/{model}"
+# Models a rule refers to (`items=Step`) by name: the document adds them to its components.
+REFERENCED_MODELS: dict[str, type] = {}
+
+
+def rule(default: Any = PydanticUndefined, *, description: str | None = None, **schema: Any) -> Any:
+    """A model field whose rules the service enforces, documented with JSON Schema keywords.
+    A keyword's value may be a model class (`items=Step`): it becomes a reference to it."""
+    for key, value in schema.items():
+        if isinstance(value, type):
+            REFERENCED_MODELS[value.__name__] = value
+            schema[key] = {"$ref": REF.format(model=value.__name__)}
+    return Field(default, description=description, json_schema_extra=schema or None)
+
+
+def stripped(max_length: int, *, controls: bool = True) -> str:
+    """1..max_length characters once surrounding white space is stripped; without
+    control characters inside (`controls=False`: without NUL only)."""
+    bad = _CONTROL if controls else r"\u0000"
+    inner = f"[^{bad}]"
+    edge = f"[^\\s{bad}\\u001c-\\u001f\\u0085]"
+    return f"^{WS}*{edge}(?:{inner}{{0,{max_length - 2}}}{edge})?{WS}*$"
+
+
+def user_name_pattern(low: int, high: int) -> str:
+    """Letters, digits and _ . - @ (any non-ASCII character may be a letter), stripped."""
+    return f"^{WS}*(?:[A-Za-z0-9_.@-]|[^\\u0000-\\u007f]){{{low},{high}}}{WS}*$"
+
+
+def display_name(max_length: int) -> dict[str, Any]:
+    return {"pattern": stripped(max_length), "x-normalised": "NFKC, stripped"}
+
+
+def free_text(max_length: int) -> dict[str, Any]:
+    return {"maxLength": max_length, "pattern": NO_NUL}
+
+
+# An API key: blank (no key), or up to 4096 printable ASCII characters (it is sent in a header).
+API_KEY_PATTERN = r"^[\s\u001c-\u001f\u0085]*(?:[!-~]{1,4096})?[\s\u001c-\u001f\u0085]*$"
+# A base URL: blank (the kind's default), or http(s)://host… (scheme in any case), with no
+# white space or control character inside.
+_URL_CHAR = r"[^\s\u0000-\u001f\u007f-\u009f"
+BASE_URL_PATTERN = (
+    r"^[\s\u001c-\u001f\u0085]*(?:[hH][tT][tT][pP][sS]?://"
+    + _URL_CHAR + r"/?#@:\[\]]" + _URL_CHAR + r"/?#@\[\]]*"
+    + r"(?:[/?#]" + _URL_CHAR + r"]*)?)?[\s\u001c-\u001f\u0085]*$"
+)
+
+
+def name_rule(default: Any = PydanticUndefined) -> Any:
+    """A display name of a provider, skill or worker (`providers.clean_name`)."""
+    name_max = providers.NAME_MAX
+    return rule(default, description=f"1-{name_max} characters (NFKC, stripped).", **display_name(name_max))
+
+
+def model_rule(default: Any = PydanticUndefined) -> Any:
+    """A model id (`providers.clean_model`): free text, stripped."""
+    model_max = providers.MODEL_MAX
+    return rule(
+        default,
+        description=f"A model id: 1-{model_max} characters (stripped).",
+        pattern=stripped(model_max, controls=False),
+    )
+
+
+def text_rule(default: Any = PydanticUndefined, *, long: bool = False) -> Any:
+    """Free text (`providers.clean_text`); `long`: prompts and instructions."""
+    limit = agents.PROMPT_MAX if long else _TEXT_MAX
+    return rule(default, description=f"At most {limit} characters.", **free_text(limit))
