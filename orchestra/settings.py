@@ -41,6 +41,7 @@ class Settings:
     llm_retries: int = 3
     llm_max_tool_rounds: int = 8
     sse_ping_seconds: float = 15.0
+    header_timeout: float = 10.0  # seconds for a whole request head, from its first byte
     access_log: bool = False
 
     @classmethod

@@ -43,6 +43,7 @@ def register(app: typer.Typer) -> None:
         from sanic.worker.loader import AppLoader
 
         from orchestra.web.app import create_app
+        from orchestra.web.protocol import OrchestraProtocol, raise_open_file_limit
 
         settings = settings_from(
             ctx, host=host, port=port, workers=workers, database_url=db, access_log=access_log
@@ -60,6 +61,7 @@ def register(app: typer.Typer) -> None:
             f"(store: {_describe(settings.database_url)})",
             highlight=False,
         )
+        raise_open_file_limit()  # every connection is a file descriptor
         loader = AppLoader(factory=partial(create_app, settings, name="orchestra"))
         app = loader.load()
         app.prepare(
@@ -69,6 +71,7 @@ def register(app: typer.Typer) -> None:
             single_process=settings.workers == 1,
             access_log=settings.access_log,
             motd=False,
+            protocol=OrchestraProtocol,  # the request-head deadline and limits
         )
         if settings.workers == 1:
             Sanic.serve_single(primary=app)
