@@ -5,8 +5,8 @@ Refused, each with a plain sentence (the caller turns it into 400 `BadRequestErr
 a byte order mark; UTF-16 or UTF-32; bytes that are not UTF-8; nesting deeper than
 `MAX_DEPTH` (checked on the text before parsing, so no depth can exhaust the parser's
 recursion); `NaN`, `Infinity`, `-Infinity`; a key twice in one object; a number longer
-than `MAX_NUMBER_CHARS` characters or too large for a double; a `\\u` escape that is half
-of a surrogate pair (it names no character, and no store could hold it).
+than `MAX_NUMBER_CHARS` characters or too large for a double. (A `\\u` escape of half a
+surrogate pair is valid JSON text; the string it makes is refused by validation, 422.)
 """
 
 from __future__ import annotations
@@ -31,8 +31,6 @@ _STRING = re.compile(rb'"[^"]*"')
 _LONG_NUMBER = re.compile(rb"[-+.eE0-9]{%d,}" % (MAX_NUMBER_CHARS + 1))
 _DEEP_OPENING = re.compile(rb"[\[{]{%d}" % (MAX_DEPTH + 1))
 _INNERMOST_PAIR = re.compile(rb"\[\]|\{\}")
-# An escape: a whole surrogate pair, else half of one (3 characters), else any other.
-_ESCAPE = re.compile(r"\\(u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}|u[dD][89a-fA-F]|.)")
 _TOO_DEEP = f"The request body nests arrays and objects deeper than {MAX_DEPTH} levels."
 _TOO_LONG = f"The request body has a number longer than {MAX_NUMBER_CHARS} characters."
 
@@ -41,8 +39,6 @@ def parse(raw: bytes) -> Any:
     """The JSON value of `raw`; JSONBodyError when it is not strict JSON."""
     text = _decode(raw)
     _check_outside_strings(raw)
-    if "\\u" in text:
-        _check_surrogates(text)
     try:
         return json.loads(text, object_pairs_hook=_object, parse_constant=_constant, parse_float=_float)
     except JSONBodyError:
@@ -91,14 +87,6 @@ def _check_outside_strings(raw: bytes) -> None:
         brackets = reduced
     if _INNERMOST_PAIR.search(brackets):
         raise JSONBodyError(_TOO_DEEP)
-
-
-def _check_surrogates(text: str) -> None:
-    for escape in _ESCAPE.finditer(text):
-        if len(escape.group(1)) == 3:  # "uD8".."uDF" not completed into a pair
-            raise JSONBodyError(
-                "The request body has a \\u escape that is half of a surrogate pair (not a character)."
-            )
 
 
 def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
