@@ -42,6 +42,7 @@ class Settings:
     llm_max_tool_rounds: int = 8
     sse_ping_seconds: float = 15.0
     header_timeout: float = 10.0  # seconds for a whole request head, from its first byte
+    body_min_rate: int = 240  # bytes a second a request body must average (0: no minimum)
     access_log: bool = False
 
     @classmethod

@@ -6,6 +6,10 @@ one byte at a time is never timed out (slowloris). Here the whole head must arri
 `ORCHESTRA_HEADER_TIMEOUT` seconds of its first byte, whatever the pace; a late head is
 answered 408 and the connection closed. A head over its limits (all of it, one field, or
 the number of fields) is answered 431 `RequestHeaderFieldsTooLargeError`, not Sanic's 413.
+A body must then keep up an average of `ORCHESTRA_BODY_MIN_RATE` bytes a second once it
+has had `BODY_GRACE_SECONDS` (counting only the time spent waiting for the client, not
+the handler's own), or it too is answered 408 and the connection closed: a slow body
+would otherwise hold its connection for 60 s per byte.
 A HEAD request whose handler streams its response ends after the head, without a crash.
 """
 
@@ -16,7 +20,7 @@ import logging
 import resource
 
 from sanic.exceptions import PayloadTooLarge
-from sanic.http import Http
+from sanic.http import Http, Stage
 from sanic.server.protocols.http_protocol import HttpProtocol
 
 from orchestra.errors import RequestHeaderFieldsTooLargeError, RequestTimeoutError
@@ -26,6 +30,7 @@ logger = logging.getLogger("orchestra.web")
 HEAD_MAX_BYTES = 16 * 1024  # the whole request head (Sanic's ceiling)
 FIELD_MAX_BYTES = 8 * 1024  # the request line or one header field
 MAX_FIELDS = 100  # header fields in one request
+BODY_GRACE_SECONDS = 5.0  # before the body's minimum rate applies (as Kestrel's)
 
 
 def head_problem(head: bytes) -> str | None:
@@ -39,9 +44,39 @@ def head_problem(head: bytes) -> str | None:
 
 
 class DeadlineHttp(Http):
-    """Sanic's HTTP/1.1 request cycle with a head deadline and head limits."""
+    """Sanic's HTTP/1.1 request cycle with a head deadline, head limits and a minimum
+    body rate."""
 
-    __slots__ = ()
+    __slots__ = ("body_received", "body_waited")
+
+    def init_for_request(self) -> None:
+        super().init_for_request()
+        self.body_received = 0
+        self.body_waited = 0.0
+
+    async def read(self) -> bytes | None:
+        """A piece of the body, within the time the minimum rate allows for it."""
+        min_rate = getattr(self.protocol, "body_min_rate", 0)
+        if not min_rate:
+            return await super().read()
+        allowed = BODY_GRACE_SECONDS + self.body_received / min_rate - self.body_waited
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        try:
+            async with asyncio.timeout(max(allowed, 0.001)):
+                data = await super().read()
+        except TimeoutError:
+            self.keep_alive = False
+            self.request_body = None  # nothing more is read from this connection
+            if self.stage is not Stage.HANDLER:  # Sanic draining a body after the response
+                return None
+            raise RequestTimeoutError(
+                f"The request body arrived slower than {min_rate} bytes a second."
+            ) from None
+        finally:
+            self.body_waited += loop.time() - started
+        self.body_received += len(data or b"")
+        return data
 
     async def http1_request_header(self) -> None:
         """Receive and parse the head within the deadline (from its first byte, which
@@ -76,11 +111,12 @@ class OrchestraProtocol(HttpProtocol):
     """The protocol class to pass to Sanic (`app.prepare(protocol=...)`)."""
 
     HTTP_CLASS = DeadlineHttp
-    __slots__ = ("header_timeout",)
+    __slots__ = ("header_timeout", "body_min_rate")
 
     def _setup(self) -> None:
         super()._setup()
         self.header_timeout = self.app.ctx.settings.header_timeout
+        self.body_min_rate = self.app.ctx.settings.body_min_rate
 
 
 def raise_open_file_limit() -> tuple[int, int]:

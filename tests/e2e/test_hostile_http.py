@@ -405,3 +405,52 @@ def test_provider_kind_message_and_ascii_only_last_event_id(any_server):
         assert body["detail"][0]["field"] == "last_event_id"
         for arabic_indic_five in ("\u0665", "\u00b2"):
             assert http.get(f"/workflow/sse/{trace}", params={"last_event_id": arabic_indic_five}).status_code == 422
+
+
+def _trickle_body(server: ServerProcess, head: bytes, first: bytes) -> tuple[float, bytes]:
+    """Send `head` and `first` at once, then one byte a second; (seconds lived, answer)."""
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+    sock.sendall(head + first)
+    started = time.monotonic()
+    answer = b""
+    sock.settimeout(1.0)
+    while time.monotonic() - started < 15:
+        try:
+            sock.send(b"x")
+            chunk = sock.recv(65536)
+        except TimeoutError:
+            continue
+        except OSError:
+            break
+        answer += chunk
+        if not chunk:
+            break
+    sock.close()
+    return time.monotonic() - started, answer
+
+
+def test_a_trickled_body_is_cut_off_below_the_minimum_rate(sqlite_server):
+    """A head on time, then a body one byte a second: below ORCHESTRA_BODY_MIN_RATE (240)
+    once the 5 s grace is over, the server answers 408 and closes — for a JSON body read
+    before the handler and for an upload read by it."""
+    server = sqlite_server
+    token = login(server, "slow_body")["headers"]["Authorization"]
+    json_head = (b"POST /api/v1/auth/login HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: 1000\r\n\r\n")
+    part = (b"--b0undary\r\nContent-Disposition: form-data; name=\"file\"; filename=\"s.txt\"\r\n"
+            b"Content-Type: text/plain\r\n\r\n")
+    upload_head = (b"POST /api/v1/adapter/client/upload HTTP/1.1\r\nHost: x\r\nAuthorization: "
+                   + token.encode() + b"\r\nContent-Type: multipart/form-data; boundary=b0undary\r\n"
+                   b"Content-Length: 100000\r\n\r\n")
+    with httpx.Client(base_url=server.base_url, timeout=5) as normal:
+        for head, first in ((json_head, b'{"user_name": "'), (upload_head, part)):
+            lived, answer = _trickle_body(server, head, first)
+            assert lived < 5 + 3, lived
+            status, headers, body = parse_answer(answer)
+            assert status == 408 and headers["connection"] == "close", answer
+            message = json.loads(body)
+            assert message["error"] == "RequestTimeoutError" and "bytes a second" in message["message"]
+            # Nothing of the slow upload is kept; the server serves others as before.
+            listed = normal.get("/api/v1/adapter/client/upload", headers={"Authorization": token})
+            assert listed.status_code == 200 and listed.json()["files"] == []
+    assert not list((server.home / "uploads").rglob("*.part"))
