@@ -11,6 +11,7 @@ from typing import Any
 
 from orchestra.db import migrate
 from orchestra.db.database import connect
+from orchestra.db.signals import Signals, make_signals
 from orchestra.services.crypto import SecretBox
 from orchestra.services.passwords import PasswordService
 from orchestra.services.tokens import TokenService
@@ -24,6 +25,7 @@ class Core:
     passwords: PasswordService
     tokens: TokenService
     secrets: SecretBox
+    signals: Signals  # cross-process hints; listening starts when a server (or engine) needs it
     # Filled by later layers (the engine, caches) when they start; see web/app.py.
     extras: dict[str, Any] = field(default_factory=dict)
 
@@ -49,6 +51,7 @@ class Core:
                 secret=secret, access_ttl=settings.access_ttl, refresh_ttl=settings.refresh_ttl
             ),
             secrets=SecretBox(secret),
+            signals=make_signals(settings),
         )
 
     @property
@@ -62,6 +65,10 @@ class Core:
         return self.db.atomic() if self.is_postgres else self.db.atomic(lock_type="IMMEDIATE")
 
     async def close(self) -> None:
-        """Release the pool (aiosqlite threads would otherwise keep the process alive)."""
+        """Stop what was started on this Core (the engine's runs are handed back), then
+        release the pool (aiosqlite threads would otherwise keep the process alive)."""
+        for hook in self.extras.pop("on_close", []):
+            await hook()
+        await self.signals.stop()
         self.passwords.close()
         await self.db.close_pool()

@@ -41,6 +41,12 @@ class Settings:
     llm_retries: int = 3
     llm_max_tool_rounds: int = 8
     sse_ping_seconds: float = 15.0
+    sse_send_timeout: float = 30.0  # a stream reader that takes no bytes this long is closed
+    run_lease_seconds: float = 15.0  # a run's owner renews its lease; past it, others take over
+    run_max_attempts: int = 3  # claims of one run before it ends `interrupted`
+    max_runs: int = 100  # runs one process executes at once; the rest wait `queued`
+    shutdown_grace_seconds: float = 10.0  # on SIGTERM, how long in-flight steps may finish
+    step_output_max_bytes: int = 1024 * 1024  # one step's output; past it the step fails
     header_timeout: float = 10.0  # seconds for a whole request head, from its first byte
     body_min_rate: int = 240  # bytes a second a request body must average (0: no minimum)
     access_log: bool = False

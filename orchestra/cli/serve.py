@@ -8,22 +8,20 @@ from typing import Optional
 import typer
 
 from orchestra.cli.console import err, handle_errors, run
+from orchestra.cli.single_server import hold_sqlite_store
 from orchestra.cli.store import open_core, settings_from
 from orchestra.services.auth import count_super_administrators
 from orchestra.settings import Settings
 
 
 async def _prepare(settings: Settings) -> int:
-    """Apply migrations and mark runs of a previous server interrupted, once, before any
-    worker starts; count super administrators."""
-    from orchestra.services.workflows import mark_interrupted_runs
+    """Check the limiter settings and apply migrations, once, before any worker starts;
+    count super administrators. Unfinished runs are not touched here: each server's
+    engine claims those whose owner's lease has run out (see engine/ownership.py)."""
     from orchestra.web.limits import RateLimits
 
     RateLimits(settings)  # a bad limit or limiter storage is one error line now, not a dead worker
     async with open_core(settings) as core:
-        interrupted = await mark_interrupted_runs(core)  # left unfinished by the last server
-        if interrupted:
-            err.print(f"{interrupted} unfinished run(s) of the previous server marked interrupted.")
         return await count_super_administrators(core)
 
 
@@ -48,6 +46,8 @@ def register(app: typer.Typer) -> None:
         settings = settings_from(
             ctx, host=host, port=port, workers=workers, database_url=db, access_log=access_log
         )
+        if not settings.database_url.startswith(("postgres://", "postgresql://")):
+            hold_sqlite_store(settings)
         admins = run(_prepare(settings))
         if admins == 0:
             err.print(

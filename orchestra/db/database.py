@@ -39,6 +39,22 @@ def connect(url: str, *, pool_size: int = 8):
     return db
 
 
+def postgres_params(url: str) -> dict:
+    """asyncpg connection keywords (database, host, port, user, password) from a URL."""
+    parsed = urlparse(url)
+    name = unquote(parsed.path.lstrip("/"))
+    if not name:
+        raise DatabaseUrlError("postgresql URL needs a database name: postgresql://host/db")
+    params = {
+        "database": name,
+        "host": parsed.hostname or "127.0.0.1",
+        "port": parsed.port or 5432,
+        "user": unquote(parsed.username) if parsed.username else None,
+        "password": unquote(parsed.password) if parsed.password else None,
+    }
+    return {k: v for k, v in params.items() if v is not None}
+
+
 def make_database(url: str, *, pool_size: int = 8):
     parsed = urlparse(url)
     scheme = parsed.scheme.split("+")[0]
@@ -51,18 +67,8 @@ def make_database(url: str, *, pool_size: int = 8):
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         return AsyncSqliteDatabase(path, pragmas=SQLITE_PRAGMAS, pool_size=pool_size)
     if scheme in ("postgres", "postgresql"):
-        name = unquote(parsed.path.lstrip("/"))
-        if not name:
-            raise DatabaseUrlError("postgresql URL needs a database name: postgresql://host/db")
-        params = {
-            "host": parsed.hostname or "127.0.0.1",
-            "port": parsed.port or 5432,
-            "user": unquote(parsed.username) if parsed.username else None,
-            "password": unquote(parsed.password) if parsed.password else None,
-        }
-        return AsyncPostgresqlDatabase(
-            name, pool_size=pool_size, **{k: v for k, v in params.items() if v is not None}
-        )
+        params = postgres_params(url)
+        return AsyncPostgresqlDatabase(params.pop("database"), pool_size=pool_size, **params)
     raise DatabaseUrlError(
         f"unsupported database URL {url!r}: use sqlite:///path/to/file.db or postgresql://host/db"
     )

@@ -16,6 +16,7 @@ from peewee import (
     CharField,
     DatabaseProxy,
     DateTimeField,
+    DoubleField,
     ForeignKeyField,
     IntegerField,
     TextField,
@@ -162,6 +163,12 @@ class WorkflowRun(BaseModel):
     created_at = DateTimeField(default=utcnow, index=True)
     started_at = DateTimeField(null=True)
     finished_at = DateTimeField(null=True)
+    # Ownership (see engine/ownership.py): the process holding the run and until when
+    # (epoch seconds), how many times it was claimed, and a cancel asked from anywhere.
+    owner_process = CharField(max_length=128, null=True)
+    lease_until = DoubleField(null=True)
+    attempts = IntegerField(default=0)
+    cancel_requested = BooleanField(default=False)
 
 
 class RunStep(BaseModel):

@@ -164,17 +164,31 @@ class AgentCache:
                     self._loaded_at = time.monotonic()
 
 
+AGENT_TABLES = frozenset({"provider", "worker", "skill", "system_node", "agents"})
+
+
 def agent_cache(core: Core) -> AgentCache:
     """The one AgentCache of this Core (kept in core.extras["agent_cache"])."""
     cache = core.extras.get("agent_cache")
     if cache is None:
         cache = core.extras["agent_cache"] = AgentCache(core)
+        # A change on any process (a trigger on PostgreSQL), or a reload anywhere, drops
+        # this copy; so does a lost LISTEN connection, since signals may have been missed.
+        core.signals.on("cache", lambda table: table in AGENT_TABLES and cache.invalidate())
+        core.signals.on_resync(cache.invalidate)
 
         async def _on_user_deleted(user_id: str) -> None:  # their workers went with them
             cache.invalidate()
 
         core.extras.setdefault("on_user_deleted", []).append(_on_user_deleted)
     return cache
+
+
+async def reload_everywhere(core: Core) -> dict[str, int]:
+    """Reload this process's agent state now and tell every other process to drop its copy."""
+    counts = await agent_cache(core).reload()
+    await core.signals.notify("cache", "agents")
+    return counts
 
 
 def _invalidate(core: Core) -> None:

@@ -80,11 +80,13 @@ async def register(core: Core, *, user_name: str, password: str, role: Role = Ro
     await release_connection(core.db)  # argon2 may queue for seconds: free the pooled connection
     password_hash = await core.passwords.hash(password)
     try:
-        return await User.acreate(
+        user = await User.acreate(
             user_name=name, user_name_key=key, password_hash=password_hash, role=role.value
         )
     except IntegrityError:  # lost a race with a concurrent registration of the same name
         raise UserAlreadyExistsError(f"The user name '{name}' is taken.") from None
+    _snapshot(core).changed()
+    return user
 
 
 async def get_user(core: Core, user_id: str) -> User:
@@ -114,7 +116,10 @@ async def find_user(core: Core, user_name: str) -> User:
 def _snapshot(core: Core) -> UserSnapshot:
     snapshot = core.extras.get("user_snapshot")
     if snapshot is None:
-        snapshot = UserSnapshot(None if core.is_postgres else core.db.database)
+        snapshot = UserSnapshot(
+            None if core.is_postgres else core.db.database,
+            core.signals if core.is_postgres else None,
+        )
         core.extras["user_snapshot"] = snapshot
     return snapshot
 
@@ -132,6 +137,7 @@ async def set_role(core: Core, *, user_id: str, new_role: Role) -> User:
             await _ensure_not_last_super_administrator(core, "demote")
         user.role = new_role.value
         await user.asave(only=[User.role])
+    _snapshot(core).changed()
     await revoke_all_tokens(core, user.id)
     return user
 
@@ -143,6 +149,7 @@ async def delete_user(core: Core, *, user_id: str) -> User:
         if user.role == Role.SUPER_ADMINISTRATOR:
             await _ensure_not_last_super_administrator(core, "delete")
         await core.db.aexecute(User.delete().where(User.id == user.id))
+    _snapshot(core).changed()
     shutil.rmtree(core.settings.uploads_dir / user.id, ignore_errors=True)
     for hook in core.extras.get("on_user_deleted", []):
         await hook(user.id)

@@ -1,12 +1,13 @@
 """An in-process copy of the user table, re-read only after the store has changed.
 
-`GET /auth/list` and the super-administrator re-confirmation read the same small
-table on every request. On SQLite, `PRAGMA data_version` on a private connection
+`GET /auth/list` and the role re-confirmation of every protected route read the same
+small table on every request. On SQLite, `PRAGMA data_version` on a private connection
 tells in microseconds whether any other connection (this process's pool, a CLI
-command, another worker process) has committed since the copy was taken; only then
-is the table read again. A demoted or deleted administrator is therefore seen at
-once, exactly as with a query per request. PostgreSQL has no such cheap signal:
-there every call reads the store.
+command) has committed since the copy was taken; only then is the table read again.
+On PostgreSQL a trigger signals every change of the table to every process
+(`LISTEN`/`NOTIFY`, see db/signals.py); the copy is trusted only while the listening
+connection is up, and any signal or reconnection makes it stale. Changes made by this
+process mark it stale at once (`changed()`), without waiting for their own signal.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from orchestra.db.models import User
 
 @dataclass
 class _Copy:
-    version: int | None = None
+    version: object = None
     users: list[User] = field(default_factory=list)
     by_id: dict[str, User] = field(default_factory=dict)
 
@@ -27,8 +28,12 @@ class _Copy:
 class UserSnapshot:
     """The users, oldest first, as of the store's current data version."""
 
-    def __init__(self, sqlite_path: str | None) -> None:
+    def __init__(self, sqlite_path: str | None, signals=None) -> None:
         self._probe: sqlite3.Connection | None = None
+        self._signals = signals
+        self._changes = 0
+        if signals is not None:
+            signals.on("cache", lambda table: table == "user" and self.changed())
         if sqlite_path and sqlite_path != ":memory:":
             # timeout=0: never wait on a lock on the event loop; a busy store just
             # means "changed", and the caller reads it the ordinary (async) way.
@@ -37,9 +42,16 @@ class UserSnapshot:
             )
         self._copy = _Copy()
 
-    def _version(self) -> int | None:
+    def changed(self) -> None:
+        """The table changed (a signal, or a write made here): read it again next time."""
+        self._changes += 1
+
+    def _version(self):
         if self._probe is None:
-            return None
+            signals = self._signals
+            if signals is None or not signals.connected:
+                return None
+            return (signals.generation, self._changes)
         try:
             return self._probe.execute("PRAGMA data_version").fetchone()[0]
         except sqlite3.Error:

@@ -25,16 +25,14 @@ from orchestra.db.models import (
     iso,
     utcnow,
 )
-from orchestra.engine.events import Event
-from orchestra.engine.executor import ACTIVE, PLACEHOLDER, engine_of
+from orchestra.engine.executor import FINISHED, PLACEHOLDER, Engine
+from orchestra.engine.log import Event
 from orchestra.errors import ConflictError, NotFoundError, PermissionDeniedError, ValidationError
 
 STEP_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 MAX_STEPS = 50
 PROMPT_MAX = 100_000
 NAME_MAX = 128
-STATUSES = ("queued", "running", "waiting_reply", "succeeded", "failed", "cancelled", "interrupted")
-FINISHED = ("succeeded", "failed", "cancelled", "interrupted")
 
 
 # --- template validation ----------------------------------------------------------------
@@ -319,6 +317,35 @@ async def delete_template(core: Core, *, user_id: str, is_admin: bool, template_
 # --- runs --------------------------------------------------------------------------------
 
 
+def engine_of(core: Core) -> Engine:
+    """The one Engine of this Core (kept in core.extras["engine"]), built on first use with
+    what it needs from the services: agents, tools, the upload reader, the signals."""
+    engine = core.extras.get("engine")
+    if engine is None:
+        from orchestra.services import uploads
+        from orchestra.services.agents import agent_cache, tool_registry
+
+        async def read_upload(owner_id: str, file_id: str) -> str:
+            return await uploads.read_text(core, owner_id=owner_id, file_id=file_id)
+
+        engine = core.extras["engine"] = Engine(
+            core,
+            agents=agent_cache(core),
+            registry=tool_registry(core),
+            read_upload=read_upload,
+            signals=core.signals,
+            exclusive=not core.is_postgres,
+        )
+
+        async def _on_user_deleted(user_id: str) -> None:
+            await engine.cancel_owner(user_id, reason="The run's user was deleted.")
+
+        core.extras.setdefault("on_user_deleted", []).append(_on_user_deleted)
+        core.extras.setdefault("on_close", []).append(engine.stop)
+    return engine
+
+
+
 async def start_run(
     core: Core,
     *,
@@ -340,7 +367,6 @@ async def start_run(
             attached.append({"file_id": upload.id, "filename": upload.filename})
     if problems:
         raise ValidationError(f"Invalid files: {problems[0]['problem']}.", detail=problems)
-    engine = engine_of(core)
     async with core.db.atomic():
         run = await WorkflowRun.acreate(
             owner=user_id,
@@ -355,7 +381,7 @@ async def start_run(
             await core.db.aexecute(RunStep.insert_many(
                 [{"run": run.trace_id, "step_id": step["id"], "status": "pending"} for step in template.steps]
             ))
-    engine.start(run)
+    await engine_of(core).submit(run.trace_id)
     return run
 
 
@@ -422,37 +448,17 @@ async def run_detail(core: Core, run: WorkflowRun) -> dict[str, Any]:
 
 async def pending_replies(core: Core, run: WorkflowRun) -> list[dict[str, str]]:
     """`[{request_id, step_id, prompt}]` the run waits on, oldest first."""
-    live = engine_of(core).pending_requests(run.trace_id)
-    if live is not None:
-        return [{"request_id": p.request_id, "step_id": p.step_id, "prompt": p.prompt} for p in live]
-    if run.status != "waiting_reply":
+    if run.status in FINISHED:
         return []
-    rows = await core.db.list(
-        RunEvent.select(RunEvent.kind, RunEvent.data)
-        .where((RunEvent.run == run.trace_id) & RunEvent.kind.in_(["reply_requested", "reply_received"]))
-        .order_by(RunEvent.seq)
-    )
-    asked: dict[str, dict[str, str]] = {}
-    for row in rows:
-        request_id = row.data.get("request_id")
-        if row.kind == "reply_requested":
-            asked[request_id] = {
-                "request_id": request_id, "step_id": row.data.get("step_id"), "prompt": row.data.get("prompt"),
-            }
-        else:
-            asked.pop(request_id, None)
-    return list(asked.values())
+    return await engine_of(core).open_questions(run.trace_id)
 
 
 async def cancel_run(core: Core, *, user_id: str, is_admin: bool, trace_id: str) -> WorkflowRun:
-    """Cancel an unfinished run; 409 when it has already ended."""
+    """Cancel an unfinished run wherever it executes; 409 when it has already ended."""
     run = await get_run(core, user_id=user_id, is_admin=is_admin, trace_id=trace_id)
     if run.status in FINISHED:
         raise ConflictError(f"The run has already ended ({run.status}).")
-    engine = engine_of(core)
-    if not await engine.cancel(trace_id, reason="The run was cancelled by request."):
-        # Not executing in this process (another worker, or orphaned): record it here.
-        await _finish_elsewhere(core, run, "cancelled", "run_cancelled", "The run was cancelled by request.")
+    await engine_of(core).cancel(trace_id, reason="The run was cancelled by request.")
     return await get_run(core, user_id=user_id, is_admin=is_admin, trace_id=trace_id)
 
 
@@ -460,60 +466,9 @@ async def reply(
     core: Core, *, user_id: str, is_admin: bool, trace_id: str, content: str, request_id: str | None = None
 ) -> dict[str, str]:
     """Answer the question a waiting run asked; 409 when it waits for none (or not this one)."""
-    run = await get_run(core, user_id=user_id, is_admin=is_admin, trace_id=trace_id)
-    engine = engine_of(core)
-    if engine.is_live(trace_id):
-        pending = await engine.reply(trace_id, content=content, request_id=request_id)
-        return {"request_id": pending.request_id, "step_id": pending.step_id}
-    # Executing in another worker process: the waiting step polls the store for this event.
-    waiting = await pending_replies(core, run)
-    if run.status != "waiting_reply" or not waiting:
-        raise ConflictError(f"The run is not waiting for a reply (status: {run.status}).")
-    chosen = next((p for p in waiting if p["request_id"] == request_id), None) if request_id else waiting[0]
-    if chosen is None:
-        raise ConflictError(f"The request '{request_id}' is not waiting for a reply (stale or unknown).")
-    await engine.log.append(
-        trace_id, "reply_received", {"request_id": chosen["request_id"], "content": content},
-        step_id=chosen["step_id"],
-    )
-    if len(waiting) == 1:
-        await core.db.aexecute(
-            WorkflowRun.update(status="running").where(
-                (WorkflowRun.trace_id == trace_id) & (WorkflowRun.status == "waiting_reply")
-            )
-        )
-    return {"request_id": chosen["request_id"], "step_id": chosen["step_id"]}
-
-
-async def _finish_elsewhere(core: Core, run: WorkflowRun, status: str, kind: str, reason: str) -> None:
-    now = utcnow()
-    step_status = "cancelled" if status == "cancelled" else "interrupted"
-    await core.db.aexecute(
-        RunStep.update(status=step_status, finished_at=now).where(
-            (RunStep.run == run.trace_id) & RunStep.status.in_(["running", "waiting_reply"])
-        )
-    )
-    await core.db.aexecute(
-        RunStep.update(status="skipped").where((RunStep.run == run.trace_id) & (RunStep.status == "pending"))
-    )
-    await core.db.aexecute(
-        WorkflowRun.update(status=status, error=reason, finished_at=now).where(WorkflowRun.trace_id == run.trace_id)
-    )
-    log = engine_of(core).log
-    last = await log.last_event(run.trace_id)
-    if last is None or not last.terminal:
-        await log.append(run.trace_id, kind, {"status": status, "reason": reason})
-
-
-async def mark_interrupted_runs(core: Core) -> int:
-    """At server start: runs left queued/running/waiting_reply become `interrupted`, each
-    with a final `run_failed` event, so no stream waits forever. Returns how many."""
-    runs = await core.db.list(WorkflowRun.select().where(WorkflowRun.status.in_(list(ACTIVE))))
-    for run in runs:
-        await _finish_elsewhere(
-            core, run, "interrupted", "run_failed", "The server stopped while the run was in progress."
-        )
-    return len(runs)
+    await get_run(core, user_id=user_id, is_admin=is_admin, trace_id=trace_id)
+    answered = await engine_of(core).reply(trace_id, content=content, request_id=request_id)
+    return {"request_id": answered.request_id, "step_id": answered.step_id}
 
 
 # --- events ------------------------------------------------------------------------------

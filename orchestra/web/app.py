@@ -88,17 +88,24 @@ def create_app(settings: Settings | None = None, *, name: str | None = None) -> 
 
     @app.before_server_start
     async def open_core(app: Sanic) -> None:
-        app.ctx.core = await Core.open(settings)
-        from orchestra.engine.executor import engine_of
+        from orchestra.services.workflows import engine_of
 
-        engine_of(app.ctx.core)  # the workflow engine: owns run tasks and the event bus
+        app.ctx.core = await Core.open(settings)
         app.ctx.limits = RateLimits(settings)
+        # The engine listens for signals, resumes runs left without a live owner, and
+        # claims queued ones from now on.
+        await engine_of(app.ctx.core).start()
+
+    @app.before_server_stop
+    async def hand_back_runs(app: Sanic) -> None:
+        from orchestra.services.workflows import engine_of
+
+        # Stop claiming, let in-flight steps finish for the grace period, then hand the
+        # runs back so another process goes on at once (before streams are closed).
+        await engine_of(app.ctx.core).stop()
 
     @app.after_server_stop
     async def close_core(app: Sanic) -> None:
-        from orchestra.engine.executor import stop_engine
-
-        await stop_engine(app.ctx.core)  # runs end as `interrupted` before the store closes
         await app.ctx.core.close()
 
     return app

@@ -2,66 +2,69 @@
 
 The handler authorises and decides 204/404 before calling `send_stream`; from then on
 the response is `text/event-stream` and each frame is sent as soon as it is read. The
-client hanging up cancels this handler task (Sanic does so on connection loss), never the run.
-
-On Sanic's own HTTP/1.1 server, once the reader has caught up, live events are written
-straight to the socket by the publisher (`direct_sink`): the same chunk bytes for every
-reader, no task wake-up per reader. A reader whose socket has more than `SLOW_READER_BYTES`
-unsent is dropped from the live feed and catches up from the store at its own pace.
+client hanging up cancels this handler task (Sanic does so on connection loss), never
+the run. A frame is sent in slices of SEND_SLICE bytes, each waiting for the socket to
+drain, so a reader that does not read holds at most a slice and a socket buffer; a
+reader that takes nothing for `sse_send_timeout` seconds is disconnected (it resumes
+with `Last-Event-ID`). Once the reader has caught up, live events are written by the
+feed straight to the socket (`sanic_stream.direct_writer`), one shared chunk per event.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+import asyncio
+from collections.abc import AsyncIterator
 
 from sanic import Request
 
-from orchestra.engine.events import PING, Event
+from orchestra.engine.feed import PING
+from orchestra.engine.log import Event
+from orchestra.web.sanic_stream import direct_writer, event_chunk
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 PING_FRAME = b": ping\n\n"
 HELLO_FRAME = b": connected\n\n"  # a comment: flushes the headers at once, ignored by readers
-SLOW_READER_BYTES = 256 * 1024
+SEND_SLICE = 64 * 1024
 
 
-def direct_sink(request: Request, response) -> Callable[[Event], bool] | None:
-    """A writer of live events straight to the socket, when the response is Sanic's own
-    HTTP/1.1 chunked stream (None under ASGI or any other framing)."""
-    func = getattr(getattr(response, "stream", None), "response_func", None)
-    if getattr(func, "__name__", "") != "http1_response_chunked":
-        return None
-    transport = request.transport
-    protocol = transport.get_protocol()
-    if not hasattr(transport, "get_write_buffer_size") or not hasattr(protocol, "_time"):
-        return None
-    loop_time = request.app.loop.time
-
-    def sink(event: Event) -> bool:
-        if transport.is_closing() or transport.get_write_buffer_size() > SLOW_READER_BYTES:
-            return False
-        transport.write(event.chunk())
-        protocol._time = loop_time()  # what Sanic's own send records (response timeout)
-        return True
-
-    return sink
+class SlowReader(Exception):
+    """The client took no bytes for the send timeout."""
 
 
-async def send_stream(request: Request, events: AsyncIterator[Event | None]) -> None:
+async def send_stream(
+    request: Request, trace_id: str, events: AsyncIterator[Event | None], *, send_timeout: float
+) -> None:
     """Write `events` (PING = keep-alive) as an event stream, ending after the last one."""
     response = await request.respond(
         status=200, headers=dict(SSE_HEADERS), content_type="text/event-stream; charset=utf-8"
     )
-    await response.send(HELLO_FRAME)
-    if hasattr(events, "sink"):
-        events.sink = direct_sink(request, response)
+
+    async def send(data: bytes) -> None:
+        view = memoryview(data)
+        for start in range(0, len(view), SEND_SLICE):
+            piece = data if len(data) <= SEND_SLICE else view[start:start + SEND_SLICE].tobytes()
+            try:
+                async with asyncio.timeout(send_timeout):
+                    await response.send(piece)
+            except TimeoutError:
+                raise SlowReader() from None
+
     try:
+        await send(HELLO_FRAME)
+        write = direct_writer(request, response)
+        if write is not None and hasattr(events, "sink"):
+            events.sink = lambda event: write(event_chunk(trace_id, event))
         async for item in events:
-            await response.send(PING_FRAME if item is PING else item.frame())
+            await send(PING_FRAME if item is PING else item.frame())
+        await response.eof()
+    except SlowReader:
+        abort = getattr(request.transport, "abort", None)
+        if abort is not None:
+            abort()  # drop what is buffered: the reader resumes with Last-Event-ID
     finally:
         aclose = getattr(events, "aclose", None)
         if aclose is not None:
             await aclose()
-    await response.eof()
 
 
 def parse_last_event_id(request: Request) -> int:

@@ -1,7 +1,8 @@
 """kill -9 the server while a run waits for a reply; restart on the same home.
 
-The run is `interrupted`, its stored events are intact, and its stream ends with the
-terminal event appended at restart (nobody waits forever).
+The restarted server (the only one on this SQLite store) claims the run at once and
+resumes it: the stored events are intact, `run_resumed` follows them, the open question
+stays open under the same request id, and the answer finishes the run.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from tests.conftest import ServerProcess
 from tests.e2e.test_workflow_e2e import login, sse_frames
 
 
-def test_kill_9_mid_run_then_restart_marks_the_run_interrupted(tmp_path):
+def test_kill_9_mid_run_then_restart_resumes_the_run(tmp_path):
     home = tmp_path / "home"
     server = ServerProcess(home).start()
     try:
@@ -27,6 +28,7 @@ def test_kill_9_mid_run_then_restart_marks_the_run_interrupted(tmp_path):
                 before.append(frame)
                 if frame[1] == "reply_requested":
                     break
+        request_id = before[-1][2]["request_id"]
         assert http.get(f"/workflow/run/{trace_id}").json()["status"] == "waiting_reply"
     finally:
         server.kill()
@@ -37,17 +39,29 @@ def test_kill_9_mid_run_then_restart_marks_the_run_interrupted(tmp_path):
         token = httpx.post(f"{restarted.base_url}/api/v1/auth/login",
                            json={"user_name": "crash", "password": "password-123"}).json()["access_token"]
         http.headers["Authorization"] = f"Bearer {token}"
-        run = http.get(f"/workflow/run/{trace_id}").json()
-        assert run["status"] == "interrupted" and run["finished_at"]
-        assert run["steps"][0]["status"] == "interrupted"
+        resumed = []
         with http.stream("GET", f"/workflow/sse/{trace_id}") as response:
+            for frame in sse_frames(response):
+                resumed.append(frame)
+                if frame[1] == "run_resumed":
+                    break
+        assert resumed[: len(before)] == before  # stored events intact
+        assert [f[0] for f in resumed] == list(range(1, len(before) + 2))
+        assert resumed[-1][2]["attempt"] == 2 and resumed[-1][2]["restarted_steps"] == []
+        run = http.get(f"/workflow/run/{trace_id}").json()
+        assert run["pending_replies"] == [
+            {"request_id": request_id, "step_id": "h", "prompt": "Still there?"}]
+        reply = http.post(f"/workflow/reply/{trace_id}",
+                          json={"content": "yes", "request_id": request_id})
+        assert reply.status_code == 200, reply.text
+        with http.stream("GET", f"/workflow/sse/{trace_id}",
+                         headers={"Last-Event-ID": str(resumed[-1][0])}) as response:
             after = list(sse_frames(response))
-        assert after[: len(before)] == before  # stored events intact
-        assert [f[0] for f in after] == list(range(1, len(before) + 2))
-        seq, kind, data = after[-1]
-        assert kind == "run_failed" and data["status"] == "interrupted" and data["reason"]
-        assert http.get(f"/workflow/sse/{trace_id}", headers={"Last-Event-ID": str(seq)}).status_code == 204
-        reply = http.post(f"/workflow/reply/{trace_id}", json={"content": "late"})
-        assert reply.status_code == 409 and reply.json()["error"] == "ConflictError"
+        assert [f[1] for f in after] == ["reply_received", "step_finished", "run_finished"]
+        assert [f[0] for f in after] == list(range(resumed[-1][0] + 1, resumed[-1][0] + 4))
+        assert after[-1][2]["output"] == "yes"
+        assert http.get(f"/workflow/run/{trace_id}").json()["status"] == "succeeded"
+        late = http.post(f"/workflow/reply/{trace_id}", json={"content": "late"})
+        assert late.status_code == 409 and late.json()["error"] == "ConflictError"
     finally:
         restarted.stop()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from orchestra.db.models import RunEvent, RunStep, WorkflowRun
-from orchestra.engine.executor import engine_of
+from orchestra.services.workflows import engine_of
 from tests.engine.test_executor import setup_agent, start
 from tests.fakes.fake_llm import FakeLLM, fake_llm  # noqa: F401 - fixture
 

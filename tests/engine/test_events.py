@@ -1,4 +1,5 @@
-"""The event log: store-then-publish, per-run seq, gap-free resume, overflow, polling."""
+"""The event log and the live feed: store-then-publish, per-run seq, gap-free resume,
+overflow, events stored by other processes (signals), bounded catch-up pages."""
 
 from __future__ import annotations
 
@@ -7,7 +8,11 @@ import asyncio
 import pytest
 
 from orchestra.db.models import RunEvent, WorkflowRun
-from orchestra.engine.events import PING, EventLog, RunGone, RunWriter, TokenCoalescer
+from orchestra.db.signals import Signals
+from orchestra.engine.coalescer import TokenCoalescer
+from orchestra.engine.feed import FANOUT_SLICE, PING, Feeds
+from orchestra.engine.log import PAGE_BYTES, EventLog, RunGone
+from orchestra.engine.writer import RunWriter
 from orchestra.services import auth
 
 
@@ -25,13 +30,14 @@ async def stored_seqs(core, trace_id):
 
 async def test_append_numbers_and_stores_before_publishing(core, run_id):
     log = EventLog(core.db)
-    sub = log.subscribe(run_id)
+    feeds = Feeds(log)
+    sub = feeds.join(run_id, 0)
     first = await log.append(run_id, "run_started", {"status": "running"})
     second = await log.append(run_id, "step_started", {"prompt": "p"}, step_id="a")
     assert (first.seq, second.seq) == (1, 2)
     assert second.data["step_id"] == "a" and second.data["trace_id"] == run_id
     assert second.data["seq"] == 2 and second.data["ts"].endswith("Z")
-    got = sub.queue.get_nowait()
+    got = sub.take()
     assert got.seq == 1 and await stored_seqs(core, run_id) == [1, 2]  # stored when published
     assert second.frame().startswith(b"id: 2\nevent: step_started\ndata: {")
     assert second.frame().endswith(b"\n\n")
@@ -75,9 +81,10 @@ async def collect(agen, n=None, timeout=5.0):
 
 async def test_follow_replays_then_goes_live_without_gap_or_duplicate(core, run_id):
     log = EventLog(core.db)
+    feeds = Feeds(log)
     for i in range(3):
         await log.append(run_id, "token", {"text": str(i)}, step_id="a")
-    stream = log.follow(run_id, after=1)
+    stream = feeds.follow(run_id, after=1)
 
     async def writer():
         await asyncio.sleep(0.05)
@@ -90,45 +97,77 @@ async def test_follow_replays_then_goes_live_without_gap_or_duplicate(core, run_
     await task
     assert [e.seq for e in got] == [2, 3, 4, 5, 6, 7]
     assert got[-1].kind == "run_finished"
-    assert log.subscriber_count(run_id) == 0  # unsubscribed when the stream ended
+    assert feeds.subscriber_count(run_id) == 0  # unsubscribed when the stream ended
 
 
-async def test_a_full_subscriber_is_dropped_and_catches_up_from_the_store(core, run_id):
-    log, writer = EventLog(core.db, queue_size=2), EventLog(core.db)
-    it = log.follow(run_id).__aiter__()
+async def test_a_full_subscriber_falls_behind_and_catches_up_from_the_store(core, run_id):
+    from orchestra.engine import feed as feed_module
+
+    log = EventLog(core.db)
+    feeds = Feeds(log)
+    it = feeds.follow(run_id).__aiter__()
     waiter = asyncio.create_task(it.__anext__())
-    await asyncio.sleep(0.05)  # the stream has subscribed and waits
-    (sub,) = log._subs[run_id]
-    stored = [await writer.append(run_id, "token", {"text": str(i)}) for i in range(10)]
-    stored.append(await writer.append(run_id, "run_finished", {"status": "succeeded"}))
-    for event in stored:  # a burst with no await in between: the queue overflows
-        log.publish(event, run_id)
-    assert sub.dropped and sub not in log._subs.get(run_id, ())
+    await asyncio.sleep(0.05)  # the stream has caught up, joined the feed and waits
+    (sub,) = feeds._feeds[run_id].subs
+    stored = []
+    for i in range(feed_module.QUEUE_EVENTS + 10):  # no await between publishes: a burst
+        stored.extend(await EventLog(core.db).append_many(run_id, [("token", {"text": str(i)}, None)]))
+    stored.extend(await EventLog(core.db).append_many(run_id, [("run_finished", {"status": "succeeded"}, None)]))
+    for event in stored:
+        feeds._stored(run_id, [event])
+    assert sub.behind and not sub.queue
     got = [await waiter]
     async for event in it:
         got.append(event)
-    assert [e.seq for e in got] == list(range(1, 12))
+    assert [e.seq for e in got] == list(range(1, len(stored) + 1))
 
 
-async def test_follow_polls_the_store_when_the_run_executes_elsewhere(core, run_id):
-    here, elsewhere = EventLog(core.db), EventLog(core.db)
-    stream = here.follow(run_id, is_live=lambda: False, poll_every=0.05)
+async def test_follow_reads_events_stored_by_another_process_once_per_signal(core, run_id):
+    """Another process's appends reach this one as `events` signals (a trigger on
+    PostgreSQL); the feed reads them from the store once for all of its readers."""
+    signals = Signals()
+    here = EventLog(core.db)
+    feeds = Feeds(here, signals)
+    elsewhere = EventLog(core.db)  # no local feed: like another process
+    streams = [asyncio.create_task(collect(feeds.follow(run_id), timeout=3)) for _ in range(5)]
+    reads = []
+    original = here.page
 
-    async def other_process():
+    async def counting_page(trace_id, *, after):
+        reads.append(after)
+        return await original(trace_id, after=after)
+
+    await asyncio.sleep(0.1)
+    here.page = counting_page
+    for kind, data in (("run_started", None), ("run_failed", {"status": "interrupted"})):
+        event = await elsewhere.append(run_id, kind, data)
+        await signals.notify("events", f"{run_id}:{event.seq}")
         await asyncio.sleep(0.05)
-        await elsewhere.append(run_id, "run_started")
-        await asyncio.sleep(0.1)
-        await elsewhere.append(run_id, "run_failed", {"status": "interrupted"})
+    results = await asyncio.gather(*streams)
+    assert all([e.kind for e in got] == ["run_started", "run_failed"] for got in results)
+    assert len(reads) <= 4  # per signal one feed read (and one empty), not one per reader
 
-    task = asyncio.create_task(other_process())
-    got = await collect(stream, timeout=3)
-    await task
-    assert [e.kind for e in got] == ["run_started", "run_failed"]
+
+async def test_catch_up_reads_bounded_pages(core, run_id):
+    log = EventLog(core.db)
+    big = "x" * (PAGE_BYTES // 3)
+    for _ in range(10):
+        await log.append(run_id, "token", {"text": big})
+    first = await log.page(run_id, after=0)
+    assert 1 <= len(first) <= 4 and first[0].seq == 1
+    alone = await log.page(run_id, after=0) if False else None
+    assert alone is None
+    seqs = []
+    after = 0
+    while page := await log.page(run_id, after=after):
+        seqs += [e.seq for e in page]
+        after = page[-1].seq
+    assert seqs == list(range(1, 11))
 
 
 async def test_follow_pings_when_idle(core, run_id):
     log = EventLog(core.db)
-    got = await collect(log.follow(run_id, ping_every=0.05), n=2, timeout=2)
+    got = await collect(Feeds(log).follow(run_id, ping_every=0.05), n=2, timeout=2)
     assert got == [PING, PING]
 
 
@@ -154,8 +193,9 @@ async def test_coalescer_batches_and_keeps_order():
 async def test_many_waiting_streams_do_not_drain_the_connection_pool(core, run_id):
     """pwasyncio binds a pooled connection to each task; followers must give theirs back."""
     log = EventLog(core.db)
+    feeds = Feeds(log)
     await log.append(run_id, "run_started")
-    streams = [asyncio.create_task(collect(log.follow(run_id), timeout=8)) for _ in range(30)]
+    streams = [asyncio.create_task(collect(feeds.follow(run_id), timeout=8)) for _ in range(30)]
     await asyncio.sleep(0.3)  # 30 tasks waiting > the pool's 8 connections
     finished = await asyncio.wait_for(
         asyncio.create_task(log.append(run_id, "run_finished", {"status": "succeeded"})), 3
@@ -166,15 +206,16 @@ async def test_many_waiting_streams_do_not_drain_the_connection_pool(core, run_i
 
 async def test_a_caught_up_reader_gets_live_events_through_its_sink_once_and_in_order(core, run_id):
     log = EventLog(core.db)
+    feeds = Feeds(log)
     for i in range(3):
         await log.append(run_id, "token", {"text": str(i)}, step_id="a")
     written: list[bytes] = []
-    stream = log.follow(run_id, after=1)
-    stream.sink = lambda event: written.append(event.chunk()) or True
+    stream = feeds.follow(run_id, after=1)
+    stream.sink = lambda event: written.append(event.frame()) or True
 
     async def writer():
         await asyncio.sleep(0.05)  # the reader has replayed 2..3 and waits
-        (sub,) = log._subs[run_id]
+        (sub,) = feeds._feeds[run_id].subs
         assert sub.sink is not None  # live events now bypass the reader's queue
         for i in range(3):
             await log.append(run_id, "token", {"text": f"live{i}"}, step_id="a")
@@ -185,13 +226,14 @@ async def test_a_caught_up_reader_gets_live_events_through_its_sink_once_and_in_
     await task
     assert [e.seq for e in replayed] == [2, 3]  # the catch-up came through the iterator
     stored = await log.stored(run_id, after=3)
-    assert written == [e.chunk() for e in stored]  # 4..7, each once, the terminal one last
-    assert written[0].startswith(b"%x\r\nid: 4\nevent: token\n" % len(stored[0].frame()))
-    assert log.subscriber_count(run_id) == 0
+    assert [f.split(b"\n")[0] for f in written] == [b"id: %d" % e.seq for e in stored]
+    assert written[0].startswith(b"id: 4\nevent: token\n")
+    assert feeds.subscriber_count(run_id) == 0
 
 
-async def test_a_sink_that_refuses_drops_the_reader_which_catches_up_from_the_store(core, run_id):
+async def test_a_sink_that_refuses_drops_the_reader_which_catches_up(core, run_id):
     log = EventLog(core.db)
+    feeds = Feeds(log)
     seen: list[int] = []
     refuse = {5}  # the sink refuses event 5 once (a slow socket)
 
@@ -202,7 +244,7 @@ async def test_a_sink_that_refuses_drops_the_reader_which_catches_up_from_the_st
         seen.append(event.seq)
         return True
 
-    stream = log.follow(run_id)
+    stream = feeds.follow(run_id)
     stream.sink = sink
 
     async def writer():
@@ -217,20 +259,21 @@ async def test_a_sink_that_refuses_drops_the_reader_which_catches_up_from_the_st
         through_iterator.append(event.seq)
         seen.append(event.seq)
     await task
-    # 1..4 live through the sink; 5 refused, then replayed from the store; never twice.
+    # 1..4 live through the sink; 5 refused, then sent by the reader's task; never twice.
     assert seen[:4] == [1, 2, 3, 4] and through_iterator[0] == 5
     assert seen == list(range(1, 10))
 
 
 async def test_a_sink_reader_pings_when_idle(core, run_id):
     log = EventLog(core.db)
-    stream = log.follow(run_id, ping_every=0.05)
+    feeds = Feeds(log)
+    stream = feeds.follow(run_id, ping_every=0.05)
     stream.sink = lambda event: True
     assert await collect(stream, n=2, timeout=2) == [PING, PING]
-    (sub,) = log._subs[run_id]
+    (sub,) = feeds._feeds[run_id].subs
     assert sub.sink is not None
     await stream.aclose()
-    assert log.subscriber_count(run_id) == 0
+    assert feeds.subscriber_count(run_id) == 0
 
 
 async def test_run_writer_applies_writes_in_submit_order_without_making_the_caller_wait(core, run_id):
@@ -269,19 +312,18 @@ async def test_run_writer_stops_at_the_first_failed_write_and_raises_it(core, ru
 
 
 async def test_a_large_fan_out_is_written_in_slices_and_in_order(core, run_id):
-    from orchestra.engine.events import FANOUT_SLICE
-
-    log, writer = EventLog(core.db), EventLog(core.db)
+    log = EventLog(core.db)
+    feeds = Feeds(log)
     readers = 2 * FANOUT_SLICE + 50
     got: list[list[int]] = [[] for _ in range(readers)]
     for i in range(readers):
-        sub = log.subscribe(run_id)
+        sub = feeds.join(run_id, 0)
         sub.sink = lambda event, out=got[i]: out.append(event.seq) or True
-    events = [await writer.append(run_id, "token", {"text": str(n)}) for n in range(3)]
+    events = [(await EventLog(core.db).append(run_id, "token", {"text": str(n)})) for n in range(3)]
     for event in events:  # a burst: the loop gets its turn between slices of writes
-        log.publish(event, run_id)
+        feeds._stored(run_id, [event])
     assert sum(len(g) for g in got) < 3 * readers
     for _ in range(20):
         await asyncio.sleep(0)
     assert all(g == [1, 2, 3] for g in got)
-    assert not log._fanout
+    assert not feeds._feeds[run_id]._jobs

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from orchestra.db.models import RunEvent, RunStep, WorkflowRun
-from orchestra.engine.executor import engine_of, render_prompt
+from orchestra.engine.executor import render_prompt
+from orchestra.services.workflows import engine_of
 from orchestra.engine.tools import Tool, ToolContext, default_registry
 from orchestra.errors import ConflictError
 from orchestra.services import agents, auth, providers
@@ -273,15 +274,19 @@ async def test_cancel_ends_a_waiting_run(core, fake_llm):
     assert not engine_of(core).is_live(trace_id)
 
 
-async def test_engine_stop_marks_runs_interrupted(core, fake_llm):
+async def test_engine_stop_hands_a_waiting_run_back(core, fake_llm):
+    """A graceful stop gives the run back to the store (its lease ended now) instead of
+    ending it: another process, or the next start, goes on."""
     who = await setup_agent(core, fake_llm)
     trace_id = await start(core, who, [{"id": "h", "agent": {"human": True}, "prompt": "?"}])
     await wait_status(core, trace_id, "waiting_reply")
-    await engine_of(core).stop()
+    await engine_of(core).stop(grace=0.2)
     run = await WorkflowRun.aget(WorkflowRun.trace_id == trace_id)
-    assert run.status == "interrupted"
-    last = (await events(core, trace_id))[-1]
-    assert last.kind == "run_failed" and last.data["status"] == "interrupted" and last.data["reason"]
+    assert run.status == "waiting_reply"
+    assert run.owner_process is None and run.lease_until is None and run.attempts == 1
+    assert not (await events(core, trace_id))[-1].data.get("status") == "interrupted"
+    assert [e.kind for e in await events(core, trace_id)] == [
+        "run_started", "step_started", "reply_requested"]
 
 
 async def test_deleting_the_user_cancels_their_runs(core, fake_llm):
@@ -319,23 +324,56 @@ def test_render_prompt():
     assert out == "i/A/{{x}}"
 
 
-async def test_mark_interrupted_runs(core):
-    """Runs left active by a vanished process get a terminal event appended after theirs."""
-    from orchestra.engine.events import EventLog
+async def orphan(core, user_id: str, *, attempts: int) -> WorkflowRun:
+    """A run left `waiting_reply` by a process that died: its lease has run out."""
+    from orchestra.engine.log import EventLog
 
-    user = await auth.register(core, user_name="orphan", password="password-123")
     steps = [{"id": "h", "agent": {"human": True}, "prompt": "?", "depends_on": []}]
-    run = await WorkflowRun.acreate(owner=user.id, template_name="t", steps=steps, status="waiting_reply")
+    run = await WorkflowRun.acreate(
+        owner=user_id, template_name="t", steps=steps, status="waiting_reply",
+        owner_process="dead-host:1:x", lease_until=time.time() - 1, attempts=attempts,
+    )
     await RunStep.acreate(run=run.trace_id, step_id="h", status="waiting_reply")
-    done = await WorkflowRun.acreate(owner=user.id, template_name="t", steps=steps, status="succeeded")
     log = EventLog(core.db)
     await log.append(run.trace_id, "run_started")
+    await log.append(run.trace_id, "step_started", {"prompt": "?"}, step_id="h")
     await log.append(run.trace_id, "reply_requested", {"request_id": "r1", "prompt": "?"}, step_id="h")
-    assert await wf.mark_interrupted_runs(core) == 1
-    run = await WorkflowRun.aget(WorkflowRun.trace_id == run.trace_id)
+    return run
+
+
+async def test_an_orphaned_run_is_resumed_and_its_question_stays_open(core):
+    user = await auth.register(core, user_name="orphan", password="password-123")
+    run = await orphan(core, user.id, attempts=1)
+    await engine_of(core).start()
+    await wait_for_kind(core, run.trace_id, "run_resumed")
+    resumed = (await events(core, run.trace_id))[-1]
+    assert resumed.data["attempt"] == 2 and resumed.data["restarted_steps"] == []
+    kw = {"user_id": user.id, "is_admin": False, "trace_id": run.trace_id}
+    assert await wf.reply(core, content="yes", request_id="r1", **kw) == {
+        "request_id": "r1", "step_id": "h"}
+    finished = await wait_status(core, run.trace_id, "succeeded", "failed")
+    assert finished.status == "succeeded" and finished.owner_process is None
     evs = await events(core, run.trace_id)
-    assert run.status == "interrupted" and [e.seq for e in evs] == [1, 2, 3]
-    assert evs[-1].kind == "run_failed" and evs[-1].data["status"] == "interrupted"
+    assert [e.seq for e in evs] == list(range(1, len(evs) + 1))
+    assert [e.kind for e in evs][3:] == ["run_resumed", "reply_received", "step_finished", "run_finished"]
+    assert evs[-1].data["output"] == "yes"
+
+
+async def test_a_run_claimed_too_often_ends_interrupted(core):
+    user = await auth.register(core, user_name="orphan", password="password-123")
+    run = await orphan(core, user.id, attempts=core.settings.run_max_attempts)
+    await engine_of(core).start()
+    run = await wait_status(core, run.trace_id, "interrupted")
+    last = (await events(core, run.trace_id))[-1]
+    assert last.kind == "run_failed" and last.data["status"] == "interrupted"
+    assert "interrupted 3 times" in last.data["reason"]
     assert (await steps_of(core, run.trace_id))["h"].status == "interrupted"
-    assert (await WorkflowRun.aget(WorkflowRun.trace_id == done.trace_id)).status == "succeeded"
-    assert await wf.mark_interrupted_runs(core) == 0
+
+
+async def wait_for_kind(core, trace_id: str, kind: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if any(e.kind == kind for e in await events(core, trace_id)):
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"no {kind} event in {[e.kind for e in await events(core, trace_id)]}")

@@ -97,16 +97,19 @@ async def test_stream_errors_are_json(client, finished, users):
         assert response.json()["error"] == error
 
 
-async def test_an_interrupted_run_stream_ends_with_its_terminal_event(client, users):
+async def test_an_orphaned_run_stream_shows_its_end(client, users):
+    """A run whose process died and was claimed too often: the stream ends with the
+    terminal event the claiming engine stores."""
     from orchestra.db.models import WorkflowRun
-    from orchestra.engine.events import EventLog
-    from orchestra.services.workflows import mark_interrupted_runs
+    from orchestra.engine.log import EventLog
+    from orchestra.services.workflows import engine_of
 
     alice = await users.make("alice")
     core = client.app.ctx.core
-    run = await WorkflowRun.acreate(owner=alice["user_id"], template_name="t", steps=[], status="running")
+    run = await WorkflowRun.acreate(owner=alice["user_id"], template_name="t", steps=[],
+                                    status="running", attempts=3)
     await EventLog(core.db).append(run.trace_id, "run_started")
-    assert await mark_interrupted_runs(core) == 1
+    engine_of(core)._wake.set()  # as a `wake` signal would
     response = await client.get(f"{API}/sse/{run.trace_id}", headers=alice["headers"])
     frames = parse(response.text)
     assert [f[1] for f in frames] == ["run_started", "run_failed"]

@@ -140,5 +140,5 @@ async def update_node(request: Request, name: str):
 @openapi.secured("bearer")
 @protected(Role.ADMINISTRATOR)
 async def reload(request: Request):
-    counts = await agents.agent_cache(request.app.ctx.core).reload()
+    counts = await agents.reload_everywhere(request.app.ctx.core)
     return json({"message": SUCCESS, **counts})

@@ -8,9 +8,9 @@ from sanic import Blueprint, Request
 from sanic.response import HTTPResponse, json
 from sanic_ext import openapi
 
-from orchestra.engine.executor import engine_of
 from orchestra.errors import ValidationError
 from orchestra.services import workflows as service
+from orchestra.services.workflows import engine_of
 from orchestra.services.roles import Role
 from orchestra.web.auth import protected
 from orchestra.web.responses import SUCCESS
@@ -220,11 +220,7 @@ async def stream(request: Request, trace_id: str):
     run = await service.open_stream(core, trace_id=trace_id, last_event_id=after, **_who(request))
     if run is None:
         return HTTPResponse(status=204, headers={"Cache-Control": "no-cache"})
-    engine = engine_of(core)
-    events = engine.log.follow(
-        trace_id,
-        after=after,
-        is_live=lambda: engine.is_live(trace_id),
-        ping_every=core.settings.sse_ping_seconds,
+    events = engine_of(core).feeds.follow(
+        trace_id, after=after, ping_every=core.settings.sse_ping_seconds
     )
-    await send_stream(request, events)
+    await send_stream(request, trace_id, events, send_timeout=core.settings.sse_send_timeout)

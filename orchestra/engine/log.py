@@ -1,0 +1,252 @@
+"""The run event log in the store: append with the next per-run `seq`, read in pages.
+
+Events are stored before anyone sees them. Any process may append to a run (its owner,
+or the process that took a reply); the unique `(run, seq)` index makes a concurrent
+append fail, and the loser re-reads the last seq and tries again. Whoever stores events
+hands them to `on_stored` callbacks (this process's live feed); other processes learn
+of them from the store's `events` signal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from collections.abc import Callable
+from typing import Any
+
+from peewee import IntegrityError, fn
+
+from orchestra.db.database import release_connection
+from orchestra.db.models import RunEvent, WorkflowRun, iso, utcnow
+
+KINDS = (
+    "run_started",
+    "step_started",
+    "token",
+    "tool_call",
+    "tool_result",
+    "reply_requested",
+    "reply_received",
+    "step_finished",
+    "step_failed",
+    "run_resumed",
+    "run_finished",
+    "run_failed",
+    "run_cancelled",
+)
+TERMINAL = frozenset({"run_finished", "run_failed", "run_cancelled"})
+APPEND_DEADLINE_SECONDS = 30.0  # how long appends retry through seq conflicts
+PAGE_EVENTS = 256  # a catch-up page holds at most this many events ...
+PAGE_BYTES = 256 * 1024  # ... and about this many bytes of event data (at least one event)
+
+
+class RunGone(Exception):
+    """The run was deleted, or already has its terminal event: nothing more may be appended."""
+
+
+class StoreContention(Exception):
+    """Appends kept colliding with other writers' for longer than the deadline."""
+
+
+class Event:
+    """One stored event. `data` is parsed on demand from the stored JSON text, and
+    `frame()`, its SSE text, is built once and shared by every local subscriber."""
+
+    __slots__ = ("seq", "kind", "_data", "_raw", "_frame")
+
+    def __init__(self, seq: int, kind: str, data: dict[str, Any] | None = None, *,
+                 raw: str | None = None) -> None:
+        self.seq = seq
+        self.kind = kind
+        self._data = data
+        self._raw = raw
+        self._frame: bytes | None = None
+
+    @property
+    def data(self) -> dict[str, Any]:
+        if self._data is None:
+            self._data = json.loads(self._raw or "{}")
+        return self._data
+
+    @property
+    def terminal(self) -> bool:
+        return self.kind in TERMINAL
+
+    def frame(self) -> bytes:
+        """`id:`/`event:`/`data:` lines; JSON text never holds a raw newline."""
+        if self._frame is None:
+            payload = self._raw
+            if payload is None:
+                payload = json.dumps(self._data, ensure_ascii=False, separators=(",", ":"))
+            self._frame = f"id: {self.seq}\nevent: {self.kind}\ndata: {payload}\n\n".encode()
+            if self._data is not None:
+                self._raw = None  # the dict and the frame are enough
+        return self._frame
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"seq": self.seq, "kind": self.kind, "data": self.data}
+
+    def __repr__(self) -> str:
+        return f"Event({self.seq}, {self.kind!r})"
+
+
+Stored = Callable[[str, list[Event]], None]
+
+
+class EventLog:
+    """Appends and reads of `run_event`; one per process."""
+
+    def __init__(self, db: Any) -> None:
+        self.db = db
+        self.on_stored: list[Stored] = []
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._last: dict[str, int] = {}
+
+    # -- writing ----------------------------------------------------------------------
+    async def append(
+        self, trace_id: str, kind: str, data: dict[str, Any] | None = None, *,
+        step_id: str | None = None,
+    ) -> Event:
+        """Store the event with the next seq, then publish it. Raises RunGone."""
+        return (await self.append_many(trace_id, [(kind, data, step_id)]))[0]
+
+    async def append_many(
+        self, trace_id: str, items: list[tuple[str, dict[str, Any] | None, str | None]], *,
+        publish: bool = True,
+    ) -> list[Event]:
+        """Store (kind, data, step_id) items as consecutive events in one statement, then
+        publish them in order (unless `publish` is False: the caller's transaction must
+        commit first, then it calls `published`). Raises RunGone, or StoreContention
+        after the deadline."""
+        for kind, _, _ in items:
+            if kind not in KINDS:
+                raise ValueError(f"unknown event kind {kind!r}")
+        lock = self._locks.setdefault(trace_id, asyncio.Lock())
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + APPEND_DEADLINE_SECONDS
+        delay = 0.005
+        async with lock:
+            while True:
+                last = self._last.get(trace_id)
+                if last is None:
+                    last = await self.max_seq(trace_id)
+                rows = self._rows(trace_id, last, items)
+                try:
+                    if len(rows) == 1:
+                        await RunEvent.acreate(**rows[0])
+                    else:
+                        await self.db.aexecute(RunEvent.insert_many(rows))
+                except IntegrityError:
+                    # Another process appended (or the run is gone): re-read and retry.
+                    self._last.pop(trace_id, None)
+                    await self._check_open(trace_id)
+                    if loop.time() > deadline:
+                        raise StoreContention(
+                            f"could not append to run {trace_id}: other writers kept winning"
+                        ) from None
+                    await asyncio.sleep(delay * random.uniform(0.5, 1.5))
+                    delay = min(delay * 2, 0.2)
+                    continue
+                self._last[trace_id] = last + len(rows)
+                events = [Event(row["seq"], row["kind"], row["data"]) for row in rows]
+                break
+        if events[-1].terminal:
+            self.forget(trace_id)
+        if publish:
+            self.published(trace_id, events)
+        return events
+
+    def published(self, trace_id: str, events: list[Event]) -> None:
+        """Hand events just stored (by this process) to the `on_stored` callbacks."""
+        for callback in self.on_stored:
+            callback(trace_id, events)
+
+    @staticmethod
+    def _rows(trace_id: str, last: int, items) -> list[dict[str, Any]]:
+        now = utcnow()
+        ts = iso(now)
+        rows: list[dict[str, Any]] = []
+        for offset, (kind, data, step_id) in enumerate(items, 1):
+            payload: dict[str, Any] = {"trace_id": trace_id, "seq": last + offset, "ts": ts}
+            if step_id is not None:
+                payload["step_id"] = step_id
+            payload.update(data or {})
+            rows.append({"run": trace_id, "seq": last + offset, "kind": kind,
+                         "data": payload, "created_at": now})
+        return rows
+
+    async def _check_open(self, trace_id: str) -> None:
+        if await WorkflowRun.aget_or_none(WorkflowRun.trace_id == trace_id) is None:
+            raise RunGone(f"run {trace_id} no longer exists")
+        last = await self.last_event(trace_id)
+        if last is not None and last.terminal:
+            raise RunGone(f"run {trace_id} has already ended")
+
+    def forget(self, trace_id: str) -> None:
+        """Drop the cached seq and lock of a run (ended, or no longer held here)."""
+        self._last.pop(trace_id, None)
+        lock = self._locks.get(trace_id)
+        if lock is not None and not lock.locked():
+            self._locks.pop(trace_id, None)
+
+    async def release(self) -> None:
+        """Give the current task's pooled connection back before a wait.
+
+        pwasyncio binds a connection to each task until the task ends; a stream or a
+        run that waits must not hold one, or a few of them drain the pool."""
+        try:
+            await release_connection(self.db)
+        except Exception:  # noqa: BLE001 - releasing is best effort
+            pass
+
+    # -- reading ----------------------------------------------------------------------
+    async def max_seq(self, trace_id: str) -> int:
+        rows = await self.db.list(
+            RunEvent.select(fn.MAX(RunEvent.seq).alias("m")).where(RunEvent.run == trace_id).dicts()
+        )
+        return int(rows[0]["m"] or 0) if rows else 0
+
+    async def stored(
+        self, trace_id: str, *, after: int = 0, upto: int | None = None, limit: int | None = None
+    ) -> list[Event]:
+        """Events with `after < seq <= upto`, in order (the JSON text left unparsed)."""
+        raw = fn.COALESCE(RunEvent.data, "").coerce(False).alias("raw")
+        query = RunEvent.select(RunEvent.seq, RunEvent.kind, raw).where(
+            (RunEvent.run == trace_id) & (RunEvent.seq > after)
+        )
+        if upto is not None:
+            query = query.where(RunEvent.seq <= upto)
+        query = query.order_by(RunEvent.seq)
+        if limit:
+            query = query.limit(limit)
+        return [Event(seq, kind, raw=text) for seq, kind, text in await self.db.list(query.tuples())]
+
+    async def page(self, trace_id: str, *, after: int) -> list[Event]:
+        """The next events after `after`, at most PAGE_EVENTS and about PAGE_BYTES of data
+        (at least one event): what a stream catching up holds in memory at once."""
+        sizes = await self.db.list(
+            RunEvent.select(RunEvent.seq, fn.LENGTH(RunEvent.data))
+            .where((RunEvent.run == trace_id) & (RunEvent.seq > after))
+            .order_by(RunEvent.seq)
+            .limit(PAGE_EVENTS)
+            .tuples()
+        )
+        if not sizes:
+            return []
+        total, upto = 0, sizes[0][0]
+        for seq, size in sizes:
+            total += int(size or 0)
+            if total > PAGE_BYTES and seq != sizes[0][0]:
+                break
+            upto = seq
+        return await self.stored(trace_id, after=after, upto=upto)
+
+    async def last_event(self, trace_id: str) -> Event | None:
+        events = await self.db.list(
+            RunEvent.select(RunEvent.seq, RunEvent.kind, RunEvent.data)
+            .where(RunEvent.run == trace_id)
+            .order_by(RunEvent.seq.desc())
+            .limit(1)
+        )
+        return Event(events[0].seq, events[0].kind, events[0].data) if events else None
