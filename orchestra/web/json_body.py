@@ -6,7 +6,7 @@ a byte order mark; UTF-16 or UTF-32; bytes that are not UTF-8; nesting deeper th
 `MAX_DEPTH` (checked on the text before parsing, so no depth can exhaust the parser's
 recursion); `NaN`, `Infinity`, `-Infinity`; a key twice in one object; a number longer
 than `MAX_NUMBER_CHARS` characters or too large for a double. (A `\\u` escape of half a
-surrogate pair is valid JSON text; the string it makes is refused by validation, 422.)
+surrogate pair is valid JSON text: it passes here; string fields refuse it, a 422.)
 """
 
 from __future__ import annotations
