@@ -61,6 +61,9 @@ def register(app: typer.Typer) -> None:
             f"(store: {_describe(settings.database_url)})",
             highlight=False,
         )
+        from orchestra.engine.memory import tune_allocator
+
+        tune_allocator()  # before the server starts its threads; see engine/memory.py
         raise_open_file_limit()  # every connection is a file descriptor
         loader = AppLoader(factory=partial(create_app, settings, name="orchestra"))
         app = loader.load()

@@ -45,6 +45,7 @@ from orchestra.engine.llm import (
     with_retries,
 )
 from orchestra.engine.log import Event, EventLog, RunGone
+from orchestra.engine.memory import trim_soon
 from orchestra.engine.ownership import ACTIVE, Ownership, process_identity
 from orchestra.engine.tools import ToolContext, ToolError, ToolRegistry
 from orchestra.engine.writer import RunWriter
@@ -551,6 +552,7 @@ class Engine:
             self.runs.pop(trace_id, None)
             self.log.forget(trace_id)
             await self.log.release()
+            trim_soon()  # a large run's freed memory goes back to the system
             if self._wake is not None and not self.stopping:
                 self._wake.set()  # room for another run
 

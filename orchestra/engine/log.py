@@ -66,6 +66,8 @@ class Event:
     @property
     def data(self) -> dict[str, Any]:
         if self._data is None:
+            if self._raw is None and self._frame is not None:  # the frame holds the text
+                self._raw = self._frame.split(b"\ndata: ", 1)[1][:-2].decode()
             self._data = json.loads(self._raw or "{}")
         return self._data
 
@@ -80,8 +82,7 @@ class Event:
             if payload is None:
                 payload = json.dumps(self._data, ensure_ascii=False, separators=(",", ":"))
             self._frame = f"id: {self.seq}\nevent: {self.kind}\ndata: {payload}\n\n".encode()
-            if self._data is not None:
-                self._raw = None  # the dict and the frame are enough
+            self._raw = None  # one copy of a large text is enough: the frame holds it
         return self._frame
 
     def as_dict(self) -> dict[str, Any]:

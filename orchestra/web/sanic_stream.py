@@ -21,6 +21,7 @@ from orchestra.engine.log import Event
 
 TESTED_MAJOR_VERSIONS = ("24", "25")
 SLOW_READER_BYTES = 256 * 1024  # unsent bytes past which a reader leaves the live path
+DIRECT_CHUNK_MAX = 64 * 1024  # larger chunks are not copied into every reader's buffer
 
 
 CHUNK_CACHE_EVENTS = 256  # recent small chunks kept, so many readers share one copy
@@ -62,8 +63,9 @@ def direct_writer(request: Request, response) -> Callable[[bytes], bool] | None:
     loop_time = request.app.loop.time
 
     def write(data: bytes) -> bool:
-        if transport.is_closing() or transport.get_write_buffer_size() > SLOW_READER_BYTES:
-            return False
+        if (len(data) > DIRECT_CHUNK_MAX or transport.is_closing()
+                or transport.get_write_buffer_size() > SLOW_READER_BYTES):
+            return False  # a large frame goes through the reader's task, in drained slices
         transport.write(data)
         protocol._time = loop_time()  # what Sanic's own send records (response timeout)
         return True

@@ -327,3 +327,31 @@ async def test_a_large_fan_out_is_written_in_slices_and_in_order(core, run_id):
         await asyncio.sleep(0)
     assert all(g == [1, 2, 3] for g in got)
     assert not feeds._feeds[run_id]._jobs
+
+
+async def test_concurrent_appenders_retry_through_conflicts_and_never_lose_an_event(core, run_id):
+    """Two writers on one run (an owner and a process taking replies): every conflict on
+    the (run, seq) index is retried, so all 60 events are stored, gapless."""
+    one, two = EventLog(core.db), EventLog(core.db)
+
+    async def write(log, tag):
+        for i in range(30):
+            await log.append(run_id, "token", {"text": f"{tag}{i}"})
+
+    await asyncio.gather(write(one, "a"), write(two, "b"))
+    assert await stored_seqs(core, run_id) == list(range(1, 61))
+    texts = [e.data["text"] for e in await one.stored(run_id)]
+    assert sorted(texts) == sorted([f"a{i}" for i in range(30)] + [f"b{i}" for i in range(30)])
+
+
+async def test_appends_that_keep_losing_raise_store_contention(core, run_id, monkeypatch):
+    """Contention is its own error (not "the run is gone"), after the deadline."""
+    from orchestra.engine import log as log_module
+
+    monkeypatch.setattr(log_module, "APPEND_DEADLINE_SECONDS", 0.0)
+    writer = EventLog(core.db)
+    await writer.append(run_id, "run_started")
+    stale = EventLog(core.db)
+    stale._last[run_id] = 0  # its first try collides; the deadline has already passed
+    with pytest.raises(log_module.StoreContention):
+        await stale.append(run_id, "token", {"text": "x"})
