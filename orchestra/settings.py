@@ -48,7 +48,7 @@ class Settings:
     shutdown_grace_seconds: float = 10.0  # on SIGTERM, how long in-flight steps may finish
     step_output_max_bytes: int = 1024 * 1024  # one step's output; past it the step fails
     header_timeout: float = 10.0  # seconds for a whole request head, from its first byte
-    body_min_rate: int = 240  # bytes a second a request body must average (0: no minimum)
+    body_min_rate: int = 240  # bytes a second a body must average after header_timeout (0: off)
     access_log: bool = False
 
     @classmethod

@@ -7,8 +7,8 @@ one byte at a time is never timed out (slowloris). Here the whole head must arri
 answered 408 and the connection closed. A head over its limits (all of it, one field, or
 the number of fields) is answered 431 `RequestHeaderFieldsTooLargeError`, not Sanic's 413.
 A body must then keep up an average of `ORCHESTRA_BODY_MIN_RATE` bytes a second once it
-has had `BODY_GRACE_SECONDS` (counting only the time spent waiting for the client, not
-the handler's own), or it too is answered 408 and the connection closed: a slow body
+has had as long as a head may take (counting only the time spent waiting for the client,
+not the handler's own), or it too is answered 408 and the connection closed: a slow body
 would otherwise hold its connection for 60 s per byte.
 A HEAD request whose handler streams its response ends after the head, without a crash.
 """
@@ -30,7 +30,6 @@ logger = logging.getLogger("orchestra.web")
 HEAD_MAX_BYTES = 16 * 1024  # the whole request head (Sanic's ceiling)
 FIELD_MAX_BYTES = 8 * 1024  # the request line or one header field
 MAX_FIELDS = 100  # header fields in one request
-BODY_GRACE_SECONDS = 5.0  # before the body's minimum rate applies (as Kestrel's)
 
 
 def head_problem(head: bytes) -> str | None:
@@ -57,9 +56,10 @@ class DeadlineHttp(Http):
     async def read(self) -> bytes | None:
         """A piece of the body, within the time the minimum rate allows for it."""
         min_rate = getattr(self.protocol, "body_min_rate", 0)
-        if not min_rate:
+        grace = getattr(self.protocol, "header_timeout", None)
+        if not min_rate or grace is None:
             return await super().read()
-        allowed = BODY_GRACE_SECONDS + self.body_received / min_rate - self.body_waited
+        allowed = grace + self.body_received / min_rate - self.body_waited
         loop = asyncio.get_running_loop()
         started = loop.time()
         try:
