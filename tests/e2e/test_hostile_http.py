@@ -150,6 +150,7 @@ def _world(server: ServerProcess) -> tuple[httpx.Client, dict[str, str]]:
         "file_id": upload.json()["files"][0]["file_id"],
         "name": "planner",
         "user_id": admin["claims"]["sub"],
+        "relative": "console.css",  # the web console's files
     }
     return http, ids
 
