@@ -37,7 +37,9 @@ def to_orchestra_error(request: Request, exc: BaseException) -> OrchestraError:
     if isinstance(exc, sanic_exc.PayloadTooLarge):
         return PayloadTooLargeError()
     if isinstance(exc, sanic_exc.BadRequest):
-        return BadRequestError(str(exc) or BadRequestError.default_message)
+        if str(exc) in ("", "Bad Request"):  # Sanic's word for a request head it cannot parse
+            return BadRequestError("The request is not well-formed HTTP/1.1.")
+        return BadRequestError(str(exc))
     if isinstance(exc, sanic_exc.SanicException) and 400 <= exc.status_code < 500:
         error = OrchestraError(str(exc) or "The request was refused.")
         error.status = exc.status_code

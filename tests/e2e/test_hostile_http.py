@@ -272,6 +272,15 @@ def test_oversized_request_heads_are_431(sqlite_server, head):
     assert parse_answer(raw_exchange(sqlite_server, fine))[0] == 401
 
 
+def test_a_malformed_head_is_400_with_a_sentence(sqlite_server):
+    for request in (b"GET /api/v1/auth/list HTTP/1.1\r\nHost: x\r\nno colon here\r\n\r\n",
+                    b"GET /api/v1/auth/list HTTP/2.0\r\nHost: x\r\n\r\n"):
+        status, headers, body = parse_answer(raw_exchange(sqlite_server, request))
+        assert status == 400 and headers["connection"] == "close"
+        assert json.loads(body) == {"message": "The request is not well-formed HTTP/1.1.",
+                                    "error": "BadRequestError"}
+
+
 # --- strict JSON bodies -----------------------------------------------------------------
 
 BAD_BODIES = {

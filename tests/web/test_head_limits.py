@@ -35,3 +35,19 @@ def test_out_of_descriptors_is_read_from_the_whole_chain():
     # Other failures while descriptors are free are not mistaken for it.
     assert not _out_of_descriptors(OSError(errno.ENOSPC, "No space left on device"))
     assert not _out_of_descriptors(ValueError("boom"))
+
+
+def test_a_malformed_head_is_named_in_a_sentence():
+    """Sanic says only "Bad Request" for a head it cannot parse."""
+    from sanic import exceptions as sanic_exc
+
+    from orchestra.web.errors import to_orchestra_error
+
+    class _Request:
+        method, path = "NONE", "*"
+
+    error = to_orchestra_error(_Request(), sanic_exc.BadRequest("Bad Request"))
+    assert (error.status, error.error) == (400, "BadRequestError")
+    assert error.message == "The request is not well-formed HTTP/1.1."
+    kept = to_orchestra_error(_Request(), sanic_exc.BadRequest("URL may only contain US-ASCII characters."))
+    assert kept.message == "URL may only contain US-ASCII characters."
