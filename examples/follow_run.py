@@ -3,6 +3,9 @@
     python examples/follow_run.py --server http://127.0.0.1:8000 --token "$TOKEN" \
         --template TEMPLATE_ID --input "the moon landing"
 
+--server defaults to $ORCHESTRA_SERVER, else http://127.0.0.1:$ORCHESTRA_PORT (8000);
+--token to $ORCHESTRA_TOKEN. A server that cannot be reached is one line and exit 1.
+
 Prints one line per event. If the connection drops it reconnects with `Last-Event-ID`
 (the server then sends only what was missed); it stops after the run's terminal event
 or when the server answers 204. A run that asks a question is answered with
@@ -12,6 +15,7 @@ or when the server answers 204. A run that asks a question is answered with
 import argparse
 import json
 import os
+import sys
 import time
 
 import httpx
@@ -42,9 +46,13 @@ def follow(client: httpx.Client, trace_id: str) -> None:
             time.sleep(1)
 
 
+def default_server() -> str:
+    return os.environ.get("ORCHESTRA_SERVER") or f"http://127.0.0.1:{os.environ.get('ORCHESTRA_PORT') or 8000}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--server", default=os.environ.get("ORCHESTRA_SERVER", "http://127.0.0.1:8000"))
+    parser.add_argument("--server", default=default_server(), help="default: $ORCHESTRA_SERVER or $ORCHESTRA_PORT")
     parser.add_argument("--token", default=os.environ.get("ORCHESTRA_TOKEN"), help="an access token")
     parser.add_argument("--template", required=True, help="template_id to run")
     parser.add_argument("--input", default="", help="the run's input text")
@@ -52,10 +60,16 @@ def main() -> None:
 
     headers = {"Authorization": f"Bearer {args.token}"}
     timeout = httpx.Timeout(10.0, read=60.0)  # the server pings every 15 s
-    with httpx.Client(base_url=f"{args.server}/api/v1", headers=headers, timeout=timeout) as client:
-        started = client.post("/workflow/run", json={"template_id": args.template, "input": args.input})
+    server = args.server.rstrip("/")
+    with httpx.Client(base_url=f"{server}/api/v1", headers=headers, timeout=timeout) as client:
+        try:
+            started = client.post("/workflow/run", json={"template_id": args.template, "input": args.input})
+        except httpx.TransportError as exc:
+            reason = "connection refused" if "refused" in str(exc).lower() else str(exc) or type(exc).__name__
+            sys.exit(f"cannot reach the server at {server} ({reason}); "
+                     "is it running? (--server, ORCHESTRA_SERVER or ORCHESTRA_PORT)")
         if started.status_code != 202:
-            raise SystemExit(f"could not start the run: {started.json().get('message')}")
+            sys.exit(f"could not start the run: {started.json().get('message')}")
         trace_id = started.json()["trace_id"]
         print(f"run {trace_id}", flush=True)
         follow(client, trace_id)

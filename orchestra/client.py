@@ -14,11 +14,13 @@ every event once, in order; it stops after a terminal event or on a 204.
 from __future__ import annotations
 
 import json
+import mimetypes
 import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, BinaryIO, Callable, Iterator
+from urllib.parse import unquote
 
 import httpx
 from httpx_sse import EventSource, SSEError
@@ -28,6 +30,8 @@ from orchestra.errors import OrchestraError
 API = "/api/v1"
 TERMINAL_EVENTS = frozenset({"run_finished", "run_failed", "run_cancelled"})
 CREDENTIALS_FILE = "credentials.json"
+UPLOADS = "/adapter/client/upload"
+REFRESH_TRIES = 3
 
 
 class APIError(OrchestraError):
@@ -183,9 +187,15 @@ class Client:
             raise ServerUnreachableError(f"cannot reach the server at {self.server}: {_reason(exc)}") from None
 
     def request(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
-        """Send a request; the JSON body on 2xx, `{}` on 204, `APIError` otherwise."""
+        """Send a request; the JSON body on 2xx, `{}` on 204, `APIError` otherwise.
+
+        An expired access token is refreshed and the request sent again, up to
+        REFRESH_TRIES times: `exp` has whole seconds, so a fresh token with a short
+        lifetime may already be over by the time the retry arrives."""
         response = self._send(method, path, **kwargs)
-        if self._expired(response):
+        for _ in range(REFRESH_TRIES):
+            if not self._expired(response):
+                break
             response = self._send(method, path, **kwargs)
         return self._body(response)
 
@@ -194,6 +204,55 @@ class Client:
 
     def post(self, path: str, **kwargs: Any) -> dict[str, Any]:
         return self.request("POST", path, **kwargs)
+
+    def put(self, path: str, **kwargs: Any) -> dict[str, Any]:
+        return self.request("PUT", path, **kwargs)
+
+    def delete(self, path: str, **kwargs: Any) -> dict[str, Any]:
+        return self.request("DELETE", path, **kwargs)
+
+    # -- uploads ------------------------------------------------------------------------
+    def upload(self, paths: list[Path]) -> list[dict[str, Any]]:
+        """`POST /adapter/client/upload` with every file as a `file` part; the files' records."""
+        handles = [path.open("rb") for path in paths]
+        try:
+            parts = [("file", (path.name, handle, mimetypes.guess_type(path.name)[0]
+                               or "application/octet-stream"))
+                     for path, handle in zip(paths, handles)]
+
+            def send() -> httpx.Response:
+                for handle in handles:  # a retry after a refresh sends the files again
+                    handle.seek(0)
+                return self._send("POST", UPLOADS, files=parts)
+
+            response = send()
+            if self._expired(response):
+                response = send()
+            return self._body(response).get("files", [])
+        finally:
+            for handle in handles:
+                handle.close()
+
+    def download(self, file_id: str, write: Callable[[str], BinaryIO]) -> tuple[str, int]:
+        """Stream one upload into the handle `write(filename)` opens; (filename, bytes)."""
+        for attempt in (1, 2):
+            try:
+                with self.http.stream("GET", f"{UPLOADS}/{file_id}", headers=self._headers()) as response:
+                    if response.status_code >= 400:
+                        response.read()
+                        if attempt == 1 and self._expired(response):
+                            continue
+                        raise APIError.from_response(response)
+                    name = filename_of(response.headers.get("content-disposition", "")) or file_id
+                    size = 0
+                    with write(name) as handle:
+                        for chunk in response.iter_bytes():
+                            handle.write(chunk)
+                            size += len(chunk)
+                    return name, size
+            except httpx.TransportError as exc:
+                raise ServerUnreachableError(f"cannot reach the server at {self.server}: {_reason(exc)}") from None
+        raise AssertionError("unreachable")  # pragma: no cover
 
     @staticmethod
     def _body(response: httpx.Response) -> dict[str, Any]:
@@ -242,8 +301,10 @@ class Client:
         return body
 
     # -- workflows ----------------------------------------------------------------------
-    def start_run(self, template_id: str, input: str, files: list[str] | None = None) -> str:
-        body: dict[str, Any] = {"template_id": template_id, "input": input}
+    def start_run(self, template_id: str, input: str | None = None, files: list[str] | None = None) -> str:
+        body: dict[str, Any] = {"template_id": template_id}
+        if input is not None:
+            body["input"] = input
         if files:
             body["files"] = files
         return self.post("/workflow/run", json=body)["trace_id"]
@@ -337,6 +398,25 @@ def _reason(exc: Exception) -> str:
     if isinstance(exc, httpx.ConnectError):
         return "connection refused" if "refused" in text.lower() or not text else text
     return text or type(exc).__name__
+
+
+def filename_of(disposition: str) -> str | None:
+    """The file name of a `Content-Disposition` header (RFC 6266 `filename*` first), as a
+    bare name: never a path, so a download cannot write outside the folder asked for."""
+    plain = None
+    for part in disposition.split(";"):
+        key, _, value = part.strip().partition("=")
+        key, value = key.strip().lower(), value.strip()
+        if key == "filename*" and value.lower().startswith("utf-8''"):
+            return _bare(unquote(value[7:]))
+        if key == "filename":
+            plain = value.strip('"')
+    return _bare(plain) if plain else None
+
+
+def _bare(name: str) -> str | None:
+    base = Path(name.replace("\\", "/")).name
+    return base if base not in ("", ".", "..") else None
 
 
 def normalise_server(server: str) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import secrets
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -111,5 +111,126 @@ def _coerce(name: str, kind: Any, raw: str) -> Any:
         if kind == "Path":
             return Path(raw)
     except ValueError:
-        raise ValueError(f"ORCHESTRA_{name.upper()} must be a {kind}, got {raw!r}") from None
+        expected = {"int": "an integer", "float": "a number"}.get(kind, f"a {kind}")
+        raise ValueError(f"ORCHESTRA_{name.upper()} must be {expected}, got {raw!r}") from None
     return raw
+
+
+# --- documentation: README's configuration table is generated from these -------------
+
+
+@dataclass(frozen=True)
+class SettingDoc:
+    """What a setting means; `default` when the field's value is not what a reader should
+    see (derived or computed defaults); `flag` for the command-line option that overrides it."""
+
+    meaning: str
+    default: str | None = None
+    flag: str | None = None
+
+
+# One entry per Settings field; tests/test_settings_docs.py fails when one is missing.
+SETTING_DOCS: dict[str, SettingDoc] = {
+    "home": SettingDoc("store, secret key, uploads, and the CLI's kept login", "`~/.orchestra`", "--home"),
+    "database_url": SettingDoc(
+        "`sqlite:////abs/path.db` or `postgresql://user:pass@host:5432/db` (install the `postgres` extra)",
+        "`sqlite:///$ORCHESTRA_HOME/orchestra.db`", "--db"),
+    "secret_key": SettingDoc("signs tokens, derives the key that encrypts provider API keys",
+                             "generated once into `$ORCHESTRA_HOME/secret_key` (0600)"),
+    "access_ttl": SettingDoc("access token lifetime, seconds"),
+    "refresh_ttl": SettingDoc("refresh token lifetime, seconds"),
+    "rate_limit_register": SettingDoc("register attempts per client address"),
+    "rate_limit_login": SettingDoc("login attempts per client address"),
+    "limiter_storage": SettingDoc(
+        "where rate-limit counters live: `async+redis://host:6379` to share them between processes "
+        "(install the `redis` extra)"),
+    "host": SettingDoc("address `orchestra serve` binds", flag="--host"),
+    "port": SettingDoc("port `orchestra serve` binds (1-65535)", flag="--port"),
+    "workers": SettingDoc("server processes", flag="--workers"),
+    "cors_origins": SettingDoc("comma-separated origins of a front end served elsewhere", "empty (CORS off)"),
+    "request_max_bytes": SettingDoc("largest JSON body (413 beyond)"),
+    "upload_max_bytes": SettingDoc("largest uploaded file (413 beyond)"),
+    "argon2_time_cost": SettingDoc("argon2id passes per password hash"),
+    "argon2_memory_cost": SettingDoc("argon2id memory per hash, KiB"),
+    "argon2_parallelism": SettingDoc("argon2id lanes per hash"),
+    "hash_concurrency": SettingDoc("password hashes computed at once", "`0` (one per core)"),
+    "hash_queue": SettingDoc("hashes that may wait beyond the running ones before login/register answer 503"),
+    "llm_timeout": SettingDoc("seconds to wait on a model provider's answer"),
+    "llm_retries": SettingDoc("retries of a provider error that may pass (429, 5xx, timeouts)"),
+    "llm_max_tool_rounds": SettingDoc("tool-call rounds an agent step may take"),
+    "sse_ping_seconds": SettingDoc("seconds between `: ping` comments on a quiet event stream"),
+    "sse_send_timeout": SettingDoc("seconds a stream reader may take no bytes before it is disconnected"),
+    "run_lease_seconds": SettingDoc("a run's owner renews its lease; when it dies, others take the run over after this"),
+    "run_max_attempts": SettingDoc("claims of one run before it ends `interrupted`"),
+    "max_runs": SettingDoc("runs one process executes at once; the rest wait `queued`"),
+    "shutdown_grace_seconds": SettingDoc(
+        "on SIGTERM, how long in-flight steps may finish before runs are handed back"),
+    "step_output_max_bytes": SettingDoc("largest output of one step (the step fails beyond)"),
+    "header_timeout": SettingDoc(
+        "seconds a client has to send a whole request head, from its first byte (408 and close beyond)"),
+    "body_min_rate": SettingDoc(
+        "bytes a second a request body (an upload too) must average once it has had "
+        "`ORCHESTRA_HEADER_TIMEOUT` seconds (408 and close below; `0`: no minimum)"),
+    "access_log": SettingDoc("log every request", flag="--access-log/--no-access-log"),
+}
+
+TABLE_START = "<!-- settings-table:start (generated: python -m orchestra.settings --write-readme) -->"
+TABLE_END = "<!-- settings-table:end -->"
+
+
+def undocumented_settings() -> list[str]:
+    """Settings fields without an entry in SETTING_DOCS."""
+    return [f.name for f in fields(Settings) if f.name not in SETTING_DOCS]
+
+
+def _default_text(f: Any) -> str:
+    doc = SETTING_DOCS[f.name]
+    if doc.default is not None:
+        return doc.default
+    value = f.default
+    if value is MISSING:
+        value = f.default_factory()
+    if isinstance(value, bool):
+        return f"`{str(value).lower()}`"
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return f"`{value}`" if value != "" else "empty"
+
+
+def markdown_table() -> str:
+    """README's configuration table: one row per Settings field, in field order."""
+    missing = undocumented_settings()
+    if missing:
+        raise LookupError(f"settings without a doc in SETTING_DOCS: {', '.join(missing)}")
+    rows = ["| variable | default | meaning |", "|---|---|---|"]
+    for f in fields(Settings):
+        doc = SETTING_DOCS[f.name]
+        name = f"`ORCHESTRA_{f.name.upper()}`" + (f" (`{doc.flag}`)" if doc.flag else "")
+        rows.append(f"| {name} | {_default_text(f)} | {doc.meaning} |")
+    return "\n".join(rows)
+
+
+def readme_with_table(readme: str) -> str:
+    """`readme` with the text between the table markers replaced by `markdown_table()`."""
+    start, end = readme.index(TABLE_START) + len(TABLE_START), readme.index(TABLE_END)
+    return readme[:start] + "\n" + markdown_table() + "\n" + readme[end:]
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m orchestra.settings --markdown` prints the table; `--write-readme [PATH]`
+    rewrites it in README.md (default: the one next to the package)."""
+    import sys
+
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["--write-readme"]:
+        path = Path(args[1]) if len(args) > 1 else Path(__file__).resolve().parents[1] / "README.md"
+        path.write_text(readme_with_table(path.read_text(encoding="utf-8")), encoding="utf-8")
+        print(f"wrote the settings table into {path}")
+    elif args[:1] == ["--markdown"]:
+        print(markdown_table())
+    else:
+        raise SystemExit("usage: python -m orchestra.settings --markdown | --write-readme [README.md]")
+
+
+if __name__ == "__main__":
+    main()

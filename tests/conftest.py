@@ -2,8 +2,9 @@
 the in-process app client, and a real `orchestra serve` process for end-to-end tests.
 
 PostgreSQL tests use ORCHESTRA_TEST_POSTGRES_URL (e.g. postgresql://postgres@127.0.0.1:5432/test):
-each test creates and drops its own database. Without the variable, or without a
-reachable server, they skip and say why.
+each test creates and drops its own database. Without the variable they skip and say
+why; with it set, an unreachable server FAILS them, so CI cannot go green by losing
+every PostgreSQL variant (likewise ORCHESTRA_TEST_REDIS_URL for the Redis tests).
 """
 
 from __future__ import annotations
@@ -72,8 +73,11 @@ def postgres_url():
     name = f"orchestra_test_{uuid.uuid4().hex[:12]}"
     try:
         asyncio.run(_pg_admin(base, f'CREATE DATABASE "{name}"'))
-    except Exception as exc:  # noqa: BLE001 - any connection failure means "no server here"
-        pytest.skip(f"PostgreSQL at {base} is not reachable: {exc}")
+    except Exception as exc:  # noqa: BLE001 - configured but unusable: a failure, not a skip
+        pytest.fail(
+            f"ORCHESTRA_TEST_POSTGRES_URL is set but PostgreSQL at {base} cannot be used: {exc!r}",
+            pytrace=False,
+        )
     parsed = urlparse(base)
     yield urlunparse(parsed._replace(path=f"/{name}"))
     asyncio.run(_pg_admin(base, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))

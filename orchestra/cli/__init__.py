@@ -1,4 +1,11 @@
-"""The `orchestra` command: serve, db, user, provider, node, login/logout, worker, workflow."""
+"""The `orchestra` command: serve, db, user (straight against the store), and login,
+account, provider, node, tool, skill, worker, template, file, workflow, reload (through
+a server).
+
+Command modules import their heavy dependencies (the store, the HTTP client, the
+engine) inside the commands, so `orchestra --help` and shell completion stay quick
+(benchmarks/bench_cli.py).
+"""
 
 from __future__ import annotations
 
@@ -11,9 +18,9 @@ from orchestra import __version__
 
 app = typer.Typer(
     name="orchestra",
-    help="Agent-orchestration backend: run the server, manage users, providers and workflow runs.",
+    help="Agent-orchestration backend: run the server, manage users, providers, workers, "
+         "templates and workflow runs.",
     no_args_is_help=True,
-    add_completion=False,
     pretty_exceptions_enable=False,
 )
 
@@ -28,29 +35,94 @@ def _version(value: bool) -> None:
 def root(
     ctx: typer.Context,
     home: Optional[Path] = typer.Option(
-        None, "--home", envvar="ORCHESTRA_HOME", help="Folder of the embedded store, secret key and uploads."
+        None, "--home", envvar="ORCHESTRA_HOME", help="Folder of the embedded store, secret key, uploads and login."
     ),
     db: Optional[str] = typer.Option(
         None, "--db", envvar="ORCHESTRA_DATABASE_URL",
         help="Database URL: sqlite:////abs/path.db or postgresql://user@host/db.",
     ),
-    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True),
+    version: bool = typer.Option(False, "--version", "-V", callback=_version, is_eager=True,
+                                 help="Print the version and exit."),
 ) -> None:
     ctx.obj = {"home": home, "database_url": db}
 
 
 def _register_commands() -> None:
-    from orchestra.cli import db, login, node, provider, serve, user, worker, workflow
+    from orchestra.cli import (account, db, files, login, node, provider, serve, skill, template, tool, user,
+                               worker, workflow)
 
     serve.register(app)
     app.add_typer(db.app, name="db")
     app.add_typer(user.app, name="user")
-    for area in (provider, node, login, worker, workflow):
+    for area in (login, account, provider, node, tool, skill, worker, template, files, workflow):
         area.register(app)
 
 
 _register_commands()
 
 
+def hide_flag_types(command, quick=None) -> None:
+    """Flags take no value, so `--help` shows no `<bool>` type next to them; options left
+    unset or given as text skip typer's pydantic coercion (see `_quick_coercion`)."""
+    for param in getattr(command, "params", []):
+        if getattr(param, "is_flag", False) and param.metavar is None:
+            param.metavar = ""
+        if quick and getattr(param, "_runtime_param", "absent") is None:
+            param._runtime_param = quick(param.type_descriptor)
+    make_help = command.get_help_option
+
+    def help_option(ctx):
+        option = make_help(ctx)
+        if option is not None:
+            option.metavar = ""
+            if quick and getattr(option, "_runtime_param", "absent") is None:
+                option._runtime_param = quick(option.type_descriptor)
+        return option
+
+    command.get_help_option = help_option  # Click builds `--help` anew for each context
+    for sub in getattr(command, "commands", {}).values():
+        hide_flag_types(sub, quick)
+
+
+def _quick_coercion():
+    """typer (0.2x) coerces every non-flag value, even an unset one, through a pydantic
+    TypeAdapter, and importing pydantic alone costs a command ~0.15 s. Unset values and
+    text for `str` parameters need no coercion, so they are answered here; anything else
+    goes to typer's own coercion. None when this typer has no such hook (then nothing changes)."""
+    try:
+        from typer._coercion import RuntimeParam, build_runtime_param
+    except ImportError:
+        return None
+    from dataclasses import dataclass
+    from typing import Optional as Opt
+
+    plain = (str, Opt[str])
+
+    @dataclass(frozen=True)
+    class Quick(RuntimeParam):
+        descriptor: object = None
+
+        def coerce(self, value, param, ctx):
+            if value is None or (isinstance(value, str) and self.annotation in plain):
+                return super().coerce(value, param, ctx)
+            return build_runtime_param(self.descriptor).coerce(value, param, ctx)
+
+        def _coerce_value(self, value, param, ctx):
+            return value
+
+    def make(descriptor):
+        return Quick(parameter_info=descriptor.parameter_info, annotation=descriptor.annotation,
+                     descriptor=descriptor)
+
+    return make
+
+
+def command():
+    """The Click command behind `orchestra` (what `main` runs; tests invoke it too)."""
+    built = typer.main.get_command(app)
+    hide_flag_types(built, _quick_coercion())
+    return built
+
+
 def main() -> None:
-    app()
+    command()(prog_name="orchestra")

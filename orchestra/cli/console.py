@@ -2,22 +2,25 @@
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import json
 import sys
 from enum import IntEnum
 from typing import Any, Awaitable, Callable
 
-import peewee
 import typer
-from limits.errors import ConfigurationError
 from rich.console import Console
+from rich.markup import escape
 
 from orchestra.errors import OrchestraError
 
-def _store_errors() -> tuple[type[BaseException], ...]:
-    """Errors of the store and its drivers (asyncpg only when the postgres extra is there)."""
+
+def store_errors() -> tuple[type[BaseException], ...]:
+    """Errors of the store and its drivers (asyncpg only when the postgres extra is there).
+
+    Imported when an error is being mapped, not at start: `orchestra --help` stays quick."""
+    import peewee
+
     errors: list[type[BaseException]] = [peewee.PeeweeException]
     try:
         import asyncpg
@@ -26,7 +29,9 @@ def _store_errors() -> tuple[type[BaseException], ...]:
     return (*errors, asyncpg.PostgresError, asyncpg.InterfaceError)
 
 
-STORE_ERRORS = _store_errors()
+def _configuration_error(exc: BaseException) -> bool:
+    """A bad rate limit or limiter storage (the `limits` library's own error)."""
+    return type(exc).__module__.startswith("limits.") and type(exc).__name__ == "ConfigurationError"
 
 out = Console(soft_wrap=True)
 if not out.is_terminal:  # piped output: never cut ids to an imaginary 80 columns
@@ -55,12 +60,12 @@ def exit_code_for(error: OrchestraError) -> ExitCode:
 
 def fail(message: str, code: ExitCode = ExitCode.ERROR) -> "typer.Exit":
     """Print one readable line to stderr and exit with `code`."""
-    err.print(f"[bold red]error:[/] {message}", highlight=False)
+    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
     raise typer.Exit(int(code))
 
 
 def success(message: str) -> None:
-    err.print(f"[green]✓[/] {message}", highlight=False)
+    err.print(f"[green]✓[/] {escape(message)}", highlight=False)
 
 
 def print_json(data: Any) -> None:
@@ -75,17 +80,25 @@ def handle_errors(command: Callable) -> Callable:
     def wrapper(*args, **kwargs):
         try:
             return command(*args, **kwargs)
+        except (typer.Exit, typer.Abort):
+            raise
         except OrchestraError as exc:
             fail(exc.message, exit_code_for(exc))
-        except (ValueError, OSError, ConfigurationError) as exc:
+        except (ValueError, OSError) as exc:
             fail(str(exc))
-        except STORE_ERRORS as exc:
-            fail(f"the store could not be used: {exc}", ExitCode.UNAVAILABLE)
         except KeyboardInterrupt:
             fail("interrupted", ExitCode.ERROR)
+        except Exception as exc:
+            if _configuration_error(exc):
+                fail(str(exc))
+            if isinstance(exc, store_errors()):
+                fail(f"the store could not be used: {exc}", ExitCode.UNAVAILABLE)
+            raise
 
     return wrapper
 
 
 def run(coro: Awaitable) -> Any:
+    import asyncio
+
     return asyncio.run(coro)

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import typer
-from rich.table import Table
 
 from orchestra.cli.console import handle_errors, out, print_json, run, success
-from orchestra.db import migrate
-from orchestra.db.database import connect
 from orchestra.cli.store import settings_from
 
-app = typer.Typer(help="Schema migrations (the server also applies them at start).", no_args_is_help=True)
+app = typer.Typer(
+    help="Schema migrations, straight against the store (no server needed; the server also "
+         "applies them at start). Use --home/--db to pick the store.",
+    no_args_is_help=True,
+)
 
 
 async def _with_db(settings, action):
+    from orchestra.db.database import connect
+
     settings.ensure_home()
     db = connect(settings.database_url)
     try:
@@ -26,6 +29,8 @@ async def _with_db(settings, action):
 @handle_errors
 def upgrade(ctx: typer.Context) -> None:
     """Apply every pending migration."""
+    from orchestra.db import migrate
+
     settings = settings_from(ctx)
     applied = run(_with_db(settings, migrate.upgrade))
     if applied:
@@ -38,11 +43,15 @@ def upgrade(ctx: typer.Context) -> None:
 @handle_errors
 def status(ctx: typer.Context, json_output: bool = typer.Option(False, "--json")) -> None:
     """Show each migration and when it was applied."""
+    from orchestra.db import migrate
+
     settings = settings_from(ctx)
     rows = run(_with_db(settings, migrate.status))
     if json_output:
         print_json([{"name": r.name, "applied_at": r.applied_at.isoformat() if r.applied_at else None} for r in rows])
         return
+    from rich.table import Table
+
     table = Table("migration", "applied")
     for r in rows:
         table.add_row(r.name, r.applied_at.isoformat(sep=" ", timespec="seconds") if r.applied_at else "pending")

@@ -1,4 +1,4 @@
-"""`orchestra login` / `logout`, and `connect()`: the client every server command uses.
+"""`orchestra login` / `logout` (`connect()`, the client every server command uses, is in remote.py).
 
 Login keeps the server URL and the token pair in `$ORCHESTRA_HOME/credentials.json`
 (mode 0600). A server command takes `--server` and `--token` (env `ORCHESTRA_SERVER`,
@@ -8,56 +8,13 @@ Login keeps the server URL and the token pair in `$ORCHESTRA_HOME/credentials.js
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import Optional
 
 import typer
 
 from orchestra.cli.console import ExitCode, fail, handle_errors, success
-from orchestra.cli.user import read_password
-from orchestra.client import (
-    Client,
-    Credentials,
-    credentials_path,
-    delete_credentials,
-    load_credentials,
-    normalise_server,
-    save_credentials,
-)
-
-SERVER = typer.Option(None, "--server", envvar="ORCHESTRA_SERVER",
-                      help="Server URL, e.g. http://127.0.0.1:8000 (default: the one you logged in to).")
-TOKEN = typer.Option(None, "--token", envvar="ORCHESTRA_TOKEN",
-                     help="Access token (default: the one `orchestra login` kept).")
-
-
-def kept_path(ctx: typer.Context | None) -> Path:
-    """The credentials file under the root `--home` (or $ORCHESTRA_HOME, or ~/.orchestra)."""
-    root = (ctx.find_root().obj or {}) if ctx else {}
-    return credentials_path(root.get("home"))
-
-
-def connect(ctx: typer.Context, server: str | None, token: str | None) -> Client:
-    """A client for `--server`/`--token`, filled in from the kept credentials."""
-    path = kept_path(ctx)
-    kept = load_credentials(path)
-    if server is None and kept is None:
-        fail("no server given: pass --server URL (or set ORCHESTRA_SERVER), or run 'orchestra login'",
-             ExitCode.USAGE)
-    url = normalise_server(server or kept.server)
-    same_server = kept is not None and normalise_server(kept.server) == url
-    refresh = None
-    if token is None and same_server:
-        token, refresh = kept.access_token, kept.refresh_token
-    elif token is not None and same_server and token == kept.access_token:
-        refresh = kept.refresh_token
-
-    def keep(access: str, refresh_token: str) -> None:
-        if same_server:
-            kept.access_token, kept.refresh_token = access, refresh_token
-            save_credentials(path, kept)
-
-    return Client(url, access_token=token, refresh_token=refresh, on_tokens=keep)
+from orchestra.cli.passwords import read_password
+from orchestra.cli.remote import kept_path
 
 
 def _user_name(user: str | None) -> str:
@@ -82,6 +39,8 @@ def register(app: typer.Typer) -> None:
                                             help="Read the password from standard input."),
     ) -> None:
         """Log in to a server and keep the token pair for the other commands."""
+        from orchestra.client import Client, Credentials, load_credentials, save_credentials
+
         path = kept_path(ctx)
         kept = load_credentials(path)
         if server is None:
@@ -102,6 +61,8 @@ def register(app: typer.Typer) -> None:
     @handle_errors
     def logout(ctx: typer.Context) -> None:
         """Forget the kept credentials."""
+        from orchestra.client import delete_credentials
+
         path = kept_path(ctx)
         if delete_credentials(path):
             success(f"logged out; removed {path}")

@@ -1,66 +1,98 @@
-"""`orchestra node …`: list the built-in system nodes and set their provider and model."""
+"""`orchestra node …`: the built-in system nodes through the server's `/api/v1/agent/node`."""
 
 from __future__ import annotations
 
 from typing import Optional
 
 import typer
-from rich.table import Table
 
-from orchestra.cli.console import ExitCode, fail, handle_errors, out, print_json, run, success
-from orchestra.cli.store import open_core, settings_from
-from orchestra.services import agents
-from orchestra.services import providers as provider_svc
+from orchestra.cli.console import ExitCode, fail, handle_errors, out, print_json, success
+from orchestra.cli.remote import JSON, SERVER, TOKEN, connect, resolve_provider, show_fields, without_message
 
-app = typer.Typer(help="List system nodes and set their provider and model.", no_args_is_help=True)
+app = typer.Typer(help="System nodes on a server: list, show, set their provider and model.",
+                  no_args_is_help=True)
+
+NAME = typer.Argument(..., help="planner, reviewer or summarizer.")
+
+
+def register(root: typer.Typer) -> None:
+    root.add_typer(app, name="node")
+    root.command("reload")(reload)
+
+
+@handle_errors
+def reload(ctx: typer.Context, server: Optional[str] = SERVER, token: Optional[str] = TOKEN,
+           json_output: bool = JSON) -> None:
+    """Make the server drop its cached workers and nodes and read them again (ADMINISTRATOR and above)."""
+    with connect(ctx, server, token) as client:
+        counts = without_message(client.post("/agent/reload"))
+    if json_output:
+        print_json(counts)
+        return
+    success("reloaded " + ", ".join(f"{v} {k}" for k, v in counts.items()))
+
+
+def _described(node: dict) -> str:
+    return (f"{node['name']}: provider {node.get('provider_name') or '(none)'}, "
+            f"model {node.get('model') or '(provider default)'}")
 
 
 @app.command("list")
 @handle_errors
-def list_nodes(ctx: typer.Context, json_output: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+def list_nodes(ctx: typer.Context, server: Optional[str] = SERVER, token: Optional[str] = TOKEN,
+               json_output: bool = JSON) -> None:
     """List the system nodes with their provider, model and fixed tools."""
+    from rich.table import Table
 
-    async def action():
-        async with open_core(settings_from(ctx)) as core:
-            return await agents.list_nodes(core)
-
-    nodes = run(action())
+    with connect(ctx, server, token) as client:
+        nodes = client.get("/agent/node").get("nodes", [])
     if json_output:
         print_json(nodes)
         return
     table = Table("name", "provider", "model", "tools")
     for n in nodes:
-        table.add_row(n["name"], n["provider_name"] or "(none)", n["model"] or "(provider default)", ", ".join(n["tools"]))
+        table.add_row(n["name"], n.get("provider_name") or "(none)", n.get("model") or "(provider default)",
+                      ", ".join(n.get("tools") or []))
     out.print(table)
+
+
+@app.command()
+@handle_errors
+def show(ctx: typer.Context, name: str = NAME, server: Optional[str] = SERVER, token: Optional[str] = TOKEN,
+         json_output: bool = JSON) -> None:
+    """Show one system node."""
+    with connect(ctx, server, token) as client:
+        node = without_message(client.get(f"/agent/node/{name}"))
+    show_fields(node, ("name", "description", "provider", "provider_name", "model", "tools", "updated_at"), json_output)
 
 
 @app.command("set")
 @handle_errors
 def set_node(
     ctx: typer.Context,
-    name: str = typer.Argument(..., help="planner, reviewer or summarizer."),
+    name: str = NAME,
     provider: Optional[str] = typer.Option(None, "--provider", "-p", help="Provider name or provider_id."),
+    no_provider: bool = typer.Option(False, "--no-provider", help="Unset the provider."),
     model: Optional[str] = typer.Option(None, "--model", "-m", help="Model id (default: the provider's)."),
     default_model: bool = typer.Option(False, "--default-model", help="Use the provider's model_id."),
+    server: Optional[str] = SERVER, token: Optional[str] = TOKEN, json_output: bool = JSON,
 ) -> None:
-    """Set a node's provider and/or model (its tools are fixed)."""
-    if provider is None and model is None and not default_model:
-        fail("nothing to change: give --provider, --model or --default-model", ExitCode.USAGE)
+    """Set a node's provider and/or model (ADMINISTRATOR and above; its tools are fixed)."""
+    if provider is None and model is None and not default_model and not no_provider:
+        fail("nothing to change: give --provider, --no-provider, --model or --default-model", ExitCode.USAGE)
     if model is not None and default_model:
         fail("--model and --default-model exclude each other", ExitCode.USAGE)
-    changes: dict = {}
+    if provider is not None and no_provider:
+        fail("--provider and --no-provider exclude each other", ExitCode.USAGE)
+    body: dict = {}
     if model is not None or default_model:
-        changes["model"] = model
-
-    async def action():
-        async with open_core(settings_from(ctx)) as core:
-            if provider is not None:
-                changes["provider"] = (await provider_svc.find_provider(core, provider)).id
-            return await agents.update_node(core, name=name, **changes)
-
-    node = run(action())
-    success(f"{node['name']}: provider {node['provider_name'] or '(none)'}, model {node['model'] or '(provider default)'}")
-
-
-def register(root: typer.Typer) -> None:
-    root.add_typer(app, name="node")
+        body["model"] = model
+    if no_provider:
+        body["provider"] = None
+    with connect(ctx, server, token) as client:
+        if provider is not None:
+            body["provider"] = resolve_provider(client, provider, ExitCode.NOT_FOUND)
+        node = without_message(client.put(f"/agent/node/{name}", json=body))
+    if json_output:
+        print_json(node)
+    success(_described(node))

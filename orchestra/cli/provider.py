@@ -1,5 +1,9 @@
-"""`orchestra provider …`: register, list, remove and check model providers (straight
-against the store). API keys come from a hidden prompt or `--api-key-stdin`, never argv."""
+"""`orchestra provider …`: register, list, show, change, remove and check model providers
+through the server's `/api/v1/provider` (kept login, or `--server`/`--token`).
+
+API keys come from a hidden prompt or `--api-key-stdin`, never argv. PROVIDER arguments
+take a provider_id or a provider's exact name.
+"""
 
 from __future__ import annotations
 
@@ -7,19 +11,25 @@ import sys
 from typing import Optional
 
 import typer
-from rich.table import Table
 
-from orchestra.cli.console import ExitCode, fail, handle_errors, out, print_json, run, success
-from orchestra.cli.store import open_core, settings_from
-from orchestra.engine.llm.factory import SUPPORTED_KINDS
-from orchestra.services import providers as svc
+from orchestra.cli.console import ExitCode, fail, handle_errors, out, print_json, success
+from orchestra.cli.remote import JSON, SERVER, TOKEN, YES, confirm, connect, resolve_provider, show_fields, \
+    without_message
 
-app = typer.Typer(help="Register, list, remove and check model providers.", no_args_is_help=True)
+app = typer.Typer(help="Model providers on a server: list, show, add, update, remove, check.",
+                  no_args_is_help=True)
 
+KINDS_HELP = "openai, deepseek, anthropic, ollama or openai_compatible"
 KEYLESS_KINDS = ("ollama", "openai_compatible")
+FIELDS = ("provider_id", "name", "provider", "model_id", "base_url", "api_key", "has_api_key", "created_at")
+PROVIDER = typer.Argument(..., help="A provider_id or a provider's exact name.")
 
 
-def read_api_key(api_key_stdin: bool, no_api_key: bool, kind: str) -> str | None:
+def register(root: typer.Typer) -> None:
+    root.add_typer(app, name="provider")
+
+
+def read_api_key(api_key_stdin: bool, no_api_key: bool, kind: str | None) -> str | None:
     """The key from stdin (one line) or a hidden prompt; None when there is none."""
     if no_api_key:
         return None
@@ -36,28 +46,48 @@ def read_api_key(api_key_stdin: bool, no_api_key: bool, kind: str) -> str | None
     return key.strip() or None
 
 
-def _row(view: dict) -> dict:
-    return {k: view[k] for k in ("provider_id", "name", "provider", "model_id", "base_url", "api_key", "created_at")}
+def _check_kind(kind: str) -> None:
+    """Refuse an unknown kind before asking for a key (the server says the same)."""
+    from orchestra.engine.llm.factory import SUPPORTED_KINDS
+
+    if kind not in SUPPORTED_KINDS:
+        fail(f"unsupported provider kind {kind!r}; supported kinds: {', '.join(SUPPORTED_KINDS)}",
+             ExitCode.USAGE)
+
+
+def _summary(view: dict) -> str:
+    key = f", key {view['api_key']}" if view.get("api_key") else ""
+    return f"{view['name']} ({view['provider']}, {view['model_id']}{key}), provider_id {view['provider_id']}"
 
 
 @app.command("list")
 @handle_errors
-def list_providers(ctx: typer.Context, json_output: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+def list_providers(ctx: typer.Context, server: Optional[str] = SERVER, token: Optional[str] = TOKEN,
+                   json_output: bool = JSON) -> None:
     """List the registered providers (API keys masked)."""
+    from rich.table import Table
 
-    async def action():
-        async with open_core(settings_from(ctx)) as core:
-            return [svc.provider_view(p) for p in await svc.list_providers(core)]
-
-    rows = [_row(v) for v in run(action())]
+    with connect(ctx, server, token) as client:
+        rows = client.get("/provider").get("providers", [])
     if json_output:
         print_json(rows)
         return
     table = Table("name", "provider", "model_id", "base_url", "api_key")
     table.add_column("provider_id", no_wrap=True, min_width=36)
     for r in rows:
-        table.add_row(r["name"], r["provider"], r["model_id"], r["base_url"] or "", r["api_key"] or "", r["provider_id"])
+        table.add_row(r["name"], r["provider"], r["model_id"], r.get("base_url") or "", r.get("api_key") or "",
+                      r["provider_id"])
     out.print(table)
+
+
+@app.command()
+@handle_errors
+def show(ctx: typer.Context, provider: str = PROVIDER, server: Optional[str] = SERVER,
+         token: Optional[str] = TOKEN, json_output: bool = JSON) -> None:
+    """Show one provider (its API key masked)."""
+    with connect(ctx, server, token) as client:
+        view = without_message(client.get(f"/provider/{resolve_provider(client, provider, ExitCode.NOT_FOUND)}"))
+    show_fields(view, FIELDS, json_output)
 
 
 @app.command()
@@ -65,72 +95,106 @@ def list_providers(ctx: typer.Context, json_output: bool = typer.Option(False, "
 def add(
     ctx: typer.Context,
     name: str = typer.Argument(..., help="A unique name for the provider."),
-    kind: str = typer.Option(..., "--kind", "--provider", "-k", help=f"One of {', '.join(SUPPORTED_KINDS)}."),
+    kind: str = typer.Option(..., "--kind", "--provider", "-k", help=f"One of {KINDS_HELP}."),
     model_id: str = typer.Option(..., "--model-id", "-m", help="The default model, e.g. deepseek-chat."),
     base_url: Optional[str] = typer.Option(None, "--base-url", help="API URL (required for openai_compatible)."),
     api_key_stdin: bool = typer.Option(False, "--api-key-stdin", help="Read the API key from standard input."),
     no_api_key: bool = typer.Option(False, "--no-api-key", help="Register without an API key."),
+    server: Optional[str] = SERVER, token: Optional[str] = TOKEN, json_output: bool = JSON,
 ) -> None:
-    """Register a provider; the API key is asked for without echo."""
-    svc.clean_kind(kind)  # refuse an unknown kind before asking for a key
+    """Register a provider (ADMINISTRATOR and above); prints its provider_id. The API key
+    is asked for without echo."""
+    _check_kind(kind)
     api_key = read_api_key(api_key_stdin, no_api_key, kind)
+    body = {"name": name, "provider": kind, "model_id": model_id}
+    if api_key is not None:
+        body["api_key"] = api_key
+    if base_url is not None:
+        body["base_url"] = base_url
+    with connect(ctx, server, token) as client:
+        view = without_message(client.post("/provider", json=body))
+    if json_output:
+        print_json(view)
+    else:
+        sys.stdout.write(f"{view['provider_id']}\n")
+    success(f"registered {_summary(view)}")
 
-    async def action():
-        async with open_core(settings_from(ctx)) as core:
-            provider = await svc.create_provider(
-                core, name=name, kind=kind, model_id=model_id, api_key=api_key, base_url=base_url
-            )
-            return svc.provider_view(provider)
 
-    view = run(action())
-    key = f", key {view['api_key']}" if view["api_key"] else ""
-    success(f"registered {view['name']} ({view['provider']}, {view['model_id']}{key}), provider_id {view['provider_id']}")
+@app.command()
+@handle_errors
+def update(
+    ctx: typer.Context,
+    provider: str = PROVIDER,
+    name: Optional[str] = typer.Option(None, "--name", help="A new name."),
+    model_id: Optional[str] = typer.Option(None, "--model-id", "-m", help="A new default model."),
+    base_url: Optional[str] = typer.Option(None, "--base-url", help="A new API URL."),
+    no_base_url: bool = typer.Option(False, "--no-base-url", help="Remove the API URL (use the kind's default)."),
+    api_key_stdin: bool = typer.Option(False, "--api-key-stdin", help="Read a new API key from standard input."),
+    api_key_prompt: bool = typer.Option(False, "--api-key", help="Ask for a new API key (hidden prompt)."),
+    no_api_key: bool = typer.Option(False, "--no-api-key", help="Remove the API key."),
+    server: Optional[str] = SERVER, token: Optional[str] = TOKEN, json_output: bool = JSON,
+) -> None:
+    """Change a provider's name, model, URL or key (ADMINISTRATOR and above); its kind is fixed."""
+    if base_url is not None and no_base_url:
+        fail("--base-url and --no-base-url exclude each other", ExitCode.USAGE)
+    if sum((api_key_stdin, api_key_prompt, no_api_key)) > 1:
+        fail("give only one of --api-key, --api-key-stdin and --no-api-key", ExitCode.USAGE)
+    body: dict = {}
+    if name is not None:
+        body["name"] = name
+    if model_id is not None:
+        body["model_id"] = model_id
+    if base_url is not None or no_base_url:
+        body["base_url"] = base_url
+    if no_api_key:
+        body["api_key"] = None
+    elif api_key_stdin or api_key_prompt:
+        key = read_api_key(api_key_stdin, False, None)
+        if key is None:
+            fail("no API key given; use --no-api-key to remove the key", ExitCode.USAGE)
+        body["api_key"] = key
+    if not body:
+        fail("nothing to change: give --name, --model-id, --base-url, --no-base-url, --api-key, "
+             "--api-key-stdin or --no-api-key", ExitCode.USAGE)
+    with connect(ctx, server, token) as client:
+        provider_id = resolve_provider(client, provider, ExitCode.NOT_FOUND)
+        view = without_message(client.put(f"/provider/{provider_id}", json=body))
+    if json_output:
+        print_json(view)
+    success(f"updated {_summary(view)}")
 
 
 @app.command()
 @handle_errors
 def remove(
     ctx: typer.Context,
-    provider: str = typer.Argument(..., help="Provider name or provider_id."),
-    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
+    provider: str = PROVIDER,
+    yes: bool = YES,
+    server: Optional[str] = SERVER, token: Optional[str] = TOKEN,
 ) -> None:
-    """Remove a provider that no worker or system node uses."""
-    if not yes:
-        if not sys.stdin.isatty():
-            fail("refusing to remove without --yes when there is no terminal to confirm", ExitCode.USAGE)
-        typer.confirm(f"Remove provider {provider}?", abort=True)
-
-    async def action():
-        async with open_core(settings_from(ctx)) as core:
-            found = await svc.find_provider(core, provider)
-            return await svc.delete_provider(core, provider_id=found.id)
-
-    removed = run(action())
-    success(f"removed provider {removed.name}")
+    """Remove a provider that no worker or system node uses (ADMINISTRATOR and above)."""
+    confirm(f"remove provider {provider}", yes)
+    with connect(ctx, server, token) as client:
+        provider_id = resolve_provider(client, provider, ExitCode.NOT_FOUND)
+        client.delete(f"/provider/{provider_id}")
+    success(f"removed provider {provider}")
 
 
 @app.command()
 @handle_errors
 def check(
     ctx: typer.Context,
-    provider: str = typer.Argument(..., help="Provider name or provider_id."),
-    json_output: bool = typer.Option(False, "--json", help="Print JSON."),
+    provider: str = PROVIDER,
+    server: Optional[str] = SERVER, token: Optional[str] = TOKEN, json_output: bool = JSON,
 ) -> None:
-    """Ask the provider for its models with the stored key and URL."""
-
-    async def action():
-        async with open_core(settings_from(ctx)) as core:
-            found = await svc.find_provider(core, provider)
-            return found.name, await svc.check_provider(core, provider_id=found.id)
-
-    name, models = run(action())
+    """Ask the provider for its models with the stored key and URL (ADMINISTRATOR and above)."""
+    with connect(ctx, server, token) as client:
+        provider_id = resolve_provider(client, provider, ExitCode.NOT_FOUND)
+        answer = without_message(client.post(f"/provider/{provider_id}/check"))
+    models = answer.get("models", [])
     if json_output:
-        print_json({"ok": True, "models": models})
+        print_json(answer)
         return
     for model in models:
-        out.print(model, highlight=False)
-    success(f"{name} works: {len(models)} model(s) available")
-
-
-def register(root: typer.Typer) -> None:
-    root.add_typer(app, name="provider")
+        out.print(model, highlight=False, markup=False)
+    success(f"{provider} works: {len(models)} model(s) available")

@@ -1,30 +1,28 @@
 """Rendering a run's events in the terminal: a live rich view, plain lines, or JSON lines.
 
 `make_renderer` picks one: `--json` → one raw event object per line; a terminal →
-`LiveRenderer` (a panel per step with streamed tokens, tool calls and results, and a
-prompt when the run asks a question); anything else → `PlainRenderer` (one readable
-line per happening, each step's output when it finishes). All of them record the run's
-final status in `outcome`.
+`LiveRenderer` (a panel per step with streamed tokens, tool calls and results; long
+lines wrap at the terminal's width); anything else → `PlainRenderer` (one readable line
+per happening, each step's output when it finishes). All of them record the run's final
+status in `outcome`. Questions are put at the prompt by `orchestra.cli.prompt`.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import time
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Callable, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from rich.console import Console, Group
 from rich.live import Live
 from rich.panel import Panel
 from rich.text import Text
 
-from orchestra.client import Event
-
-# Called with (request_id, prompt, step_id) on a TTY when the run asks; returns the answer
-# (posted by the caller) or None to leave the question for later.
-AskFn = Callable[[str | None, str, str | None], None]
+if TYPE_CHECKING:
+    from orchestra.client import Event
 
 
 def parse_ts(value: Any) -> float | None:
@@ -89,6 +87,7 @@ class Outcome:
     error: str | None = None
     started: float | None = None
     finished: float | None = None
+    error_shown: bool = False  # the reason was already shown with the failed step
 
     @property
     def ok(self) -> bool:
@@ -118,7 +117,7 @@ class Renderer:
             self.steps[key] = StepView(key)
         return self.steps[key]
 
-    def handle(self, event: Event) -> None:
+    def handle(self, event: "Event") -> None:
         """Update the state from one event, then show it."""
         data, kind = event.data, event.kind
         ts = parse_ts(data.get("ts"))
@@ -156,9 +155,15 @@ class Renderer:
             self.outcome.status = str(data.get("status") or default)
             error = _pick(data, "error", "message", "reason")
             self.outcome.error = _text(error) if error is not None else None
+            failed = self.steps.get(str(data.get("failed_step"))) if data.get("failed_step") else None
+            self.outcome.error_shown = bool(failed and failed.error)
+            stopped = "interrupted" if self.outcome.status == "interrupted" else "cancelled"
+            for open_step in self.steps.values():  # a step the run left behind is not still going
+                if open_step.status in ("running", "waiting_reply"):
+                    open_step.status, open_step.finished = stopped, ts
         self.show(event)
 
-    def show(self, event: Event) -> None:
+    def show(self, event: "Event") -> None:
         """Display one event (subclasses)."""
 
 
@@ -182,7 +187,7 @@ class JsonRenderer(Renderer):
         super().__init__(trace_id)
         self.stream = stream or sys.stdout
 
-    def show(self, event: Event) -> None:
+    def show(self, event: "Event") -> None:
         self.stream.write(json.dumps(event.to_json(), ensure_ascii=False) + "\n")
         self.stream.flush()
 
@@ -190,15 +195,16 @@ class JsonRenderer(Renderer):
 class PlainRenderer(Renderer):
     """Readable lines for pipes and logs; a step's output is printed when it finishes."""
 
-    def __init__(self, trace_id: str, stream: TextIO | None = None) -> None:
+    def __init__(self, trace_id: str, stream: TextIO | None = None, *, hint: bool = True) -> None:
         super().__init__(trace_id)
         self.stream = stream or sys.stdout
+        self.hint = hint  # say how to answer a question (not in a replay: it was answered)
 
     def _line(self, text: str) -> None:
         self.stream.write(text + "\n")
         self.stream.flush()
 
-    def show(self, event: Event) -> None:
+    def show(self, event: "Event") -> None:
         data, kind = event.data, event.kind
         sid = data.get("step_id")
         step = self.steps.get(sid) if sid else None
@@ -216,8 +222,9 @@ class PlainRenderer(Renderer):
         elif kind == "reply_requested":
             request_id = data.get("request_id")
             self._line(f"[{sid}] question: {_text(data.get('prompt'))}")
-            hint = f"orchestra workflow reply {self.trace_id} 'YOUR ANSWER'"
-            self._line(f"[{sid}]   answer with: {hint}" + (f" --request-id {request_id}" if request_id else ""))
+            if self.hint:
+                hint = f"orchestra workflow reply {self.trace_id} 'YOUR ANSWER'"
+                self._line(f"[{sid}]   answer with: {hint}" + (f" --request-id {request_id}" if request_id else ""))
         elif kind == "reply_received":
             self._line(f"[{sid}] reply received: {_text(_pick(data, 'content', 'reply', default=''))}")
         elif kind == "step_finished" and step:
@@ -231,30 +238,43 @@ class PlainRenderer(Renderer):
 
 
 def final_line(outcome: Outcome) -> str:
+    """`run failed in 1.2s`, with the reason unless the failed step already showed it."""
     took = _seconds(outcome.started, outcome.finished)
     text = f"run {outcome.status}{took}"
-    return text + (f": {outcome.error}" if outcome.error and not outcome.ok else "")
+    if outcome.error and not outcome.ok and not outcome.error_shown:
+        text += f": {outcome.error}"
+    return text
 
 
-_STYLE = {"running": "cyan", "waiting_reply": "yellow", "succeeded": "green", "failed": "red"}
+_STYLE = {"running": "cyan", "waiting_reply": "yellow", "succeeded": "green", "failed": "red",
+          "cancelled": "magenta", "interrupted": "magenta"}
 
 
 class LiveRenderer(Renderer):
-    """A live rich view: one panel per step; asks questions at the prompt via `ask`."""
+    """A live rich view: one panel per step, text wrapped at the terminal's width.
+
+    A step that has shown nothing yet says what it waits for, with the seconds so far,
+    so a slow first answer never looks like a blank panel. `pause()`/`resume()` hand the
+    terminal to a prompt.
+    """
 
     TAIL = 12  # lines of streamed text shown while live; the full text at the end
 
-    def __init__(self, trace_id: str, console: Console, ask: AskFn | None = None) -> None:
+    def __init__(self, trace_id: str, console: Console) -> None:
         super().__init__(trace_id)
-        self.console = console
-        self.ask = ask
-        self.live = Live(console=console, refresh_per_second=12, transient=True,
+        # The shared console soft-wraps (no cutting of piped output); on a terminal the
+        # view must wrap at the width instead, so it gets a console of its own.
+        # An explicit width (tests) is kept; otherwise rich follows the terminal's size.
+        self.console = Console(file=console.file, soft_wrap=False, force_terminal=console.is_terminal,
+                               width=getattr(console, "_width", None))
+        self.opened = time.time()
+        self.live = Live(console=self.console, refresh_per_second=12, transient=True,
                          get_renderable=lambda: self.view(tail=self.TAIL))
         self.live.start()
 
     def panel(self, step: StepView, tail: int | None) -> Panel:
         lines: list[tuple[str, str]] = []
-        for kind, text in step.parts:
+        for kind, text in list(step.parts):
             style = {"tool": "dim", "ask": "bold yellow"}.get(kind, "")
             lines += [(line, style) for line in text.strip("\n").splitlines()]
         if tail is not None and len(lines) > tail:
@@ -264,34 +284,46 @@ class LiveRenderer(Renderer):
             body.append(("\n" if i else "") + line, style=style)
         if step.error:
             body.append(("\n" if body.plain else "") + step.error, style="red")
+        if not body.plain and step.status == "running":
+            since = step.started or self.opened
+            body.append(f"waiting for the agent… {max(time.time() - since, 0.0):.0f}s", style="dim italic")
         title = f"[b]{step.step_id}[/] · {step.status}{_seconds(step.started, step.finished)}"
         return Panel(body, title=title, title_align="left", border_style=_STYLE.get(step.status, "white"))
 
     def view(self, tail: int | None = None) -> Group:
         parts: list[Any] = [Text(f"run {self.trace_id}", style="bold")]
-        parts += [self.panel(s, tail) for s in self.steps.values()]
+        if not self.steps and not self.outcome.status:
+            parts.append(Text(f"waiting for the run to start… {max(time.time() - self.opened, 0.0):.0f}s",
+                              style="dim italic"))
+        parts += [self.panel(s, tail) for s in list(self.steps.values())]  # the refresh thread reads too
         if self.outcome.status:
             parts.append(Text(final_line(self.outcome), style="green" if self.outcome.ok else "red"))
         return Group(*parts)
 
-    def show(self, event: Event) -> None:
-        self.live.refresh()
-        if event.kind == "reply_requested" and self.ask:
+    def show(self, event: "Event") -> None:
+        if self.live.is_started:
+            self.live.refresh()
+
+    def pause(self) -> None:
+        """Stop drawing, leaving the current view on screen, so a prompt can use the terminal."""
+        self.live.transient = False
+        try:
             self.live.stop()
-            try:
-                self.ask(event.data.get("request_id"), _text(event.data.get("prompt")), event.data.get("step_id"))
-            finally:
-                self.live.start()
+        finally:
+            self.live.transient = True
+
+    def resume(self) -> None:
+        self.live.start()
 
     def close(self) -> None:
         self.live.stop()
         self.console.print(self.view())
 
 
-def make_renderer(trace_id: str, *, json_lines: bool, console: Console, ask: AskFn | None) -> Renderer:
+def make_renderer(trace_id: str, *, json_lines: bool, console: Console, replay: bool = False) -> Renderer:
     """JSON lines when asked, the live view on a terminal, plain lines otherwise."""
     if json_lines:
         return JsonRenderer(trace_id)
     if console.is_terminal:
-        return LiveRenderer(trace_id, console, ask)
-    return PlainRenderer(trace_id)
+        return LiveRenderer(trace_id, console)
+    return PlainRenderer(trace_id, hint=not replay)

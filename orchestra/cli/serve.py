@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import errno
+import os
+import socket
 from functools import partial
 from typing import Optional
 
 import typer
 
-from orchestra.cli.console import err, handle_errors, run
+from orchestra.cli.console import ExitCode, err, fail, handle_errors, run
 from orchestra.cli.single_server import hold_sqlite_store
-from orchestra.cli.store import open_core, settings_from
-from orchestra.services.auth import count_super_administrators
+from orchestra.cli.store import check_home, describe_store, open_core, settings_from
 from orchestra.settings import Settings
 
 
@@ -18,6 +20,7 @@ async def _prepare(settings: Settings) -> int:
     """Check the limiter settings and apply migrations, once, before any worker starts;
     count super administrators. Unfinished runs are not touched here: each server's
     engine claims those whose owner's lease has run out (see engine/ownership.py)."""
+    from orchestra.services.auth import count_super_administrators  # here: `--help` stays quick
     from orchestra.web.limits import RateLimits
 
     RateLimits(settings)  # a bad limit or limiter storage is one error line now, not a dead worker
@@ -31,7 +34,7 @@ def register(app: typer.Typer) -> None:
     def serve(
         ctx: typer.Context,
         host: Optional[str] = typer.Option(None, "--host", help="Address to bind (ORCHESTRA_HOST, default 127.0.0.1)."),
-        port: Optional[int] = typer.Option(None, "--port", help="Port (ORCHESTRA_PORT, default 8000)."),
+        port: Optional[int] = typer.Option(None, "--port", help="Port, 1-65535 (ORCHESTRA_PORT, default 8000)."),
         workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Worker processes (default 1)."),
         db: Optional[str] = typer.Option(None, "--db", help="Database URL (overrides ORCHESTRA_DATABASE_URL)."),
         access_log: Optional[bool] = typer.Option(None, "--access-log/--no-access-log", help="Log every request."),
@@ -40,13 +43,14 @@ def register(app: typer.Typer) -> None:
         from sanic import Sanic
         from sanic.worker.loader import AppLoader
 
-        from orchestra.web.app import create_app
         from orchestra.web.protocol import OrchestraProtocol, raise_open_file_limit
 
         settings = settings_from(
             ctx, host=host, port=port, workers=workers, database_url=db, access_log=access_log
         )
-        if not settings.database_url.startswith(("postgres://", "postgresql://")):
+        check_address(settings.host, settings.port)  # one clear line now, not a worker's traceback
+        check_home(settings)
+        if settings.database_url.startswith("sqlite:"):  # any other URL is judged by _prepare
             hold_sqlite_store(settings)
         admins = run(_prepare(settings))
         if admins == 0:
@@ -56,16 +60,16 @@ def register(app: typer.Typer) -> None:
                 "or promote a registered user:  orchestra user promote <user_name>",
                 highlight=False,
             )
-        err.print(
-            f"orchestra listening on http://{settings.host}:{settings.port}/api/v1 "
-            f"(store: {_describe(settings.database_url)})",
-            highlight=False,
-        )
+        line = (f"orchestra listening on http://{settings.host}:{settings.port}/api/v1 "
+                f"(store: {describe_store(settings.database_url)})")
         from orchestra.engine.memory import tune_allocator
 
         tune_allocator()  # before the server starts its threads; see engine/memory.py
+        from orchestra.engine.llm.factory import preload
+
+        preload()  # the provider SDK, before the first run needs it
         raise_open_file_limit()  # every connection is a file descriptor
-        loader = AppLoader(factory=partial(create_app, settings, name="orchestra"))
+        loader = AppLoader(factory=partial(serving_app, settings, line))
         app = loader.load()
         app.prepare(
             host=settings.host,
@@ -76,16 +80,56 @@ def register(app: typer.Typer) -> None:
             motd=False,
             protocol=OrchestraProtocol,  # the request-head deadline and limits
         )
-        if settings.workers == 1:
-            Sanic.serve_single(primary=app)
-        else:
-            Sanic.serve(primary=app, app_loader=loader)
+        try:
+            if settings.workers == 1:
+                Sanic.serve_single(primary=app)
+            else:
+                Sanic.serve(primary=app, app_loader=loader)
+        except OSError as exc:  # lost a race for the port after the check
+            fail(bind_failure(settings.host, settings.port, exc), ExitCode.UNAVAILABLE)
 
 
-def _describe(url: str) -> str:
-    """The database URL without its password."""
-    if "@" in url and "://" in url:
-        scheme, rest = url.split("://", 1)
-        creds, host = rest.rsplit("@", 1)
-        return f"{scheme}://{creds.split(':')[0]}@{host}"
-    return url
+def serving_app(settings: Settings, listening_line: str):
+    """The app for `orchestra serve`: `create_app`, plus the "listening on …" line printed
+    once the socket is bound (by the first worker only)."""
+    from orchestra.web.app import create_app
+
+    app = create_app(settings, name="orchestra")
+
+    async def announce(_app) -> None:
+        name = os.environ.get("SANIC_WORKER_NAME", "")
+        if settings.workers == 1 or name.endswith("-0-0"):
+            err.print(listening_line, highlight=False, markup=False)
+
+    app.register_listener(announce, "after_server_start")
+    return app
+
+
+def check_address(host: str, port: int) -> None:
+    """Refuse a port out of range, a host that does not resolve, or an address already in
+    use, with one line naming the flag and variable to change."""
+    if not 1 <= port <= 65535:
+        fail(f"port {port} is out of range: use 1-65535 (--port or ORCHESTRA_PORT)", ExitCode.USAGE)
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as exc:
+        reason = getattr(exc, "strerror", None) or str(exc)
+        fail(f"cannot listen on host {host!r}: {reason} (--host or ORCHESTRA_HOST)", ExitCode.USAGE)
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server binds
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            fail(bind_failure(host, port, exc), ExitCode.UNAVAILABLE)
+
+
+def bind_failure(host: str, port: int, exc: OSError) -> str:
+    if exc.errno == errno.EADDRINUSE:
+        return (f"cannot listen on {host}:{port}: the address is already in use (another server?); "
+                f"choose another --port or ORCHESTRA_PORT")
+    if exc.errno == errno.EACCES:
+        return f"cannot listen on {host}:{port}: permission denied (ports below 1024 need privileges)"
+    if exc.errno == errno.EADDRNOTAVAIL:
+        return f"cannot listen on {host}:{port}: {host} is not an address of this machine (--host or ORCHESTRA_HOST)"
+    return f"cannot listen on {host}:{port}: {exc.strerror or exc}"

@@ -1,20 +1,27 @@
-"""`orchestra user …`: manage accounts straight against the store."""
+"""`orchestra user …`: manage accounts straight against the store.
+
+These commands open the store themselves (no server, no login): they are how the
+first SUPER_ADMINISTRATOR is made before a server runs, and how an operator on the
+server's machine repairs accounts. `promote` only raises a role and `demote` only
+lowers one; `set-role` sets any.
+"""
 
 from __future__ import annotations
 
 import sys
 
 import typer
-from rich.table import Table
 
 from orchestra.cli.console import ExitCode, fail, handle_errors, out, print_json, run, success
+from orchestra.cli.passwords import read_password
 from orchestra.cli.store import open_core, settings_from
-from orchestra.db.models import iso
-from orchestra.errors import UserNotExistError
-from orchestra.services import auth
 from orchestra.services.roles import ROLE_NAMES, Role
 
-app = typer.Typer(help="Create, list and manage users (straight against the store).", no_args_is_help=True)
+app = typer.Typer(
+    help="Create, list and manage users straight against the store (no server needed: "
+         "this is how the first SUPER_ADMINISTRATOR is made). Use --home/--db to pick the store.",
+    no_args_is_help=True,
+)
 
 ROLE_HELP = f"One of {', '.join(ROLE_NAMES)}."
 
@@ -23,24 +30,14 @@ def _role(value: str) -> Role:
     try:
         return Role(value.upper())
     except ValueError:
-        fail(f"unknown role {value!r}; {ROLE_HELP}", ExitCode.USAGE)
-
-
-def read_password(password_stdin: bool, *, confirm: bool = True) -> str:
-    """A password from stdin (one line) or a hidden prompt; never from argv."""
-    if password_stdin:
-        line = sys.stdin.readline()
-        password = line.rstrip("\r\n")
-        if not password:
-            fail("no password on standard input", ExitCode.USAGE)
-        return password
-    if not sys.stdin.isatty():
-        fail("no terminal for the password prompt; use --password-stdin", ExitCode.USAGE)
-    return typer.prompt("Password", hide_input=True, confirmation_prompt=confirm)
+        fail(f"unknown role {value!r}; one of {', '.join(ROLE_NAMES)}", ExitCode.USAGE)
 
 
 async def resolve_user(core, name_or_id: str):
     """A user by name (case-insensitive) or by user_id."""
+    from orchestra.errors import UserNotExistError
+    from orchestra.services import auth
+
     try:
         return await auth.find_user(core, name_or_id)
     except UserNotExistError:
@@ -66,6 +63,8 @@ def create(
     password = read_password(password_stdin)
 
     async def action():
+        from orchestra.services import auth
+
         async with open_core(settings_from(ctx)) as core:
             return await auth.register(core, user_name=user_name, password=password, role=chosen)
 
@@ -77,6 +76,8 @@ def create(
 @handle_errors
 def list_users(ctx: typer.Context, json_output: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """List every user, oldest first."""
+    from orchestra.db.models import iso
+    from orchestra.services import auth
 
     async def action():
         async with open_core(settings_from(ctx)) as core:
@@ -87,6 +88,8 @@ def list_users(ctx: typer.Context, json_output: bool = typer.Option(False, "--js
     if json_output:
         print_json(rows)
         return
+    from rich.table import Table
+
     table = Table("user_name", "role")
     table.add_column("created (UTC)", no_wrap=True)
     table.add_column("user_id", no_wrap=True, min_width=36)
@@ -96,14 +99,27 @@ def list_users(ctx: typer.Context, json_output: bool = typer.Option(False, "--js
     out.print(table)
 
 
-def _change_role(ctx: typer.Context, name_or_id: str, role: Role) -> None:
+def _change_role(ctx: typer.Context, name_or_id: str, role: Role, direction: str = "set") -> None:
+    """Set the role; `direction` "raise" refuses a lower role, "lower" a higher one (exit 2)."""
+    from orchestra.services import auth
+
     async def action():
         async with open_core(settings_from(ctx)) as core:
             user = await resolve_user(core, name_or_id)
-            return await auth.set_role(core, user_id=user.id, new_role=role)
+            current = Role(user.role)
+            if current == role and direction != "set":
+                return user, False
+            if direction == "raise" and role.rank < current.rank:
+                return user, "promote only raises a role"
+            if direction == "lower" and role.rank > current.rank:
+                return user, "demote only lowers a role"
+            return await auth.set_role(core, user_id=user.id, new_role=role), True
 
-    user = run(action())
-    success(f"{user.user_name} is now {user.role}")
+    user, changed = run(action())
+    if isinstance(changed, str):
+        fail(f"{user.user_name} is {user.role}: {changed}; use 'orchestra user set-role "
+             f"{user.user_name} {role.value}' to set it to {role.value}", ExitCode.USAGE)
+    success(f"{user.user_name} is now {user.role}" if changed else f"{user.user_name} is already {user.role}")
 
 
 @app.command()
@@ -113,8 +129,8 @@ def promote(
     user: str = typer.Argument(..., help="User name or user_id."),
     to: str = typer.Option("SUPER_ADMINISTRATOR", "--to", help=ROLE_HELP),
 ) -> None:
-    """Raise a user's role (to SUPER_ADMINISTRATOR unless --to says otherwise)."""
-    _change_role(ctx, user, _role(to))
+    """Raise a user's role (to SUPER_ADMINISTRATOR unless --to says otherwise); never lowers it."""
+    _change_role(ctx, user, _role(to), "raise")
 
 
 @app.command()
@@ -124,8 +140,8 @@ def demote(
     user: str = typer.Argument(..., help="User name or user_id."),
     to: str = typer.Option("USER", "--to", help=ROLE_HELP),
 ) -> None:
-    """Lower a user's role (to USER unless --to says otherwise)."""
-    _change_role(ctx, user, _role(to))
+    """Lower a user's role (to USER unless --to says otherwise); never raises it."""
+    _change_role(ctx, user, _role(to), "lower")
 
 
 @app.command("set-role")
@@ -150,6 +166,8 @@ def passwd(
     password = read_password(password_stdin)
 
     async def action():
+        from orchestra.services import auth
+
         async with open_core(settings_from(ctx)) as core:
             target = await resolve_user(core, user)
             await auth.set_password(core, user_id=target.id, password=password)
@@ -173,6 +191,8 @@ def delete(
         typer.confirm(f"Delete {user} and everything they own?", abort=True)
 
     async def action():
+        from orchestra.services import auth
+
         async with open_core(settings_from(ctx)) as core:
             target = await resolve_user(core, user)
             return await auth.delete_user(core, user_id=target.id)

@@ -12,37 +12,19 @@ import sys
 from typing import Any, Optional
 
 import typer
-from rich.table import Table
 
 from orchestra.cli.console import ExitCode, fail, handle_errors, out, print_json, success
-from orchestra.cli.login import SERVER, TOKEN, connect
-from orchestra.client import Client
+from orchestra.cli.remote import JSON, SERVER, TOKEN, connect, resolve_provider, show_fields
+from orchestra.cli.remote import without_message as _worker
 
-app = typer.Typer(help="Your workers on a server: list, create, show, delete.", no_args_is_help=True)
+app = typer.Typer(help="Your workers on a server: list, create, show, update, delete.", no_args_is_help=True)
 
-JSON = typer.Option(False, "--json", help="Print JSON (the objects as the API returns them).")
+FIELDS = ("worker_id", "name", "description", "provider_id", "provider_name", "model", "tools", "bound_skill",
+          "system_prompt", "created_at", "updated_at")
 
 
 def register(root: typer.Typer) -> None:
     root.add_typer(app, name="worker")
-
-
-def resolve_provider(client: Client, ref: str) -> str:
-    """The provider_id for `ref`: a provider_id, else a provider's exact name."""
-    providers = client.get("/provider").get("providers", [])
-    for p in providers:
-        if ref in (p.get("provider_id"), p.get("id")):
-            return str(p.get("provider_id") or p.get("id"))
-    named = [p for p in providers if p.get("name") == ref]
-    if not named:
-        known = ", ".join(sorted(str(p.get("name")) for p in providers)) or "none registered"
-        fail(f"unknown provider {ref!r} (no provider has that id or name; known: {known})", ExitCode.USAGE)
-    return str(named[0].get("provider_id") or named[0].get("id"))
-
-
-def _worker(body: dict[str, Any]) -> dict[str, Any]:
-    """The worker object of an answer, without the `message` field."""
-    return {k: v for k, v in body.items() if k != "message"}
 
 
 @app.command("list")
@@ -52,6 +34,8 @@ def list_(
     server: Optional[str] = SERVER, token: Optional[str] = TOKEN, json_output: bool = JSON,
 ) -> None:
     """List your workers."""
+    from rich.table import Table
+
     with connect(ctx, server, token) as client:
         workers = client.get("/agent/worker").get("workers", [])
     if json_output:
@@ -107,15 +91,47 @@ def show(
     """Show one of your workers."""
     with connect(ctx, server, token) as client:
         worker = _worker(client.get(f"/agent/worker/{worker_id}"))
+    show_fields(worker, FIELDS, json_output)
+
+
+@app.command()
+@handle_errors
+def update(
+    ctx: typer.Context,
+    worker_id: str = typer.Argument(..., help="The worker's worker_id."),
+    name: Optional[str] = typer.Option(None, "--name", help="A new name."),
+    provider: Optional[str] = typer.Option(None, "--provider", "-p", help="A provider_id or a provider's exact name."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="A model."),
+    default_model: bool = typer.Option(False, "--default-model", help="Use the provider's model_id."),
+    tools: Optional[list[str]] = typer.Option(None, "--tool", "-t",
+                                              help="Replace the tools with these (repeatable)."),
+    no_tools: bool = typer.Option(False, "--no-tools", help="Remove every tool."),
+    skill: Optional[str] = typer.Option(None, "--skill", help="The name of a skill to bind."),
+    no_skill: bool = typer.Option(False, "--no-skill", help="Unbind the skill."),
+    system_prompt: Optional[str] = typer.Option(None, "--system-prompt", help="A new system prompt."),
+    description: Optional[str] = typer.Option(None, "--description", help="A new description."),
+    server: Optional[str] = SERVER, token: Optional[str] = TOKEN, json_output: bool = JSON,
+) -> None:
+    """Change one of your workers; only the fields given change."""
+    for a, b, one, other in ((model, default_model, "--model", "--default-model"),
+                             (tools, no_tools, "--tool", "--no-tools"), (skill, no_skill, "--skill", "--no-skill")):
+        if a and b:
+            fail(f"{one} and {other} exclude each other", ExitCode.USAGE)
+    body: dict[str, Any] = {k: v for k, v in (("name", name), ("model", model), ("tools", tools or None),
+                                              ("bound_skill", skill), ("system_prompt", system_prompt),
+                                              ("description", description)) if v is not None}
+    body.update({k: empty for k, empty, flag in (("model", None, default_model), ("tools", [], no_tools),
+                                                 ("bound_skill", None, no_skill)) if flag})
+    if not body and provider is None:
+        fail("nothing to change: give --name, --provider, --model, --tool, --skill, --system-prompt, "
+             "--description or one of the --no-… / --default-model flags", ExitCode.USAGE)
+    with connect(ctx, server, token) as client:
+        if provider is not None:
+            body["provider_id"] = resolve_provider(client, provider)
+        updated = _worker(client.put(f"/agent/worker/{worker_id}", json=body))
     if json_output:
-        print_json(worker)
-        return
-    for key in ("worker_id", "name", "description", "provider_id", "provider_name", "model",
-                "tools", "bound_skill", "system_prompt", "created_at", "updated_at"):
-        value = worker.get(key)
-        shown = ", ".join(value) if isinstance(value, list) else ("" if value is None else str(value))
-        out.print(f"[b]{key}[/]: ", end="", highlight=False)
-        out.print(shown, markup=False, highlight=False)
+        print_json(updated)
+    success(f"updated worker {updated.get('name')} ({worker_id})")
 
 
 @app.command()

@@ -1,30 +1,30 @@
-"""`orchestra workflow …`: templates and runs on a server, and a run's stream in the terminal.
+"""`orchestra workflow …`: runs on a server, and a run's stream in the terminal.
 
 `run` starts a run (and with `--watch` follows it), `watch` follows a run live,
 `replay` shows a run again at its recorded pace (`--speed N` N times faster, 0 at
-once), `reply` answers a run's question. `--json` prints data for scripts: lists and
-objects as JSON, streams as one raw event object per line. A watched run that does not
-succeed exits 1 with one line naming its status.
+once), `reply` answers a run's question, `cancel` stops it. `--json` prints data for
+scripts: lists and objects as JSON, streams as one raw event object per line. A watched
+run that does not succeed exits 1 with one line naming its status. Templates have their
+own group (`orchestra template …`); `workflow create` is kept as its alias.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
-from pathlib import Path
-from typing import Any, Iterable, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional
 
 import typer
-from rich.table import Table
 
 from orchestra.cli.console import ExitCode, err, fail, handle_errors, out, print_json, success
-from orchestra.cli.login import SERVER, TOKEN, connect
-from orchestra.cli.render import Outcome, make_renderer, parse_ts
-from orchestra.client import APIError, Client, Event
+from orchestra.cli.remote import SERVER, TOKEN, connect, read_text_arg
 
-app = typer.Typer(help="Workflow templates and runs on a server; follow a run live.", no_args_is_help=True)
+if TYPE_CHECKING:
+    from orchestra.client import Client, Event
+
+app = typer.Typer(help="Workflow runs on a server: run, list, show, watch, replay, reply, cancel.",
+                  no_args_is_help=True)
 
 JSON = typer.Option(False, "--json", help="Print JSON (streams: one raw event object per line).")
 WHATS = ("all", "templates", "runs")
@@ -46,9 +46,13 @@ def _id(item: dict[str, Any], *names: str) -> str:
 def list_(
     ctx: typer.Context,
     what: str = typer.Argument("all", help="all, templates or runs."),
+    all_users: bool = typer.Option(False, "--all", help="Runs of every user (ADMINISTRATOR and above)."),
+    limit: Optional[int] = typer.Option(None, "--limit", min=1, max=1000, help="At most this many runs (100)."),
     server: Optional[str] = SERVER, token: Optional[str] = TOKEN, json_output: bool = JSON,
 ) -> None:
     """List workflow templates and your runs (newest runs first)."""
+    from rich.table import Table
+
     if what not in WHATS:
         fail(f"unknown list {what!r}; use one of {', '.join(WHATS)}", ExitCode.USAGE)
     result: dict[str, list] = {}
@@ -56,7 +60,7 @@ def list_(
         if what in ("all", "templates"):
             result["templates"] = client.get("/workflow/template").get("templates", [])
         if what in ("all", "runs"):
-            result["runs"] = client.get("/workflow/run").get("runs", [])
+            result["runs"] = client.get("/workflow/run", params=_run_params(all_users, limit)).get("runs", [])
     if json_output:
         print_json(result)
         return
@@ -103,45 +107,39 @@ def show(
 def create(
     ctx: typer.Context,
     file: str = typer.Argument(..., help="Template JSON file ({name, description?, steps}); '-' reads stdin."),
+    shared: Optional[bool] = typer.Option(None, "--shared/--private", help="Share with every user (admins)."),
     server: Optional[str] = SERVER, token: Optional[str] = TOKEN, json_output: bool = JSON,
 ) -> None:
-    """Create a workflow template from a JSON file; prints its template_id."""
-    try:
-        text = sys.stdin.read() if file == "-" else Path(file).read_text()
-        body = json.loads(text)
-    except ValueError as exc:
-        fail(f"{file} is not valid JSON: {exc}", ExitCode.USAGE)
-    with connect(ctx, server, token) as client:
-        created = client.post("/workflow/template", json=body)
-    if json_output:
-        print_json(created)
-        return
-    template = created.get("template") if isinstance(created.get("template"), dict) else created
-    sys.stdout.write(_id(template, "template_id", "id") + "\n")
+    """Create a workflow template from a JSON file; prints its template_id (same as
+    `orchestra template create`)."""
+    from orchestra.cli.template import create_from_file
+
+    create_from_file(ctx, file, shared, server, token, json_output)
 
 
 @app.command()
 @handle_errors
 def run(
     ctx: typer.Context,
-    template_id: str = typer.Argument(..., help="The template to run."),
-    input_: str = typer.Option(..., "--input", "-i", help="The run's input text ('-' reads stdin)."),
+    template: str = typer.Argument(..., help="The template to run: a template_id or its exact name."),
+    input_: Optional[str] = typer.Option(None, "--input", "-i",
+                                         help="The run's input text ('-' reads stdin; default: none)."),
     files: list[str] = typer.Option([], "--file", "-f", help="An uploaded file_id (repeatable)."),
     watch_: bool = typer.Option(False, "--watch", "-w", help="Follow the run until it ends."),
     server: Optional[str] = SERVER, token: Optional[str] = TOKEN, json_output: bool = JSON,
 ) -> None:
     """Start a run; print its trace_id, or with --watch follow it live."""
-    text = sys.stdin.read() if input_ == "-" else input_
+    from orchestra.cli.template import template_id
+
+    text = None if input_ is None else (sys.stdin.read() if input_ == "-" else input_)
     with connect(ctx, server, token) as client:
-        trace_id = client.start_run(template_id, text, files)
+        trace_id = client.start_run(template_id(client, template), text, files)
         if not watch_:
             if json_output:
                 print_json({"trace_id": trace_id})
             else:
                 sys.stdout.write(trace_id + "\n")
             return
-        if not json_output:
-            err.print(f"started run {trace_id}", highlight=False)
         _follow(client, trace_id, client.events(trace_id), json_output)
 
 
@@ -168,7 +166,7 @@ def replay(
 ) -> None:
     """Replay a run's events at their recorded pace (from the stored `ts` values)."""
     with connect(ctx, server, token) as client:
-        _follow(client, trace_id, paced(client.events(trace_id), speed), json_output, interactive=False)
+        _follow(client, trace_id, paced(client.events(trace_id), speed), json_output, replay=True)
 
 
 @app.command()
@@ -181,7 +179,7 @@ def reply(
     server: Optional[str] = SERVER, token: Optional[str] = TOKEN,
 ) -> None:
     """Answer a run that waits for a reply."""
-    content = sys.stdin.read().rstrip("\n") if text == "-" else text
+    content = read_text_arg(text)
     with connect(ctx, server, token) as client:
         client.reply(trace_id, content, request_id)
     success(f"replied to run {trace_id}")
@@ -200,8 +198,30 @@ def cancel(
     success(f"cancelled run {trace_id}")
 
 
+@app.command()
+@handle_errors
+def events(
+    ctx: typer.Context,
+    trace_id: str = typer.Argument(..., help="The run's trace_id."),
+    after: int = typer.Option(0, "--after", min=0, help="Only events after this seq."),
+    server: Optional[str] = SERVER, token: Optional[str] = TOKEN,
+) -> None:
+    """Print a run's stored events as JSON (`[{seq, kind, data}]`), without waiting for more."""
+    with connect(ctx, server, token) as client:
+        print_json(client.get(f"/workflow/run/{trace_id}/events", params={"after": after}).get("events", []))
+
+
+def _run_params(all_users: bool, limit: int | None) -> dict[str, Any]:
+    params: dict[str, Any] = {"all": "1"} if all_users else {}
+    if limit is not None:
+        params["limit"] = limit
+    return params
+
+
 def paced(events: Iterable[Event], speed: float, sleep=time.sleep) -> Iterator[Event]:
     """Yield events spaced as their `ts` values were, `speed` times faster (0: no waits)."""
+    from orchestra.cli.render import parse_ts
+
     first: float | None = None
     began = time.monotonic()
     for event in events:
@@ -215,22 +235,19 @@ def paced(events: Iterable[Event], speed: float, sleep=time.sleep) -> Iterator[E
         yield event
 
 
-def _follow(client: Client, trace_id: str, events: Iterable[Event], json_output: bool,
-            *, interactive: bool = True) -> None:
-    """Render `events`; exit non-zero when the run did not succeed."""
+def _follow(client: "Client", trace_id: str, events: Iterable["Event"], json_output: bool,
+            *, replay: bool = False) -> None:
+    """Render `events`; exit non-zero when the run did not succeed. On a terminal (not a
+    replay) questions are put at the prompt while the events keep coming."""
+    from orchestra.cli.render import LiveRenderer, Outcome, make_renderer
 
-    def ask(request_id: str | None, prompt: str, step_id: str | None) -> None:
-        answer = typer.prompt(f"{step_id or 'run'} asks: {prompt}\nyour answer", err=True)
-        try:
-            client.reply(trace_id, answer, request_id)
-        except APIError as exc:
-            err.print(f"[yellow]reply not taken:[/] {exc.message}", highlight=False)
-
-    can_ask = interactive and sys.stdin.isatty()
     try:
-        with make_renderer(trace_id, json_lines=json_output, console=out, ask=ask if can_ask else None) as view:
-            for event in events:
-                view.handle(event)
+        with make_renderer(trace_id, json_lines=json_output, console=out, replay=replay) as view:
+            if isinstance(view, LiveRenderer) and not replay and sys.stdin.isatty():
+                _follow_answering(client, trace_id, events, view)
+            else:
+                for event in events:
+                    view.handle(event)
     except BrokenPipeError:  # `… --json | head`: the reader has seen enough
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         raise typer.Exit(0) from None
@@ -238,6 +255,33 @@ def _follow(client: Client, trace_id: str, events: Iterable[Event], json_output:
     if outcome.status is None:  # the stream ended (204) without showing the end: ask the record
         record = client.get(f"/workflow/run/{trace_id}")
         outcome = Outcome(status=str(record.get("run", record).get("status")))
+        outcome.error = record.get("run", record).get("error")
     if outcome.status != "succeeded":
-        detail = f": {outcome.error}" if outcome.error else ""
+        shown = not json_output and view.outcome.status is not None  # the view printed the reason
+        detail = f": {outcome.error}" if outcome.error and not shown else ""
         fail(f"run {trace_id} {outcome.status}{detail}", ExitCode.ERROR)
+
+
+def _follow_answering(client: "Client", trace_id: str, events: Iterable["Event"], view) -> None:
+    """The live view with questions answered at the prompt (see orchestra.cli.prompt)."""
+    from orchestra.cli.prompt import EventPump, Question, ask
+    from orchestra.client import APIError
+
+    def send(request_id: str | None, answer: str) -> str | None:
+        try:
+            client.reply(trace_id, answer, request_id)
+        except APIError as exc:
+            return exc.message
+        return None
+
+    pump = EventPump(events)
+    for event in pump:
+        view.handle(event)
+        if event.kind == "reply_requested":
+            question = Question.of(event)
+            view.pause()
+            try:
+                ask(question, pump, lambda answer: send(question.request_id, answer),
+                    lambda text, end="\n": err.print(text, end=end, highlight=False, markup=False))
+            finally:
+                view.resume()

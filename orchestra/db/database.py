@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from playhouse.pwasyncio import AsyncPostgresqlDatabase, AsyncSqliteDatabase
+from playhouse.pwasyncio import (
+    AsyncPostgresqlDatabase,
+    AsyncSqliteConnection,
+    AsyncSqliteDatabase,
+    AsyncSqlitePool,
+)
 
 from orchestra.db.models import database_proxy
+
+logger = logging.getLogger("orchestra.db")
 
 SQLITE_PRAGMAS = {
     "journal_mode": "wal",
@@ -26,6 +35,76 @@ async def release_connection(db) -> None:
     nine queued logins) exhaust the pool and every other query times out (500)."""
     if not db.in_transaction():
         await db.aclose()
+
+
+async def end_task_store_work(db) -> None:
+    """At the end of a request, whatever happened in it (an exception, a cancellation, a
+    streamed response): forget any transaction it left open and hand its connection back.
+
+    The pool rolls the connection back before anyone else gets it (see
+    `SettlingSqliteDatabase` for a statement still running in SQLite's thread).
+    Nothing can legitimately still be inside a transaction here: the request is over."""
+    try:
+        leaked = db.transaction_depth()
+        if leaked:
+            logger.warning("a request ended inside %d open transaction(s); rolling back", leaked)
+            while db.transaction_depth():
+                db.pop_transaction()
+            db._clear_commit_callbacks()
+        await db.aclose()
+    except Exception:  # the pool may be closing at shutdown
+        logger.warning("could not release a request's store connection", exc_info=True)
+
+
+class _SettlingConnection(AsyncSqliteConnection):
+    """Remembers that a statement was interrupted (its task cancelled) while it ran."""
+
+    interrupted = False
+
+    async def execute(self, sql, params=None):
+        try:
+            return await super().execute(sql, params)
+        except asyncio.CancelledError:
+            self.interrupted = True
+            raise
+
+
+class _SettlingPool(AsyncSqlitePool):
+    """aiosqlite runs each statement in the connection's own thread, and cancelling the
+    awaiting task does not stop it. A request cancelled while its `BEGIN IMMEDIATE`
+    waited for the write lock (a client hanging up) used to hand its connection back at
+    once; the BEGIN then succeeded behind the pool's back, and that idle connection held
+    the write lock: every other writer got "database is locked" until it happened to be
+    reused. Here an interrupted connection first waits for its statement to finish, so
+    the release then sees the open transaction and rolls it back."""
+
+    async def _create_connection(self):
+        plain = await super()._create_connection()
+        return _SettlingConnection(plain.conn)
+
+    async def release(self, conn):
+        if getattr(conn, "interrupted", False) and not self._closed and not conn.stale():
+            conn.interrupted = False
+            try:  # queued behind the interrupted statement in the connection's thread
+                await (await conn.conn.execute("SELECT 1")).close()
+            except Exception:  # the rollback below decides; a broken one is replaced
+                logger.warning("an interrupted store connection did not settle", exc_info=True)
+        await super().release(conn)
+
+
+class SettlingSqliteDatabase(AsyncSqliteDatabase):
+    """`AsyncSqliteDatabase` whose pool never hands out a connection that a cancelled
+    statement may still put in a transaction (see `_SettlingPool`)."""
+
+    async def _create_pool_async(self):
+        pool = _SettlingPool(
+            self.database,
+            pool_size=1 if self.database == ":memory:" else self._pool_size,
+            on_connect=self._add_conn_hooks,
+            timeout=self._timeout,
+            **self.connect_params,
+        )
+        return await pool.initialize()
 
 
 class DatabaseUrlError(ValueError):
@@ -65,7 +144,7 @@ def make_database(url: str, *, pool_size: int = 8):
             raise DatabaseUrlError("sqlite URL needs a file path: sqlite:////abs/path.db")
         if path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-        return AsyncSqliteDatabase(path, pragmas=SQLITE_PRAGMAS, pool_size=pool_size)
+        return SettlingSqliteDatabase(path, pragmas=SQLITE_PRAGMAS, pool_size=pool_size)
     if scheme in ("postgres", "postgresql"):
         params = postgres_params(url)
         return AsyncPostgresqlDatabase(params.pop("database"), pool_size=pool_size, **params)

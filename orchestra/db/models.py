@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import unicodedata
 import uuid
 
 from peewee import (
@@ -60,10 +61,29 @@ class JSONField(TextField):
         return None if value is None else json.loads(value)
 
 
+def name_key(name: str) -> str:
+    """The uniqueness key of a name compared without regard to case or width (NFKC,
+    casefolded): "Same", "same" and "ＳＡＭＥ" are one name."""
+    return unicodedata.normalize("NFKC", name).casefold()
+
+
 class BaseModel(AsyncModel):
     class Meta:
         database = database_proxy
         legacy_table_names = False
+
+
+class NamedModel(BaseModel):
+    """A model whose `name` is unique without regard to case (in a scope its Meta
+    index says): `name_key` always follows `name` on save, and a unique index on it
+    (migration 0002) makes the store refuse a duplicate, so concurrent creates or
+    renames cannot both win. Writes that bypass `save()` must set `name_key` too."""
+
+    def save(self, force_insert: bool = False, only=None):
+        self.name_key = name_key(self.name)
+        if only is not None:
+            only = [*only, type(self).name_key]
+        return super().save(force_insert, only)
 
 
 class User(BaseModel):
@@ -87,9 +107,10 @@ class RefreshToken(BaseModel):
     created_at = DateTimeField(default=utcnow)
 
 
-class Provider(BaseModel):
+class Provider(NamedModel):
     id = CharField(primary_key=True, max_length=36, default=new_id)
     name = CharField(max_length=128, unique=True)
+    name_key = CharField(max_length=512, unique=True)
     kind = CharField(max_length=32)
     model_id = CharField(max_length=256)
     base_url = CharField(max_length=1024, null=True)
@@ -99,19 +120,21 @@ class Provider(BaseModel):
     created_at = DateTimeField(default=utcnow)
 
 
-class Skill(BaseModel):
+class Skill(NamedModel):
     id = CharField(primary_key=True, max_length=36, default=new_id)
     name = CharField(max_length=128, unique=True)
+    name_key = CharField(max_length=512, unique=True)
     description = TextField(default="")
     instructions = TextField(default="")
     created_at = DateTimeField(default=utcnow)
     updated_at = DateTimeField(default=utcnow)
 
 
-class Worker(BaseModel):
+class Worker(NamedModel):
     id = CharField(primary_key=True, max_length=36, default=new_id)
     owner = ForeignKeyField(User, on_delete="CASCADE", index=True)
     name = CharField(max_length=128)
+    name_key = CharField(max_length=512)  # unique per owner
     description = TextField(default="")
     system_prompt = TextField(default="")
     provider = ForeignKeyField(Provider, on_delete="RESTRICT", index=True)
@@ -120,6 +143,9 @@ class Worker(BaseModel):
     bound_skill = CharField(max_length=128, null=True, index=True)
     created_at = DateTimeField(default=utcnow)
     updated_at = DateTimeField(default=utcnow)
+
+    class Meta:
+        indexes = ((("owner", "name_key"), True),)
 
 
 class SystemNode(BaseModel):
@@ -139,15 +165,19 @@ class Upload(BaseModel):
     created_at = DateTimeField(default=utcnow)
 
 
-class WorkflowTemplate(BaseModel):
+class WorkflowTemplate(NamedModel):
     id = CharField(primary_key=True, max_length=36, default=new_id)
     owner = ForeignKeyField(User, on_delete="CASCADE", index=True)
     name = CharField(max_length=128)
+    name_key = CharField(max_length=512)  # unique per owner
     description = TextField(default="")
     steps = JSONField()
     shared = BooleanField(default=False)
     created_at = DateTimeField(default=utcnow)
     updated_at = DateTimeField(default=utcnow)
+
+    class Meta:
+        indexes = ((("owner", "name_key"), True),)
 
 
 class WorkflowRun(BaseModel):

@@ -13,10 +13,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from peewee import IntegrityError, fn
+from peewee import IntegrityError
 
 from orchestra.core import Core
-from orchestra.db.models import Provider, Skill, SystemNode, Worker, iso, storable, utcnow
+from orchestra.db.models import Provider, Skill, SystemNode, Worker, iso, name_key, storable, utcnow
 from orchestra.engine.tools import REGISTRY, ToolRegistry
 from orchestra.errors import ConflictError, NotFoundError, ValidationError
 from orchestra.services.providers import (
@@ -283,12 +283,17 @@ def skill_view(skill: Skill) -> dict[str, Any]:
     }
 
 
+def _skill_name_taken(name: str) -> ConflictError:
+    return ConflictError(f"A skill named '{name}' already exists (names ignore case).")
+
+
 async def _ensure_skill_name_free(core: Core, name: str, *, except_id: str | None = None) -> None:
-    query = Skill.select(Skill.id).where(fn.LOWER(Skill.name) == name.lower())
+    """A friendly early 409; the unique index on `name_key` is what decides under races."""
+    query = Skill.select(Skill.id).where(Skill.name_key == name_key(name))
     if except_id is not None:
         query = query.where(Skill.id != except_id)
-    if await core.db.count(query):
-        raise ConflictError(f"A skill named '{name}' already exists.")
+    if await core.db.exists(query):
+        raise _skill_name_taken(name)
 
 
 async def create_skill(core: Core, *, name: str, description: str = "", instructions: str = "") -> Skill:
@@ -299,8 +304,8 @@ async def create_skill(core: Core, *, name: str, description: str = "", instruct
     await _ensure_skill_name_free(core, name)
     try:
         skill = await Skill.acreate(name=name, description=description, instructions=instructions)
-    except IntegrityError:
-        raise ConflictError(f"A skill named '{name}' already exists.") from None
+    except IntegrityError:  # the unique name_key index: a concurrent create took the name
+        raise _skill_name_taken(name) from None
     _invalidate(core)
     return skill
 
@@ -338,8 +343,8 @@ async def update_skill(
         skill.updated_at = utcnow()
         try:
             await skill.asave()
-        except IntegrityError:
-            raise ConflictError(f"A skill named '{skill.name}' already exists.") from None
+        except IntegrityError:  # the unique name_key index: a concurrent rename took the name
+            raise _skill_name_taken(skill.name) from None
         if skill.name != old_name:
             await core.db.aexecute(
                 Worker.update(bound_skill=skill.name).where(Worker.bound_skill == old_name)
@@ -416,9 +421,7 @@ async def _check_references(
     if bound_skill is not _UNSET and bound_skill is not None:
         rows = []
         if storable(bound_skill):
-            rows = await core.db.list(
-                Skill.select().where(fn.LOWER(Skill.name) == bound_skill.strip().lower())
-            )
+            rows = await core.db.list(Skill.select().where(Skill.name_key == name_key(bound_skill.strip())))
         if rows:
             bound_skill = rows[0].name
         else:
@@ -427,6 +430,40 @@ async def _check_references(
         summary = "; ".join(f"{p['field']}: {p['problem']}" for p in problems)
         raise ValidationError(f"Unknown references: {summary}.", detail=problems)
     return tools, bound_skill
+
+
+def _worker_name_taken(name: str) -> ConflictError:
+    return ConflictError(f"You already have a worker named '{name}' (names ignore case).")
+
+
+async def _ensure_worker_name_free(
+    core: Core, owner_id: str, name: str, *, except_id: str | None = None
+) -> None:
+    """A friendly early 409; the unique (owner, name_key) index decides under races."""
+    query = Worker.select(Worker.id).where(
+        (Worker.owner == owner_id) & (Worker.name_key == name_key(name))
+    )
+    if except_id is not None:
+        query = query.where(Worker.id != except_id)
+    if await core.db.exists(query):
+        raise _worker_name_taken(name)
+
+
+async def _save_worker(core: Core, worker: Worker, *, create: bool) -> Worker:
+    """Insert or update; an IntegrityError is the name index (409) or a provider deleted
+    meanwhile (422): which one is read back from the store."""
+    try:
+        await worker.asave(force_insert=create)
+    except IntegrityError:
+        taken = Worker.select(Worker.id).where(
+            (Worker.owner == worker.owner_id)
+            & (Worker.name_key == name_key(worker.name))
+            & (Worker.id != worker.id)
+        )
+        if await core.db.exists(taken):
+            raise _worker_name_taken(worker.name) from None
+        raise ValidationError.field("provider_id", f"unknown provider '{worker.provider_id}'") from None
+    return worker
 
 
 async def create_worker(
@@ -446,16 +483,15 @@ async def create_worker(
     description = clean_text(description, "description")
     system_prompt = clean_text(system_prompt, "system_prompt", PROMPT_MAX)
     model = clean_model(model, "model") if model is not None else None
+    await _ensure_worker_name_free(core, owner_id, name)
     tools, bound_skill = await _check_references(
         core, provider_id=provider_id, tools=list(tools), bound_skill=bound_skill
     )
-    try:
-        worker = await Worker.acreate(
-            owner=owner_id, name=name, description=description, system_prompt=system_prompt,
-            provider=provider_id, model=model, tools=tools, bound_skill=bound_skill,
-        )
-    except IntegrityError:  # the provider was deleted meanwhile
-        raise ValidationError.field("provider_id", f"unknown provider '{provider_id}'") from None
+    worker = Worker(
+        owner=owner_id, name=name, description=description, system_prompt=system_prompt,
+        provider=provider_id, model=model, tools=tools, bound_skill=bound_skill,
+    )
+    await _save_worker(core, worker, create=True)
     _invalidate(core)
     return worker
 
@@ -487,6 +523,7 @@ async def update_worker(core: Core, *, owner_id: str, worker_id: str, **changes:
     worker = await get_worker(core, owner_id=owner_id, worker_id=worker_id)
     if "name" in changes:
         worker.name = clean_name(changes["name"])
+        await _ensure_worker_name_free(core, owner_id, worker.name, except_id=worker.id)
     if "description" in changes:
         worker.description = clean_text(changes["description"], "description")
     if "system_prompt" in changes:
@@ -506,10 +543,7 @@ async def update_worker(core: Core, *, owner_id: str, worker_id: str, **changes:
     if skill is not _UNSET:
         worker.bound_skill = skill
     worker.updated_at = utcnow()
-    try:
-        await worker.asave()
-    except IntegrityError:
-        raise ValidationError.field("provider_id", "unknown provider") from None
+    await _save_worker(core, worker, create=False)
     _invalidate(core)
     return worker
 

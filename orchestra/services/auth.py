@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import re
 import shutil
@@ -150,7 +151,8 @@ async def delete_user(core: Core, *, user_id: str) -> User:
             await _ensure_not_last_super_administrator(core, "delete")
         await core.db.aexecute(User.delete().where(User.id == user.id))
     _snapshot(core).changed()
-    shutil.rmtree(core.settings.uploads_dir / user.id, ignore_errors=True)
+    await release_connection(core.db)  # removing the files may take a while
+    await asyncio.to_thread(shutil.rmtree, core.settings.uploads_dir / user.id, ignore_errors=True)
     for hook in core.extras.get("on_user_deleted", []):
         await hook(user.id)
     return user

@@ -6,14 +6,16 @@ API key is stored only as SecretBox ciphertext plus a masked hint (`sk-…abcd`)
 
 from __future__ import annotations
 
+import asyncio
 import unicodedata
 from typing import Any
 from urllib.parse import urlparse
 
-from peewee import IntegrityError, fn
+from peewee import IntegrityError
 
 from orchestra.core import Core
-from orchestra.db.models import Provider, SystemNode, Worker, iso, storable
+from orchestra.db.database import release_connection
+from orchestra.db.models import Provider, SystemNode, Worker, iso, name_key, storable
 from orchestra.engine.llm.base import LLMError
 from orchestra.engine.llm.factory import SUPPORTED_KINDS, make_client
 from orchestra.errors import ConflictError, NotFoundError, ProviderError, ValidationError
@@ -121,12 +123,17 @@ def _invalidate(core: Core) -> None:
 # --- operations -------------------------------------------------------------------------
 
 
+def _name_taken(name: str) -> ConflictError:
+    return ConflictError(f"A provider named '{name}' already exists (names ignore case).")
+
+
 async def _ensure_name_free(core: Core, name: str, *, except_id: str | None = None) -> None:
-    query = Provider.select(Provider.id).where(fn.LOWER(Provider.name) == name.lower())
+    """A friendly early 409; the unique index on `name_key` is what decides under races."""
+    query = Provider.select(Provider.id).where(Provider.name_key == name_key(name))
     if except_id is not None:
         query = query.where(Provider.id != except_id)
-    if await core.db.count(query):
-        raise ConflictError(f"A provider named '{name}' already exists.")
+    if await core.db.exists(query):
+        raise _name_taken(name)
 
 
 def _check_shape(kind: str, base_url: str | None) -> None:
@@ -162,8 +169,8 @@ async def create_provider(
             api_key_hint=mask(api_key) if api_key else None,
             created_by=created_by,
         )
-    except IntegrityError:  # a concurrent registration took the name
-        raise ConflictError(f"A provider named '{name}' already exists.") from None
+    except IntegrityError:  # the unique name_key index: a concurrent create took the name
+        raise _name_taken(name) from None
     _invalidate(core)
     return provider
 
@@ -186,10 +193,7 @@ async def find_provider(core: Core, name_or_id: str) -> Provider:
         raise NotFoundError(f"No provider is named or has the id '{name_or_id}'.")
     provider = await Provider.aget_or_none(Provider.id == name_or_id)
     if provider is None:
-        rows = await core.db.list(
-            Provider.select().where(fn.LOWER(Provider.name) == name_or_id.strip().lower())
-        )
-        provider = rows[0] if rows else None
+        provider = await Provider.aget_or_none(Provider.name_key == name_key(name_or_id.strip()))
     if provider is None:
         raise NotFoundError(f"No provider is named or has the id '{name_or_id}'.")
     return provider
@@ -220,8 +224,8 @@ async def update_provider(
     _check_shape(provider.kind, provider.base_url)
     try:
         await provider.asave()
-    except IntegrityError:
-        raise ConflictError(f"A provider named '{provider.name}' already exists.") from None
+    except IntegrityError:  # the unique name_key index: a concurrent rename took the name
+        raise _name_taken(provider.name) from None
     _invalidate(core)
     return provider
 
@@ -272,10 +276,13 @@ async def check_provider(core: Core, *, provider_id: str) -> list[str]:
             detail={"provider_id": provider.id},
         ) from None
     timeout = min(core.settings.llm_timeout, CHECK_TIMEOUT)
+    # The provider may take CHECK_TIMEOUT seconds: hold no store connection meanwhile,
+    # and build the SDK client (seconds of imports and TLS set-up) off the event loop.
+    await release_connection(core.db)
     client = None
     try:
-        client = make_client(
-            kind=provider.kind, api_key=api_key, base_url=provider.base_url, timeout=timeout
+        client = await asyncio.to_thread(
+            make_client, kind=provider.kind, api_key=api_key, base_url=provider.base_url, timeout=timeout
         )
         return sorted(await client.list_models())
     except LLMError as err:

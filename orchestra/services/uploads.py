@@ -6,12 +6,23 @@ file in the owner's folder, its sha256 computed on the way, and is renamed into 
 only when the whole request has arrived and every file is within the limit. Any
 failure (too large, malformed, client gone) removes every temp file; no row is
 written. The client's file name is metadata only, never part of a path.
+
+A temp file (`uploads/<uid>/.<file_id>.part`) is held under an exclusive `flock` from
+its creation until it is renamed into place or removed. A process killed mid-upload
+(`kill -9`, power loss) cannot clean up, but its lock dies with it: at start the server
+sweeps every `.part` file no live process holds, and every per-user folder left empty
+(`sweep_stray_files`). A live upload of another worker sharing the folder is never touched.
+
+The request holds no store connection while the body streams in (`@protected` hands it
+back after reading the caller); the store is used once, to record the finished files.
 """
 
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import hashlib
+import logging
 import os
 import re
 import unicodedata
@@ -39,6 +50,9 @@ _TOKEN = r"[!#$%&'*+.^_`|~0-9A-Za-z-]+"
 _CONTENT_TYPE = re.compile(rf"^{_TOKEN}/{_TOKEN}(\s*;[\x20-\x7e]*)?$")
 _BIDI_CONTROLS = set("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 _SAFE_COMPONENT = re.compile(r"^[A-Za-z0-9-]{1,64}$")
+_PART_FILE = re.compile(r"^\.[A-Za-z0-9-]{1,64}\.part$")
+
+logger = logging.getLogger("orchestra.uploads")
 
 
 def body_limit(upload_max_bytes: int) -> int:
@@ -137,22 +151,82 @@ class _Part:
         self.started, self.finished = True, self.done
         return pieces, self.done
 
-    def write(self, pieces: list[bytes | memoryview], close: bool) -> None:
-        """In a worker thread: open the temp file once, hash and append, maybe close."""
+    def write(self, pieces: list[bytes | memoryview], last: bool) -> None:
+        """In a worker thread: create and lock the temp file once, hash and append; the
+        last write flushes. The file stays open (and locked) until `close()`."""
         if self.handle is None:
-            self.tmp_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            fd = os.open(self.tmp_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            self.handle = os.fdopen(fd, "wb")
+            self.handle = _create_locked(self.tmp_path)
         for piece in pieces:
             self.hasher.update(piece)
             self.handle.write(piece)
-        if close:
+        if last:
+            self.handle.flush()
+
+    def close(self) -> None:
+        """Close the temp file, which gives up its lock (after the rename, or to remove it)."""
+        if self.handle is not None and not self.handle.closed:
             self.handle.close()
 
     def discard(self) -> None:
-        if self.handle is not None and not self.handle.closed:
-            self.handle.close()
         self.tmp_path.unlink(missing_ok=True)
+        self.close()
+
+
+def _create_locked(path: Path) -> BinaryIO:
+    """Create `path` (0600, never an existing file) and hold an exclusive flock on it, so
+    the start-up sweep of another process knows it is in use."""
+    for attempt in (1, 2):
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileNotFoundError:  # a starting worker's sweep removed the empty folder
+            if attempt == 2:
+                raise
+            continue
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        return os.fdopen(fd, "wb")
+    raise AssertionError("unreachable")
+
+
+def sweep_stray_files(uploads_dir: Path) -> tuple[int, int]:
+    """Remove every `uploads/<uid>/.<id>.part` no live process holds locked, then every
+    per-user folder left empty. Returns (files removed, folders removed). Run at start."""
+    files = folders = 0
+    try:
+        owners = [entry for entry in os.scandir(uploads_dir) if entry.is_dir(follow_symlinks=False)]
+    except FileNotFoundError:
+        return 0, 0
+    for owner in owners:
+        try:
+            entries = list(os.scandir(owner.path))
+        except OSError:
+            continue
+        for entry in entries:
+            if _PART_FILE.match(entry.name) and entry.is_file(follow_symlinks=False):
+                files += _remove_if_unlocked(Path(entry.path))
+        try:
+            os.rmdir(owner.path)  # only succeeds when empty
+        except OSError:
+            continue
+        folders += 1
+    return files, folders
+
+
+def _remove_if_unlocked(path: Path) -> int:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return 0
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return 0  # a live upload (this or another process) is writing it
+        path.unlink(missing_ok=True)
+        logger.info("removed the stray upload temp file %s", path)
+        return 1
+    finally:
+        os.close(fd)
 
 
 class _Receiver:
@@ -332,6 +406,7 @@ async def _commit(core: Core, owner_id: str, parts: list[_Part]) -> list[Upload]
     def rename_all() -> None:
         for part in parts:
             os.replace(part.tmp_path, part.final_path)
+            part.close()
 
     await asyncio.to_thread(rename_all)
     try:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from peewee import fn
+from peewee import IntegrityError
 
 from orchestra.core import Core
 from orchestra.db.models import (
@@ -23,6 +23,7 @@ from orchestra.db.models import (
     WorkflowRun,
     WorkflowTemplate,
     iso,
+    name_key,
     utcnow,
 )
 from orchestra.engine.executor import FINISHED, PLACEHOLDER, Engine
@@ -95,8 +96,7 @@ async def validate_steps(core: Core, *, owner_id: str, steps: list[Any]) -> list
         clean.append(
             {"id": step_id, "agent": agent, "prompt": prompt, "depends_on": list(dict.fromkeys(depends))}
         )
-    if not problems:
-        _check_graph(clean, problems)
+    _check_graph(clean, problems)  # also after other problems: one 422 names them all
     if problems:
         _raise(problems)
     return clean
@@ -131,23 +131,32 @@ async def _check_agent(core: Core, owner_id: str, agent: Any, field: str, proble
 
 
 def _check_graph(steps: list[dict[str, Any]], problems: list) -> None:
-    """Unknown dependencies, cycles, and placeholders naming steps that are not ancestors."""
-    ids = {s["id"] for s in steps}
-    deps = {s["id"]: s["depends_on"] for s in steps}
+    """Unknown dependencies, cycles, and placeholders naming steps that are not ancestors.
+
+    Every check runs, whatever the others found (docs/api.md: one 422 lists every
+    problem): the graph is built from the steps whose id is valid (the first of a
+    duplicated id), with only the dependencies that name such a step.
+    """
+    ids = {s["id"] for s in steps if s["id"] is not None}
+    deps: dict[str, list[str]] = {}
     for i, step in enumerate(steps):
+        known = []
         for dep in step["depends_on"]:
             if dep not in ids:
                 _problem(problems, f"steps.{i}.depends_on", f"unknown step '{dep}'")
             elif dep == step["id"]:
                 _problem(problems, f"steps.{i}.depends_on", f"step '{dep}' depends on itself")
-    if problems:
-        return
+            else:
+                known.append(dep)
+        step["_known"] = known
+        if step["id"] is not None and step["id"] not in deps:
+            deps[step["id"]] = known
     cycle = _find_cycle(deps)
     if cycle:
         _problem(problems, "steps", f"the steps form a cycle: {' -> '.join(cycle)}")
-        return
     for i, step in enumerate(steps):
-        ancestors = _ancestors(step["id"], deps)
+        known = step.pop("_known")
+        ancestors = set(known).union(*(_ancestors(d, deps) for d in known))
         for match in PLACEHOLDER.finditer(step["prompt"]):
             name = match.group(1)
             if name == "input":
@@ -157,7 +166,7 @@ def _check_graph(steps: list[dict[str, Any]], problems: list) -> None:
                 ref = parts[1]
                 if ref not in ids:
                     _problem(problems, f"steps.{i}.prompt", f"{{{{{name}}}}} names unknown step '{ref}'")
-                elif ref not in ancestors:
+                elif ref not in ancestors or ref == step["id"]:
                     _problem(problems, f"steps.{i}.prompt",
                              f"{{{{{name}}}}} needs step '{ref}' in depends_on (directly or transitively)")
                 continue
@@ -218,14 +227,27 @@ def template_view(template: WorkflowTemplate) -> dict[str, Any]:
     }
 
 
+def _name_taken(name: str) -> ConflictError:
+    return ConflictError(f"You already have a template named '{name}' (names ignore case).")
+
+
 async def _ensure_name_free(core: Core, owner_id: str, name: str, except_id: str | None = None) -> None:
+    """A friendly early 409; the unique (owner, name_key) index decides under races."""
     query = WorkflowTemplate.select(WorkflowTemplate.id).where(
-        (WorkflowTemplate.owner == owner_id) & (fn.LOWER(WorkflowTemplate.name) == name.lower())
+        (WorkflowTemplate.owner == owner_id) & (WorkflowTemplate.name_key == name_key(name))
     )
     if except_id:
         query = query.where(WorkflowTemplate.id != except_id)
     if await core.db.exists(query):
-        raise ConflictError(f"You already have a template named '{name}'.")
+        raise _name_taken(name)
+
+
+async def _save_template(template: WorkflowTemplate, *, create: bool) -> WorkflowTemplate:
+    try:
+        await template.asave(force_insert=create)
+    except IntegrityError:  # the unique (owner, name_key) index: a concurrent write took the name
+        raise _name_taken(template.name) from None
+    return template
 
 
 def _check_share(shared: bool, is_admin: bool) -> None:
@@ -250,9 +272,10 @@ async def create_template(
         raise ValidationError.field("description", f"must be at most {PROMPT_MAX} characters long")
     clean = await validate_steps(core, owner_id=owner_id, steps=steps)
     await _ensure_name_free(core, owner_id, name)
-    return await WorkflowTemplate.acreate(
+    template = WorkflowTemplate(
         owner=owner_id, name=name, description=description, steps=clean, shared=shared
     )
+    return await _save_template(template, create=True)
 
 
 async def list_templates(core: Core, *, user_id: str) -> list[WorkflowTemplate]:
@@ -302,8 +325,7 @@ async def update_template(
     template.steps = await validate_steps(core, owner_id=template.owner_id, steps=steps)
     await _ensure_name_free(core, template.owner_id, template.name, except_id=template.id)
     template.updated_at = utcnow()
-    await template.asave()
-    return template
+    return await _save_template(template, create=False)
 
 
 async def delete_template(core: Core, *, user_id: str, is_admin: bool, template_id: str) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 import re
@@ -11,7 +12,8 @@ from sanic_ext import Config
 
 from orchestra import __version__
 from orchestra.core import Core
-from orchestra.db.database import release_connection
+from orchestra.db.database import end_task_store_work, release_connection
+from orchestra.services.uploads import sweep_stray_files
 from orchestra.settings import Settings
 from orchestra.web import errors, head
 from orchestra.web.blueprints import all_blueprints
@@ -19,6 +21,22 @@ from orchestra.web.limits import RateLimits
 from orchestra.web.protocol import HEAD_MAX_BYTES
 
 _app_numbers = itertools.count(1)
+logger = logging.getLogger("orchestra.web")
+
+
+class OrchestraSanic(Sanic):
+    """Sanic, plus one guarantee: whatever a request does (answers, fails, streams,
+    is cancelled by a client hanging up), its store connection goes back to the pool
+    and any transaction it left open is rolled back when the request ends."""
+
+    async def handle_request(self, request) -> None:
+        try:
+            await super().handle_request(request)
+        finally:
+            core = getattr(self.ctx, "core", None)
+            if core is not None:
+                await end_task_store_work(core.db)
+
 _SECRET_QUERY = re.compile(r"(access_token=)[^&\s\"]+")
 
 
@@ -45,7 +63,7 @@ def _install_log_redaction() -> None:
 def create_app(settings: Settings | None = None, *, name: str | None = None) -> Sanic:
     """Build the app for `settings`; the store opens when the server starts."""
     settings = settings or Settings.from_env()
-    app = Sanic(name or f"orchestra_{next(_app_numbers)}", request_class=head.OrchestraRequest)
+    app = OrchestraSanic(name or f"orchestra_{next(_app_numbers)}", request_class=head.OrchestraRequest)
     app.config.REQUEST_MAX_SIZE = settings.request_max_bytes
     app.config.REQUEST_MAX_HEADER_SIZE = HEAD_MAX_BYTES
     app.config.ACCESS_LOG = settings.access_log
@@ -80,7 +98,8 @@ def create_app(settings: Settings | None = None, *, name: str | None = None) -> 
 
     @app.on_response
     async def release_store_connection(request, response) -> None:
-        """A keep-alive connection must not pin a pooled store connection between requests."""
+        """Hand the store connection back before the response is written (for a stream:
+        before it starts; `OrchestraSanic.handle_request` releases again at its end)."""
         core = getattr(app.ctx, "core", None)
         if core is not None:
             await release_connection(core.db)
@@ -91,6 +110,9 @@ def create_app(settings: Settings | None = None, *, name: str | None = None) -> 
         from orchestra.services.workflows import engine_of
 
         app.ctx.core = await Core.open(settings)
+        files, folders = await asyncio.to_thread(sweep_stray_files, settings.uploads_dir)
+        if files or folders:
+            logger.info("removed %d stray upload temp file(s) and %d empty folder(s)", files, folders)
         app.ctx.limits = RateLimits(settings)
         # The engine listens for signals, resumes runs left without a live owner, and
         # claims queued ones from now on.

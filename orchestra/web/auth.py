@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import wraps
 
 from sanic import Request
 
+from orchestra.db.database import release_connection
 from orchestra.errors import AuthenticationRequiredError, PermissionDeniedError, TokenInvalidError
 from orchestra.services import auth as auth_service
 from orchestra.services.roles import Role
@@ -15,7 +16,7 @@ from orchestra.services.tokens import ACCESS
 
 @dataclass(frozen=True)
 class Principal:
-    """Who is calling, as the access token says."""
+    """Who is calling: the token's user, with the role in force for this request."""
 
     user_id: str
     name: str
@@ -59,22 +60,25 @@ def require_role(principal: Principal, minimum: Role) -> None:
         raise PermissionDeniedError(f"This operation needs the role {minimum.value} or above.")
 
 
-def protected(minimum: Role = Role.USER, *, confirm: bool = False, allow_query: bool = False):
-    """Decorator: authenticate and check the token's role. The caller is always re-read
-    from the store, so a deleted user's token stops working at once everywhere; with
-    confirm=True the role is re-checked there too, so a demoted one's does as well.
-    Sets `request.ctx.principal`."""
+def protected(minimum: Role = Role.USER, *, allow_query: bool = False):
+    """Decorator: authenticate, then authorise with the *lower* of the token's role and
+    the role stored now. The caller is re-read from the store on every request, so a
+    deleted user's token stops at once and a demotion takes effect at once on every
+    route (a promotion waits for a new token). Sets `request.ctx.principal`, whose role
+    is that effective role, and hands the pooled store connection back before the
+    handler runs: a slow body or a slow handler must not hold one."""
 
     def decorator(handler):
         @wraps(handler)
         async def wrapper(request: Request, *args, **kwargs):
+            core = request.app.ctx.core
             principal = authenticate(request, allow_query=allow_query)
             require_role(principal, minimum)
-            await auth_service.confirm_role(
-                request.app.ctx.core,
-                user_id=principal.user_id,
-                minimum=minimum if confirm else Role.USER,
-            )
+            user = await auth_service.confirm_role(core, user_id=principal.user_id, minimum=minimum)
+            stored = Role(user.role)
+            if stored.rank < principal.role.rank:
+                principal = replace(principal, role=stored)
+            await release_connection(core.db)
             request.ctx.principal = principal
             return await handler(request, *args, **kwargs)
 

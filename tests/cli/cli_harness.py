@@ -79,6 +79,26 @@ def setup_world(server: ServerProcess, llm_url: str, name: str = "root") -> dict
             "worker_id": worker_id, "templates": templates}
 
 
+def one_error_line(done) -> str:
+    """The single `error: …` line a failed command printed on stderr (asserted to be one)."""
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr
+    return lines[0]
+
+
+@contextmanager
+def api_world(tmp_path_factory) -> Iterator[dict]:
+    """`logged_in_world` on its own FakeLLM, plus `api` (an httpx client with root's token
+    on /api/v1, to check what the server holds) and `llm`."""
+    from tests.fakes.fake_llm import FakeLLM
+
+    with FakeLLM() as llm, logged_in_world(tmp_path_factory, llm.base_url) as info:
+        with httpx.Client(base_url=f"{info['server'].base_url}/api/v1",
+                          headers={"Authorization": f"Bearer {info['token']}"}) as api:
+            info.update(api=api, llm=llm)
+            yield info
+
+
 @contextmanager
 def logged_in_world(tmp_path_factory, llm_url: str) -> Iterator[dict]:
     """A started server with `setup_world`, and a client CLI logged in as root; the

@@ -1,4 +1,4 @@
-"""`orchestra provider …` and `orchestra node …` straight against a store."""
+"""`orchestra provider …` and `orchestra node …` through a real server (never the store)."""
 
 from __future__ import annotations
 
@@ -12,98 +12,158 @@ import time
 
 import pytest
 
-from tests.fakes.fake_llm import FakeLLM, fake_llm  # noqa: F401 - registers the fixture
+from orchestra.cli.console import ExitCode
+from tests.cli.cli_harness import PASSWORD, ClientCLI, api_world, make_user, one_error_line
 
 KEY = "sk-cli-secret-key-7777"
 
 
-@pytest.fixture
-def env(tmp_path):
-    return {
-        "ORCHESTRA_HOME": str(tmp_path / "home"),
-        "ORCHESTRA_SECRET_KEY": "cli-secret-" + "z" * 32,
-        "ORCHESTRA_DATABASE_URL": "",
-    }
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    """A server (with the harness's provider `fake` on a FakeLLM); a CLI logged in as root."""
+    with api_world(tmp_path_factory) as info:
+        yield info
 
 
-def test_add_list_remove(cli):
-    result = cli("provider", "add", "main", "--kind", "deepseek", "--model-id", "deepseek-chat", "--api-key-stdin", input=KEY + "\n")
-    assert result.exit_code == 0, result.output
-    assert KEY not in result.output and "sk-…7777" in result.output
-    listed = cli("provider", "list", "--json")
-    assert listed.exit_code == 0
-    rows = json.loads(listed.stdout)
-    assert [(r["name"], r["provider"], r["model_id"], r["api_key"]) for r in rows] == [
-        ("main", "deepseek", "deepseek-chat", "sk-…7777")
-    ]
+def stored_providers(world) -> dict[str, dict]:
+    return {p["name"]: p for p in world["api"].get("/provider").json()["providers"]}
+
+
+def test_add_goes_through_the_server_list_show_and_remove(world):
+    cli = world["cli"]
+    done = cli("provider", "add", "main", "--kind", "deepseek", "--model-id", "deepseek-chat",
+               "--api-key-stdin", input=KEY + "\n")
+    assert done.returncode == 0, done.stderr
+    provider_id = done.stdout.strip()
+    assert done.stdout == provider_id + "\n" and len(provider_id) == 36
+    assert KEY not in done.stderr + done.stdout and "sk-…7777" in done.stderr
+    stored = stored_providers(world)["main"]  # the server has it, as the CLI said
+    assert (stored["provider_id"], stored["provider"], stored["model_id"], stored["api_key"]) == (
+        provider_id, "deepseek", "deepseek-chat", "sk-…7777")
+    # the client's home holds no store: nothing was written next to the CLI
+    assert not (world["cli"].home / "orchestra.db").exists()
+
+    listed = json.loads(cli("provider", "list", "--json").stdout)
+    assert [p["name"] for p in listed] == [p["name"] for p in world["api"].get("/provider").json()["providers"]]
+    assert all("message" not in p for p in listed)
     table = cli("provider", "list")
-    assert "main" in table.stdout and KEY not in table.stdout
+    assert "main" in table.stdout and provider_id in table.stdout and KEY not in table.stdout
+
+    by_name = json.loads(cli("provider", "show", "main", "--json").stdout)
+    assert by_name == {k: v for k, v in world["api"].get(f"/provider/{provider_id}").json().items()
+                       if k != "message"}
+    plain = cli("provider", "show", provider_id)
+    assert plain.returncode == 0 and "model_id: deepseek-chat" in plain.stdout
+
+    refused = cli("provider", "remove", "main")  # no terminal to confirm
+    assert refused.returncode == ExitCode.USAGE and "--yes" in one_error_line(refused)
     removed = cli("provider", "remove", "main", "--yes")
-    assert removed.exit_code == 0, removed.output
-    assert json.loads(cli("provider", "list", "--json").stdout) == []
+    assert removed.returncode == 0, removed.stderr
+    assert "main" not in stored_providers(world)
+    gone = cli("provider", "show", "main")
+    assert gone.returncode == ExitCode.NOT_FOUND and "unknown provider 'main'" in one_error_line(gone)
 
 
-def test_store_holds_no_plain_key(cli, env):
-    cli("provider", "add", "main", "-k", "openai", "-m", "gpt-4o", "--api-key-stdin", input=KEY + "\n")
-    db = os.path.join(env["ORCHESTRA_HOME"], "orchestra.db")
-    for name in os.listdir(env["ORCHESTRA_HOME"]):  # the db and its WAL
-        if name.startswith("orchestra.db"):
-            with open(os.path.join(env["ORCHESTRA_HOME"], name), "rb") as handle:
-                assert KEY.encode() not in handle.read()
-    assert os.path.exists(db)
+def test_update_changes_only_what_is_given(world):
+    cli = world["cli"]
+    provider_id = cli("provider", "add", "changing", "-k", "openai", "-m", "gpt-4o", "--api-key-stdin",
+                      input="sk-first-key-1111\n").stdout.strip()
+    done = cli("provider", "update", "changing", "--model-id", "gpt-4.1", "--base-url",
+               "https://example.test/v1", "--json")
+    assert done.returncode == 0, done.stderr
+    body = json.loads(done.stdout)
+    assert (body["name"], body["model_id"], body["base_url"], body["api_key"]) == (
+        "changing", "gpt-4.1", "https://example.test/v1", "sk-…1111")
+    assert world["api"].get(f"/provider/{provider_id}").json()["model_id"] == "gpt-4.1"
+
+    done = cli("provider", "update", provider_id, "--name", "renamed", "--api-key-stdin",
+               input="sk-second-key-2222\n")
+    assert done.returncode == 0, done.stderr
+    stored = world["api"].get(f"/provider/{provider_id}").json()
+    assert (stored["name"], stored["api_key"], stored["model_id"]) == ("renamed", "sk-…2222", "gpt-4.1")
+
+    done = cli("provider", "update", "renamed", "--no-api-key", "--no-base-url")
+    assert done.returncode == 0, done.stderr
+    stored = world["api"].get(f"/provider/{provider_id}").json()
+    assert stored["api_key"] is None and stored["has_api_key"] is False and stored["base_url"] is None
+
+    nothing = cli("provider", "update", "renamed")
+    assert nothing.returncode == ExitCode.USAGE and "nothing to change" in one_error_line(nothing)
+    both = cli("provider", "update", "renamed", "--base-url", "http://x.test", "--no-base-url")
+    assert both.returncode == ExitCode.USAGE
+    bad = cli("provider", "update", "renamed", "--base-url", "not a url")
+    assert bad.returncode == ExitCode.USAGE and "base_url" in one_error_line(bad)
+    cli("provider", "remove", "renamed", "--yes")
 
 
-def test_errors_are_one_line_with_exit_codes(cli):
-    result = cli("provider", "add", "g", "--kind", "gemini", "-m", "x", "--no-api-key")
-    assert result.exit_code == 2
-    assert "supported kinds: openai, deepseek, anthropic, ollama, openai_compatible" in result.stderr
-    assert len(result.stderr.strip().splitlines()) == 1
-    result = cli("provider", "add", "k", "--kind", "openai", "-m", "x")  # no tty for the prompt
-    assert result.exit_code == 2 and "--api-key-stdin" in result.stderr
-    result = cli("provider", "add", "c", "--kind", "openai_compatible", "-m", "x", "--no-api-key")
-    assert result.exit_code == 2 and "base_url" in result.stderr
-    cli("provider", "add", "dup", "-k", "ollama", "-m", "llama3")
-    result = cli("provider", "add", "dup", "-k", "ollama", "-m", "llama3")
-    assert result.exit_code == 4 and "already exists" in result.stderr
-    result = cli("provider", "remove", "ghost", "--yes")
-    assert result.exit_code == 3 and "ghost" in result.stderr
-    result = cli("provider", "remove", "dup")  # no terminal to confirm
-    assert result.exit_code == 2
+def test_errors_are_one_line_with_exit_codes(world):
+    cli = world["cli"]
+    done = cli("provider", "add", "g", "--kind", "gemini", "-m", "x", "--no-api-key")
+    assert done.returncode == ExitCode.USAGE
+    assert "supported kinds: openai, deepseek, anthropic, ollama, openai_compatible" in one_error_line(done)
+    done = cli("provider", "add", "k", "--kind", "openai", "-m", "x")  # no tty for the prompt
+    assert done.returncode == ExitCode.USAGE and "--api-key-stdin" in done.stderr
+    done = cli("provider", "add", "c", "--kind", "openai_compatible", "-m", "x", "--no-api-key")
+    assert done.returncode == ExitCode.USAGE and "base_url" in one_error_line(done)
+    assert cli("provider", "add", "dup", "-k", "ollama", "-m", "llama3").returncode == 0
+    done = cli("provider", "add", "DUP", "-k", "ollama", "-m", "llama3")
+    assert done.returncode == ExitCode.CONFLICT and "already exists" in one_error_line(done)
+    done = cli("provider", "remove", "ghost", "--yes")
+    assert done.returncode == ExitCode.NOT_FOUND and "ghost" in one_error_line(done)
+    cli("provider", "remove", "dup", "--yes")
 
 
-def test_check_against_fake_llm(cli, fake_llm):  # noqa: F811
-    cli("provider", "add", "fake", "-k", "openai_compatible", "-m", "fake-model",
-        "--base-url", fake_llm.base_url, "--api-key-stdin", input="good-key\n")
-    result = cli("provider", "check", "fake", "--json")
-    assert result.exit_code == 0, result.output
-    assert json.loads(result.stdout) == {"ok": True, "models": sorted(fake_llm.models)}
-    result = cli("provider", "check", "fake")
-    assert result.exit_code == 0 and "fake-model-large" in result.stdout
+def test_a_plain_user_may_read_but_not_manage(world, tmp_path):
+    make_user(world["server"], "plain", "USER")
+    user = ClientCLI(tmp_path / "plain")
+    assert user("login", "--server", world["server"].base_url, "--user", "plain", "--password-stdin",
+                input=PASSWORD + "\n").returncode == 0
+    assert "fake" in [p["name"] for p in json.loads(user("provider", "list", "--json").stdout)]
+    done = user("provider", "add", "mine", "-k", "ollama", "-m", "llama3")
+    assert done.returncode == ExitCode.AUTH and one_error_line(done)
+    assert "mine" not in stored_providers(world)
+    done = user("node", "set", "planner", "--provider", "fake")
+    assert done.returncode == ExitCode.AUTH
+
+
+def test_check_against_fake_llm(world):
+    cli = world["cli"]
+    done = cli("provider", "check", "fake", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"ok": True, "models": sorted(world["llm"].models)}
+    done = cli("provider", "check", "fake")
+    assert done.returncode == 0 and "fake-model-large" in done.stdout
     cli("provider", "add", "badfake", "-k", "openai_compatible", "-m", "fake-model",
-        "--base-url", fake_llm.base_url, "--api-key-stdin", input="bad-key\n")
-    result = cli("provider", "check", "badfake")
-    assert result.exit_code == 6 and "Incorrect API key provided" in result.stderr
+        "--base-url", world["llm"].base_url, "--api-key-stdin", input="bad-key\n")
+    done = cli("provider", "check", "badfake")
+    assert done.returncode == ExitCode.UNAVAILABLE and "Incorrect API key provided" in one_error_line(done)
+    cli("provider", "remove", "badfake", "--yes")
 
 
-def test_node_list_and_set(cli):
-    cli("provider", "add", "main", "-k", "ollama", "-m", "llama3")
+def test_node_list_show_and_set(world):
+    cli = world["cli"]
+    cli("provider", "add", "local", "-k", "ollama", "-m", "llama3")
     nodes = json.loads(cli("node", "list", "--json").stdout)
     assert [n["name"] for n in nodes] == ["planner", "reviewer", "summarizer"]
-    assert all(n["provider"] is None for n in nodes)
-    result = cli("node", "set", "reviewer", "--provider", "main", "--model", "llama3:70b")
-    assert result.exit_code == 0, result.output
-    nodes = {n["name"]: n for n in json.loads(cli("node", "list", "--json").stdout)}
-    assert nodes["reviewer"]["provider_name"] == "main" and nodes["reviewer"]["model"] == "llama3:70b"
-    assert nodes["reviewer"]["tools"] == ["calculator"]
-    result = cli("node", "set", "reviewer", "--default-model")
-    assert result.exit_code == 0
-    assert {n["name"]: n for n in json.loads(cli("node", "list", "--json").stdout)}["reviewer"]["model"] is None
+    done = cli("node", "set", "reviewer", "--provider", "local", "--model", "llama3:70b")
+    assert done.returncode == 0, done.stderr
+    assert "reviewer: provider local, model llama3:70b" in done.stderr
+    stored = world["api"].get("/agent/node/reviewer").json()
+    assert stored["provider_name"] == "local" and stored["model"] == "llama3:70b"
+    assert stored["tools"] == ["calculator"]
+    shown = json.loads(cli("node", "show", "reviewer", "--json").stdout)
+    assert shown == {k: v for k, v in stored.items() if k != "message"}
+    assert cli("node", "set", "reviewer", "--default-model").returncode == 0
+    assert world["api"].get("/agent/node/reviewer").json()["model"] is None
     assert "reviewer" in cli("node", "list").stdout
-    assert cli("node", "set", "janitor", "--model", "x").exit_code == 3
-    assert cli("node", "set", "planner", "--provider", "ghost").exit_code == 3
-    assert cli("node", "set", "planner").exit_code == 2
-    result = cli("provider", "remove", "main", "--yes")
-    assert result.exit_code == 4 and "reviewer" in result.stderr
+    assert cli("node", "set", "janitor", "--model", "x").returncode == ExitCode.NOT_FOUND
+    assert cli("node", "set", "planner", "--provider", "ghost").returncode == ExitCode.NOT_FOUND
+    assert cli("node", "set", "planner").returncode == ExitCode.USAGE
+    done = cli("provider", "remove", "local", "--yes")
+    assert done.returncode == ExitCode.CONFLICT and "reviewer" in one_error_line(done)
+    assert cli("node", "set", "reviewer", "--no-provider").returncode == 0
+    assert world["api"].get("/agent/node/reviewer").json()["provider"] is None
+    assert cli("provider", "remove", "local", "--yes").returncode == 0
 
 
 def _read_until(fd: int, needle: bytes, timeout: float = 30.0) -> bytes:
@@ -122,12 +182,12 @@ def _read_until(fd: int, needle: bytes, timeout: float = 30.0) -> bytes:
     return seen
 
 
-def test_hidden_prompt_never_echoes_the_key(env):
-    """On a real terminal the key is asked for with echo off."""
+def test_hidden_prompt_never_echoes_the_key(world):
+    """On a real terminal the key is asked for with echo off, and sent to the server."""
     master, slave = pty.openpty()
     proc = subprocess.Popen(
         [sys.executable, "-m", "orchestra", "provider", "add", "tty", "-k", "openai", "-m", "gpt-4o"],
-        stdin=slave, stdout=slave, stderr=slave, env={**os.environ, **env}, close_fds=True,
+        stdin=slave, stdout=slave, stderr=slave, env=world["cli"].env, close_fds=True,
     )
     os.close(slave)
     try:
@@ -145,3 +205,5 @@ def test_hidden_prompt_never_echoes_the_key(env):
         os.close(master)
     assert proc.returncode == 0, seen
     assert KEY.encode() not in seen and "sk-…7777".encode() in seen
+    assert stored_providers(world)["tty"]["api_key"] == "sk-…7777"
+    world["cli"]("provider", "remove", "tty", "--yes")

@@ -1,8 +1,12 @@
 """`orchestra serve` refuses bad configuration with one readable line, before any worker starts."""
 
 import os
+import socket
 import subprocess
 import sys
+import time
+
+from tests.conftest import free_port
 
 
 def serve(tmp_path, *args, **env):
@@ -39,3 +43,76 @@ def test_bad_limiter_storage_is_one_line(tmp_path):
 def test_unreachable_postgres_is_one_line(tmp_path):
     done = serve(tmp_path, "--db", "postgresql://postgres@127.0.0.1:1/none", "user", "list")
     assert_one_error_line(done, "127.0.0.1")
+
+
+def test_unreachable_postgres_names_the_address_not_an_errno(tmp_path):
+    done = serve(tmp_path, "--db", "postgresql://postgres@127.0.0.1:1/none", "serve", "--port", "1")
+    assert_one_error_line(done, "cannot connect to PostgreSQL at 127.0.0.1:1: connection refused")
+    assert "Errno" not in done.stderr and "ORCHESTRA_DATABASE_URL" in done.stderr
+
+
+def test_missing_asyncpg_names_the_postgres_extra(tmp_path):
+    hidden = tmp_path / "hide" / "asyncpg"
+    hidden.mkdir(parents=True)
+    (hidden / "__init__.py").write_text("raise ImportError('No module named asyncpg (hidden by a test)')\n")
+    done = serve(tmp_path, "--db", "postgresql://postgres@127.0.0.1:5432/test", "serve",
+                 PYTHONPATH=str(hidden.parent))
+    assert_one_error_line(done, "pip install 'orchestra[postgres]' (the postgres extra)")
+
+
+def test_port_out_of_range_is_one_line(tmp_path):
+    done = serve(tmp_path, "serve", "--port", "99999")
+    assert_one_error_line(done, "port 99999 is out of range: use 1-65535 (--port or ORCHESTRA_PORT)")
+    assert done.returncode == 2
+    done = serve(tmp_path, "serve", ORCHESTRA_PORT="70000")
+    assert_one_error_line(done, "port 70000 is out of range")
+
+
+def test_bad_host_is_one_line(tmp_path):
+    done = serve(tmp_path, "serve", "--host", "no-such-host.invalid", "--port", "8000")
+    assert_one_error_line(done, "cannot listen on host 'no-such-host.invalid'")
+    assert "--host or ORCHESTRA_HOST" in done.stderr and "listening" not in done.stderr
+
+
+def test_port_in_use_is_one_line_and_never_claims_to_listen(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = serve(tmp_path, "serve", "--port", str(port))
+    assert_one_error_line(done, f"cannot listen on 127.0.0.1:{port}: the address is already in use")
+    assert "listening" not in done.stderr
+
+
+def test_a_home_that_cannot_be_used_names_orchestra_home(tmp_path):
+    not_a_folder = tmp_path / "file"
+    not_a_folder.write_text("x")
+    done = subprocess.run([sys.executable, "-m", "orchestra", "serve", "--port", "1"],
+                          env={**os.environ, "ORCHESTRA_HOME": str(not_a_folder / "home")},
+                          capture_output=True, text=True, timeout=60)
+    assert_one_error_line(done, f"cannot use the home folder {not_a_folder / 'home'}")
+    assert "ORCHESTRA_HOME" in done.stderr
+
+
+def test_listening_is_announced_only_once_the_port_is_bound(tmp_path):
+    port = free_port()
+    log = tmp_path / "serve.log"
+    with log.open("w") as handle:
+        proc = subprocess.Popen([sys.executable, "-m", "orchestra", "serve", "--port", str(port)],
+                                env={**os.environ, "ORCHESTRA_HOME": str(tmp_path / "home")},
+                                stderr=handle, stdout=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while "listening on" not in log.read_text() and time.monotonic() < deadline:
+            assert proc.poll() is None, log.read_text()
+            time.sleep(0.01)
+        with socket.create_connection(("127.0.0.1", port), timeout=1):  # bound when announced
+            pass
+        assert f"orchestra listening on http://127.0.0.1:{port}/api/v1" in log.read_text()
+    finally:
+        proc.terminate()  # as ServerProcess.stop: a SIGTERM in the first instants is not always honoured
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

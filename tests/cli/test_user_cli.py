@@ -118,6 +118,30 @@ def test_promote_demote_set_role(cli, env):
     assert result.exit_code == 2
 
 
+def test_promote_only_raises_and_demote_only_lowers(cli):
+    create(cli, "root", "SUPER_ADMINISTRATOR")
+    create(cli, "bob", "ADMINISTRATOR")
+    result = cli("user", "promote", "bob", "--to", "USER")
+    line = one_error_line(result)
+    assert result.exit_code == 2
+    assert line == ("error: bob is ADMINISTRATOR: promote only raises a role; "
+                    "use 'orchestra user set-role bob USER' to set it to USER")
+    result = cli("user", "demote", "bob", "--to", "SUPER_ADMINISTRATOR")
+    assert result.exit_code == 2 and "demote only lowers a role" in one_error_line(result)
+    assert {u["user_name"]: u["role"] for u in listed(cli)}["bob"] == "ADMINISTRATOR"  # untouched
+    result = cli("user", "promote", "bob", "--to", "ADMINISTRATOR")  # already there: nothing to do
+    assert result.exit_code == 0 and "bob is already ADMINISTRATOR" in result.stderr
+    assert cli("user", "demote", "bob").exit_code == 0
+    assert {u["user_name"]: u["role"] for u in listed(cli)}["bob"] == "USER"
+
+
+def test_unknown_role_wording(cli):
+    create(cli, "root", "SUPER_ADMINISTRATOR")
+    result = cli("user", "set-role", "root", "KING")
+    assert one_error_line(result) == (
+        "error: unknown role 'KING'; one of USER, ADMINISTRATOR, SUPER_ADMINISTRATOR")
+
+
 def test_role_change_ends_the_users_sessions(cli, env):
     create(cli, "root", "SUPER_ADMINISTRATOR")
     create(cli, "alice")

@@ -8,19 +8,14 @@ import httpx
 import pytest
 
 from orchestra.cli.console import ExitCode
-from tests.cli.cli_harness import ClientCLI, logged_in_world
-from tests.fakes.fake_llm import FakeLLM
+from tests.cli.cli_harness import ClientCLI, api_world
 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     """A server with a provider named `fake` (and the harness's worker); a CLI logged in as root."""
-    with FakeLLM() as llm, logged_in_world(tmp_path_factory, llm.base_url) as info:
-        api = httpx.Client(base_url=f"{info['server'].base_url}/api/v1",
-                           headers={"Authorization": f"Bearer {info['token']}"})
-        info.update(api=api)
+    with api_world(tmp_path_factory) as info:
         yield info
-        api.close()
 
 
 def stored(world, worker_id: str) -> httpx.Response:

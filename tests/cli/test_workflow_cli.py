@@ -154,6 +154,10 @@ def test_reply_resumes_a_waiting_run_while_it_is_watched(world):
     again = cli("workflow", "reply", trace_id, "late")
     assert again.returncode == ExitCode.CONFLICT and again.stderr.startswith("error: ")
 
+    replayed = cli("workflow", "replay", trace_id, "--speed", "0")  # answered long ago: no hint
+    assert replayed.returncode == 0 and "[feedback] question: Here is the draft:" in replayed.stdout
+    assert "answer with" not in replayed.stdout and "[feedback] reply received: make it shorter" in replayed.stdout
+
 
 def test_replay_at_speed_zero_and_paced(world):
     cli = world["cli"]
@@ -176,7 +180,10 @@ def test_failed_run_exits_non_zero_with_the_reason(world):
     assert "[draft] failed" in done.stdout and "does not exist" in done.stdout
     assert done.stdout.splitlines()[-1].startswith("run failed")
     (line,) = done.stderr.strip().splitlines()[-1:]
-    assert line.startswith("error: run ") and "failed" in line
+    assert line.startswith("error: run ") and line.endswith(" failed")
+    assert (done.stdout + done.stderr).count("does not exist") == 1  # the reason, once
+    as_json = cli("workflow", "replay", line.split()[2], "--speed", "0", "--json")
+    assert as_json.stderr.count("does not exist") == 1  # raw events on stdout: stderr says why
 
 
 def test_unknown_run_or_template_is_one_line_and_an_exit_code(world):

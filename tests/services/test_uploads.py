@@ -211,3 +211,27 @@ async def test_deleting_the_user_removes_the_files(core, owner):
     await auth.delete_user(core, user_id=owner)
     assert not (core.settings.uploads_dir / owner).exists()
     assert await core.db.count(Upload.select()) == 0
+
+
+def test_the_sweep_removes_unlocked_temp_files_and_empty_folders_only(tmp_path):
+    import fcntl
+    import os
+
+    root = tmp_path / "uploads"
+    dead, live, kept, empty = root / "a", root / "b", root / "c", root / "d"
+    for folder in (dead, live, kept, empty):
+        folder.mkdir(parents=True)
+    (dead / ".1111.part").write_bytes(b"left by a killed process")
+    (live / ".2222.part").write_bytes(b"being written")
+    (kept / "3333").write_bytes(b"a stored file")
+    (kept / ".4444.part").write_bytes(b"left behind too")
+    (kept / "notes.part").write_bytes(b"not a temp file name")
+    holder = os.open(live / ".2222.part", os.O_RDONLY)
+    fcntl.flock(holder, fcntl.LOCK_EX)  # as a live upload holds it
+    try:
+        assert uploads.sweep_stray_files(root) == (2, 2)
+    finally:
+        os.close(holder)
+    assert sorted(p.relative_to(root).as_posix() for p in root.rglob("*")) == [
+        "b", "b/.2222.part", "c", "c/3333", "c/notes.part"]
+    assert uploads.sweep_stray_files(tmp_path / "missing") == (0, 0)

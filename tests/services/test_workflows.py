@@ -81,6 +81,24 @@ async def test_empty_or_huge_step_lists_are_refused(core, world):
             await wf.validate_steps(core, owner_id=world["alice"], steps=steps)
 
 
+async def test_every_problem_is_reported_in_one_422(core, world):
+    """A duplicate id does not hide a cycle, nor a cycle an unknown placeholder (docs/api.md)."""
+    detail = await problems_of(core, world["alice"], [
+        step("a", {"human": True}, depends_on=["b"]),
+        step("b", {"human": True}, "{{steps.a.output}} {{colour}}", depends_on=["a"]),
+        step("a", {"node": "wizard"}, depends_on=["ghost"]),
+        step("c", {"human": True}, "{{steps.d.output}}"),
+    ])
+    found = {(d["field"], d["problem"]) for d in detail}
+    assert ("steps.2.id", "duplicate step id 'a'") in found
+    assert ("steps.2.agent.node", "unknown system node 'wizard'; nodes: planner, reviewer, summarizer") in found
+    assert ("steps.2.depends_on", "unknown step 'ghost'") in found
+    assert ("steps", "the steps form a cycle: a -> b -> a") in found
+    assert any(f == "steps.1.prompt" and "unknown placeholder {{colour}}" in p for f, p in found)
+    assert ("steps.3.prompt", "{{steps.d.output}} names unknown step 'd'") in found
+    assert len(detail) == 6, detail
+
+
 async def test_cycle_message_names_the_path(core, world):
     detail = await problems_of(core, world["alice"], [
         step("a", {"human": True}, depends_on=["c"]),

@@ -1,8 +1,9 @@
 """Rate limits shared by several server processes through Redis (ORCHESTRA_LIMITER_STORAGE).
 
-Two apps stand for two workers: what one counts, the other refuses. Uses Redis
-database 7 at ORCHESTRA_TEST_REDIS_URL (default redis://127.0.0.1:6379/7), emptied
-first; skips with the reason when no Redis answers.
+Two apps stand for two workers: what one counts, the other refuses. Uses the Redis
+server at ORCHESTRA_TEST_REDIS_URL (e.g. redis://127.0.0.1:6379, as .ci/run sets it),
+database 7 unless the URL names one, emptied before and after. Without the variable
+the test skips and says why; with it set, an unreachable Redis fails the test.
 """
 
 import os
@@ -13,21 +14,36 @@ import pytest
 
 from tests.conftest import make_settings, running_app
 
-REDIS_URL = os.environ.get("ORCHESTRA_TEST_REDIS_URL", "redis://127.0.0.1:6379/7")
+TEST_DATABASE = 7  # away from database 0, which a developer's own Redis may use
+
+
+def redis_test_url() -> str | None:
+    """ORCHESTRA_TEST_REDIS_URL with a database number (7 when it names none)."""
+    raw = os.environ.get("ORCHESTRA_TEST_REDIS_URL") or None
+    if raw is None:
+        return None
+    parsed = urlparse(raw)
+    if parsed.path.strip("/"):
+        return raw
+    return parsed._replace(path=f"/{TEST_DATABASE}").geturl()
 
 
 @pytest.fixture
 async def redis_storage_uri():
-    parsed = urlparse(REDIS_URL)
+    url = redis_test_url()
+    if url is None:
+        pytest.skip("shared-limit tests need ORCHESTRA_TEST_REDIS_URL (see .ci/run)")
+    parsed = urlparse(url)
     try:
-        socket.create_connection((parsed.hostname, parsed.port or 6379), timeout=1).close()
+        socket.create_connection((parsed.hostname, parsed.port or 6379), timeout=2).close()
     except OSError as exc:
-        pytest.skip(f"shared-limit tests need Redis at {REDIS_URL}: {exc}")
+        pytest.fail(f"ORCHESTRA_TEST_REDIS_URL is set but Redis at {url} is not reachable: {exc}",
+                    pytrace=False)
     import redis.asyncio
 
-    client = redis.asyncio.Redis.from_url(REDIS_URL)
+    client = redis.asyncio.Redis.from_url(url)
     await client.flushdb()
-    yield f"async+{REDIS_URL}"
+    yield f"async+{url}"
     await client.flushdb()
     await client.aclose()
 

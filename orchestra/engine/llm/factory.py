@@ -27,3 +27,11 @@ def make_client(
     raise LLMError(
         f"Unsupported provider kind {kind!r}; supported kinds: {', '.join(SUPPORTED_KINDS)}."
     )
+
+
+def preload() -> None:
+    """Import the OpenAI-compatible client's SDK now (~1 s of CPU). Done by `orchestra
+    serve` before it listens: imported on first use instead, even in a thread, the
+    import holds the interpreter long enough to stall every request for a moment (the
+    Anthropic SDK, used by one kind only, still loads on first use, in a thread)."""
+    import orchestra.engine.llm.openai_compat  # noqa: F401

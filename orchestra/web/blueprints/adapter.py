@@ -47,7 +47,7 @@ class _Counter:
 @openapi.summary("Upload one or more files (multipart/form-data, field 'file')")
 @openapi.response(201, description="message, files: [{file_id, filename, size, content_type, sha256}]")
 @openapi.secured("bearer")
-@protected(Role.USER, confirm=True)
+@protected(Role.USER)
 async def upload(request: Request):
     core = request.app.ctx.core
     cap = upload_service.body_limit(core.settings.upload_max_bytes)

@@ -93,7 +93,7 @@ async def refresh(request: Request):
 @openapi.body({"application/json": Component(AuthorityBody)}, required=True)
 @openapi.response(200, description="message, user_id, new_authority.")
 @openapi.secured("bearer")
-@protected(Role.SUPER_ADMINISTRATOR, confirm=True)
+@protected(Role.SUPER_ADMINISTRATOR)
 async def authority(request: Request):
     body = parse_body(request, AuthorityBody)
     user = await auth_service.set_role(
@@ -105,7 +105,7 @@ async def authority(request: Request):
 @bp.get("/list")
 @openapi.response(200, description="message, users: [{user_id, user_name, role}], oldest first.")
 @openapi.secured("bearer")
-@protected(Role.SUPER_ADMINISTRATOR, confirm=True)
+@protected(Role.SUPER_ADMINISTRATOR)
 async def list_users(request: Request):
     users = await auth_service.list_users(request.app.ctx.core)
     return HTTPResponse(_users_body(users), content_type="application/json")
@@ -129,7 +129,7 @@ def _users_body(users: list) -> bytes:
 @bp.delete("/<user_id:str>")
 @openapi.response(200, description="message; the user and everything the user owns are deleted.")
 @openapi.secured("bearer")
-@protected(Role.SUPER_ADMINISTRATOR, confirm=True)
+@protected(Role.SUPER_ADMINISTRATOR)
 async def delete_user(request: Request, user_id: str):
     await auth_service.delete_user(request.app.ctx.core, user_id=user_id)
     return json({"message": SUCCESS})

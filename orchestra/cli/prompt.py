@@ -1,0 +1,166 @@
+"""Questions of a watched run, answered at the terminal without ever blocking the stream.
+
+The run's events are read on a background thread (`EventPump`), so while a question
+waits at the prompt the view still learns what happens. The prompt reads the terminal
+line by line with a timeout (`select`), and is withdrawn, with a line saying why, when
+the question is answered elsewhere (another terminal, the web console), its step ends,
+or the run ends (cancelled, failed). Whatever was typed but not sent is discarded, and
+the message says so: nothing typed is ever dropped silently.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import select
+import sys
+import threading
+from collections import deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator
+
+if TYPE_CHECKING:
+    from orchestra.client import Event
+
+_END = object()
+
+
+class EventPump:
+    """Iterates `events` on a daemon thread; iterate the pump to get them (errors too)."""
+
+    def __init__(self, events: Iterable["Event"]) -> None:
+        self._queue: "queue.Queue[object]" = queue.Queue()
+        self._held: deque = deque()  # events looked at during a prompt, not yet handled
+        self.ended = False
+        threading.Thread(target=self._run, args=(events,), daemon=True, name="orchestra-events").start()
+
+    def _run(self, events: Iterable["Event"]) -> None:
+        try:
+            for event in events:
+                self._queue.put(event)
+        except BaseException as exc:  # noqa: BLE001 - handed to the reading thread
+            self._queue.put(exc)
+        self._queue.put(_END)
+
+    def _take(self, item: object) -> "Event | None":
+        if item is _END:
+            self.ended = True
+            return None
+        if isinstance(item, BaseException):
+            raise item
+        return item  # type: ignore[return-value]
+
+    def __iter__(self) -> Iterator["Event"]:
+        while True:
+            if self._held:
+                yield self._held.popleft()
+                continue
+            if self.ended:
+                return
+            event = self._take(self._queue.get())
+            if event is not None:
+                yield event
+
+    def upcoming(self) -> list["Event"]:
+        """Events already received but not yet handled by the main loop."""
+        return list(self._held)
+
+    def peek_new(self) -> list["Event"]:
+        """Events that arrived since the last look, kept for the main loop to handle."""
+        arrived = []
+        while not self.ended:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            try:
+                event = self._take(item)
+            except BaseException:
+                self._queue.put(item)  # the main loop raises it in turn
+                break
+            if event is not None:
+                arrived.append(event)
+                self._held.append(event)
+        return arrived
+
+
+@dataclass
+class Question:
+    request_id: str | None
+    step_id: str | None
+    prompt: str
+
+    @classmethod
+    def of(cls, event: "Event") -> "Question":
+        data = event.data
+        return cls(data.get("request_id"), data.get("step_id"), str(data.get("prompt") or ""))
+
+    def settled_by(self, event: "Event") -> str | None:
+        """Why `event` makes this question moot, or None."""
+        if event.terminal:
+            status = event.data.get("status") or {"run_finished": "succeeded"}.get(event.kind, "ended")
+            return f"the run {'was ' if status == 'cancelled' else 'is '}{status}"
+        same_step = self.step_id is not None and event.data.get("step_id") == self.step_id
+        if event.kind == "reply_received":
+            if (self.request_id and event.data.get("request_id") == self.request_id) or (
+                    not self.request_id and same_step):
+                return "it was answered elsewhere"
+        if event.kind in ("step_finished", "step_failed") and same_step:
+            return "its step has ended"
+        return None
+
+
+def read_line(fd: int, timeout: float) -> str | None:
+    """One line typed at the terminal (canonical mode: the kernel hands over whole lines),
+    or None when nothing was entered within `timeout`. EOF (Ctrl-D) is ''."""
+    ready, _, _ = select.select([fd], [], [], timeout)
+    if not ready:
+        return None
+    data = os.read(fd, 65536)
+    if not data:
+        return ""
+    return data.decode("utf-8", "replace").rstrip("\r\n") or "\n"
+
+
+def discard_typed(fd: int) -> None:
+    """Drop what was typed but not yet entered (it would otherwise reach the shell later)."""
+    try:
+        import termios
+
+        termios.tcflush(fd, termios.TCIFLUSH)
+    except (ImportError, OSError):
+        pass
+
+
+def ask(question: Question, pump: EventPump, send: Callable[[str], str | None], say: Callable[[str], None],
+        *, fd: int | None = None, poll: float = 0.1) -> None:
+    """Put `question` at the prompt until it is answered here (sent with `send`, which
+    returns a refusal message or None) or settled elsewhere (then the prompt is withdrawn)."""
+    fd = sys.stdin.fileno() if fd is None else fd
+    if any(question.settled_by(event) for event in pump.upcoming()):
+        return  # settled before its turn came: nothing to ask
+    say(f"{question.step_id or 'run'} asks: {question.prompt}")
+    say("your answer: ", end="")
+    while True:
+        line = read_line(fd, poll)
+        if line == "":  # Ctrl-D: leave the question open
+            say("\n(no answer sent; the question stays open: answer with 'orchestra workflow reply')")
+            return
+        if line is not None:
+            if line == "\n":  # an empty line: ask again rather than send nothing
+                say("your answer (empty lines are not sent): ", end="")
+                continue
+            refused = send(line)
+            if refused:
+                say(f"reply not taken: {refused}")
+            return
+        for event in pump.peek_new():
+            reason = question.settled_by(event)
+            if reason:
+                discard_typed(fd)
+                say(f"\nprompt withdrawn: {reason}; anything typed here was not sent")
+                return
+        if pump.ended:
+            discard_typed(fd)
+            say("\nprompt withdrawn: the event stream ended; anything typed here was not sent")
+            return

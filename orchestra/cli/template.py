@@ -1,0 +1,133 @@
+"""`orchestra template …`: workflow templates through the server's `/api/v1/workflow/template`.
+
+TEMPLATE arguments take a template_id or the exact name of a template you can see.
+`create` and `update` read JSON (`{name, description?, steps, shared?}`) from a file or
+stdin ('-'); `update` sends the template's current fields overlaid with the file's, so a
+file holding only `{"steps": […]}` changes only the steps.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Optional
+
+import typer
+
+from orchestra.cli.console import ExitCode, fail, handle_errors, out, print_json, success
+from orchestra.cli.remote import JSON, SERVER, TOKEN, YES, confirm, connect, read_json_file, resolve_named, \
+    show_fields
+
+app = typer.Typer(help="Workflow templates on a server: list, show, create, update, delete.",
+                  no_args_is_help=True)
+
+PATH = "/workflow/template"
+TEMPLATE = typer.Argument(..., help="A template_id or a template's exact name.")
+FILE = typer.Argument(..., help="Template JSON file ({name, description?, steps, shared?}); '-' reads stdin.")
+SHARED = typer.Option(None, "--shared/--private",
+                      help="Readable and runnable by every user (ADMINISTRATOR and above), or only yours.")
+EDITABLE = ("name", "description", "steps", "shared")
+
+
+def register(root: typer.Typer) -> None:
+    root.add_typer(app, name="template")
+
+
+def template_id(client, ref: str) -> str:
+    return resolve_named(client, PATH, "templates", "template_id", ref, "template")
+
+
+def _object(body: Any, file: str) -> dict[str, Any]:
+    if not isinstance(body, dict):
+        fail(f"{file} must hold a JSON object {{name, description?, steps, shared?}}", ExitCode.USAGE)
+    return body
+
+
+def create_from_file(ctx: typer.Context, file: str, shared: bool | None, server: str | None,
+                     token: str | None, json_output: bool) -> None:
+    """Create a template from a JSON file; the template_id alone on stdout (or the answer as JSON)."""
+    body = _object(read_json_file(file), file)
+    if shared is not None:
+        body["shared"] = shared
+    with connect(ctx, server, token) as client:
+        created = client.post(PATH, json=body)
+    if json_output:
+        print_json({k: v for k, v in created.items() if k != "message"})
+        return
+    sys.stdout.write(created["template_id"] + "\n")
+    success(f"created template {created['template']['name']} ({created['template_id']})")
+
+
+@app.command("list")
+@handle_errors
+def list_templates(ctx: typer.Context, server: Optional[str] = SERVER, token: Optional[str] = TOKEN,
+                   json_output: bool = JSON) -> None:
+    """List your templates and the shared ones, oldest first."""
+    from rich.table import Table
+
+    with connect(ctx, server, token) as client:
+        templates = client.get(PATH).get("templates", [])
+    if json_output:
+        print_json(templates)
+        return
+    table = Table("name", "steps", "shared", "description")
+    table.add_column("template_id", no_wrap=True, min_width=36)
+    for t in templates:
+        table.add_row(t["name"], str(len(t.get("steps") or [])), "yes" if t.get("shared") else "",
+                      t.get("description") or "", t["template_id"])
+    out.print(table)
+
+
+@app.command()
+@handle_errors
+def show(ctx: typer.Context, template: str = TEMPLATE, server: Optional[str] = SERVER,
+         token: Optional[str] = TOKEN, json_output: bool = JSON) -> None:
+    """Show a template and its steps."""
+    with connect(ctx, server, token) as client:
+        body = client.get(f"{PATH}/{template_id(client, template)}")["template"]
+    if json_output:
+        print_json(body)
+        return
+    show_fields(body, ("template_id", "name", "description", "shared", "owner_id", "created_at", "updated_at"))
+    out.print("[b]steps[/]:", highlight=False)
+    for step in body.get("steps") or []:
+        agent = ", ".join(f"{k}={v}" for k, v in (step.get("agent") or {}).items())
+        after = f" after {', '.join(step['depends_on'])}" if step.get("depends_on") else ""
+        out.print(f"  {step['id']} ({agent}){after}: ", end="", highlight=False, markup=False)
+        out.print(step.get("prompt", ""), highlight=False, markup=False)
+
+
+@app.command()
+@handle_errors
+def create(ctx: typer.Context, file: str = FILE, shared: Optional[bool] = SHARED,
+           server: Optional[str] = SERVER, token: Optional[str] = TOKEN, json_output: bool = JSON) -> None:
+    """Create a template from JSON; prints its template_id."""
+    create_from_file(ctx, file, shared, server, token, json_output)
+
+
+@app.command()
+@handle_errors
+def update(ctx: typer.Context, template: str = TEMPLATE, file: str = FILE, shared: Optional[bool] = SHARED,
+           server: Optional[str] = SERVER, token: Optional[str] = TOKEN, json_output: bool = JSON) -> None:
+    """Change a template: its current fields overlaid with those in the JSON file."""
+    changes = _object(read_json_file(file), file)
+    if shared is not None:
+        changes["shared"] = shared
+    with connect(ctx, server, token) as client:
+        tid = template_id(client, template)
+        current = client.get(f"{PATH}/{tid}")["template"]
+        body = {**{k: current[k] for k in EDITABLE if k in current}, **changes}
+        updated = client.put(f"{PATH}/{tid}", json=body)
+    if json_output:
+        print_json(updated["template"])
+    success(f"updated template {updated['template']['name']} ({tid})")
+
+
+@app.command()
+@handle_errors
+def delete(ctx: typer.Context, template: str = TEMPLATE, yes: bool = YES, server: Optional[str] = SERVER,
+           token: Optional[str] = TOKEN) -> None:
+    """Delete a template (runs keep their own copy of the steps)."""
+    confirm(f"delete template {template}", yes)
+    with connect(ctx, server, token) as client:
+        client.delete(f"{PATH}/{template_id(client, template)}")
+    success(f"deleted template {template}")

@@ -1,0 +1,34 @@
+"""`orchestra tool list`: the built-in tool catalog, from `/api/v1/resource/tool`."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from orchestra.cli.console import handle_errors, out, print_json
+from orchestra.cli.remote import JSON, SERVER, TOKEN, connect
+
+app = typer.Typer(help="The tool catalog on a server (the names workers may use).", no_args_is_help=True)
+
+
+def register(root: typer.Typer) -> None:
+    root.add_typer(app, name="tool")
+
+
+@app.command("list")
+@handle_errors
+def list_tools(ctx: typer.Context, server: Optional[str] = SERVER, token: Optional[str] = TOKEN,
+               json_output: bool = JSON) -> None:
+    """List the tools with their descriptions (--json adds each one's JSON Schema)."""
+    from rich.table import Table
+
+    with connect(ctx, server, token) as client:
+        tools = client.get("/resource/tool").get("tools", [])
+    if json_output:
+        print_json(tools)
+        return
+    table = Table("name", "description")
+    for t in tools:
+        table.add_row(t["name"], t.get("description") or "")
+    out.print(table)

@@ -1,0 +1,190 @@
+"""The live view on a real terminal (a pty, 60 columns): long lines wrap instead of being
+cut, and the prompt of a question is withdrawn (saying so) when the question is answered
+elsewhere or the run is cancelled, and the cancelled step is not left `waiting_reply`."""
+
+from __future__ import annotations
+
+import os
+import pty
+import re
+import select
+import subprocess
+import sys
+import time
+
+import pytest
+
+from orchestra.cli.console import ExitCode
+from tests.cli.cli_harness import api_world
+
+COLUMNS = 60
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b[()][A-Z0-9]|\r")
+HEADER = re.compile(r"^run ([0-9a-f-]{36})\s*$", re.M)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    with api_world(tmp_path_factory) as info:
+        yield info
+
+
+class Terminal:
+    """`orchestra …` on a pty of COLUMNS columns; `screen` is everything it wrote, as text."""
+
+    def __init__(self, world, *args: str) -> None:
+        self.master, slave = pty.openpty()
+        import fcntl
+        import struct
+        import termios
+
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, COLUMNS, 0, 0))
+        env = {**world["cli"].env, "COLUMNS": str(COLUMNS), "LINES": "40", "TERM": "xterm"}
+        self.proc = subprocess.Popen([sys.executable, "-m", "orchestra", *args], env=env,
+                                     stdin=slave, stdout=slave, stderr=slave, close_fds=True)
+        os.close(slave)
+        self.raw = b""
+
+    @property
+    def screen(self) -> str:
+        return ANSI.sub("", self.raw.decode("utf-8", "replace"))
+
+    def read_until(self, text: str, timeout: float = 30) -> bool:
+        deadline = time.monotonic() + timeout
+        while text not in self.screen and time.monotonic() < deadline:
+            if not self._read(0.2):
+                break
+        return text in self.screen
+
+    def _read(self, wait: float) -> bool:
+        ready, _, _ = select.select([self.master], [], [], wait)
+        if ready:
+            try:
+                chunk = os.read(self.master, 65536)
+            except OSError:
+                return False
+            if not chunk:
+                return False
+            self.raw += chunk
+        return True
+
+    def type(self, text: str) -> None:
+        os.write(self.master, text.encode())
+
+    def finish(self, timeout: float = 30) -> int:
+        deadline = time.monotonic() + timeout
+        while self.proc.poll() is None and time.monotonic() < deadline:
+            self._read(0.2)
+        while self._read(0.1) and select.select([self.master], [], [], 0)[0]:
+            pass
+        code = self.proc.wait(timeout=5)
+        os.close(self.master)
+        return code
+
+    def final_view(self) -> str:
+        """The view printed when the watch ended (after the last redraw of the live one)."""
+        screen = self.screen
+        starts = [m.start() for m in HEADER.finditer(screen)]
+        assert starts, screen[-3000:]
+        return screen[starts[-1]:]
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+
+
+def _pending(world, trace_id: str, timeout: float = 20) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        run = world["api"].get(f"/workflow/run/{trace_id}").json()
+        if run["pending_replies"]:
+            return run["pending_replies"][0]
+        time.sleep(0.1)
+    raise AssertionError("the run never asked")
+
+
+def _trace_id(term: Terminal) -> str:
+    match = HEADER.search(term.screen)
+    assert match, term.screen[-2000:]
+    return match.group(1)
+
+
+def test_long_lines_wrap_at_the_terminal_width(world):
+    words = [f"word{i:03d}" for i in range(1, 21)]  # 160 characters (the fake echoes up to 200)
+    term = Terminal(world, "workflow", "run", "three_step", "--input", " ".join(words), "--watch")
+    try:
+        code = term.finish(timeout=60)
+    finally:
+        term.kill()
+    final = term.final_view()
+    assert code == 0, final
+    lines = final.splitlines()
+    assert max(len(line) for line in lines) <= COLUMNS, "\n".join(lines)
+    facts = final[final.index("facts · succeeded"):final.index("numbers · succeeded")]
+    assert all(word in facts for word in words), facts  # nothing cut off: every word is there
+    inside = [line.strip("│ ") for line in facts.splitlines()[1:] if line.startswith("│")]
+    assert len(inside) >= 4  # the one long line became several
+    assert "run succeeded in " in final
+
+
+def _asking(world) -> tuple[Terminal, str, dict]:
+    """`run with_human --watch` on the pty, once its question is at the prompt."""
+    term = Terminal(world, "workflow", "run", "with_human", "--input", "tea", "--watch")
+    assert term.read_until("your answer: "), term.screen[-2000:]
+    trace_id = _trace_id(term)
+    return term, trace_id, _pending(world, trace_id)
+
+
+def test_prompt_is_withdrawn_when_answered_elsewhere(world):
+    term, trace_id, pending = _asking(world)
+    try:
+        term.type("half typed")  # not entered yet when the answer comes from elsewhere
+        time.sleep(0.3)
+        answered = world["api"].post(f"/workflow/reply/{trace_id}",
+                                     json={"content": "from the console", "request_id": pending["request_id"]})
+        assert answered.status_code == 200, answered.text
+        assert term.read_until("prompt withdrawn"), term.screen[-2000:]
+        code = term.finish(timeout=60)
+    finally:
+        term.kill()
+    screen = term.screen
+    assert "prompt withdrawn: it was answered elsewhere; anything typed here was not sent" in screen
+    assert code == 0, screen[-3000:]
+    final = term.final_view()
+    assert "feedback · succeeded" in final and "! from the console" in final
+    assert "Feedback: from the console" in final
+    run = world["api"].get(f"/workflow/run/{trace_id}").json()
+    feedback = next(s for s in run["steps"] if s["step_id"] == "feedback")
+    assert feedback["output"] == "from the console"  # the half-typed text was never sent
+
+
+def test_prompt_is_withdrawn_when_the_run_is_cancelled(world):
+    term, trace_id, _ = _asking(world)
+    try:
+        cancelled = world["api"].post(f"/workflow/cancel/{trace_id}")
+        assert cancelled.status_code == 200, cancelled.text
+        assert term.read_until("prompt withdrawn"), term.screen[-2000:]
+        code = term.finish(timeout=60)
+    finally:
+        term.kill()
+    screen = term.screen
+    assert "prompt withdrawn: the run was cancelled; anything typed here was not sent" in screen
+    assert code == ExitCode.ERROR
+    final = term.final_view()
+    assert "feedback · cancelled" in final and "waiting_reply" not in final, final
+    assert "run cancelled" in final
+    assert screen.count(f"error: run {trace_id} cancelled") == 1
+
+
+def test_an_answer_typed_at_the_prompt_is_sent(world):
+    term, trace_id, _ = _asking(world)
+    try:
+        term.type("less sugar\r")
+        code = term.finish(timeout=60)
+    finally:
+        term.kill()
+    final = term.final_view()
+    assert code == 0, term.screen[-3000:]
+    assert "feedback asks: Here is the draft:" in term.screen
+    assert "Feedback: less sugar" in final and "run succeeded in " in final
+    assert "started run" not in term.screen
+    assert world["api"].get(f"/workflow/run/{trace_id}").json()["steps"][1]["output"] == "less sugar"
