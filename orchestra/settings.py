@@ -50,6 +50,7 @@ class Settings:
     header_timeout: float = 10.0  # seconds for a whole request head, from its first byte
     body_min_rate: int = 240  # bytes a second a body must average after header_timeout (0: off)
     access_log: bool = False
+    console: bool = True
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None, **overrides: Any) -> "Settings":
@@ -172,6 +173,7 @@ SETTING_DOCS: dict[str, SettingDoc] = {
         "bytes a second a request body (an upload too) must average once it has had "
         "`ORCHESTRA_HEADER_TIMEOUT` seconds (408 and close below; `0`: no minimum)"),
     "access_log": SettingDoc("log every request", flag="--access-log/--no-access-log"),
+    "console": SettingDoc("serve the web console at `/` (`0`: off, and `/` is the JSON 404; docs/console.md)"),
 }
 
 TABLE_START = "<!-- settings-table:start (generated: python -m orchestra.settings --write-readme) -->"

@@ -94,6 +94,10 @@ def create_app(settings: Settings | None = None, *, name: str | None = None) -> 
     app.ext.openapi.add_security_scheme("bearer", "http", scheme="bearer", bearer_format="JWT")
     app.ctx.settings = settings
     app.blueprint(all_blueprints())
+    if settings.console:
+        from orchestra.web.blueprints import console
+
+        app.blueprint(console.bp)
     errors.install(app)
 
     @app.on_response

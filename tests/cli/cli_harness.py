@@ -59,8 +59,11 @@ def setup_world(server: ServerProcess, llm_url: str, name: str = "root") -> dict
     """A super administrator, a provider on `llm_url`, a worker, and both example templates."""
     make_user(server, name)
     token = api_token(server, name)
-    with httpx.Client(base_url=f"{server.base_url}/api/v1",
-                      headers={"Authorization": f"Bearer {token}"}) as http:
+
+    def fresh_token(request: httpx.Request) -> None:  # servers with a 1 s token lifetime
+        request.headers["Authorization"] = f"Bearer {api_token(server, name)}"
+
+    with httpx.Client(base_url=f"{server.base_url}/api/v1", event_hooks={"request": [fresh_token]}) as http:
         provider = http.post("/provider", json={
             "name": "fake", "provider": "openai_compatible", "model_id": "fake-model",
             "api_key": "any-key", "base_url": llm_url})

@@ -118,7 +118,7 @@ async def test_404_user_not_exist(client, users):
 
 @pytest.mark.parametrize(
     "method,path",
-    [("GET", "/"), ("GET", "/nope"), ("POST", "/api/v1/auth/nope/deeper"), ("GET", "/api/v2/auth/list"),
+    [("GET", "/index.html"), ("GET", "/nope"), ("POST", "/api/v1/auth/nope/deeper"), ("GET", "/api/v2/auth/list"),
      ("GET", "/api/v1/health"), ("GET", "/api/v1/cluster"), ("GET", "/api/v1/workflow/ws"),
      ("POST", "/api/v1/auth")],
 )

@@ -1,0 +1,99 @@
+// The console's shell: a router over the URL fragment (`#/runs/<id>`), the navigation
+// each role may use, and the sign-in gate.
+import { html, render, useState, useEffect } from './html.js';
+import { currentSession, onSession, signOut, isAdmin, isSuperAdmin } from './api.js';
+import { SignIn, Register } from './pages/auth.js';
+import { Providers } from './pages/providers.js';
+import { Workers } from './pages/workers.js';
+import { Templates, TemplateEditor } from './pages/templates.js';
+import { Runs } from './pages/runs.js';
+import { RunView } from './pages/run_view.js';
+import { Users } from './pages/users.js';
+
+function currentRoute() {
+  const [path, query = ''] = location.hash.replace(/^#\/?/, '').split('?');
+  const parts = (path || 'runs').split('/').map(decodeURIComponent);
+  return { page: parts[0], arg: parts[1] || '', query: new URLSearchParams(query) };
+}
+
+function useRoute() {
+  const [route, setRoute] = useState(currentRoute);
+  useEffect(() => {
+    const update = () => {
+      setRoute(currentRoute());
+      // After a navigation, focus the new page's heading so screen readers announce it
+      // and Tab starts from the top of the page, not from the link that was followed.
+      requestAnimationFrame(() => {
+        const heading = document.querySelector('main h1');
+        if (heading) {
+          heading.tabIndex = -1;
+          heading.focus({ preventScroll: true });
+        }
+      });
+    };
+    addEventListener('hashchange', update);
+    return () => removeEventListener('hashchange', update);
+  }, []);
+  return route;
+}
+
+function useSession() {
+  const [session, setSession] = useState(currentSession);
+  useEffect(() => onSession(setSession), []);
+  return session;
+}
+
+const NAV = [
+  ['runs', 'Runs', () => true],
+  ['templates', 'Templates', () => true],
+  ['workers', 'Workers', () => true],
+  ['providers', 'Providers', isAdmin],
+  ['users', 'Users', isSuperAdmin],
+];
+
+function Page({ route }) {
+  const { page, arg } = route;
+  switch (page) {
+    case 'providers': return isAdmin() ? html`<${Providers} />` : html`<${Forbidden} />`;
+    case 'workers': return html`<${Workers} />`;
+    case 'templates': return arg ? html`<${TemplateEditor} key=${arg} templateId=${arg} />` : html`<${Templates} />`;
+    case 'run': return html`<${RunView} key=${arg} traceId=${arg} />`;
+    case 'users': return isSuperAdmin() ? html`<${Users} />` : html`<${Forbidden} />`;
+    case 'runs': return html`<${Runs} query=${route.query} />`;
+    default: return html`<section><h1>Not found</h1><p>Nothing is at <code>#/${page}</code>.</p></section>`;
+  }
+}
+
+function Forbidden() {
+  return html`<section><h1>Not allowed</h1>
+    <p class="error" role="alert">Your role does not allow this page.</p></section>`;
+}
+
+function App() {
+  const session = useSession();
+  const route = useRoute();
+  useEffect(() => {
+    const label = NAV.find(([page]) => page === route.page);
+    document.title = `${label ? label[1] : 'orchestra'} · orchestra`;
+  }, [route]);
+  if (!session) {
+    return html`<main id="main" class="narrow">
+      ${route.page === 'register' ? html`<${Register} />` : html`<${SignIn} />`}
+    </main>`;
+  }
+  return html`
+    <header class="top">
+      <a class="brand" href="#/runs">orchestra</a>
+      <nav aria-label="Main">
+        ${NAV.filter(([, , allowed]) => allowed()).map(([page, label]) => html`
+          <a href=${`#/${page}`} aria-current=${route.page === page || (page === 'runs' && route.page === 'run') ? 'page' : undefined}>${label}</a>`)}
+      </nav>
+      <span class="who">${session.user_name} <small>${session.role}</small></span>
+      <button type="button" class="link" onClick=${() => signOut('You signed out.')}>Sign out</button>
+    </header>
+    <main id="main"><${Page} route=${route} /></main>`;
+}
+
+const root = document.getElementById('app');
+root.textContent = '';  // the static "Loading…" line
+render(html`<${App} />`, root);

@@ -1,0 +1,206 @@
+// The live run view: the step graph with each step's status, streamed text per step, tool
+// calls and results, a reply box while a question is open, cancel, the output and token
+// usage. Built only from the event stream, so a finished run opens as its replay.
+import { html, useEffect, useReducer, useState } from '../html.js';
+import { api } from '../api.js';
+import { ErrorBox, StatusBadge, TextArea, useLoad, when, duration, attempt } from '../ui.js';
+import { StepGraph } from '../graph.js';
+import { followRun } from '../stream.js';
+
+const LOG_SHOWN = 400;
+
+function freshStep(id, extra = {}) {
+  return { id, status: 'pending', text: '', tools: [], depends_on: [], agent: null, prompt: '',
+    output: null, error: null, usage: null, answer: null, attempt: 0, ...extra };
+}
+
+function initialState(run) {
+  const steps = {};
+  for (const s of run.steps) steps[s.step_id] = freshStep(s.step_id, { agent: s.agent, depends_on: s.depends_on });
+  return { status: 'queued', input: run.input, order: run.steps.map((s) => s.step_id), steps, questions: [],
+    output: null, error: null, notices: [], log: [], count: 0, lastSeq: 0, startedTs: null, endedTs: null };
+}
+
+function withStep(state, id, change) {
+  const step = state.steps[id] || freshStep(id);
+  const order = state.order.includes(id) ? state.order : [...state.order, id];
+  return { ...state, order, steps: { ...state.steps, [id]: { ...step, ...change(step) } } };
+}
+
+/** One event applied to the view's state. */
+function apply(state, { kind, data, seq }) {
+  state = { ...state, lastSeq: seq, count: state.count + 1, log: [...state.log.slice(-(LOG_SHOWN - 1)), { seq, kind, step: data.step_id }] };
+  const id = data.step_id;
+  switch (kind) {
+    case 'run_started':
+      return { ...state, status: 'running', startedTs: state.startedTs || data.ts };
+    case 'run_resumed':  // questions of the restarted steps died with the old process
+      return { ...state, status: 'running',
+        questions: state.questions.filter((q) => !(data.restarted_steps || []).includes(q.step_id)),
+        notices: [...state.notices,
+        `The run was taken over after its server stopped (attempt ${data.attempt}); ${(data.restarted_steps || []).length
+          ? `started again: ${data.restarted_steps.join(', ')}.` : 'no step had to start again.'}`] };
+    case 'step_started':  // also after a resume: the step runs again, so its text starts again
+      return withStep({ ...state, status: 'running', questions: state.questions.filter((q) => q.step_id !== id) }, id, (s) => ({ status: 'running', text: '', tools: [], output: null,
+        error: null, usage: null, prompt: data.prompt, agent: data.agent || s.agent, attempt: s.attempt + 1 }));
+    case 'token':
+      return withStep(state, id, (s) => ({ text: s.text + data.text }));
+    case 'tool_call':
+      return withStep(state, id, (s) => ({ tools: [...s.tools, { call_id: data.call_id, name: data.name, arguments: data.arguments }] }));
+    case 'tool_result':
+      return withStep(state, id, (s) => ({ tools: s.tools.map((t) => (t.call_id === data.call_id
+        ? { ...t, result: data.result, error: data.error, done: true } : t)) }));
+    case 'reply_requested':
+      return withStep({ ...state, status: 'waiting_reply', questions: [...state.questions,
+        { request_id: data.request_id, step_id: id, prompt: data.prompt }] }, id, () => ({ status: 'waiting_reply' }));
+    case 'reply_received': {
+      const questions = state.questions.filter((q) => q.request_id !== data.request_id);
+      return withStep({ ...state, questions, status: questions.length ? 'waiting_reply' : 'running' }, id,
+        (s) => ({ answer: data.content, status: s.status === 'waiting_reply' ? 'running' : s.status }));
+    }
+    case 'step_finished':
+      return withStep(state, id, () => ({ status: 'succeeded', output: data.output, usage: data.usage }));
+    case 'step_failed':
+      return withStep(state, id, () => ({ status: 'failed', error: data.error }));
+    case 'run_finished':
+      return { ...state, status: data.status || 'succeeded', output: data.output, questions: [], endedTs: data.ts };
+    case 'run_failed':
+    case 'run_cancelled':
+      return { ...endSteps(state, kind === 'run_cancelled' ? 'cancelled' : data.status),
+        status: data.status || (kind === 'run_cancelled' ? 'cancelled' : 'failed'),
+        error: data.error || data.reason || null, questions: [], endedTs: data.ts };
+    default:
+      return state;
+  }
+}
+
+/** Steps still going when the run ends take its end (the server's record says the same). */
+function endSteps(state, status) {
+  const steps = {};
+  for (const [id, s] of Object.entries(state.steps)) {
+    steps[id] = ['running', 'waiting_reply'].includes(s.status) ? { ...s, status } : s;
+  }
+  return { ...state, steps };
+}
+
+function reducer(state, action) {
+  return action.reset ? initialState(action.reset) : apply(state, action);
+}
+
+function usageTotal(steps) {
+  let prompt = 0;
+  let completion = 0;
+  for (const s of Object.values(steps)) {
+    if (s.usage) {
+      prompt += s.usage.prompt_tokens || 0;
+      completion += s.usage.completion_tokens || 0;
+    }
+  }
+  return { prompt, completion };
+}
+
+function ToolCalls({ tools }) {
+  if (!tools.length) return null;
+  return html`<ul class="tools-log">${tools.map((t) => html`<li key=${t.call_id}>
+    <span class="call">→ ${t.name}(<code>${JSON.stringify(t.arguments)}</code>)</span>
+    ${t.done && (t.error
+      ? html`<span class="result failed">← error: ${t.error}</span>`
+      : html`<span class="result">← <code>${t.result}</code></span>`)}
+  </li>`)}</ul>`;
+}
+
+function ReplyBox({ traceId, question }) {
+  const [content, setContent] = useState('');
+  const [error, setError] = useState(null);
+  const [busy, setBusy] = useState(false);
+  const send = async (e) => {
+    e.preventDefault();
+    setBusy(true);
+    try {
+      await api('POST', `/workflow/reply/${traceId}`, { content, request_id: question.request_id });
+    } catch (err) {
+      setError(err);
+      setBusy(false);
+    }
+  };
+  return html`<form class="reply" onSubmit=${send}>
+    <p class="question"><strong>${question.step_id} asks:</strong> ${question.prompt}</p>
+    <${TextArea} label="Your reply" value=${content} onInput=${setContent} rows="2" autofocus />
+    <${ErrorBox} error=${error} />
+    <button type="submit" class="primary" disabled=${busy || !content}>Send reply</button>
+  </form>`;
+}
+
+function StepCard({ step, traceId, questions }) {
+  const human = step.agent && step.agent.human;
+  return html`<article class=${`step-card status-${step.status}`} data-step=${step.id} aria-labelledby=${`step-${step.id}`}>
+    <header><h3 id=${`step-${step.id}`}>${step.id}</h3> <${StatusBadge} status=${step.status} />
+      ${step.attempt > 1 && html`<small> run ${step.attempt} times</small>`}
+      ${step.usage && html`<small class="usage">${step.usage.prompt_tokens} in · ${step.usage.completion_tokens} out tokens</small>`}
+    </header>
+    ${step.prompt && html`<details><summary>Prompt</summary><pre>${step.prompt}</pre></details>`}
+    <${ToolCalls} tools=${step.tools} />
+    ${step.text && html`<pre class="stream" aria-live="polite">${step.text}</pre>`}
+    ${human && step.answer !== null && html`<p class="answer"><strong>Answer:</strong> ${step.answer}</p>`}
+    ${!human && step.answer !== null && html`<p class="answer"><strong>You answered:</strong> ${step.answer}</p>`}
+    ${step.output !== null && !step.text && !human && html`<pre class="output">${step.output}</pre>`}
+    ${step.error && html`<p class="error">${step.error}</p>`}
+    ${questions.map((q) => html`<${ReplyBox} key=${q.request_id} traceId=${traceId} question=${q} />`)}
+  </article>`;
+}
+
+const CONNECTION_TEXT = {
+  connecting: 'connecting…', live: 'live', reconnecting: 'connection lost: reconnecting…',
+  ended: 'ended', failed: 'stopped',
+};
+
+function Run({ run, traceId }) {
+  const [state, dispatch] = useReducer(reducer, run, initialState);
+  const [connection, setConnection] = useState({ state: 'connecting' });
+  const [actionError, setActionError] = useState(null);
+  useEffect(() => followRun(traceId, {
+    onEvent: (kind, data, seq) => dispatch({ kind, data, seq }),
+    onState: (s, error) => setConnection({ state: s, error }),
+  }), [traceId]);
+  const cancel = () => attempt(setActionError, () => api('POST', `/workflow/cancel/${traceId}`));
+  const ended = ['succeeded', 'failed', 'cancelled', 'interrupted'].includes(state.status);
+  const statuses = Object.fromEntries(Object.values(state.steps).map((s) => [s.id, s.status]));
+  const steps = state.order.map((id) => ({ id, depends_on: state.steps[id].depends_on, agent: state.steps[id].agent }));
+  const usage = usageTotal(state.steps);
+  return html`<section class="run" data-status=${state.status}>
+    <h1>Run of ${run.template_name} <${StatusBadge} status=${state.status} /></h1>
+    <p class="meta">
+      <span>trace <code>${traceId}</code></span>
+      <span>started ${when(state.startedTs || run.created_at)}</span>
+      <span>${ended ? `took ${duration(state.startedTs || run.started_at, state.endedTs)}` : ''}</span>
+      <span class=${`connection ${connection.state}`} role="status">${run.finished_at ? 'replay · ' : ''}${CONNECTION_TEXT[connection.state]}</span>
+      ${!ended && html`<button type="button" class="danger" onClick=${cancel}>Cancel run</button>`}
+    </p>
+    <${ErrorBox} error=${actionError || (connection.state === 'failed' ? connection.error : null)} />
+    ${connection.state === 'reconnecting' && connection.error && html`<p class="notice">${connection.error.shown || connection.error.message}</p>`}
+    ${state.notices.map((n) => html`<p class="notice resumed" role="status">${n}</p>`)}
+    ${state.input && html`<p><strong>Input:</strong> ${state.input}</p>`}
+    <${StepGraph} steps=${steps} statuses=${statuses} />
+    <div class="steps">${state.order.map((id) => html`<${StepCard} key=${id} step=${state.steps[id]} traceId=${traceId}
+        questions=${ended ? [] : state.questions.filter((q) => q.step_id === id)} />`)}</div>
+    ${ended && html`<section class=${`card outcome status-${state.status}`} aria-labelledby="outcome">
+      <h2 id="outcome">Run ${state.status}</h2>
+      ${state.output !== null && html`<pre class="output final-output">${state.output}</pre>`}
+      ${state.error && html`<p class="error">${state.error}</p>`}
+      <p class="usage">Tokens: ${usage.prompt} prompt · ${usage.completion} completion · ${usage.prompt + usage.completion} total</p>
+    </section>`}
+    <details class="events"><summary>Events (${state.count}, last ${state.lastSeq})</summary>
+      <ol class="event-log" data-count=${state.count} data-last=${state.lastSeq}>
+        ${state.log.map((e) => html`<li key=${e.seq} value=${e.seq} data-seq=${e.seq}>${e.kind}${e.step ? ` · ${e.step}` : ''}</li>`)}
+      </ol>
+    </details>
+  </section>`;
+}
+
+export function RunView({ traceId }) {
+  const [run, error] = useLoad(() => api('GET', `/workflow/run/${encodeURIComponent(traceId)}`), [traceId]);
+  if (error) return html`<section><h1>Run</h1><${ErrorBox} error=${error} /></section>`;
+  if (!run) return html`<p class="loading">Loading…</p>`;
+  return html`<${Run} run=${run} traceId=${traceId} />`;
+}
+

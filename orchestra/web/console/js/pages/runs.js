@@ -1,0 +1,93 @@
+// Runs: start one (input, files uploaded with progress), and the run list with a filter.
+import { html, useState, useEffect } from '../html.js';
+import { api, upload, isAdmin } from '../api.js';
+import { TextArea, Select, ErrorBox, useLoad, when, duration, StatusBadge, go, useId } from '../ui.js';
+
+const STATUSES = ['queued', 'running', 'waiting_reply', 'succeeded', 'failed', 'cancelled', 'interrupted'];
+
+function StartRun({ templates, preselected }) {
+  const [templateId, setTemplateId] = useState(preselected || (templates[0] ? templates[0].template_id : ''));
+  const [input, setInput] = useState('');
+  const [files, setFiles] = useState([]);
+  const [progress, setProgress] = useState(null);
+  const [error, setError] = useState(null);
+  const [busy, setBusy] = useState(false);
+  const fileId = useId('files');
+  const start = async (e) => {
+    e.preventDefault();
+    setBusy(true);
+    setError(null);
+    try {
+      let fileIds = [];
+      if (files.length) {
+        setProgress(0);
+        fileIds = (await upload(files, setProgress)).map((f) => f.file_id);
+      }
+      const run = await api('POST', '/workflow/run', { template_id: templateId, input, files: fileIds });
+      go(`run/${run.trace_id}`);
+    } catch (err) {
+      setError(err);
+      setBusy(false);
+    }
+  };
+  if (!templates.length) {
+    return html`<p class="card">No templates yet: <a href="#/templates/new">create one</a> to start a run.</p>`;
+  }
+  return html`<form class="card" onSubmit=${start} aria-labelledby="start-run">
+    <h2 id="start-run">Start a run</h2>
+    <${Select} label="Template" value=${templateId} onChange=${setTemplateId}
+               options=${templates.map((t) => [t.template_id, t.name])} />
+    <${TextArea} label="Input" value=${input} onInput=${setInput} hint="fills {{input}} in the prompts" />
+    <div class="field">
+      <label for=${fileId}>Files</label>
+      <input id=${fileId} type="file" multiple onChange=${(e) => setFiles([...e.target.files])} />
+      <small class="hint">uploaded first; steps read them with the read_upload tool</small>
+      ${progress !== null && html`<progress max="1" value=${progress} aria-label="Upload progress">${Math.round(progress * 100)}%</progress>`}
+    </div>
+    <${ErrorBox} error=${error} />
+    <button type="submit" class="primary" disabled=${busy}>Start run</button>
+  </form>`;
+}
+
+export function Runs({ query }) {
+  const [all, setAll] = useState(false);
+  const [status, setStatus] = useState('');
+  const [text, setText] = useState('');
+  const [runs, runsError, reload] = useLoad(() => api('GET', `/workflow/run?limit=200${all ? '&all=1' : ''}`), [all]);
+  const [templates, templatesError] = useLoad(() => api('GET', '/workflow/template'));
+  const filterId = useId('filter');
+  const live = !!runs && runs.runs.some((r) => !r.finished_at);
+  useEffect(() => {  // while a run is going, its row follows without a click on Refresh
+    if (!live) return undefined;
+    const timer = setInterval(reload, 3000);
+    return () => clearInterval(timer);
+  }, [live, reload]);
+  const shown = (runs ? runs.runs : []).filter((r) => (!status || r.status === status)
+    && (!text || `${r.template_name} ${r.trace_id}`.toLowerCase().includes(text.toLowerCase())));
+  return html`<section>
+    <h1>Runs</h1>
+    <${ErrorBox} error=${templatesError} />
+    ${templates && html`<${StartRun} templates=${templates.templates} preselected=${query && query.get('template')} />`}
+    <h2>Recent runs</h2>
+    <div class="row filters">
+      <${Select} label="Status" value=${status} onChange=${setStatus} options=${[['', 'any'], ...STATUSES.map((s) => [s, s])]} />
+      <div class="field"><label for=${filterId}>Filter</label>
+        <input id=${filterId} type="search" value=${text} placeholder="template or trace id"
+               onInput=${(e) => setText(e.target.value)} /></div>
+      ${isAdmin() && html`<label class="check"><input type="checkbox" checked=${all} onChange=${(e) => setAll(e.target.checked)} /> every user's</label>`}
+      <button type="button" onClick=${reload}>Refresh</button>
+    </div>
+    <${ErrorBox} error=${runsError} />
+    <div class="table-wrap"><table>
+      <thead><tr><th>Template</th><th>Status</th><th>Started</th><th>Took</th><th>Run</th></tr></thead>
+      <tbody>
+        ${runs && shown.length === 0 && html`<tr><td colspan="5">No runs${status || text ? ' match the filter' : ' yet'}.</td></tr>`}
+        ${shown.map((r) => html`<tr key=${r.trace_id} data-run=${r.trace_id}>
+          <td>${r.template_name}</td><td><${StatusBadge} status=${r.status} />${r.error && html`<br /><small>${r.error}</small>`}</td>
+          <td>${when(r.started_at || r.created_at)}</td><td>${duration(r.started_at, r.finished_at)}</td>
+          <td><a href=${`#/run/${r.trace_id}`}>${r.finished_at ? 'replay' : 'watch'} <code>${r.trace_id.slice(0, 8)}</code></a></td>
+        </tr>`)}
+      </tbody>
+    </table></div>
+  </section>`;
+}

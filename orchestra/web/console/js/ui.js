@@ -1,0 +1,133 @@
+// Small shared pieces: labelled fields, the error banner, loading lists, times.
+import { html, useState, useEffect, useCallback, useRef } from './html.js';
+
+let nextId = 0;
+/** A stable id for label/input pairs. */
+export function useId(prefix) {
+  const [id] = useState(() => `${prefix}-${++nextId}`);
+  return id;
+}
+
+/** A labelled form control; `problem` (a 422 detail) shows under it and marks it invalid. */
+export function Field({ label, problem, hint, children, id }) {
+  const control = children({ id, 'aria-invalid': problem ? 'true' : undefined,
+    'aria-describedby': problem ? `${id}-problem` : undefined });
+  return html`<div class=${'field' + (problem ? ' invalid' : '')}>
+    <label for=${id}>${label}</label>
+    ${control}
+    ${hint && html`<small class="hint">${hint}</small>`}
+    ${problem && html`<small class="problem" id=${`${id}-problem`}>${problem}</small>`}
+  </div>`;
+}
+
+export function TextField({ label, value, onInput, problem, type = 'text', hint, ...rest }) {
+  const id = useId('f');
+  return html`<${Field} label=${label} problem=${problem} hint=${hint} id=${id}>
+    ${(a) => html`<input ...${a} ...${rest} type=${type} value=${value ?? ''}
+                         onInput=${(e) => onInput(e.target.value)} />`}
+  <//>`;
+}
+
+export function TextArea({ label, value, onInput, problem, rows = 3, hint, ...rest }) {
+  const id = useId('f');
+  return html`<${Field} label=${label} problem=${problem} hint=${hint} id=${id}>
+    ${(a) => html`<textarea ...${a} ...${rest} rows=${rows} value=${value ?? ''}
+                            onInput=${(e) => onInput(e.target.value)}></textarea>`}
+  <//>`;
+}
+
+export function Select({ label, value, onChange, options, problem, hint, ...rest }) {
+  const id = useId('f');
+  return html`<${Field} label=${label} problem=${problem} hint=${hint} id=${id}>
+    ${(a) => html`<select ...${a} ...${rest} value=${value ?? ''} onChange=${(e) => onChange(e.target.value)}>
+      ${options.map(([v, text]) => html`<option value=${v} selected=${v === value}>${text}</option>`)}
+    </select>`}
+  <//>`;
+}
+
+/** The API's message for an error, in a live region so screen readers announce it. */
+export function ErrorBox({ error }) {
+  if (!error) return null;
+  const text = typeof error === 'string' ? error : error.shown || error.message;
+  return html`<p class="error" role="alert">${text}</p>`;
+}
+
+export function Notice({ text }) {
+  return text ? html`<p class="notice" role="status">${text}</p>` : null;
+}
+
+/** Load something from the API: [data, error, reload]. */
+export function useLoad(loader, deps = []) {
+  const [state, setState] = useState({ data: null, error: null });
+  const reload = useCallback(() => {
+    loader().then((data) => setState({ data, error: null }), (error) => setState({ data: null, error }));
+  }, deps);
+  useEffect(reload, [reload]);
+  return [state.data, state.error, reload];
+}
+
+/** `detail` of a 422 as {field: problem}; the first problem of a field wins. */
+export function problemsByField(error) {
+  const out = {};
+  if (error && error.status === 422 && Array.isArray(error.detail)) {
+    for (const { field, problem } of error.detail) if (!(field in out)) out[field] = problem;
+  }
+  return out;
+}
+
+export function when(iso) {
+  if (!iso) return '–';
+  const d = new Date(iso);
+  return d.toLocaleString(undefined, { dateStyle: 'short', timeStyle: 'medium' });
+}
+
+export function duration(start, end) {
+  if (!start) return '–';
+  const ms = (end ? new Date(end) : new Date()) - new Date(start);
+  return ms < 1000 ? `${ms} ms` : ms < 60000 ? `${(ms / 1000).toFixed(1)} s` : `${Math.round(ms / 60000)} min`;
+}
+
+export function StatusBadge({ status }) {
+  return html`<span class=${`badge status-${status}`}>${status}</span>`;
+}
+
+/** A button that asks "Really?" on the first press (no browser dialog). */
+export function ConfirmButton({ label, confirm, onConfirm, ...rest }) {
+  const [armed, setArmed] = useState(false);
+  const confirmRef = useRef(null);
+  useEffect(() => { if (armed && confirmRef.current) confirmRef.current.focus(); }, [armed]);  // keyboard users land on it
+  return armed
+    ? html`<span class="confirm">
+        <button class="danger" ref=${confirmRef} ...${rest} onClick=${() => { setArmed(false); onConfirm(); }}>${confirm}</button>
+        <button type="button" onClick=${() => setArmed(false)}>Keep</button></span>`
+    : html`<button type="button" ...${rest} onClick=${() => setArmed(true)}>${label}</button>`;
+}
+
+/** Navigate to a console page, e.g. go(`run/${id}`). */
+export function go(path) {
+  location.hash = `#/${path}`;
+}
+
+let flash = '';
+/** A message for the next page (e.g. "saved" after a navigation), shown once. */
+export function setFlash(text) {
+  flash = text;
+}
+
+export function takeFlash() {
+  const text = flash;
+  flash = '';
+  return text;
+}
+
+/** Run an API action; its error (or null on success) goes to `setError`. True when it worked. */
+export async function attempt(setError, action) {
+  try {
+    await action();
+    setError(null);
+    return true;
+  } catch (err) {
+    setError(err);
+    return false;
+  }
+}
