@@ -101,6 +101,16 @@ class PayloadTooLargeError(OrchestraError):
     default_message = "The request body is too large."
 
 
+class RequestTimeoutError(OrchestraError):
+    status, error = 408, "RequestTimeoutError"
+    default_message = "The request did not arrive in time."
+
+
+class RequestHeaderFieldsTooLargeError(OrchestraError):
+    status, error = 431, "RequestHeaderFieldsTooLargeError"
+    default_message = "The request head is too large."
+
+
 class ValidationError(OrchestraError):
     status, error = 422, "ValidationError"
     default_message = "The request body does not match the expected shape."

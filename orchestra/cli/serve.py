@@ -43,6 +43,8 @@ def register(app: typer.Typer) -> None:
         from sanic import Sanic
         from sanic.worker.loader import AppLoader
 
+        from orchestra.web.protocol import OrchestraProtocol, raise_open_file_limit
+
         settings = settings_from(
             ctx, host=host, port=port, workers=workers, database_url=db, access_log=access_log
         )
@@ -66,6 +68,7 @@ def register(app: typer.Typer) -> None:
         from orchestra.engine.llm.factory import preload
 
         preload()  # the provider SDK, before the first run needs it
+        raise_open_file_limit()  # every connection is a file descriptor
         loader = AppLoader(factory=partial(serving_app, settings, line))
         app = loader.load()
         app.prepare(
@@ -75,6 +78,7 @@ def register(app: typer.Typer) -> None:
             single_process=settings.workers == 1,
             access_log=settings.access_log,
             motd=False,
+            protocol=OrchestraProtocol,  # the request-head deadline and limits
         )
         try:
             if settings.workers == 1:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 import uuid
 from collections import OrderedDict
@@ -68,20 +69,43 @@ class TokenService:
         return dict(claims)
 
     def _verify(self, token: str) -> dict[str, Any]:
-        """Signature, algorithm, issuer, expiry and the shape of every claim."""
+        """Signature, algorithm, issuer and presence of every claim (PyJWT), then the
+        type of every claim, then the times: types first, so that a time of the wrong
+        type (PyJWT reads "123" and true as numbers) is invalid, never expired or a 500."""
         try:
             claims = jwt.decode(
                 token,
                 self._secret,
                 algorithms=[ALGORITHM],
                 issuer=ISSUER,
-                options={"require": REQUIRED_CLAIMS},
+                options={"require": REQUIRED_CLAIMS, "verify_exp": False, "verify_iat": False,
+                         "verify_nbf": False},
             )
-        except jwt.ExpiredSignatureError:
-            raise TokenExpiredError() from None
         except jwt.PyJWTError as exc:
             raise TokenInvalidError(f"The token is invalid: {exc}.") from None
-        for claim in ("sub", "name", "role", "jti"):
-            if not isinstance(claims.get(claim), str):
-                raise TokenInvalidError(f"The token's '{claim}' claim is malformed.")
+        claims = _checked_claims(claims)
+        now = time.time()
+        if claims["exp"] <= now:  # as PyJWT checks it, with no leeway
+            raise TokenExpiredError()
+        if claims["iat"] > now + 1 or claims.get("nbf", 0) > now:
+            raise TokenInvalidError("The token is not valid yet.")
         return claims
+
+
+STRING_CLAIMS = ("sub", "name", "role", "type", "jti", "iss")
+TIME_CLAIMS = ("exp", "iat", "nbf")  # nbf only when present
+
+
+def _checked_claims(claims: dict[str, Any]) -> dict[str, Any]:
+    """The claims when each has its type: strings, and times that are real numbers (PyJWT
+    accepts "123" for `exp`, which later broke the expiry check of the cache with a 500)."""
+    for claim in STRING_CLAIMS:
+        if not isinstance(claims.get(claim), str):
+            raise TokenInvalidError(f"The token's '{claim}' claim is malformed.")
+    for claim in TIME_CLAIMS:
+        if claim == "nbf" and claim not in claims:
+            continue
+        value = claims.get(claim)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise TokenInvalidError(f"The token's '{claim}' claim is malformed.")
+    return claims

@@ -14,10 +14,11 @@ from orchestra.core import Core
 from orchestra.db.database import end_task_store_work, release_connection
 from orchestra.services.uploads import sweep_stray_files
 from orchestra.settings import Settings
-from orchestra.web import errors
+from orchestra.web import errors, head
 from orchestra.web.apidoc import ui as apidoc_ui
 from orchestra.web.blueprints import all_blueprints
 from orchestra.web.limits import RateLimits
+from orchestra.web.protocol import HEAD_MAX_BYTES
 
 _app_numbers = itertools.count(1)
 logger = logging.getLogger("orchestra.web")
@@ -62,14 +63,16 @@ def _install_log_redaction() -> None:
 def create_app(settings: Settings | None = None, *, name: str | None = None) -> Sanic:
     """Build the app for `settings`; the store opens when the server starts."""
     settings = settings or Settings.from_env()
-    app = OrchestraSanic(name or f"orchestra_{next(_app_numbers)}")
+    app = OrchestraSanic(name or f"orchestra_{next(_app_numbers)}", request_class=head.OrchestraRequest)
     app.config.REQUEST_MAX_SIZE = settings.request_max_bytes
+    app.config.REQUEST_MAX_HEADER_SIZE = HEAD_MAX_BYTES
     app.config.ACCESS_LOG = settings.access_log
     app.config.FALLBACK_ERROR_FORMAT = "json"
     app.config.RESPONSE_TIMEOUT = 3600  # SSE streams and slow uploads live long
     app.config.REQUEST_TIMEOUT = 60
     app.config.KEEP_ALIVE_TIMEOUT = 15
     app.config.MOTD = False
+    head.install(app)  # before sanic-ext's start-up listeners, see there
     origins = [o.strip() for o in settings.cors_origins.split(",") if o.strip()]
     app.extend(
         config=Config(
@@ -78,6 +81,7 @@ def create_app(settings: Settings | None = None, *, name: str | None = None) -> 
             cors_origins=",".join(origins) if origins else "",
             cors_expose_headers="Retry-After,RateLimit-Limit,RateLimit-Remaining,RateLimit-Reset",
             health=False,
+            http_auto_head=False,  # ours: orchestra.web.head
             http_auto_trace=False,
         )
     )

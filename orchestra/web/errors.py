@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import logging
+import os
 
 from sanic import Request, Sanic
 from sanic import exceptions as sanic_exc
@@ -13,6 +15,7 @@ from orchestra.errors import (
     MethodNotAllowedError,
     NotFoundError,
     OrchestraError,
+    OverloadedError,
     PayloadTooLargeError,
 )
 
@@ -34,14 +37,43 @@ def to_orchestra_error(request: Request, exc: BaseException) -> OrchestraError:
     if isinstance(exc, sanic_exc.PayloadTooLarge):
         return PayloadTooLargeError()
     if isinstance(exc, sanic_exc.BadRequest):
-        return BadRequestError(str(exc) or BadRequestError.default_message)
+        if str(exc) in ("", "Bad Request"):  # Sanic's word for a request head it cannot parse
+            return BadRequestError("The request is not well-formed HTTP/1.1.")
+        return BadRequestError(str(exc))
     if isinstance(exc, sanic_exc.SanicException) and 400 <= exc.status_code < 500:
         error = OrchestraError(str(exc) or "The request was refused.")
         error.status = exc.status_code
         error.error = type(exc).__name__ + ("" if type(exc).__name__.endswith("Error") else "Error")
         return error
+    if _out_of_descriptors(exc):
+        logger.warning("out of file descriptors on %s %s: answered 503", request.method, request.path)
+        return OverloadedError(
+            "The server has no free connections or files right now; try again shortly.",
+            headers={"Retry-After": "1"},
+        )
     logger.exception("unhandled error on %s %s", request.method, request.path, exc_info=exc)
     return OrchestraError()
+
+
+_NO_DESCRIPTORS = (errno.EMFILE, errno.ENFILE)
+
+
+def _out_of_descriptors(exc: BaseException) -> bool:
+    """Whether `exc` comes from the process (or system) running out of file descriptors:
+    an OSError saying so anywhere in its chain, or any failure while no descriptor can be
+    had (a driver's own error, e.g. SQLite's "unable to open database file", hides it)."""
+    seen: BaseException | None = exc
+    for _ in range(8):
+        if seen is None:
+            break
+        if isinstance(seen, OSError) and seen.errno in _NO_DESCRIPTORS:
+            return True
+        seen = seen.__cause__ or seen.__context__
+    try:
+        os.close(os.dup(2))
+    except OSError as probe:
+        return probe.errno in _NO_DESCRIPTORS
+    return False
 
 
 _METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")

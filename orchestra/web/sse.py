@@ -78,6 +78,6 @@ def parse_last_event_id(request: Request) -> int:
     if raw is None or not str(raw).strip():
         return 0
     raw = str(raw).strip()
-    if not raw.isdigit() or len(raw) > 18:
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 18:  # "５" is a digit to isdigit()
         raise ValidationError.field(field, "must be a non-negative integer (an event id)")
     return int(raw)

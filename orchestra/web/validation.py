@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from typing import ClassVar, TypeVar
 
 import pydantic
 from sanic import Request
 
 from orchestra.errors import BadRequestError, PayloadTooLargeError, ValidationError
+from orchestra.web import json_body
 
 M = TypeVar("M", bound=pydantic.BaseModel)
 STR_MAX = 1_000_000  # characters in any one string of a body (the body itself is at most 1 MiB)
@@ -31,7 +31,8 @@ class ClosedBody(Body):
 
 
 def read_json_object(request: Request) -> dict:
-    """The body as a dict; BadRequestError when it is not a JSON object."""
+    """The body as a dict; BadRequestError when it is not a JSON object (strict RFC 8259
+    UTF-8 JSON: see `orchestra.web.json_body`)."""
     # A missing Content-Type is read as JSON; a different one is refused.
     content_type = (request.headers.get("content-type") or "").split(";")[0].strip().lower()
     if content_type and content_type != "application/json" and not content_type.endswith("+json"):
@@ -45,9 +46,9 @@ def read_json_object(request: Request) -> dict:
     if not raw.strip():
         raise BadRequestError("The request body is empty; a JSON object is expected.")
     try:
-        data = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise BadRequestError(f"The request body is not valid JSON: {exc}.") from None
+        data = json_body.parse(raw)
+    except json_body.JSONBodyError as exc:
+        raise BadRequestError(str(exc)) from None
     if not isinstance(data, dict):
         raise BadRequestError("The request body must be a JSON object.")
     return data

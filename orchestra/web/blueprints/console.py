@@ -68,7 +68,8 @@ def _serve(request: Request, relative: str) -> HTTPResponse:
     headers = {**SECURITY_HEADERS, "ETag": etag}
     if request.headers.get("if-none-match") == etag:
         return raw(b"", status=304, headers=headers)
-    return raw(b"" if request.method == "HEAD" else body, content_type=content_type, headers=headers)
+    # On HEAD, Sanic drops the body itself and keeps its Content-Length, as RFC 9110 asks.
+    return raw(body, content_type=content_type, headers=headers)
 
 
 @bp.route("/", methods=["GET", "HEAD"])

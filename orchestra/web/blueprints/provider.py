@@ -63,8 +63,8 @@ class ProviderBody(Body):
         if value not in SUPPORTED_KINDS:
             raise PydanticCustomError(
                 "provider_kind",
-                "unsupported provider kind {kind!r}; supported kinds: {kinds}",
-                {"kind": value, "kinds": ", ".join(SUPPORTED_KINDS)},
+                "unsupported provider kind {kind}; supported kinds: {kinds}",
+                {"kind": repr(value[:40]), "kinds": ", ".join(SUPPORTED_KINDS)},
             )
         return value
 
