@@ -11,8 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from sanic import Blueprint, Request
-from sanic.response import HTTPResponse, html
+from sanic.response import HTTPResponse, html, raw
 
+from orchestra.errors import NotFoundError
 from orchestra.web.apidoc.document import build_document
 
 ASSETS = Path(__file__).with_name("assets")
@@ -47,7 +48,19 @@ REDOC_PAGE = f"""<!doctype html>
 """
 
 bp = Blueprint("apidoc", url_prefix=BASE)
-bp.static("/assets", str(ASSETS), name="assets")
+ASSET_TYPES = {".css": "text/css; charset=utf-8", ".js": "text/javascript; charset=utf-8"}
+
+
+@bp.get("/assets/<asset:str>", name="assets")
+async def asset(request: Request, asset: str) -> HTTPResponse:
+    """One of the vendored files, by name (no paths); HEAD comes from web/head.py, so it
+    answers the same head as GET (Sanic's static handler said Content-Length: 0)."""
+    path = ASSETS / asset
+    content_type = ASSET_TYPES.get(path.suffix)
+    if content_type is None or "/" in asset or not path.is_file():
+        raise NotFoundError(f"No documentation asset is named '{asset}'.")
+    return raw(path.read_bytes(), content_type=content_type,
+               headers={"Cache-Control": "public, max-age=86400", "X-Content-Type-Options": "nosniff"})
 
 
 def document_of(app) -> bytes:
