@@ -147,7 +147,7 @@ SETTING_DOCS: dict[str, SettingDoc] = {
         "(install the `redis` extra)"),
     "host": SettingDoc("address `orchestra serve` binds", flag="--host"),
     "port": SettingDoc("port `orchestra serve` binds (1-65535)", flag="--port"),
-    "workers": SettingDoc("server processes", flag="--workers"),
+    "workers": SettingDoc("server processes (more than 1 needs PostgreSQL)", flag="--workers"),
     "cors_origins": SettingDoc("comma-separated origins of a front end served elsewhere", "empty (CORS off)"),
     "request_max_bytes": SettingDoc("largest JSON body (413 beyond)"),
     "upload_max_bytes": SettingDoc("largest uploaded file (413 beyond)"),
