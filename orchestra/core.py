@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestra.db import migrate
-from orchestra.db.database import connect
+from orchestra.db.database import connect, is_postgres_url
 from orchestra.db.signals import Signals, make_signals
 from orchestra.services.crypto import SecretBox
 from orchestra.services.passwords import PasswordService
@@ -56,7 +56,7 @@ class Core:
 
     @property
     def is_postgres(self) -> bool:
-        return self.settings.database_url.startswith(("postgres://", "postgresql://"))
+        return is_postgres_url(self.settings.database_url)
 
     def write_transaction(self):
         """A transaction that reads, then writes. On SQLite it takes the write lock at

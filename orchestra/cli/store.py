@@ -49,8 +49,10 @@ def describe_store(url: str) -> str:
 def store_open_failure(settings: Settings, exc: BaseException) -> str | None:
     """One line for a store that cannot be opened (missing driver, server not reachable),
     or None when `exc` is something else."""
+    from orchestra.db.database import is_postgres_url
+
     url = settings.database_url
-    if not url.startswith(("postgres://", "postgresql://")):
+    if not is_postgres_url(url):
         return None
     text = str(exc)
     if isinstance(exc, ImportError) or "asyncpg is not installed" in text:

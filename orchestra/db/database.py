@@ -107,6 +107,11 @@ class SettlingSqliteDatabase(AsyncSqliteDatabase):
         return await pool.initialize()
 
 
+def is_postgres_url(url: str) -> bool:
+    """Whether `url` names a PostgreSQL store (`postgres://` or `postgresql://`)."""
+    return url.startswith(("postgres://", "postgresql://"))
+
+
 class DatabaseUrlError(ValueError):
     """The database URL is not one orchestra can open."""
 

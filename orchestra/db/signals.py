@@ -183,9 +183,9 @@ class PostgresSignals(Signals):
 
 def make_signals(settings: Any) -> Signals:
     """PostgreSQL LISTEN/NOTIFY for a PostgreSQL store, else the in-process bus."""
-    url = settings.database_url
-    if url.startswith(("postgres://", "postgresql://")):
-        from orchestra.db.database import postgres_params
+    from orchestra.db.database import is_postgres_url, postgres_params
 
+    url = settings.database_url
+    if is_postgres_url(url):
         return PostgresSignals(postgres_params(url))
     return Signals()

@@ -32,7 +32,7 @@ from typing import Any, Protocol
 
 from peewee import IntegrityError
 
-from orchestra.db.models import RunEvent, RunStep, WorkflowRun, iso, utcnow
+from orchestra.db.models import RunEvent, RunStep, WorkflowRun, utcnow
 from orchestra.db.signals import Signals
 from orchestra.engine.coalescer import TokenCoalescer
 from orchestra.engine.feed import Feeds
@@ -107,7 +107,6 @@ class LiveRun:
     files: list[dict[str, Any]]
     steps: list[dict[str, Any]]
     attempt: int = 1
-    cancel_requested: bool = False
     task: asyncio.Task | None = None
     questions: dict[str, Question] = field(default_factory=dict)  # waited on here, now
     earlier: list[Question] = field(default_factory=list)  # asked by an earlier attempt
@@ -246,9 +245,9 @@ class Engine:
     def _launch(self, run: WorkflowRun) -> LiveRun:
         live = LiveRun(
             run.trace_id, run.owner_id, run.input or "", list(run.files or []), run.steps,
-            attempt=run.attempts, cancel_requested=bool(run.cancel_requested),
+            attempt=run.attempts,
         )
-        if live.cancel_requested:
+        if run.cancel_requested:
             live.stop_asked, live.stop_reason = True, "The run was cancelled by request."
         self.runs[run.trace_id] = live
         live.task = asyncio.get_running_loop().create_task(
@@ -288,7 +287,7 @@ class Engine:
             if not self.runs:
                 continue
             try:
-                held = await self.ownership.renew()
+                held = await self.ownership.renew(list(self.runs))
                 for trace_id, live in list(self.runs.items()):
                     if trace_id not in held:  # another process took it: stop, write nothing
                         logger.warning("run %s is held by another process now", trace_id)
@@ -367,47 +366,40 @@ class Engine:
         """Store the answer to an open question of the run (the oldest unless `request_id`)
         and deliver it to the run's owner, here or in another process. Exactly one answer
         is stored per question, whichever processes receive replies at once."""
-        while True:
-            try:
-                async with self.core.write_transaction():
-                    query = WorkflowRun.select().where(WorkflowRun.trace_id == trace_id)
-                    if not self.exclusive:
-                        query = query.for_update()  # replies to one run, one at a time
-                    rows = await self.db.list(query)
-                    if not rows:
-                        raise NotFoundError(f"No run has the trace_id '{trace_id}'.")
-                    if rows[0].status in FINISHED:
-                        raise ConflictError(
-                            f"The run is not waiting for a reply (status: {rows[0].status})."
-                        )
-                    open_ = [q for q in await read_questions(self.db, trace_id) if q.answer is None]
-                    if not open_:
-                        raise ConflictError(
-                            f"The run is not waiting for a reply (status: {rows[0].status})."
-                        )
-                    chosen = open_[0] if request_id is None else next(
-                        (q for q in open_ if q.request_id == request_id), None)
-                    if chosen is None:
-                        raise ConflictError(
-                            f"The request '{request_id}' is not waiting for a reply (stale or unknown).",
-                            detail={"pending": [q.request_id for q in open_]},
-                        )
-                    seq = await self.log.max_seq(trace_id) + 1
-                    data = {"trace_id": trace_id, "seq": seq, "ts": None, "step_id": chosen.step_id,
-                            "request_id": chosen.request_id, "content": content}
-                    event = await self._insert_event(trace_id, seq, "reply_received", data)
-                    # Seen at once by any reader of the run; the owner writes the same.
-                    await self._set_step(trace_id, chosen.step_id, status="running")
-                    if len(open_) == 1:
-                        await self.db.aexecute(WorkflowRun.update(status="running").where(
-                            (WorkflowRun.trace_id == trace_id)
-                            & (WorkflowRun.status == "waiting_reply")))
-                break
-            except IntegrityError:  # the owner appended meanwhile: read again, try again
-                self.log.forget(trace_id)
-                await asyncio.sleep(0.005)
-        self.log.forget(trace_id)
-        self.log.published(trace_id, [event])
+        chosen: Question | None = None
+
+        async def store_answer() -> list[Event]:
+            nonlocal chosen
+            query = WorkflowRun.select().where(WorkflowRun.trace_id == trace_id)
+            if not self.exclusive:
+                query = query.for_update()  # replies to one run, one at a time
+            rows = await self.db.list(query)
+            if not rows:
+                raise NotFoundError(f"No run has the trace_id '{trace_id}'.")
+            if rows[0].status in FINISHED:
+                raise ConflictError(f"The run is not waiting for a reply (status: {rows[0].status}).")
+            open_ = [q for q in await read_questions(self.db, trace_id) if q.answer is None]
+            if not open_:
+                raise ConflictError(f"The run is not waiting for a reply (status: {rows[0].status}).")
+            chosen = open_[0] if request_id is None else next(
+                (q for q in open_ if q.request_id == request_id), None)
+            if chosen is None:
+                raise ConflictError(
+                    f"The request '{request_id}' is not waiting for a reply (stale or unknown).",
+                    detail={"pending": [q.request_id for q in open_]},
+                )
+            events = await self.log.insert(trace_id, [(
+                "reply_received", {"request_id": chosen.request_id, "content": content},
+                chosen.step_id,
+            )])
+            # Seen at once by any reader of the run; the owner writes the same.
+            await self._set_step(trace_id, chosen.step_id, status="running")
+            if len(open_) == 1:
+                await self.db.aexecute(WorkflowRun.update(status="running").where(
+                    (WorkflowRun.trace_id == trace_id) & (WorkflowRun.status == "waiting_reply")))
+            return events
+
+        await self._store_with_events(trace_id, store_answer)
         await self.log.release()
         chosen.answer = content
         live = self.runs.get(trace_id)
@@ -416,12 +408,6 @@ class Engine:
         else:
             await self.signals.notify("control", f"reply:{trace_id}")
         return chosen
-
-    async def _insert_event(self, trace_id: str, seq: int, kind: str, data: dict) -> Event:
-        now = utcnow()
-        data["ts"] = iso(now)
-        await RunEvent.acreate(run=trace_id, seq=seq, kind=kind, data=data, created_at=now)
-        return Event(seq, kind, data)
 
     async def cancel(self, trace_id: str, *, reason: str = "The run was cancelled by request.") -> None:
         """Cancel an unfinished run wherever it executes, and wait (a little) for its end."""
@@ -592,8 +578,9 @@ class Engine:
     async def _end(
         self, live: LiveRun, status: str, kind: str, message: str, *, step_id: str | None = None
     ) -> None:
-        """The one way a run ends unhappily: terminal event, then step and run rows.
-        Retried while the store fails; given back for another process if it never works."""
+        """The one way a run ends unhappily: its terminal event with its final rows
+        (`_close`). Retried for a minute while the store fails; past that this process stops
+        renewing the run's lease, and whoever claims it next goes on with it."""
         trace_id = live.trace_id
         await live.writes.settle()
         loop = asyncio.get_running_loop()
@@ -623,7 +610,8 @@ class Engine:
         and only then publish it: whoever sees the event reads the final state."""
         now = utcnow()
         step_status = "cancelled" if status == "failed" else status
-        async with self.core.write_transaction():
+
+        async def store_end() -> list[Event]:
             if status != "succeeded":
                 await self.db.aexecute(
                     RunStep.update(status=step_status, finished_at=now).where(
@@ -637,8 +625,28 @@ class Engine:
                 )
             await self._set_run(trace_id, status=status, error=error, finished_at=now,
                                 owner_process=None, lease_until=None)
-            events = await self.log.append_many(trace_id, [(kind, data, None)], publish=False)
+            return await self.log.insert(trace_id, [(kind, data, None)])
+
+        await self._store_with_events(trace_id, store_end)
+
+    async def _store_with_events(
+        self, trace_id: str, store: Callable[[], Awaitable[list[Event]]]
+    ) -> list[Event]:
+        """Run `store()` — row changes and `log.insert` — in one write transaction, from
+        the start again while another writer takes the same seq (a conflict aborts a
+        PostgreSQL transaction, so only a whole retry works); publish after the commit."""
+        while True:
+            try:
+                async with self.core.write_transaction():
+                    events = await store()
+                break
+            except IntegrityError:  # a seq taken meanwhile, or the run deleted
+                if await WorkflowRun.aget_or_none(WorkflowRun.trace_id == trace_id) is None:
+                    raise RunGone(f"run {trace_id} no longer exists") from None
+                await asyncio.sleep(0.005)
+        self.log.forget(trace_id)  # this process's cached seq is behind now
         self.log.published(trace_id, events)
+        return events
 
     async def _hand_back(self, live: LiveRun) -> None:
         await live.writes.settle()

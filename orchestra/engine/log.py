@@ -113,31 +113,18 @@ class EventLog:
         return (await self.append_many(trace_id, [(kind, data, step_id)]))[0]
 
     async def append_many(
-        self, trace_id: str, items: list[tuple[str, dict[str, Any] | None, str | None]], *,
-        publish: bool = True,
+        self, trace_id: str, items: list[tuple[str, dict[str, Any] | None, str | None]]
     ) -> list[Event]:
         """Store (kind, data, step_id) items as consecutive events in one statement, then
-        publish them in order (unless `publish` is False: the caller's transaction must
-        commit first, then it calls `published`). Raises RunGone, or StoreContention
-        after the deadline."""
-        for kind, _, _ in items:
-            if kind not in KINDS:
-                raise ValueError(f"unknown event kind {kind!r}")
+        publish them in order. Raises RunGone, or StoreContention after the deadline."""
         lock = self._locks.setdefault(trace_id, asyncio.Lock())
         loop = asyncio.get_running_loop()
         deadline = loop.time() + APPEND_DEADLINE_SECONDS
         delay = 0.005
         async with lock:
             while True:
-                last = self._last.get(trace_id)
-                if last is None:
-                    last = await self.max_seq(trace_id)
-                rows = self._rows(trace_id, last, items)
                 try:
-                    if len(rows) == 1:
-                        await RunEvent.acreate(**rows[0])
-                    else:
-                        await self.db.aexecute(RunEvent.insert_many(rows))
+                    events = await self.insert(trace_id, items, last=self._last.get(trace_id))
                 except IntegrityError:
                     # Another process appended (or the run is gone): re-read and retry.
                     self._last.pop(trace_id, None)
@@ -149,14 +136,31 @@ class EventLog:
                     await asyncio.sleep(delay * random.uniform(0.5, 1.5))
                     delay = min(delay * 2, 0.2)
                     continue
-                self._last[trace_id] = last + len(rows)
-                events = [Event(row["seq"], row["kind"], row["data"]) for row in rows]
+                self._last[trace_id] = events[-1].seq
                 break
         if events[-1].terminal:
             self.forget(trace_id)
-        if publish:
-            self.published(trace_id, events)
+        self.published(trace_id, events)
         return events
+
+    async def insert(
+        self, trace_id: str, items: list[tuple[str, dict[str, Any] | None, str | None]], *,
+        last: int | None = None,
+    ) -> list[Event]:
+        """One try at storing items after `last` (read from the store when None), in one
+        statement: IntegrityError when another writer took one of those seqs. Publishes
+        nothing: inside a caller's transaction, the caller calls `published` after commit."""
+        for kind, _, _ in items:
+            if kind not in KINDS:
+                raise ValueError(f"unknown event kind {kind!r}")
+        if last is None:
+            last = await self.max_seq(trace_id)
+        rows = self._rows(trace_id, last, items)
+        if len(rows) == 1:
+            await RunEvent.acreate(**rows[0])
+        else:
+            await self.db.aexecute(RunEvent.insert_many(rows))
+        return [Event(row["seq"], row["kind"], row["data"]) for row in rows]
 
     def published(self, trace_id: str, events: list[Event]) -> None:
         """Hand events just stored (by this process) to the `on_stored` callbacks."""
@@ -209,7 +213,7 @@ class EventLog:
         return int(rows[0]["m"] or 0) if rows else 0
 
     async def stored(
-        self, trace_id: str, *, after: int = 0, upto: int | None = None, limit: int | None = None
+        self, trace_id: str, *, after: int = 0, upto: int | None = None
     ) -> list[Event]:
         """Events with `after < seq <= upto`, in order (the JSON text left unparsed)."""
         raw = fn.COALESCE(RunEvent.data, "").coerce(False).alias("raw")
@@ -219,8 +223,6 @@ class EventLog:
         if upto is not None:
             query = query.where(RunEvent.seq <= upto)
         query = query.order_by(RunEvent.seq)
-        if limit:
-            query = query.limit(limit)
         return [Event(seq, kind, raw=text) for seq, kind, text in await self.db.list(query.tuples())]
 
     async def page(self, trace_id: str, *, after: int) -> list[Event]:

@@ -66,11 +66,15 @@ class Ownership:
             (WorkflowRun.trace_id == trace_id) & (WorkflowRun.owner_process == self.me)
         )
 
-    async def renew(self) -> dict[str, bool]:
-        """Extend every lease this process holds; `{trace_id: cancel_requested}` of the
-        runs it still holds."""
+    async def renew(self, trace_ids: list[str]) -> dict[str, bool]:
+        """Extend the leases of these runs, executing here, that this process still holds
+        (a run whose end could not be stored is no longer executing: its lease runs out and
+        the next claim goes on with it); `{trace_id: cancel_requested}` of those it holds."""
+        if not trace_ids:
+            return {}
         now = time.time()
-        mine = (WorkflowRun.owner_process == self.me) & WorkflowRun.status.in_(list(ACTIVE))
+        mine = ((WorkflowRun.owner_process == self.me) & WorkflowRun.trace_id.in_(trace_ids)
+                & WorkflowRun.status.in_(list(ACTIVE)))
         await self.db.aexecute(WorkflowRun.update(lease_until=now + self.lease_seconds).where(mine))
         rows = await self.db.list(
             WorkflowRun.select(WorkflowRun.trace_id, WorkflowRun.cancel_requested).where(mine).tuples()

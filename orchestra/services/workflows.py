@@ -16,7 +16,6 @@ from peewee import IntegrityError
 
 from orchestra.core import Core
 from orchestra.db.models import (
-    RunEvent,
     RunStep,
     Upload,
     Worker,
