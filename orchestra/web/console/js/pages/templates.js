@@ -47,9 +47,10 @@ let nextUid = 0;
 /** One step as the editor holds it: a `uid` that survives renames, and `after`: the
  * steps it depends on, by uid (a string: an id no step has, shown so it can be removed). */
 function toEditable(step, uidOf) {
+  const { id: _id, agent: _agent, prompt: _prompt, depends_on: _deps, ...extra } = step;  // kept as they are
   const agent = step.agent || {};
   const kind = agent.human ? 'human' : agent.node ? 'node' : 'worker';
-  return { uid: uidOf(step.id), id: step.id || '', named: step.id || '', kind, worker: agent.worker || '', node: agent.node || 'planner',
+  return { extra, uid: uidOf(step.id), id: step.id || '', named: step.id || '', kind, worker: agent.worker || '', node: agent.node || 'planner',
     prompt: step.prompt || '', after: (step.depends_on || []).map((d) => uidOf(d, true)) };
 }
 
@@ -69,7 +70,8 @@ function idOf(steps, ref) {
 
 function toApi(step, steps) {
   const agent = step.kind === 'human' ? { human: true } : step.kind === 'node' ? { node: step.node } : { worker: step.worker };
-  return { id: step.id, agent, prompt: step.prompt, depends_on: step.after.map((r) => idOf(steps, r)) };
+  return { ...(step.extra || {}), id: step.id, agent, prompt: step.prompt,
+    depends_on: step.after.map((r) => idOf(steps, r)) };
 }
 
 const escapeRe = (text) => text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
@@ -208,7 +210,14 @@ export function TemplateEditor({ templateId }) {
   return html`<${TemplateForm} templateId=${templateId} template=${data.template} workers=${data.workers} />`;
 }
 
+const OWN = ['name', 'description', 'shared', 'steps', 'template_id', 'owner_id', 'created_at', 'updated_at'];
+function templateRest(template) {
+  return Object.fromEntries(Object.entries(template || {}).filter(([key]) => !OWN.includes(key)));
+}
+
 function TemplateForm({ templateId, template, workers }) {
+  // Template fields this editor has no control for (input_schema, limits, output, …): kept as they are.
+  const [rest, setRest] = useState(() => templateRest(template));
   const [name, setName] = useState(template ? template.name : '');
   const [description, setDescription] = useState(template ? template.description : '');
   const [shared, setShared] = useState(template ? template.shared : false);
@@ -220,7 +229,7 @@ function TemplateForm({ templateId, template, workers }) {
   const [notice, setNotice] = useState(takeFlash);
   const sharedId = useId('shared');
 
-  const body = () => ({ name, description, shared, steps: steps.map((st) => toApi(st, steps)) });
+  const body = () => ({ ...rest, name, description, shared, steps: steps.map((st) => toApi(st, steps)) });
   const jsonBody = () => JSON.parse(jsonText);
   const switchMode = (next) => {
     if (next === mode) return;
@@ -231,6 +240,7 @@ function TemplateForm({ templateId, template, workers }) {
     }
     try {
       const parsed = jsonBody();
+      setRest(templateRest(parsed));
       setName(parsed.name || '');
       setDescription(parsed.description || '');
       setShared(!!parsed.shared);
