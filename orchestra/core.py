@@ -40,7 +40,8 @@ class Core:
         """Connect the store (applying pending migrations) and build the services."""
         settings.ensure_home()
         secret = settings.load_secret_key()
-        db = connect(settings.database_url)
+        postgres = is_postgres_url(settings.database_url)
+        db = connect(settings.database_url, pool_size=settings.db_pool_size if postgres else 8)
         if migrate_schema:
             await migrate.upgrade(db)
         return cls(

@@ -136,3 +136,11 @@ class ProviderError(OrchestraError):
 class OverloadedError(OrchestraError):
     status, error = 503, "OverloadedError"
     default_message = "The server is busy; try again shortly."
+
+
+class StoreUnavailableError(OrchestraError):
+    """The store cannot be reached right now (restarting, failing over, pool exhausted):
+    the request may be sent again after `Retry-After` seconds (SPEC §6)."""
+
+    status, error = 503, "StoreUnavailableError"
+    default_message = "The store is unavailable for a moment; try again shortly."

@@ -45,6 +45,7 @@ class Settings:
     run_lease_seconds: float = 15.0  # a run's owner renews its lease; past it, others take over
     run_max_attempts: int = 3  # claims of one run before it ends `interrupted`
     max_runs: int = 100  # runs one process executes at once; the rest wait `queued`
+    db_pool_size: int = 20  # store connections per process (PostgreSQL; requests and runs share them)
     shutdown_grace_seconds: float = 10.0  # on SIGTERM, how long in-flight steps may finish
     step_output_max_bytes: int = 1024 * 1024  # one step's output; past it the step fails
     header_timeout: float = 10.0  # seconds for a whole request head, from its first byte
@@ -169,6 +170,9 @@ SETTING_DOCS: dict[str, SettingDoc] = {
     "run_lease_seconds": SettingDoc("a run's owner renews its lease; when it dies, others take the run over after this"),
     "run_max_attempts": SettingDoc("claims of one run before it ends `interrupted`"),
     "max_runs": SettingDoc("runs one process executes at once; the rest wait `queued`"),
+    "db_pool_size": SettingDoc(
+        "store connections per process, shared by requests and runs (PostgreSQL; leases "
+        "and signals have their own). Past it a request waits, then answers 503"),
     "shutdown_grace_seconds": SettingDoc(
         "on SIGTERM, how long in-flight steps may finish before runs are handed back"),
     "step_output_max_bytes": SettingDoc("largest output of one step (the step fails beyond)"),

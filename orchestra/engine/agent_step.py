@@ -98,8 +98,8 @@ class AgentSteps:
     async def _tool(self, live: LiveRun, sid: str, registry, call, ctx: ToolContext) -> str:
         """Run one tool call; a failing tool becomes an error result for the model."""
         live.writes.submit(
-            self.log.append,
-            live.trace_id,
+            self._append,
+            live,
             EventKind.TOOL_CALL,
             {"call_id": call.id, "name": call.name, "arguments": call.arguments},
             step_id=sid,
@@ -118,7 +118,7 @@ class AgentSteps:
         data: dict[str, Any] = {"call_id": call.id, "name": call.name, "result": result}
         if error is not None:
             data["error"] = error
-        live.writes.submit(self.log.append, live.trace_id, EventKind.TOOL_RESULT, data, step_id=sid)
+        live.writes.submit(self._append, live, EventKind.TOOL_RESULT, data, step_id=sid)
         return result if error is None else f"Error: {error}"
 
     async def _turn(
@@ -131,7 +131,7 @@ class AgentSteps:
         limit = self.settings.step_output_max_bytes
 
         async def emit(text: str) -> None:
-            live.writes.submit(self.log.append, live.trace_id, EventKind.TOKEN, {"text": text}, step_id=sid)
+            live.writes.submit(self._append, live, EventKind.TOKEN, {"text": text}, step_id=sid)
 
         coalescer = TokenCoalescer(emit, interval=self.token_interval)
 

@@ -13,7 +13,9 @@ import asyncio
 import logging
 
 from orchestra.db.models import WorkflowRun
+from orchestra.db.outage import release_quietly, sleep_backoff
 from orchestra.engine.live import LiveRun
+from orchestra.engine.log import RunGone
 from orchestra.engine.vocabulary import RunStatus
 
 logger = logging.getLogger("orchestra.engine")
@@ -25,8 +27,10 @@ class ClaimLoops:
     def _launch(self, run: WorkflowRun) -> LiveRun:
         live = LiveRun(
             run.trace_id, run.owner_id, run.input or "", list(run.files or []), run.steps,
-            attempt=run.attempts,
+            attempt=run.attempts, claim=run.owner_process,
         )
+        live.renewed_at = asyncio.get_running_loop().time()
+        live.writes.retry = self._write_failed
         if run.cancel_requested:
             live.stop_asked, live.stop_reason = True, "The run was cancelled by request."
         self.runs[run.trace_id] = live
@@ -40,8 +44,10 @@ class ClaimLoops:
         while not self.stopping:
             try:
                 await self._claim_some()
-            except Exception:  # noqa: BLE001 - the store may be briefly away: try again
-                logger.exception("claiming runs failed")
+                self.outage.succeeded()
+            except Exception as exc:  # noqa: BLE001 - the store may be briefly away: try again
+                if not self.outage.failed(exc, "claiming runs"):
+                    logger.exception("claiming runs failed")
             await self.log.release()
             try:
                 async with asyncio.timeout(every):
@@ -56,29 +62,66 @@ class ClaimLoops:
                 break
             if trace_id in self.runs:
                 continue
-            run = await self.ownership.claim(trace_id)
+            # A lease that ran out while the store was unreachable from here too is an
+            # outage, not a crash: that claim is not an attempt.
+            outage = self.outage.recently_down(self.settings.run_lease_seconds * 2)
+            run = await self.ownership.claim(trace_id, attempt=not outage)
             if run is not None:
                 self._launch(run)
 
+    async def _write_failed(self, exc: BaseException, tries: int) -> bool:
+        """A run's write failed: while the store is unreachable, wait (capped backoff
+        with jitter) and try again — the run keeps what it has; anything else fails it."""
+        if isinstance(exc, RunGone) or not self.outage.failed(exc, "writing a run's events"):
+            return False
+        await release_quietly(self.db)
+        await sleep_backoff(tries)
+        return True
+
     async def _lease_loop(self) -> None:
-        every = max(0.2, self.settings.run_lease_seconds / 3)
+        """Renew the leases of the runs executing here, on the lease connection (never
+        behind request traffic). Works on a snapshot taken before the renewal: a run
+        launched meanwhile is not in it and is left alone. A run whose lease could not be
+        renewed for most of its length is stopped here (no more provider or tool calls,
+        nothing written): another process, or this one, claims it when the store lets it."""
+        lease = self.settings.run_lease_seconds
+        every = max(0.2, lease / 3)
+        loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(every)
-            if not self.runs:
+            lives = {trace_id: live for trace_id, live in self.runs.items()
+                     if live.task is not None and not live.task.done()}
+            if not lives:
                 continue
             try:
-                held = await self.ownership.renew(list(self.runs))
-                for trace_id, live in list(self.runs.items()):
-                    if trace_id not in held:  # another process took it: stop, write nothing
-                        logger.warning("run %s is held by another process now", trace_id)
+                held = await self.ownership.renew(
+                    {trace_id: live.claim for trace_id, live in lives.items()}, db=self.lease_db)
+            except Exception as exc:  # noqa: BLE001 - the next tick tries again
+                self.outage.failed(exc, "renewing run leases")
+                now = loop.time()
+                for live in lives.values():
+                    if now - live.renewed_at > lease * 0.8:  # stop before the lease ends
                         live.writes.abandon()
                         self._stop_local(live, "lost", "")
-                    elif held[trace_id]:
-                        self._stop_local(live, RunStatus.CANCELLED, "The run was cancelled by request.")
-                    elif live.questions:
+                continue
+            self.outage.succeeded()
+            now = loop.time()
+            for trace_id, live in lives.items():
+                if trace_id not in held and live.ending:
+                    continue  # its end is being stored: no longer active in the store
+                if trace_id not in held:  # another process took it: stop, write nothing
+                    logger.warning("run %s is held by another process now", trace_id)
+                    live.writes.abandon()
+                    self._stop_local(live, "lost", "")
+                    continue
+                live.renewed_at = now
+                if held[trace_id]:
+                    self._stop_local(live, RunStatus.CANCELLED, "The run was cancelled by request.")
+                elif live.questions:
+                    try:
                         await self._check_replies(live)
-            except Exception:  # noqa: BLE001 - the next tick tries again
-                logger.exception("renewing run leases failed")
+                    except Exception as exc:  # noqa: BLE001 - the next tick tries again
+                        self.outage.failed(exc, "reading replies")
             await self.log.release()
 
     def _control(self, payload: str) -> None:

@@ -16,6 +16,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from orchestra.db.models import WorkflowRun
+from orchestra.db.database import make_database
+from orchestra.db.outage import StoreOutage
 from orchestra.db.signals import Signals
 from orchestra.engine.agent_step import AgentSteps
 from orchestra.engine.claims import ClaimLoops
@@ -65,6 +67,8 @@ class Engine(ClaimLoops, RunLifecycle, Scheduler, AgentSteps, HumanQuestions):
         self.exclusive = exclusive  # one process serves this store (SQLite)
         self.log = EventLog(core.db)
         self.feeds = Feeds(self.log, signals)
+        self.outage: StoreOutage = core.extras.setdefault("store_outage", StoreOutage())
+        self.lease_db = core.db  # the lease loop's connection; its own one on PostgreSQL
         self.ownership = Ownership(
             core.db, me=process_identity(), lease_seconds=self.settings.run_lease_seconds
         )
@@ -91,6 +95,8 @@ class Engine(ClaimLoops, RunLifecycle, Scheduler, AgentSteps, HumanQuestions):
             self.signals.on("control", self._control)
             self.signals.on_resync(self._resync)
             await self.signals.start()
+            if not self.exclusive:  # renewals never queue behind request traffic
+                self.lease_db = make_database(self.settings.database_url, pool_size=1)
             if self.exclusive:  # the last owner of any unfinished run is certainly gone
                 await self.ownership.expire_all()
                 await self.log.release()
@@ -131,8 +137,8 @@ class Engine(ClaimLoops, RunLifecycle, Scheduler, AgentSteps, HumanQuestions):
         rest = [live for live in self.runs.values() if live.task is not None and not live.task.done()]
         for live in rest:
             self._stop_local(live, "handback", "")
-        if rest:
-            await asyncio.wait([live.task for live in rest], timeout=10)
+        if rest:  # handing back is one statement each; bounded so SIGTERM exits in time
+            await asyncio.wait([live.task for live in rest], timeout=2)
         for task in self._loops:
             task.cancel()
         await asyncio.gather(*self._loops, return_exceptions=True)
@@ -148,6 +154,11 @@ class Engine(ClaimLoops, RunLifecycle, Scheduler, AgentSteps, HumanQuestions):
             except Exception:  # noqa: BLE001 - closing is best effort
                 pass
         self._clients.clear()
+        if self.lease_db is not self.db:
+            try:
+                await self.lease_db.close_pool()
+            except Exception:  # noqa: BLE001 - closing is best effort
+                pass
 
     async def cancel(self, trace_id: str, *, reason: str = "The run was cancelled by request.") -> None:
         """Cancel an unfinished run wherever it executes, and wait (a little) for its end."""

@@ -23,6 +23,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+from orchestra.db.outage import backoff, is_unreachable
 from orchestra.engine.log import Event, EventLog
 
 logger = logging.getLogger("orchestra.engine")
@@ -141,8 +142,11 @@ class Feed:
                 for event in events:
                     if event.seq == self.last + 1:
                         self._publish(event)
-        except Exception:
-            logger.exception("feed of run %s could not read the store", self.trace_id)
+        except Exception as exc:
+            if is_unreachable(exc):  # an outage: reported once by whoever tracks it
+                logger.debug("feed of run %s: the store is unreachable", self.trace_id)
+            else:
+                logger.exception("feed of run %s could not read the store", self.trace_id)
             for sub in list(self.subs):
                 sub.behind = True
                 sub.sink = None
@@ -251,9 +255,25 @@ class Feeds:
         while True:
             # Catch up from the store, a bounded page at a time, holding no connection
             # while the page is written to the client.
+            retry = 0
             while True:
-                page = await log.page(trace_id, after=last)
-                await log.release()
+                try:
+                    page = await log.page(trace_id, after=last)
+                    await log.release()
+                except Exception as exc:
+                    if not is_unreachable(exc):
+                        raise
+                    # The store is away: keep the stream open with pings, and catch up
+                    # once it is back.
+                    retry += 1
+                    await _release_quietly(log)
+                    pause = min(backoff(retry), max(next_ping - time.monotonic(), 0.0))
+                    await asyncio.sleep(pause)
+                    if time.monotonic() >= next_ping:
+                        yield PING
+                        next_ping = time.monotonic() + ping_every
+                    continue
+                retry = 0
                 if not page:
                     break
                 page.reverse()
@@ -317,6 +337,13 @@ class Feeds:
                 yield PING
                 sub.written_at = time.monotonic()
         sub.sink = None
+
+
+async def _release_quietly(log: EventLog) -> None:
+    try:
+        await log.release()
+    except Exception:  # noqa: BLE001 - the connection is gone with the store
+        logger.debug("could not release a store connection", exc_info=True)
 
 
 class Follow:

@@ -40,6 +40,9 @@ class LiveRun:
     files: list[dict[str, Any]]
     steps: list[dict[str, Any]]
     attempt: int = 1
+    claim: str = ""  # the claim's token (`owner_process`): every write of ours is fenced on it
+    ending: bool = False  # its terminal event is being stored
+    renewed_at: float = 0.0  # loop time of the last lease renewal (or the claim)
     task: asyncio.Task | None = None
     questions: dict[str, Question] = field(default_factory=dict)  # waited on here, now
     earlier: list[Question] = field(default_factory=list)  # asked by an earlier attempt
@@ -55,6 +58,13 @@ class LiveRun:
     def poke(self) -> None:
         if self.wake is not None and not self.wake.done():
             self.wake.set_result(None)
+
+    def withdraw(self, step_id: str) -> list[Question]:
+        """The unanswered questions an earlier attempt of this step asked, taken out:
+        the step asks something else now."""
+        gone = [q for q in self.earlier if q.step_id == step_id and q.answer is None]
+        self.earlier = [q for q in self.earlier if q not in gone]
+        return gone
 
     def take_earlier(self, step_id: str, prompt: str) -> Question | None:
         for question in self.earlier:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from peewee import IntegrityError, fn
@@ -28,6 +28,11 @@ PAGE_BYTES = 256 * 1024  # ... and about this many bytes of event data (at least
 
 class RunGone(Exception):
     """The run was deleted, or already has its terminal event: nothing more may be appended."""
+
+
+class Fenced(RunGone):
+    """The writer no longer holds the run's claim (another process took it over): the
+    store refused the write, and the writer's task must stop without writing more."""
 
 
 class StoreContention(Exception):
@@ -98,10 +103,13 @@ class EventLog:
         return (await self.append_many(trace_id, [(kind, data, step_id)]))[0]
 
     async def append_many(
-        self, trace_id: str, items: list[tuple[str, dict[str, Any] | None, str | None]]
+        self, trace_id: str, items: list[tuple[str, dict[str, Any] | None, str | None]], *,
+        fence: Callable[[], Awaitable[None]] | None = None,
     ) -> list[Event]:
         """Store (kind, data, step_id) items as consecutive events in one statement, then
-        publish them in order. Raises RunGone, or StoreContention after the deadline."""
+        publish them in order. Raises RunGone, or StoreContention after the deadline.
+        With `fence` (a run owner's write), the insert runs in one transaction after
+        `fence()`, which checks the claim and raises Fenced when it no longer holds."""
         lock = self._locks.setdefault(trace_id, asyncio.Lock())
         loop = asyncio.get_running_loop()
         deadline = loop.time() + APPEND_DEADLINE_SECONDS
@@ -109,7 +117,13 @@ class EventLog:
         async with lock:
             while True:
                 try:
-                    events = await self.insert(trace_id, items, last=self._last.get(trace_id))
+                    if fence is None:
+                        events = await self.insert(trace_id, items, last=self._last.get(trace_id))
+                    else:
+                        async with self.db.atomic():
+                            await fence()
+                            events = await self.insert(trace_id, items,
+                                                       last=self._last.get(trace_id))
                 except IntegrityError:
                     # Another process appended (or the run is gone): re-read and retry.
                     self._last.pop(trace_id, None)

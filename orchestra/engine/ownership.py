@@ -6,15 +6,28 @@ conditional `UPDATE … WHERE status is active AND (no lease OR lease ended)`: t
 lets exactly one claimer change the row, whatever the number of processes. The owner
 renews all of its leases in one statement; a run it no longer holds (its lease ran out
 while the process stalled, and another process took it) is dropped here at once.
+
+Fencing: each claim writes a token of its own into `owner_process` (this process's
+identity and a claim number, `host:pid:random#n`). Every write the owner makes is
+conditioned on that token (`holds`), so a process that lost the claim — paused, cut
+off, starved — is refused by the store, even if it claimed the same run again since.
+
+Attempts count crashes: a claim adds one to `attempts` only when the run had an owner
+whose lease ran out (the owner died). A queued run's first claim makes it 1; a run
+handed back (its owner cleared) keeps its count; and the caller says when a claim is
+not an attempt although a lease ran out (the store was unreachable meanwhile).
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import socket
 import time
 import uuid
 from typing import Any
+
+from peewee import Case
 
 from orchestra.db.models import WorkflowRun
 from orchestra.engine.vocabulary import ACTIVE
@@ -30,6 +43,16 @@ class Ownership:
         self.db = db
         self.me = me
         self.lease_seconds = lease_seconds
+        self._numbers = itertools.count(1)
+
+    def new_token(self) -> str:
+        """A claim token of this process: its identity and the next claim number."""
+        return f"{self.me}#{next(self._numbers)}"
+
+    @staticmethod
+    def holds(trace_id: str, token: str):
+        """The condition that the claim `token` still holds the run (for fenced writes)."""
+        return (WorkflowRun.trace_id == trace_id) & (WorkflowRun.owner_process == token)
 
     def _claimable(self, now: float):
         return WorkflowRun.status.in_(list(ACTIVE)) & (
@@ -49,45 +72,51 @@ class Ownership:
         )
         return [row[0] for row in rows]
 
-    async def claim(self, trace_id: str) -> WorkflowRun | None:
-        """Take the run if nobody holds it; the row as claimed, or None."""
+    async def claim(self, trace_id: str, *, attempt: bool = True) -> WorkflowRun | None:
+        """Take the run if nobody holds it; the row as claimed (its `owner_process` is the
+        claim's token), or None. `attempt=False`: a lease that ran out is not counted
+        (the store was unreachable, the owner may be alive)."""
         now = time.time()
+        token = self.new_token()
+        crashed = WorkflowRun.owner_process.is_null(False) if attempt else False
+        counted = Case(None, [((WorkflowRun.attempts == 0) | crashed, WorkflowRun.attempts + 1)],
+                       WorkflowRun.attempts)
         changed = await self.db.aexecute(
             WorkflowRun.update(
-                owner_process=self.me,
+                owner_process=token,
                 lease_until=now + self.lease_seconds,
-                attempts=WorkflowRun.attempts + 1,
+                attempts=counted,
             ).where((WorkflowRun.trace_id == trace_id) & self._claimable(now))
         )
         if not changed:
             return None
-        return await WorkflowRun.aget_or_none(
-            (WorkflowRun.trace_id == trace_id) & (WorkflowRun.owner_process == self.me)
-        )
+        return await WorkflowRun.aget_or_none(self.holds(trace_id, token))
 
-    async def renew(self, trace_ids: list[str]) -> dict[str, bool]:
-        """Extend the leases of these runs, executing here, that this process still holds
-        (a run whose end could not be stored is no longer executing: its lease runs out and
-        the next claim goes on with it); `{trace_id: cancel_requested}` of those it holds."""
-        if not trace_ids:
+    async def renew(self, claims: dict[str, str], *, db: Any = None) -> dict[str, bool]:
+        """Extend the leases of these runs (`{trace_id: token}`), executing here, whose
+        claims still hold (a run whose end could not be stored is no longer executing: its
+        lease runs out and the next claim goes on with it); `{trace_id: cancel_requested}`
+        of those held. `db`: the connection to use (the lease loop's own)."""
+        if not claims:
             return {}
+        db = db or self.db
         now = time.time()
-        mine = ((WorkflowRun.owner_process == self.me) & WorkflowRun.trace_id.in_(trace_ids)
+        mine = (WorkflowRun.owner_process.in_(list(claims.values()))
                 & WorkflowRun.status.in_(list(ACTIVE)))
-        await self.db.aexecute(WorkflowRun.update(lease_until=now + self.lease_seconds).where(mine))
-        rows = await self.db.list(
-            WorkflowRun.select(WorkflowRun.trace_id, WorkflowRun.cancel_requested).where(mine).tuples()
+        await db.aexecute(WorkflowRun.update(lease_until=now + self.lease_seconds).where(mine))
+        rows = await db.list(
+            WorkflowRun.select(WorkflowRun.trace_id, WorkflowRun.owner_process,
+                               WorkflowRun.cancel_requested).where(mine).tuples()
         )
-        return {trace_id: bool(cancel) for trace_id, cancel in rows}
+        return {trace_id: bool(cancel) for trace_id, token, cancel in rows
+                if claims.get(trace_id) == token}
 
-    async def hand_back(self, trace_id: str) -> bool:
+    async def hand_back(self, trace_id: str, token: str) -> bool:
         """Give a run up at once (graceful stop): its lease ends now, so another process
-        claims it without waiting. (Each claim counts as an attempt, as SPEC says.)"""
+        claims it without waiting, and the next claim is not an attempt."""
         changed = await self.db.aexecute(
             WorkflowRun.update(owner_process=None, lease_until=None).where(
-                (WorkflowRun.trace_id == trace_id)
-                & (WorkflowRun.owner_process == self.me)
-                & WorkflowRun.status.in_(list(ACTIVE))
+                self.holds(trace_id, token) & WorkflowRun.status.in_(list(ACTIVE))
             )
         )
         return bool(changed)

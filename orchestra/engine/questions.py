@@ -14,7 +14,7 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from orchestra.db.models import RunEvent, WorkflowRun
+from orchestra.db.models import RunEvent, RunStep, WorkflowRun
 from orchestra.engine.log import Event
 from orchestra.engine.vocabulary import FINISHED, EventKind, RunStatus, StepStatus
 from orchestra.errors import ConflictError, NotFoundError
@@ -39,7 +39,8 @@ async def read_questions(db: Any, trace_id: str) -> list[Question]:
     rows = await db.list(
         RunEvent.select(RunEvent.kind, RunEvent.data)
         .where((RunEvent.run == trace_id)
-               & RunEvent.kind.in_([EventKind.REPLY_REQUESTED, EventKind.REPLY_RECEIVED]))
+               & RunEvent.kind.in_([EventKind.REPLY_REQUESTED, EventKind.REPLY_RECEIVED,
+                                    EventKind.REPLY_WITHDRAWN]))
         .order_by(RunEvent.seq)
     )
     asked: dict[str, Question] = {}
@@ -47,6 +48,8 @@ async def read_questions(db: Any, trace_id: str) -> list[Question]:
         request_id = row.data.get("request_id")
         if row.kind == EventKind.REPLY_REQUESTED:
             asked[request_id] = Question(request_id, row.data.get("step_id"), row.data.get("prompt"))
+        elif row.kind == EventKind.REPLY_WITHDRAWN:
+            asked.pop(request_id, None)  # asked by an earlier attempt, and not again
         elif request_id in asked and asked[request_id].answer is None:
             asked[request_id].answer = str(row.data.get("content", ""))
     return list(asked.values())
@@ -93,7 +96,8 @@ class HumanQuestions:
                 chosen.step_id,
             )])
             # Seen at once by any reader of the run; the owner writes the same.
-            await self._set_step(trace_id, chosen.step_id, status=StepStatus.RUNNING)
+            await self.db.aexecute(RunStep.update(status=StepStatus.RUNNING).where(
+                (RunStep.run == trace_id) & (RunStep.step_id == chosen.step_id)))
             if len(open_) == 1:
                 await self.db.aexecute(WorkflowRun.update(status=RunStatus.RUNNING).where(
                     (WorkflowRun.trace_id == trace_id) & (WorkflowRun.status == RunStatus.WAITING_REPLY)))
@@ -129,7 +133,9 @@ class HumanQuestions:
                    earlier: Question | None = None) -> str:
         """Emit `reply_requested`, move the run to `waiting_reply`, wait for the answer.
         A question an earlier attempt asked is not asked again: its stored answer is
-        used, or the same request is waited on."""
+        used, or the same request is waited on. When the step asks something else, the
+        open questions its earlier attempt asked are withdrawn first (`reply_withdrawn`:
+        a reply to one of them is 409 from now on)."""
         if earlier is not None and earlier.answer is not None:
             return earlier.answer
         question = earlier or Question(uuid.uuid4().hex, sid, prompt)
@@ -138,11 +144,14 @@ class HumanQuestions:
         live.waiting.add(sid)
         writes = live.writes
         try:
-            writes.submit(self._set_run, live.trace_id, status=RunStatus.WAITING_REPLY)
-            writes.submit(self._set_step, live.trace_id, sid, status=StepStatus.WAITING_REPLY)
+            writes.submit(self._set_run, live, status=RunStatus.WAITING_REPLY)
+            writes.submit(self._set_step, live, sid, status=StepStatus.WAITING_REPLY)
             if earlier is None:
+                for old in live.withdraw(sid):
+                    writes.submit(self._append, live, EventKind.REPLY_WITHDRAWN,
+                                  {"request_id": old.request_id}, step_id=sid)
                 await asyncio.shield(writes.submit(
-                    self.log.append, live.trace_id, EventKind.REPLY_REQUESTED,
+                    self._append, live, EventKind.REPLY_REQUESTED,
                     {"request_id": question.request_id, "prompt": prompt}, step_id=sid,
                 ))
             else:
@@ -152,7 +161,7 @@ class HumanQuestions:
         finally:
             live.questions.pop(question.request_id, None)
             live.waiting.discard(sid)
-        writes.submit(self._set_step, live.trace_id, sid, status=StepStatus.RUNNING)
+        writes.submit(self._set_step, live, sid, status=StepStatus.RUNNING)
         if not live.questions:
-            writes.submit(self._set_run, live.trace_id, status=RunStatus.RUNNING)
+            writes.submit(self._set_run, live, status=RunStatus.RUNNING)
         return content

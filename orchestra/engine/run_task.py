@@ -18,15 +18,15 @@ from typing import Any
 from peewee import IntegrityError
 
 from orchestra.db.models import RunStep, WorkflowRun, utcnow
+from orchestra.db.outage import release_quietly, sleep_backoff
 from orchestra.engine.live import HandBack, LiveRun, RunFailed
-from orchestra.engine.log import Event, RunGone
+from orchestra.engine.log import Event, Fenced, RunGone
 from orchestra.engine.memory import trim_soon
 from orchestra.engine.questions import read_questions
 from orchestra.engine.vocabulary import EventKind, RunStatus, StepStatus
 
 logger = logging.getLogger("orchestra.engine")
 
-END_RETRY_SECONDS = 60.0  # how long a run's end is retried while the store fails
 
 
 class RunLifecycle:
@@ -49,20 +49,20 @@ class RunLifecycle:
                 return
             restarted = await self._load_state(live)
             if restarted is None:
-                writes.submit(self._set_run, trace_id, status=RunStatus.RUNNING, started_at=utcnow())
+                writes.submit(self._set_run, live, status=RunStatus.RUNNING, started_at=utcnow())
                 writes.submit(
-                    self.log.append, trace_id, EventKind.RUN_STARTED,
+                    self._append, live, EventKind.RUN_STARTED,
                     {"status": RunStatus.RUNNING, "input": live.input, "steps": [s["id"] for s in live.steps]},
                 )
             else:
-                writes.submit(self._set_run, trace_id, status=RunStatus.RUNNING)
+                writes.submit(self._set_run, live, status=RunStatus.RUNNING)
                 writes.submit(
-                    self.log.append, trace_id, EventKind.RUN_RESUMED,
+                    self._append, live, EventKind.RUN_RESUMED,
                     {"status": RunStatus.RUNNING, "attempt": live.attempt, "restarted_steps": restarted},
                 )
             outputs = await self._schedule(live)
             final = outputs.get(live.steps[-1]["id"]) if live.steps else None
-            writes.submit(self._close, trace_id, EventKind.RUN_FINISHED,
+            writes.submit(self._close, live, EventKind.RUN_FINISHED,
                           {"status": RunStatus.SUCCEEDED, "output": final}, status=RunStatus.SUCCEEDED)
             await writes.drain()
         except RunFailed as failure:
@@ -81,6 +81,11 @@ class RunLifecycle:
         except RunGone:
             pass
         except Exception as exc:  # noqa: BLE001 - a bug or a failing store must still end the run
+            if self.outage.failed(exc, f"run {trace_id}"):
+                # The store went away under the run: write nothing, let the lease run
+                # out; whoever reaches the store first resumes it (not as an attempt).
+                live.writes.abandon()
+                return
             logger.exception("run %s crashed", trace_id)
             await self._end(live, RunStatus.FAILED, EventKind.RUN_FAILED,
                             f"Internal error: {type(exc).__name__}: {exc}"[:500])
@@ -104,7 +109,7 @@ class RunLifecycle:
             return False
         status = last.data.get("status") or {EventKind.RUN_FINISHED: RunStatus.SUCCEEDED,
                                               EventKind.RUN_CANCELLED: RunStatus.CANCELLED}.get(last.kind, RunStatus.FAILED)
-        await self._set_run(live.trace_id, status=status, finished_at=utcnow(),
+        await self._set_run(live, status=status, finished_at=utcnow(),
                             owner_process=None, lease_until=None)
         return True
 
@@ -133,39 +138,45 @@ class RunLifecycle:
         self, live: LiveRun, status: str, kind: str, message: str, *, step_id: str | None = None
     ) -> None:
         """The one way a run ends unhappily: its terminal event with its final rows
-        (`_close`). Retried for a minute while the store fails; past that this process stops
-        renewing the run's lease, and whoever claims it next goes on with it."""
+        (`_close`). Retried with backoff while the store is unreachable, until this
+        process loses the lease (then whoever claims the run next ends it); fenced on the
+        claim, so a stale end is refused, never retried."""
         trace_id = live.trace_id
         await live.writes.settle()
-        loop = asyncio.get_running_loop()
-        deadline, delay = loop.time() + END_RETRY_SECONDS, 0.2
         data: dict[str, Any] = {"status": status, ("error" if status == RunStatus.FAILED else "reason"): message}
         if step_id:
             data["failed_step"] = step_id
+        tries = 0
         while True:
             try:
                 last = await self.log.last_event(trace_id)
                 if last is None or not last.terminal:
-                    await self._close(trace_id, kind, data, status=status, error=message)
+                    await self._close(live, kind, data, status=status, error=message)
                 return
-            except RunGone:
+            except RunGone:  # gone, or Fenced: another process holds it now
                 return
-            except Exception:  # noqa: BLE001 - the store may be away for a moment
-                logger.exception("could not record the end of run %s; retrying", trace_id)
-                await self.log.release()
-                if loop.time() > deadline:
+            except Exception as exc:  # noqa: BLE001 - the store may be away for a moment
+                if not self.outage.failed(exc, f"ending run {trace_id}"):
+                    logger.exception("could not record the end of run %s", trace_id)
+                    return  # the lease runs out; whoever claims it next ends it
+                if live.stop_status == "lost":  # the lease ran out meanwhile
                     return
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
+                tries += 1
+                await release_quietly(self.db)
+                await sleep_backoff(tries)
 
-    async def _close(self, trace_id: str, kind: str, data: dict[str, Any], *, status: str,
+    async def _close(self, live: LiveRun, kind: str, data: dict[str, Any], *, status: str,
                      error: str | None = None) -> None:
-        """Store a run's terminal event together with its final rows, in one transaction,
-        and only then publish it: whoever sees the event reads the final state."""
+        """Store a run's terminal event together with its final rows, in one transaction
+        that first checks the claim (Fenced: nothing is written), and only then publish
+        it: whoever sees the event reads the final state."""
+        trace_id = live.trace_id
+        live.ending = True
         now = utcnow()
         step_status = StepStatus.CANCELLED if status == RunStatus.FAILED else status
 
         async def store_end() -> list[Event]:
+            await self._fence(live)
             if status != RunStatus.SUCCEEDED:
                 await self.db.aexecute(
                     RunStep.update(status=step_status, finished_at=now).where(
@@ -177,7 +188,7 @@ class RunLifecycle:
                         (RunStep.run == trace_id) & (RunStep.status == StepStatus.PENDING)
                     )
                 )
-            await self._set_run(trace_id, status=status, error=error, finished_at=now,
+            await self._set_run(live, status=status, error=error, finished_at=now,
                                 owner_process=None, lease_until=None)
             return await self.log.insert(trace_id, [(kind, data, None)])
 
@@ -205,7 +216,7 @@ class RunLifecycle:
     async def _hand_back(self, live: LiveRun) -> None:
         await live.writes.settle()
         try:
-            await self.ownership.hand_back(live.trace_id)
+            await self.ownership.hand_back(live.trace_id, live.claim)
         except Exception:  # noqa: BLE001 - the lease runs out on its own
             logger.exception("could not hand back run %s", live.trace_id)
 
@@ -224,10 +235,38 @@ class RunLifecycle:
         if live.started:
             live.task.cancel()
 
-    async def _set_run(self, trace_id: str, **values: Any) -> None:
-        await self.db.aexecute(WorkflowRun.update(**values).where(WorkflowRun.trace_id == trace_id))
-
-    async def _set_step(self, trace_id: str, step_id: str, **values: Any) -> None:
-        await self.db.aexecute(
-            RunStep.update(**values).where((RunStep.run == trace_id) & (RunStep.step_id == step_id))
+    # -- the owner's writes, each conditioned on its claim (fencing) ---------------------
+    async def _fence(self, live: LiveRun) -> None:
+        """Inside a transaction: lock the run row while the claim holds, else Fenced."""
+        changed = await self.db.aexecute(
+            WorkflowRun.update(owner_process=WorkflowRun.owner_process)
+            .where(self.ownership.holds(live.trace_id, live.claim))
         )
+        if not changed:
+            raise Fenced(f"run {live.trace_id}: this process no longer holds its claim")
+
+    async def _set_run(self, live: LiveRun, **values: Any) -> None:
+        changed = await self.db.aexecute(
+            WorkflowRun.update(**values).where(self.ownership.holds(live.trace_id, live.claim))
+        )
+        if not changed:
+            raise Fenced(f"run {live.trace_id}: this process no longer holds its claim")
+
+    async def _set_step(self, live: LiveRun, step_id: str, **values: Any) -> None:
+        held = WorkflowRun.select(WorkflowRun.trace_id).where(
+            self.ownership.holds(live.trace_id, live.claim))
+        changed = await self.db.aexecute(
+            RunStep.update(**values).where(
+                (RunStep.run == live.trace_id) & (RunStep.step_id == step_id)
+                & RunStep.run.in_(held)
+            )
+        )
+        if not changed:
+            raise Fenced(f"run {live.trace_id}: this process no longer holds its claim")
+
+    async def _append(self, live: LiveRun, kind: str, data: dict[str, Any] | None = None, *,
+                      step_id: str | None = None) -> Event:
+        return (await self._append_many(live, [(kind, data, step_id)]))[0]
+
+    async def _append_many(self, live: LiveRun, items) -> list[Event]:
+        return await self.log.append_many(live.trace_id, items, fence=lambda: self._fence(live))

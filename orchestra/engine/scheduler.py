@@ -64,13 +64,13 @@ class Scheduler:
                 await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _step(self, live: LiveRun, step: dict[str, Any], outputs: dict[str, str]) -> str:
-        trace_id, sid, writes = live.trace_id, step["id"], live.writes
+        sid, writes = step["id"], live.writes
         prompt = render_prompt(step["prompt"], input=live.input, outputs=outputs)
         earlier = live.take_earlier(sid, prompt) if step["agent"].get("human") else None
         if earlier is None:  # a human step re-waiting on its open question starts nothing
-            writes.submit(self._set_step, trace_id, sid, status=StepStatus.RUNNING, started_at=utcnow())
+            writes.submit(self._set_step, live, sid, status=StepStatus.RUNNING, started_at=utcnow())
             writes.submit(
-                self.log.append, trace_id, EventKind.STEP_STARTED, {"agent": step["agent"], "prompt": prompt},
+                self._append, live, EventKind.STEP_STARTED, {"agent": step["agent"], "prompt": prompt},
                 step_id=sid,
             )
         pending_text = ""
@@ -80,17 +80,17 @@ class Scheduler:
             else:
                 output, usage, pending_text = await self._agent_step(live, step, prompt)
         except StepFailure as failure:
-            writes.submit(self._set_step, trace_id, sid, status=StepStatus.FAILED, error=failure.message,
+            writes.submit(self._set_step, live, sid, status=StepStatus.FAILED, error=failure.message,
                           finished_at=utcnow())
             writes.submit(
-                self.log.append, trace_id, EventKind.STEP_FAILED, {"error": failure.message}, step_id=sid
+                self._append, live, EventKind.STEP_FAILED, {"error": failure.message}, step_id=sid
             )
             raise
         writes.submit(
-            self._set_step, trace_id, sid, status=StepStatus.SUCCEEDED, output=output, usage=usage,
+            self._set_step, live, sid, status=StepStatus.SUCCEEDED, output=output, usage=usage,
             finished_at=utcnow(),
         )
         last_tokens = [(EventKind.TOKEN, {"text": pending_text}, sid)] if pending_text else []
         finished = (EventKind.STEP_FINISHED, {"output": output, "usage": usage}, sid)
-        writes.submit(self.log.append_many, trace_id, last_tokens + [finished])
+        writes.submit(self._append_many, live, last_tokens + [finished])
         return output

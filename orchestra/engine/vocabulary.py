@@ -39,6 +39,7 @@ class EventKind(StrEnum):
     TOOL_RESULT = "tool_result"
     REPLY_REQUESTED = "reply_requested"
     REPLY_RECEIVED = "reply_received"
+    REPLY_WITHDRAWN = "reply_withdrawn"
     STEP_FINISHED = "step_finished"
     STEP_FAILED = "step_failed"
     RUN_RESUMED = "run_resumed"

@@ -20,6 +20,9 @@ class RunWriter:
     """
 
     def __init__(self) -> None:
+        # Asked about a failed write: True to try it again (the store is away for a
+        # moment: the engine waits with backoff), False to fail the writer.
+        self.retry: Callable[[BaseException, int], Awaitable[bool]] | None = None
         self._queue: deque[tuple[asyncio.Future, Callable[..., Awaitable], tuple, dict]] = deque()
         self._task: asyncio.Task | None = None
         self.error: BaseException | None = None
@@ -39,11 +42,17 @@ class RunWriter:
         while self._queue:
             future, fn, args, kwargs = self._queue.popleft()
             result = None
-            if self.error is None:
+            tries = 0
+            while self.error is None:
                 try:
                     result = await fn(*args, **kwargs)
+                    break
                 except Exception as exc:  # noqa: BLE001 - handed to whoever checks next
-                    self.error = exc
+                    tries += 1
+                    if self.retry is not None and await self.retry(exc, tries):
+                        continue  # kept, and written when the store is back
+                    if self.error is None:
+                        self.error = exc
             if future.done():  # its waiter went away; the write happened all the same
                 continue
             if self.error is not None:

@@ -72,6 +72,9 @@ def create_app(settings: Settings | None = None, *, name: str | None = None) -> 
     app.config.RESPONSE_TIMEOUT = 3600  # SSE streams and slow uploads live long
     app.config.REQUEST_TIMEOUT = 60
     app.config.KEEP_ALIVE_TIMEOUT = 15
+    # On SIGTERM the engine's grace comes first (before_server_stop); then open
+    # connections (streams) get this long before they are closed: exit ≤ grace + 5 s.
+    app.config.GRACEFUL_SHUTDOWN_TIMEOUT = 2.0
     app.config.MOTD = False
     head.install(app)  # before sanic-ext's start-up listeners, see there
     origins = [o.strip() for o in settings.cors_origins.split(",") if o.strip()]

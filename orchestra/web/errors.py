@@ -10,6 +10,7 @@ from sanic import Request, Sanic
 from sanic import exceptions as sanic_exc
 from sanic.response import HTTPResponse, json
 
+from orchestra.db.outage import RETRY_AFTER_SECONDS, StoreOutage
 from orchestra.errors import (
     BadRequestError,
     MethodNotAllowedError,
@@ -17,6 +18,7 @@ from orchestra.errors import (
     OrchestraError,
     OverloadedError,
     PayloadTooLargeError,
+    StoreUnavailableError,
 )
 
 logger = logging.getLogger("orchestra.web")
@@ -51,8 +53,19 @@ def to_orchestra_error(request: Request, exc: BaseException) -> OrchestraError:
             "The server has no free connections or files right now; try again shortly.",
             headers={"Retry-After": "1"},
         )
+    outage = _store_outage(request)
+    if outage is not None and outage.failed(exc, f"{request.method} {request.path}"):
+        return StoreUnavailableError(headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
     logger.exception("unhandled error on %s %s", request.method, request.path, exc_info=exc)
     return OrchestraError()
+
+
+def _store_outage(request: Request) -> StoreOutage | None:
+    """This process's outage tracker (one per Core: the engine and requests share it)."""
+    core = getattr(request.app.ctx, "core", None)
+    if core is None:
+        return None
+    return core.extras.setdefault("store_outage", StoreOutage())
 
 
 _NO_DESCRIPTORS = (errno.EMFILE, errno.ENFILE)

@@ -218,7 +218,7 @@ def slow_three_steps(pair) -> str:
     ])
 
 
-def assert_resumed(pair, trace_id: str, reader: Reader) -> None:
+def assert_resumed(pair, trace_id: str, reader: Reader, *, attempt: int) -> None:
     reader.join(30)
     assert reader.error is None
     frames = reader.frames
@@ -227,7 +227,7 @@ def assert_resumed(pair, trace_id: str, reader: Reader) -> None:
     kinds = [f[1] for f in frames]
     assert kinds[-1] == "run_finished" and kinds.count("run_resumed") == 1
     resumed = next(f[2] for f in frames if f[1] == "run_resumed")
-    assert resumed["restarted_steps"] == ["two"] and resumed["attempt"] == 2
+    assert resumed["restarted_steps"] == ["two"] and resumed["attempt"] == attempt
     prompts = [r["messages"][-1]["content"] for r in pair.fake.chat_requests]
     assert prompts.count("first go") == 1  # the finished step was not called again
     assert prompts.count("second one done") == 2 and prompts[-1] == "third two again"
@@ -246,7 +246,7 @@ def test_kill_9_of_the_owner_mid_run_b_resumes_it(pair):
     killed = time.monotonic()
     wait_for(lambda: "run_resumed" in reader.arrived, LEASE + 5 + 5)
     assert reader.arrived["run_resumed"] - killed < LEASE + 5
-    assert_resumed(pair, trace_id, reader)
+    assert_resumed(pair, trace_id, reader, attempt=2)  # a crash is an attempt
 
 
 def test_sigterm_on_the_owner_hands_the_run_to_b_at_once(tmp_path, postgres_url):
@@ -264,7 +264,7 @@ def test_sigterm_on_the_owner_hands_the_run_to_b_at_once(tmp_path, postgres_url)
             pair.a.proc.terminate()
             wait_for(lambda: "run_resumed" in reader.arrived, 20)
             assert reader.arrived["run_resumed"] - stopping < 10
-            assert_resumed(pair, trace_id, reader)
+            assert_resumed(pair, trace_id, reader, attempt=1)  # a hand-back is not (SPEC §6)
         finally:
             pair.stop()
 

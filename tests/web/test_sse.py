@@ -106,7 +106,8 @@ async def test_an_orphaned_run_stream_shows_its_end(client, users):
     alice = await users.make("alice")
     core = client.app.ctx.core
     run = await WorkflowRun.acreate(owner=alice["user_id"], template_name="t", steps=[],
-                                    status="running", attempts=3)
+                                    status="running", attempts=3,
+                                    owner_process="gone:1:dead#1", lease_until=1.0)
     await EventLog(core.db).append(run.trace_id, "run_started")
     core.engine._wake.set()  # as a `wake` signal would
     response = await client.get(f"{API}/sse/{run.trace_id}", headers=alice["headers"])

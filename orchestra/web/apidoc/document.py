@@ -37,7 +37,8 @@ ERROR_TEXT = {
     429: "RateLimitedError: too many requests from this client; see Retry-After.",
     431: "RequestHeaderFieldsTooLargeError: a header, or all of them, over the limit.",
     502: "ProviderError: the model provider refused or could not be reached.",
-    503: "OverloadedError: the server is busy; see Retry-After.",
+    503: "OverloadedError: the server is busy; or StoreUnavailableError: the store cannot "
+         "be reached for a moment. See Retry-After.",
 }
 _RATE_HEADERS = {
     name: {"description": text, "required": True, "schema": {"type": "integer", "minimum": 0}}

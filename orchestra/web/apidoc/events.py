@@ -11,6 +11,8 @@ EVENT_FIELDS: dict[str, str] = {
     "tool_result": "`call_id`, `name`, `result` (string or null), `error` (only on failure)",
     "reply_requested": "`request_id`, `prompt`",
     "reply_received": "`request_id`, `content`",
+    "reply_withdrawn": "`request_id`: a question of an earlier attempt that the restarted step "
+                       "did not ask again; a reply to it is 409",
     "step_finished": "`output`, `usage: {prompt_tokens, completion_tokens}` (null for human steps)",
     "step_failed": "`error` (the provider's message, where it gave one)",
     "run_resumed": "`attempt`, `restarted_steps`: another server process took the run over",

@@ -9,7 +9,7 @@
 import { api, freshAccessToken } from './api.js';
 
 export const KINDS = ['run_started', 'run_resumed', 'step_started', 'token', 'tool_call', 'tool_result',
-  'reply_requested', 'reply_received', 'step_finished', 'step_failed', 'run_finished', 'run_failed',
+  'reply_requested', 'reply_received', 'reply_withdrawn', 'step_finished', 'step_failed', 'run_finished', 'run_failed',
   'run_cancelled'];
 export const TERMINAL = new Set(['run_finished', 'run_failed', 'run_cancelled']);
 

@@ -58,6 +58,8 @@ function apply(state, { kind, data, seq }) {
       return withStep({ ...state, questions, status: questions.length ? 'waiting_reply' : 'running' }, id,
         (s) => ({ answer: data.content, status: s.status === 'waiting_reply' ? 'running' : s.status }));
     }
+    case 'reply_withdrawn':  // asked by an earlier attempt, not again: no longer answerable
+      return { ...state, questions: state.questions.filter((q) => q.request_id !== data.request_id) };
     case 'step_finished':
       return withStep(state, id, () => ({ status: 'succeeded', output: data.output, usage: data.usage }));
     case 'step_failed':

@@ -1,0 +1,149 @@
+"""Store outages: which errors mean "the store cannot be reached", and how a process
+reports an outage in its log (one line when it starts, at most one per 10 s while it
+lasts, one with its length when it ends — never a traceback per request).
+
+One place decides what an outage is (`is_unreachable`), so the engine (wait and retry,
+never fail a run), the web layer (503 `StoreUnavailableError` with `Retry-After`) and
+the logs all agree.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import sqlite3
+import time
+
+logger = logging.getLogger("orchestra.store")
+
+REPORT_EVERY_SECONDS = 10.0  # at most one "still unreachable" line per this many seconds
+RETRY_AFTER_SECONDS = 2  # what a 503 asks a client to wait
+
+_TEXT = (
+    "connection refused", "connection reset", "connection was closed", "connection is closed",
+    "connection lost", "cannot connect", "could not connect", "the database system is",
+    "terminating connection", "server closed the connection", "timed out acquiring connection",
+    "no route to host", "broken pipe", "connection does not exist", "pool is closed",
+    "pool is closing", "underlying connection is closed", "database is locked",
+    "database is busy", "database table is locked", "network is unreachable",
+)
+
+
+def is_unreachable(exc: BaseException) -> bool:
+    """Whether `exc` (or its cause) says the store could not be reached or is restarting,
+    rather than that a statement was wrong: refused and reset connections, a server
+    shutting down or starting, a pool acquire that timed out, SQLite locked/busy."""
+    seen = 0
+    while exc is not None and seen < 5:
+        seen += 1
+        if isinstance(exc, (ConnectionError, TimeoutError, OSError)) and not isinstance(
+                exc, FileNotFoundError):
+            return True
+        name = type(exc).__name__
+        module = type(exc).__module__ or ""
+        if module.startswith("asyncpg") and name in (
+            "CannotConnectNowError", "ConnectionDoesNotExistError", "InterfaceError",
+            "AdminShutdownError", "CrashShutdownError", "ConnectionFailureError",
+            "TooManyConnectionsError", "InternalClientError", "PostgresConnectionError",
+            "ClientCannotConnectError", "ConnectionRejectionError",
+        ):
+            return True
+        if isinstance(exc, sqlite3.OperationalError) or name == "OperationalError":
+            text = str(exc).lower()
+            if "locked" in text or "busy" in text or "unable to open" in text:
+                return True
+        text = str(exc).lower()
+        if any(part in text for part in _TEXT):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+class _QuietOutages(logging.Filter):
+    """Drops a driver's own traceback for an outage (asyncpg's pool logs one each time
+    it fails to reconnect); the outage is reported by `StoreOutage` instead."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return exc is None or not is_unreachable(exc)
+
+
+def quiet_driver_logs() -> None:
+    """Install the filter on the store drivers' loggers (idempotent)."""
+    for name in ("asyncpg", "asyncpg.pool"):
+        driver = logging.getLogger(name)
+        if not any(isinstance(f, _QuietOutages) for f in driver.filters):
+            driver.addFilter(_QuietOutages())
+
+
+class StoreOutage:
+    """This process's view of the store: reachable, or unreachable since when. Reports
+    an outage in at most a few log lines, whoever (engine, requests) runs into it."""
+
+    def __init__(self) -> None:
+        quiet_driver_logs()
+        self.down_since: float | None = None  # monotonic
+        self.last_seen_down: float | None = None
+        self._reported_at = 0.0
+        self._failures = 0
+
+    @property
+    def down(self) -> bool:
+        return self.down_since is not None
+
+    def recently_down(self, within: float) -> bool:
+        """Whether the store was unreachable from here within the last `within` seconds."""
+        return self.last_seen_down is not None and time.monotonic() - self.last_seen_down < within
+
+    def failed(self, exc: BaseException, what: str = "") -> bool:
+        """Note a failure; True when it is an outage (then it is logged, rate-limited),
+        False for any other error (the caller reports it as it sees fit)."""
+        if not is_unreachable(exc):
+            return False
+        now = time.monotonic()
+        self.last_seen_down = now
+        self._failures += 1
+        if self.down_since is None:
+            self.down_since = self._reported_at = now
+            logger.warning("the store is unreachable (%s%s: %s); waiting for it",
+                           f"{what}, " if what else "", type(exc).__name__, _short(exc))
+        elif now - self._reported_at >= REPORT_EVERY_SECONDS:
+            self._reported_at = now
+            logger.warning("the store is still unreachable after %.0f s (%d failed calls)",
+                           now - self.down_since, self._failures)
+        return True
+
+    def succeeded(self) -> None:
+        """Note that a call reached the store; ends an outage (logged with its length)."""
+        if self.down_since is not None:
+            length = time.monotonic() - self.down_since
+            self.down_since = None
+            logger.warning("the store is reachable again after %.1f s (%d failed calls)",
+                           length, self._failures)
+            self._failures = 0
+
+
+def backoff(attempt: int, *, base: float = 0.2, cap: float = 5.0) -> float:
+    """Capped exponential backoff with full jitter for the `attempt`-th retry (1, 2, …)."""
+    return random.uniform(base / 2, min(cap, base * 2 ** (attempt - 1)))
+
+
+async def sleep_backoff(attempt: int, *, cap: float = 5.0) -> None:
+    await asyncio.sleep(backoff(attempt, cap=cap))
+
+
+async def release_quietly(db) -> None:
+    """Give the current task's connection back, if the store lets us (during an outage
+    the pool replaces a broken one on its next use)."""
+    from orchestra.db.database import release_connection
+
+    try:
+        await release_connection(db)
+    except Exception:  # noqa: BLE001 - the connection went away with the store
+        logger.debug("could not release a store connection", exc_info=True)
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return text[:160]
