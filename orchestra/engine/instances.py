@@ -26,14 +26,14 @@ MAX_DEPTH = 3  # foreach and loop nest this many levels at most (SPEC §8)
 _SEGMENT = re.compile(r"(?P<id>[A-Za-z0-9_-]{1,64})(?:\[(?P<item>\d+)\]|#(?P<iteration>\d+))?")
 
 
-def item_path(prefix: str, step_id: str, index: int) -> str:
-    """`research[3]`: item `index` (from 0) of the foreach `step_id` under `prefix`."""
-    return f"{prefix}{step_id}[{index}]"
+def item_path(container: str, index: int) -> str:
+    """`research[3]`: item `index` (from 0) of the foreach at path `container`."""
+    return f"{container}[{index}]"
 
 
-def iteration_path(prefix: str, step_id: str, iteration: int) -> str:
-    """`improve#2`: iteration `iteration` (from 1) of the loop `step_id` under `prefix`."""
-    return f"{prefix}{step_id}#{iteration}"
+def iteration_path(container: str, iteration: int) -> str:
+    """`improve#2`: iteration `iteration` (from 1) of the loop at path `container`."""
+    return f"{container}#{iteration}"
 
 
 def inside(path: str) -> str:
