@@ -301,7 +301,7 @@ class Client:
         return body
 
     # -- workflows ----------------------------------------------------------------------
-    def start_run(self, template_id: str, input: str | None = None, files: list[str] | None = None) -> str:
+    def start_run(self, template_id: str, input: Any = None, files: list[str] | None = None) -> str:
         body: dict[str, Any] = {"template_id": template_id}
         if input is not None:
             body["input"] = input

@@ -124,14 +124,27 @@ def run(
     template: str = typer.Argument(..., help="The template to run: a template_id or its exact name."),
     input_: Optional[str] = typer.Option(None, "--input", "-i",
                                          help="The run's input text ('-' reads stdin; default: none)."),
+    input_json: Optional[str] = typer.Option(
+        None, "--input-json",
+        help="The run's input as a JSON value, for templates with an input_schema ('-' reads stdin)."),
     files: list[str] = typer.Option([], "--file", "-f", help="An uploaded file_id (repeatable)."),
     watch_: bool = typer.Option(False, "--watch", "-w", help="Follow the run until it ends."),
     server: Optional[str] = SERVER, token: Optional[str] = TOKEN, json_output: bool = JSON,
 ) -> None:
     """Start a run; print its trace_id, or with --watch follow it live."""
+    import json
+
     from orchestra.cli.template import template_id
 
+    if input_ is not None and input_json is not None:
+        fail("Give --input or --input-json, not both.", ExitCode.USAGE)
     text = None if input_ is None else (sys.stdin.read() if input_ == "-" else input_)
+    if input_json is not None:
+        raw = sys.stdin.read() if input_json == "-" else input_json
+        try:
+            text = json.loads(raw)
+        except ValueError as exc:
+            fail(f"--input-json is not valid JSON: {exc}", ExitCode.USAGE)
     with connect(ctx, server, token) as client:
         trace_id = client.start_run(template_id(client, template), text, files)
         if not watch_:
