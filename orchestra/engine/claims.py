@@ -24,7 +24,9 @@ class ClaimLoops:
 
     def _launch(self, run: WorkflowRun) -> LiveRun:
         live = LiveRun(
-            run.trace_id, run.owner_id, run.input or "", list(run.files or []), run.steps,
+            run.trace_id, run.owner_id,
+            run.input_value if "input_schema" in (run.spec or {}) else (run.input or ""),
+            list(run.files or []), run.steps,
             attempt=run.attempts,
         )
         if run.cancel_requested:

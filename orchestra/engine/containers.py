@@ -17,7 +17,7 @@ from typing import Any
 
 from orchestra.engine.instances import inside, item_path, iteration_path
 from orchestra.engine.language.expressions import ExpressionError, Scope
-from orchestra.engine.live import LiveRun, StepFailure
+from orchestra.engine.live import HandBack, LiveRun, StepFailure
 
 DEFAULT_CONCURRENCY = 4
 
@@ -92,8 +92,7 @@ class Containers:
             raise
         if self.stopping and any(not live.finished.succeeded(item_path(path, i))
                                  for i in range(len(items)) if i not in failed):
-            from orchestra.engine.live import HandBack
-            raise HandBack()
+            raise HandBack()  # items left for whoever claims the run next
         self._instance_succeeded(
             live, step, path, results,
             {"items": {"total": len(items), "succeeded": len(items) - len(failed),

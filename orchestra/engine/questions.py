@@ -32,6 +32,11 @@ class Question:
     prompt: str
     answer: str | None = None
     future: asyncio.Future | None = None
+    path: str = ""  # the instance that asked (SPEC §8); a top-level step's is its id
+
+    def __post_init__(self) -> None:
+        self.path = self.path or getattr(self.step_id, "path", None) or self.step_id
+        self.step_id = str(self.step_id)
 
 
 async def read_questions(db: Any, trace_id: str) -> list[Question]:
@@ -46,7 +51,8 @@ async def read_questions(db: Any, trace_id: str) -> list[Question]:
     for row in rows:
         request_id = row.data.get("request_id")
         if row.kind == EventKind.REPLY_REQUESTED:
-            asked[request_id] = Question(request_id, row.data.get("step_id"), row.data.get("prompt"))
+            asked[request_id] = Question(request_id, row.data.get("step_id"), row.data.get("prompt"),
+                                         path=row.data.get("path") or "")
         elif request_id in asked and asked[request_id].answer is None:
             asked[request_id].answer = str(row.data.get("content", ""))
     return list(asked.values())
@@ -59,6 +65,7 @@ class HumanQuestions:
         """`[{request_id, step_id, prompt}]` the run waits on, oldest first (from the store)."""
         return [
             {"request_id": q.request_id, "step_id": q.step_id, "prompt": q.prompt}
+            | ({"path": q.path} if q.path != q.step_id else {})
             for q in await read_questions(self.db, trace_id) if q.answer is None
         ]
 
@@ -89,11 +96,12 @@ class HumanQuestions:
                     detail={"pending": [q.request_id for q in open_]},
                 )
             events = await self.log.insert(trace_id, [(
-                EventKind.REPLY_RECEIVED, {"request_id": chosen.request_id, "content": content},
+                EventKind.REPLY_RECEIVED,
+                {"request_id": chosen.request_id, "content": content, "path": chosen.path},
                 chosen.step_id,
             )])
             # Seen at once by any reader of the run; the owner writes the same.
-            await self._set_step(trace_id, chosen.step_id, status=StepStatus.RUNNING)
+            await self._set_step(trace_id, chosen.path, status=StepStatus.RUNNING)
             if len(open_) == 1:
                 await self.db.aexecute(WorkflowRun.update(status=RunStatus.RUNNING).where(
                     (WorkflowRun.trace_id == trace_id) & (WorkflowRun.status == RunStatus.WAITING_REPLY)))
@@ -134,16 +142,17 @@ class HumanQuestions:
             return earlier.answer
         question = earlier or Question(uuid.uuid4().hex, sid, prompt)
         question.future = asyncio.get_running_loop().create_future()
+        path = question.path
         live.questions[question.request_id] = question
-        live.waiting.add(sid)
+        live.waiting.add(path)
         writes = live.writes
         try:
             writes.submit(self._set_run, live.trace_id, status=RunStatus.WAITING_REPLY)
-            writes.submit(self._set_step, live.trace_id, sid, status=StepStatus.WAITING_REPLY)
+            writes.submit(self._set_step, live.trace_id, path, status=StepStatus.WAITING_REPLY)
             if earlier is None:
                 await asyncio.shield(writes.submit(
                     self.log.append, live.trace_id, EventKind.REPLY_REQUESTED,
-                    {"request_id": question.request_id, "prompt": prompt}, step_id=sid,
+                    {"request_id": question.request_id, "prompt": prompt, "path": path}, step_id=sid,
                 ))
             else:
                 await self._check_replies(live)  # answered while nobody held the run
@@ -151,8 +160,8 @@ class HumanQuestions:
             content = await asyncio.shield(question.future)
         finally:
             live.questions.pop(question.request_id, None)
-            live.waiting.discard(sid)
-        writes.submit(self._set_step, live.trace_id, sid, status=StepStatus.RUNNING)
+            live.waiting.discard(path)
+        writes.submit(self._set_step, live.trace_id, path, status=StepStatus.RUNNING)
         if not live.questions:
             writes.submit(self._set_run, live.trace_id, status=RunStatus.RUNNING)
         return content

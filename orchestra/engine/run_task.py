@@ -18,7 +18,7 @@ from typing import Any
 from peewee import IntegrityError
 
 from orchestra.db.models import RunStep, WorkflowRun, utcnow
-from orchestra.engine.live import HandBack, LiveRun, RunFailed
+from orchestra.engine.live import HandBack, LiveRun, RunFailed, path_of
 from orchestra.engine.log import Event, RunGone
 from orchestra.engine.memory import trim_soon
 from orchestra.engine.questions import read_questions
@@ -115,16 +115,22 @@ class RunLifecycle:
             return None
         rows = await self.db.list(RunStep.select().where(RunStep.run == live.trace_id))
         live.earlier = await read_questions(self.db, live.trace_id)
-        waiting_humans = {q.step_id for q in live.earlier if q.answer is None}
+        waiting_humans = {q.path for q in live.earlier if q.answer is None}
         restarted = []
+        top = {s["id"]: s for s in live.steps}
         for row in rows:
+            path = row.path or row.step_id
+            output = row.output_value if row.output_value is not None else row.output
+            live.finished.set(path, row.status, output)  # every instance (SPEC §8)
+            if path not in top:
+                continue
             if row.status == StepStatus.SUCCEEDED:
-                live.outputs[row.step_id] = row.output or ""
+                live.outputs[row.step_id] = output
             elif row.status == StepStatus.FAILED:
                 raise RunFailed(row.step_id, f"Step '{row.step_id}' failed: {row.error}")
             elif row.status in (StepStatus.RUNNING, StepStatus.WAITING_REPLY):
-                human = any(s["id"] == row.step_id and s["agent"].get("human") for s in live.steps)
-                if not (human and row.step_id in waiting_humans):
+                human = (top[path].get("agent") or {}).get("human")
+                if not (human and path in waiting_humans):
                     restarted.append(row.step_id)
         order = [s["id"] for s in live.steps]
         return sorted(restarted, key=order.index)
@@ -227,7 +233,16 @@ class RunLifecycle:
     async def _set_run(self, trace_id: str, **values: Any) -> None:
         await self.db.aexecute(WorkflowRun.update(**values).where(WorkflowRun.trace_id == trace_id))
 
-    async def _set_step(self, trace_id: str, step_id: str, **values: Any) -> None:
+    async def _set_step(self, trace_id: str, path: str, **values: Any) -> None:
+        """Update one instance's row (`path`: a top-level step's is its id)."""
         await self.db.aexecute(
-            RunStep.update(**values).where((RunStep.run == trace_id) & (RunStep.step_id == step_id))
+            RunStep.update(**values).where((RunStep.run == trace_id) & (RunStep.path == str(path_of(path))))
+        )
+
+    async def _put_instance(self, trace_id: str, path: str, step_id: str, **values: Any) -> None:
+        """Create an instance's row, or update it when it exists (a top-level step's row
+        is made with the run; an item's or an iteration's when it first starts)."""
+        await self.db.aexecute(
+            RunStep.insert(run=trace_id, path=path, step_id=str(step_id), **values)
+            .on_conflict(conflict_target=[RunStep.run, RunStep.path], update=values)
         )

@@ -175,8 +175,11 @@ def test_foreach_empty_list_gives_empty_output_and_too_many_items_fail(world):
     events = world.events(world.run(tid, [1, 2, 3, 4, 5, 6]))  # ORCHESTRA_FOREACH_MAX_ITEMS=5
     assert events[-1][1] == "run_failed"
     assert "6 items" in events[-1][2]["error"] and "ORCHESTRA_FOREACH_MAX_ITEMS" in events[-1][2]["error"]
-    events = world.events(world.run(tid, {"not": "a list"}))
-    assert events[-1][1] == "run_failed" and "list" in events[-1][2]["error"]
+    not_a_list = world.template([{"id": "m", "foreach": {"items": "input.things"},
+                                  "agent": world.worker, "prompt": "{{item}}"}],
+                                input_schema={"type": "object"})
+    events = world.events(world.run(not_a_list, {"things": "nope"}))
+    assert events[-1][1] == "run_failed" and "not a list" in events[-1][2]["error"]
     assert world.fake.chat_requests == []
 
 
