@@ -31,7 +31,8 @@ class World:
         self.worker = {"worker": worker.json()["worker_id"]}
 
     def template(self, steps: list[dict], **options) -> str:
-        made = self.http.post("/workflow/template", json={"name": "t", "steps": steps, **options})
+        self.made = getattr(self, "made", 0) + 1
+        made = self.http.post("/workflow/template", json={"name": f"t{self.made}", "steps": steps, **options})
         assert made.status_code == 201, made.text
         return made.json()["template_id"]
 
