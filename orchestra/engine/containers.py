@@ -71,7 +71,7 @@ class Containers:
                     results[index] = await self._workflow_instance(
                         live, step, ipath, inner, scope_vars, step.get("output"))
                 else:
-                    results[index] = await self._run_call(live, step, ipath, scope_vars)
+                    results[index] = await self._run_call(live, step, ipath, scope_vars, durable=True)
             except StepFailure as failure:
                 if not continue_on_error:
                     raise StepFailure(f"item {ipath} failed: {failure.message}") from None
@@ -151,7 +151,7 @@ class Containers:
         except StepFailure as failure:
             self._instance_failed(live, step, ipath, failure.message)
             raise
-        self._instance_succeeded(live, step, ipath, _last_output(inner_defs, inner), {})
+        await self._stored(live, self._instance_succeeded(live, step, ipath, _last_output(inner_defs, inner), {}))
         return inner
 
     async def _workflow_instance(self, live: LiveRun, step: dict[str, Any], ipath: str,
@@ -172,8 +172,9 @@ class Containers:
                 output = _last_output(inner_defs, inner)
         except StepFailure as failure:
             self._instance_failed(live, step, ipath, failure.message)
+            await self._stored(live)
             raise
-        self._instance_succeeded(live, step, ipath, output, {})
+        await self._stored(live, self._instance_succeeded(live, step, ipath, output, {}))
         return output
 
     def _stored_steps(self, live: LiveRun, inner_defs: list[dict[str, Any]], prefix: str

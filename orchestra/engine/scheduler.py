@@ -107,9 +107,10 @@ class Scheduler:
         return await self._run_call(live, step, path, variables)
 
     async def _run_call(self, live: LiveRun, step: dict[str, Any], path: str,
-                        variables: dict[str, Any]) -> Any:
+                        variables: dict[str, Any], *, durable: bool = False) -> Any:
         """One agent or human call at `path` (a top-level step, a foreach item, an inner
-        step): its row, its events, its output. StepFailure when it fails."""
+        step): its row, its events, its output. StepFailure when it fails. `durable`:
+        return only once its end is stored (a foreach item: what a crash must not redo)."""
         trace_id, writes = live.trace_id, live.writes
         sid = StepAt(step["id"], path)
         try:
@@ -142,6 +143,8 @@ class Scheduler:
                 {"path": path, "error": failure.message}, step_id=sid,
             )
             live.finished.set(path, StepStatus.FAILED)
+            if durable:
+                await self._stored(live)
             raise
         writes.submit(
             self._set_step, trace_id, path, status=StepStatus.SUCCEEDED, usage=usage,
@@ -149,9 +152,19 @@ class Scheduler:
         )
         last_tokens = [(EventKind.TOKEN, {"path": path, "text": pending_text}, sid)] if pending_text else []
         finished = (EventKind.STEP_FINISHED, {"path": path, "output": output, "usage": usage}, sid)
-        writes.submit(self.log.append_many, trace_id, last_tokens + [finished])
+        stored = writes.submit(self.log.append_many, trace_id, last_tokens + [finished])
         live.finished.set(path, StepStatus.SUCCEEDED, output)
+        if durable:
+            await self._stored(live, stored)
         return output
+
+    async def _stored(self, live: LiveRun, write: asyncio.Future | None = None) -> None:
+        """Wait until `write` (else everything submitted so far) is stored; the writer's
+        error, if a write failed, is raised (the run ends as for any failed write)."""
+        if write is None:
+            write = live.writes.submit(_nothing)
+        await asyncio.shield(write)
+        await self.log.release()
 
     # -- a container's own row and events -------------------------------------------------
     def _instance_started(self, live: LiveRun, step: dict[str, Any], path: str,
@@ -163,13 +176,14 @@ class Scheduler:
                       {"path": path, **data}, step_id=step["id"])
 
     def _instance_succeeded(self, live: LiveRun, step: dict[str, Any], path: str, output: Any,
-                            data: dict[str, Any]) -> None:
+                            data: dict[str, Any]) -> asyncio.Future:
+        """Store a container's (an item's, an iteration's) end; the future of its last write."""
         writes = live.writes
         writes.submit(self._set_step, live.trace_id, path, status=StepStatus.SUCCEEDED,
                       finished_at=utcnow(), **output_fields(output))
-        writes.submit(self.log.append, live.trace_id, EventKind.STEP_FINISHED,
-                      {"path": path, "output": output, **data}, step_id=step["id"])
         live.finished.set(path, StepStatus.SUCCEEDED, output)
+        return writes.submit(self.log.append, live.trace_id, EventKind.STEP_FINISHED,
+                             {"path": path, "output": output, **data}, step_id=step["id"])
 
     def _instance_failed(self, live: LiveRun, step: dict[str, Any], path: str, message: str) -> None:
         writes = live.writes
@@ -178,3 +192,7 @@ class Scheduler:
         writes.submit(self.log.append, live.trace_id, EventKind.STEP_FAILED,
                       {"path": path, "error": message}, step_id=step["id"])
         live.finished.set(path, StepStatus.FAILED)
+
+
+async def _nothing() -> None:
+    """A write that writes nothing: its future is done once every write before it is."""
