@@ -26,6 +26,10 @@ class RunFailed(Exception):
         self.message = message
 
 
+class LimitReached(RunFailed):
+    """A template limit (deadline, max_steps) ends the run."""
+
+
 class HandBack(Exception):
     """The process is stopping and nothing of the run is in flight: give it up now."""
 
@@ -36,14 +40,19 @@ class LiveRun:
 
     trace_id: str
     owner_id: str
-    input: str
+    input: Any  # text, or a JSON value under the template's input_schema
     files: list[dict[str, Any]]
     steps: list[dict[str, Any]]
     attempt: int = 1
+    spec: dict[str, Any] = field(default_factory=dict)  # input_schema, limits, output
+    started_epoch: float | None = None  # when run_started was stored (limits.deadline_seconds)
     task: asyncio.Task | None = None
     questions: dict[str, Question] = field(default_factory=dict)  # waited on here, now
     earlier: list[Question] = field(default_factory=list)  # asked by an earlier attempt
-    outputs: dict[str, str] = field(default_factory=dict)
+    # Steps that have ended: {id: {output, status}} — what expressions see as `steps`.
+    states: dict[str, dict[str, Any]] = field(default_factory=dict)
+    step_attempts: dict[str, int] = field(default_factory=dict)  # attempt now running, per step
+    executions: int = 0  # step executions so far (limits.max_steps): attempts included
     waiting: set[str] = field(default_factory=set)  # steps waiting for a reply
     writes: RunWriter = field(default_factory=RunWriter)  # its store writes, in order
     wake: asyncio.Future | None = None
@@ -55,6 +64,14 @@ class LiveRun:
     def poke(self) -> None:
         if self.wake is not None and not self.wake.done():
             self.wake.set_result(None)
+
+    def tagged(self, step_id: str, data: dict[str, Any]) -> dict[str, Any]:
+        """A step event's data, with `attempt` when a later attempt runs (SPEC §7)."""
+        attempt = self.step_attempts.get(step_id, 1)
+        return {**data, "attempt": attempt} if attempt > 1 else data
+
+    def step(self, step_id: str) -> dict[str, Any]:
+        return next(s for s in self.steps if s["id"] == step_id)
 
     def take_earlier(self, step_id: str, prompt: str) -> Question | None:
         for question in self.earlier:
