@@ -310,7 +310,7 @@ class Client:
             body["files"] = files
         return self.post("/workflow/run", json=body)["trace_id"]
 
-    def reply(self, trace_id: str, content: str, request_id: str | None = None) -> dict[str, Any]:
+    def reply(self, trace_id: str, content: Any, request_id: str | None = None) -> dict[str, Any]:
         body: dict[str, Any] = {"content": content}
         if request_id:
             body["request_id"] = request_id

@@ -40,6 +40,7 @@ class Settings:
     llm_timeout: float = 60.0
     llm_retries: int = 3
     llm_max_tool_rounds: int = 8
+    schema_repairs: int = 2  # repair rounds of a structured answer that does not fit its schema
     sse_ping_seconds: float = 15.0
     sse_send_timeout: float = 30.0  # a stream reader that takes no bytes this long is closed
     run_lease_seconds: float = 15.0  # a run's owner renews its lease; past it, others take over
@@ -160,6 +161,10 @@ SETTING_DOCS: dict[str, SettingDoc] = {
     "llm_timeout": SettingDoc("seconds to wait on a model provider's answer"),
     "llm_retries": SettingDoc("retries of a provider error that may pass (429, 5xx, timeouts)"),
     "llm_max_tool_rounds": SettingDoc("tool-call rounds an agent step may take"),
+    "schema_repairs": SettingDoc(
+        "times a model is told what was wrong and asked again when its answer does not match "
+        "the step's output_schema"
+    ),
     "sse_ping_seconds": SettingDoc("seconds between `: ping` comments on a quiet event stream"),
     "sse_send_timeout": SettingDoc("seconds a stream reader may take no bytes before it is disconnected"),
     "run_lease_seconds": SettingDoc("a run's owner renews its lease; when it dies, others take the run over after this"),

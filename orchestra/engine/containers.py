@@ -71,7 +71,7 @@ class Containers:
                     results[index] = await self._workflow_instance(
                         live, step, ipath, inner, scope_vars, step.get("output"))
                 else:
-                    results[index] = await self._run_call(live, step, ipath, scope_vars, durable=True)
+                    results[index] = await self._call(live, step, ipath, Scope(scope_vars), durable=True)
             except StepFailure as failure:
                 if not continue_on_error:
                     raise StepFailure(f"item {ipath} failed: {failure.message}") from None

@@ -307,6 +307,7 @@ def run_summary(run: WorkflowRun) -> dict[str, Any]:
         "created_at": iso(run.created_at),
         "started_at": iso(run.started_at),
         "finished_at": iso(run.finished_at),
+        "retry_of": run.retry_of,
     }
 
 
@@ -386,12 +387,68 @@ async def cancel_run(core: Core, *, user_id: str, is_admin: bool, trace_id: str)
 
 
 async def reply(
-    core: Core, *, user_id: str, is_admin: bool, trace_id: str, content: str, request_id: str | None = None
+    core: Core, *, user_id: str, is_admin: bool, trace_id: str, content: Any, request_id: str | None = None
 ) -> dict[str, str]:
-    """Answer the question a waiting run asked; 409 when it waits for none (or not this one)."""
+    """Answer the question a waiting run asked; 409 when it waits for none (or not this one),
+    422 when the answer does not fit the step's output_schema (the question stays open)."""
     await get_run(core, user_id=user_id, is_admin=is_admin, trace_id=trace_id)
     answered = await core.engine.reply(trace_id, content=content, request_id=request_id)
     return {"request_id": answered.request_id, "step_id": answered.step_id}
+
+
+RETRYABLE = (RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.INTERRUPTED)
+
+
+def _descendants(steps: list[dict[str, Any]], root: str) -> set[str]:
+    found, changed = {root}, True
+    while changed:
+        changed = False
+        for step in steps:
+            if step["id"] not in found and found & set(step.get("depends_on") or []):
+                found.add(step["id"])
+                changed = True
+    return found
+
+
+async def retry_run(
+    core: Core, *, user_id: str, is_admin: bool, trace_id: str, from_step: str | None = None
+) -> WorkflowRun:
+    """A new run of an ended run's steps and input (SPEC §7): every step that succeeded is
+    reused (its row copied with `reused`, its provider never called), except `from_step`
+    and its descendants; the rest runs. 409 for a run that has not ended or succeeded."""
+    old = await get_run(core, user_id=user_id, is_admin=is_admin, trace_id=trace_id)
+    if old.status not in RETRYABLE:
+        raise ConflictError(
+            f"Only a failed, cancelled or interrupted run can be retried (this one is {old.status})."
+        )
+    ids = [step["id"] for step in old.steps]
+    if from_step is not None and from_step not in ids:
+        raise ValidationError.field("from_step", f"unknown step '{from_step}'; steps: {', '.join(ids)}")
+    again = _descendants(old.steps, from_step) if from_step else set()
+    rows = {r.step_id: r for r in await core.db.list(RunStep.select().where(RunStep.run == old.trace_id))}
+    async with core.db.atomic():
+        run = await WorkflowRun.acreate(
+            owner=old.owner_id, template=old.template_id, template_name=old.template_name,
+            steps=old.steps, spec=old.spec, input=old.input, input_value=old.input_value,
+            files=old.files, retry_of=old.trace_id, status=RunStatus.QUEUED,
+        )
+        new_rows = []
+        for sid in ids:
+            row = rows.get(sid)
+            if row is not None and row.status == StepStatus.SUCCEEDED and sid not in again:
+                new_rows.append({
+                    "run": run.trace_id, "step_id": sid, "path": sid, "status": StepStatus.SUCCEEDED,
+                    "reused": True, "attempt": row.attempt, "output": row.output,
+                    "output_value": row.output_value, "usage": row.usage,
+                    "started_at": row.started_at, "finished_at": row.finished_at,
+                })
+            else:
+                new_rows.append({"run": run.trace_id, "step_id": sid, "path": sid,
+                                 "status": StepStatus.PENDING})
+        if new_rows:
+            await core.db.aexecute(RunStep.insert_many(new_rows))
+    await core.engine.submit(run.trace_id)
+    return run
 
 
 # --- events ------------------------------------------------------------------------------

@@ -199,7 +199,8 @@ def text_of(value: Any) -> str:
 
 def render(template: str, scope: Scope) -> str:
     """Fill every `{{ expr }}` of `template`. `{{input}}` and `{{steps.<id>.output}}` keep
-    their v1 meaning (ids with '-' included); a missing v1 output reads as ''."""
+    their v1 meaning (ids with '-' included): the output as text, or compact JSON (`null`
+for a skipped or failed step)."""
     if "{{" not in template:
         return template
 
@@ -209,9 +210,8 @@ def render(template: str, scope: Scope) -> str:
         if legacy:
             if legacy.group(1) is None:
                 return text_of(scope.variables.get("input"))
-            step = scope.variables.get("steps", {}).get(legacy.group(1)) or {}
-            output = step.get("output")
-            return "" if output is None else text_of(output)
+            step = scope.variables.get("steps", {}).get(legacy.group(1))
+            return "" if step is None else text_of(step.get("output"))
         return text_of(scope.evaluate(expr))
 
     return PLACEHOLDER.sub(value, template)
