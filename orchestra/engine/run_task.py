@@ -152,8 +152,23 @@ class RunLifecycle:
         restarted = []
         top = {s["id"]: s for s in live.steps}
         for row in rows:
-        waiting_humans = {q.path for q in live.earlier if not q.answered}
-        on_error = {s["id"]: s.get("on_error") for s in live.steps}
+            path = row.path or row.step_id
+            live.finished.set(path, row.status, step_output(row))  # every instance (SPEC §8)
+            live.executions += row.attempt if row.status != StepStatus.PENDING and not row.reused else 0
+            if path not in top:
+                continue
+            if row.status == StepStatus.SUCCEEDED:
+                live.states[row.step_id] = {"output": step_output(row), "status": StepStatus.SUCCEEDED}
+            elif row.status == StepStatus.SKIPPED:
+                live.states[row.step_id] = {"output": None, "status": StepStatus.SKIPPED}
+            elif row.status == StepStatus.FAILED and on_error.get(row.step_id) == "continue":
+                live.states[row.step_id] = {"output": None, "status": StepStatus.FAILED}
+            elif row.status == StepStatus.FAILED:
+                raise RunFailed(row.step_id, f"Step '{row.step_id}' failed: {row.error}")
+            elif row.status in (StepStatus.RUNNING, StepStatus.WAITING_REPLY):
+                live.step_attempts[path] = row.attempt or 1
+                human = (top[path].get("agent") or {}).get("human")
+                if not (human and path in waiting_humans):
                     restarted.append(row.step_id)
         order = [s["id"] for s in live.steps]
         return sorted(restarted, key=order.index)
