@@ -49,6 +49,9 @@ from orchestra.engine.memory import trim_soon
 from orchestra.engine.ownership import ACTIVE, Ownership, process_identity
 from orchestra.engine.tools import ToolContext, ToolError, ToolRegistry
 from orchestra.engine.writer import RunWriter
+from orchestra.observability import metrics
+from orchestra.observability import runs as observe
+from orchestra.observability.instrument import instrument_client
 from orchestra.errors import ConflictError, NotFoundError, OrchestraError
 
 logger = logging.getLogger("orchestra.engine")
@@ -251,7 +254,8 @@ class Engine:
             live.stop_asked, live.stop_reason = True, "The run was cancelled by request."
         self.runs[run.trace_id] = live
         live.task = asyncio.get_running_loop().create_task(
-            self._run(live), name=f"run-{run.trace_id}"
+            observe.observed_run(run.trace_id, run.trace_parent, run.attempts, self._run(live)),
+            name=f"run-{run.trace_id}",
         )
         return live
 
@@ -260,7 +264,9 @@ class Engine:
         while not self.stopping:
             try:
                 await self._claim_some()
+                metrics.store_available()
             except Exception:  # noqa: BLE001 - the store may be briefly away: try again
+                metrics.store_unavailable()
                 logger.exception("claiming runs failed")
             await self.log.release()
             try:
@@ -288,8 +294,12 @@ class Engine:
                 continue
             try:
                 held = await self.ownership.renew(list(self.runs))
+                metrics.store_available()
+                metrics.lease_renewals("renewed", len(held))
                 for trace_id, live in list(self.runs.items()):
                     if trace_id not in held:  # another process took it: stop, write nothing
+                        metrics.lease_renewals("lost")
+                        observe.run_outcome(trace_id, "lost")
                         logger.warning("run %s is held by another process now", trace_id)
                         live.writes.abandon()
                         self._stop_local(live, "lost", "")
@@ -298,6 +308,8 @@ class Engine:
                     elif live.questions:
                         await self._check_replies(live)
             except Exception:  # noqa: BLE001 - the next tick tries again
+                metrics.lease_renewals("failed")
+                metrics.store_unavailable()
                 logger.exception("renewing run leases failed")
             await self.log.release()
 
@@ -494,6 +506,7 @@ class Engine:
                 )
                 return
             restarted = await self._load_state(live)
+            observe.run_began(trace_id, resumed=restarted is not None)
             if restarted is None:
                 writes.submit(self._set_run, trace_id, status="running", started_at=utcnow())
                 writes.submit(
@@ -628,6 +641,7 @@ class Engine:
             return await self.log.insert(trace_id, [(kind, data, None)])
 
         await self._store_with_events(trace_id, store_end)
+        observe.run_ended(trace_id, status)
 
     async def _store_with_events(
         self, trace_id: str, store: Callable[[], Awaitable[list[Event]]]
@@ -652,6 +666,7 @@ class Engine:
         await live.writes.settle()
         try:
             await self.ownership.hand_back(live.trace_id)
+            observe.run_outcome(live.trace_id, "handback")
         except Exception:  # noqa: BLE001 - the lease runs out on its own
             logger.exception("could not hand back run %s", live.trace_id)
 
@@ -672,7 +687,7 @@ class Engine:
                         if sid in started or not all(d in outputs for d in step.get("depends_on", [])):
                             continue
                         started.add(sid)
-                        tasks[loop.create_task(self._step(live, step, outputs))] = sid
+                        tasks[loop.create_task(observe.observed_step(sid, self._step(live, step, outputs)))] = sid
                 if not tasks:
                     if self.stopping and len(outputs) < len(live.steps):
                         raise _HandBack()
@@ -811,7 +826,8 @@ class Engine:
         result: str | None = None
         error: str | None = None
         try:
-            result = await registry.run(call.name, call.arguments, ctx)
+            result = await observe.observed_tool(
+                call.name, registry.run(call.name, call.arguments, ctx), known=call.name in registry)
         except ToolError as exc:
             error = exc.message
         except (asyncio.CancelledError, RunGone, StepFailure):
@@ -899,12 +915,12 @@ class Engine:
         return client
 
     def _build_client(self, config) -> Any:
-        return make_client(
+        return instrument_client(make_client(
             kind=config.provider_kind,
             api_key=config.provider_api_key,
             base_url=config.provider_base_url,
             timeout=self.settings.llm_timeout,
-        )
+        ), config.provider_kind)
 
     async def _read_upload(self, owner_id: str, file_id: str) -> str:
         try:

@@ -8,6 +8,7 @@ from sanic import Blueprint, Request
 from sanic.response import HTTPResponse, json
 
 from orchestra.errors import ValidationError
+from orchestra.observability import tracing
 from orchestra.services import workflows as service
 from orchestra.services.workflows import engine_of
 from orchestra.services.roles import Role
@@ -214,6 +215,8 @@ async def delete_template(request: Request, template_id: str):
     "Start a run of a template", body=RunBody, response=out.RunStarted, status=202,
     errors={404: "NotFoundError: no template you may read has this id."},
     links=_RUN_LINKS,
+    params=(header("traceparent", "W3C trace context: the run's spans join this trace, in "
+                   "whichever process executes it (ignored unless well-formed)."),),
 )
 @protected(Role.USER)
 async def start_run(request: Request):
@@ -223,6 +226,7 @@ async def start_run(request: Request):
         template_id=body.template_id,
         input=body.input,
         files=body.files,
+        trace_parent=tracing.parent_for_run(request.headers),
         **_who(request),
     )
     return json({"message": SUCCESS, "trace_id": run.trace_id, "status": "queued"}, status=202)
