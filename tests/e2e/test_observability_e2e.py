@@ -128,3 +128,59 @@ def test_metrics_show_a_run_as_it_happens(observed):
     assert access and all({"ts", "level", "msg"} <= set(p) for p in parsed)
     started = [p for p in access if p.get("request_id") == "start-1"]
     assert len(started) == 1 and started[0]["status"] == 202
+
+
+def wait_until(server: ServerProcess, predicate, what: str, timeout: float = 30.0) -> str:
+    """Scrape until `predicate(text)` holds (polling a condition, with a deadline)."""
+    import time
+
+    deadline, text = time.monotonic() + timeout, ""
+    while time.monotonic() < deadline:
+        text = scrape(server)
+        if predicate(text):
+            return text
+        time.sleep(0.1)
+    raise AssertionError(f"{what}: not seen within {timeout}s; last scrape:\n{text}")
+
+
+def test_metrics_show_a_store_outage_as_it_happens(tmp_path, postgres_url):
+    from urllib.parse import urlparse
+
+    from tests.observability.tcp_proxy import CuttableProxy
+
+    parsed = urlparse(postgres_url)
+    proxy = CuttableProxy((parsed.hostname, parsed.port or 5432)).start()
+    proxied = parsed._replace(netloc=f"{parsed.username}@127.0.0.1:{proxy.port}").geturl()
+    env = {"ORCHESTRA_METRICS": "1", "ORCHESTRA_RUN_LEASE_SECONDS": "1.5"}
+    server = ServerProcess(tmp_path / "home", database_url=proxied, env=env).start()
+    try:
+        user = login(server, "outage")
+        http = httpx.Client(base_url=server.base_url + "/api/v1", headers=user, timeout=15)
+        steps = [{"id": "h", "agent": {"human": True}, "prompt": "Wait"}]
+        tid = http.post("/workflow/template", json={"name": "h", "steps": steps}).json()["template_id"]
+        assert http.post("/workflow/run", json={"template_id": tid}).status_code == 202
+        before = wait_until(server, lambda t: value(t, "orchestra_lease_renewals_total", outcome="renewed") > 0,
+                            "a lease renewal")
+        assert value(before, "orchestra_store_down") == 0
+        assert value(before, "orchestra_store_unavailable_seconds_total") == 0
+
+        proxy.cut()
+        down = wait_until(server, lambda t: value(t, "orchestra_store_down") == 1
+                          and value(t, "orchestra_store_unavailable_seconds_total") > 0, "the outage")
+        assert "orchestra_runs_queued " not in down  # the store's own gauges: not without it
+        later = wait_until(
+            server, lambda t: value(t, "orchestra_store_unavailable_seconds_total")
+            > value(down, "orchestra_store_unavailable_seconds_total") + 1, "the outage growing")
+        assert value(later, "orchestra_lease_renewals_total", outcome="failed") \
+            > value(before, "orchestra_lease_renewals_total", outcome="failed")
+
+        proxy.restore()
+        up = wait_until(server, lambda t: value(t, "orchestra_store_down") == 0 and "orchestra_runs_queued " in t,
+                        "the store back")
+        total = value(up, "orchestra_store_unavailable_seconds_total")
+        assert total >= value(later, "orchestra_store_unavailable_seconds_total")
+        again = scrape(server)
+        assert value(again, "orchestra_store_unavailable_seconds_total") == total  # stopped growing
+    finally:
+        server.stop()
+        proxy.stop()
