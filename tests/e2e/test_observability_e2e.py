@@ -184,3 +184,23 @@ def test_metrics_show_a_store_outage_as_it_happens(tmp_path, postgres_url):
     finally:
         server.stop()
         proxy.stop()
+
+
+def test_workers_sharing_a_port_report_together(tmp_path, postgres_url):
+    """`--workers 2`: whichever worker answers a scrape counts every worker's requests."""
+    server = ServerProcess(tmp_path / "home", database_url=postgres_url,
+                           env={"ORCHESTRA_METRICS": "1", "ORCHESTRA_WORKERS": "2"}).start(timeout=60)
+    try:
+        for _ in range(40):  # a new connection each: the workers share them out
+            assert httpx.get(f"{server.base_url}/api/v1/workflow/run").status_code == 401
+        route = {"method": "GET", "route": "/api/v1/workflow/run", "status": "401"}
+        for _ in range(6):  # any worker may answer the scrape: each must see all 40
+            assert value(scrape_open(server), "orchestra_http_requests_total", **route) == 40
+    finally:
+        server.stop()
+
+
+def scrape_open(server: ServerProcess) -> str:
+    response = httpx.get(f"{server.base_url}/metrics")
+    assert response.status_code == 200, response.text
+    return response.text
