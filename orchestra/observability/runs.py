@@ -63,11 +63,16 @@ def _outcome(trace_id: str, outcome: str) -> None:
 
 
 async def observed_step(step_id: str, work: Awaitable[T]) -> T:
-    """A step's task: its span, and `orchestra_steps_total{status}` by how it ended."""
+    """A step instance's task (`research[3]` too): its span, and
+    `orchestra_steps_total{status}` by how it ended (a failure a policy lets the run
+    survive is returned as the step's state, not raised)."""
     status = "succeeded"
-    with tracing.span(f"step {step_id}", attributes={"orchestra.step_id": step_id}):
+    with tracing.span(f"step {step_id}", attributes={"orchestra.step_id": step_id}) as span:
         try:
-            return await work
+            result = await work
+            if isinstance(result, dict) and result.get("status"):  # an ended step's state
+                status = str(result["status"])
+            return result
         except asyncio.CancelledError:
             status = "cancelled"
             raise
@@ -76,6 +81,7 @@ async def observed_step(step_id: str, work: Awaitable[T]) -> T:
             raise
         finally:
             metrics.step_ended(status)
+            span.set_attribute("orchestra.outcome", status)
 
 
 async def observed_tool(name: str, work: Awaitable[T], *, known: bool = True) -> T:
