@@ -267,8 +267,7 @@ async def start_run(
         )
         if template.steps:  # one statement for every step row
             await core.db.aexecute(RunStep.insert_many([
-                {"run": run.trace_id, "step_id": step["id"], "path": step["id"],
-                 "status": StepStatus.PENDING}
+                {"run": run.trace_id, "step_id": step["id"], "path": step["id"], "status": StepStatus.PENDING}
                 for step in template.steps
             ]))
     await core.engine.submit(run.trace_id)
