@@ -48,6 +48,7 @@ class Settings:
     max_runs: int = 100  # runs one process executes at once; the rest wait `queued`
     shutdown_grace_seconds: float = 10.0  # on SIGTERM, how long in-flight steps may finish
     step_output_max_bytes: int = 1024 * 1024  # one step's output; past it the step fails
+    foreach_max_items: int = 1000  # items one foreach may map; more fail the step
     header_timeout: float = 10.0  # seconds for a whole request head, from its first byte
     body_min_rate: int = 240  # bytes a second a body must average after header_timeout (0: off)
     access_log: bool = False
@@ -177,6 +178,7 @@ SETTING_DOCS: dict[str, SettingDoc] = {
     "shutdown_grace_seconds": SettingDoc(
         "on SIGTERM, how long in-flight steps may finish before runs are handed back"),
     "step_output_max_bytes": SettingDoc("largest output of one step (the step fails beyond)"),
+    "foreach_max_items": SettingDoc("items one `foreach` step may map; a longer list fails the step"),
     "header_timeout": SettingDoc(
         "seconds a client has to send a whole request head, from its first byte (408 and close beyond)"),
     "body_min_rate": SettingDoc(

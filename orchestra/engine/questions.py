@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from orchestra.db.models import RunEvent, WorkflowRun
+from orchestra.engine import instances
 from orchestra.engine.log import Event
 from orchestra.engine.vocabulary import FINISHED, EventKind, RunStatus, StepStatus
 from orchestra.engine.language.schemas import describe, violations
@@ -34,6 +35,11 @@ class Question:
     answer: Any = None  # text, or a JSON value for a step with output_schema
     future: asyncio.Future | None = None
     answered: bool = False  # an answer (or a timeout's default) is stored
+    path: str = ""  # the instance that asked (SPEC §8); a top-level step's is its id
+
+    def __post_init__(self) -> None:
+        self.path = self.path or getattr(self.step_id, "path", None) or self.step_id
+        self.step_id = str(self.step_id)
 
 
 async def read_questions(db: Any, trace_id: str) -> list[Question]:
@@ -49,7 +55,8 @@ async def read_questions(db: Any, trace_id: str) -> list[Question]:
     for row in rows:
         request_id = row.data.get("request_id")
         if row.kind == EventKind.REPLY_REQUESTED:
-            asked[request_id] = Question(request_id, row.data.get("step_id"), row.data.get("prompt"))
+            asked[request_id] = Question(request_id, row.data.get("step_id"), row.data.get("prompt"),
+                                         path=row.data.get("path") or "")
         elif request_id in asked and not asked[request_id].answered:
             asked[request_id].answered = True
             asked[request_id].answer = row.data.get("content", "")
@@ -58,7 +65,7 @@ async def read_questions(db: Any, trace_id: str) -> list[Question]:
 
 def check_reply(steps: list[dict[str, Any]], step_id: str, content: Any) -> None:
     """A reply fits its question: JSON of the human step's output_schema, else text."""
-    step = next((s for s in steps if s.get("id") == step_id), {})
+    step = next((s for s, _, _ in instances.walk(steps) if s.get("id") == step_id), {})  # inner ones too
     schema = step.get("output_schema") if step.get("agent", {}).get("human") else None
     if schema is None:
         if not isinstance(content, str):
@@ -77,6 +84,7 @@ class HumanQuestions:
         """`[{request_id, step_id, prompt}]` the run waits on, oldest first (from the store)."""
         return [
             {"request_id": q.request_id, "step_id": q.step_id, "prompt": q.prompt}
+            | ({"path": q.path} if q.path != q.step_id else {})
             for q in await read_questions(self.db, trace_id) if not q.answered
         ]
 
@@ -108,11 +116,12 @@ class HumanQuestions:
                 )
             check_reply(rows[0].steps, chosen.step_id, content)  # 422: the question stays open
             events = await self.log.insert(trace_id, [(
-                EventKind.REPLY_RECEIVED, {"request_id": chosen.request_id, "content": content},
+                EventKind.REPLY_RECEIVED,
+                {"request_id": chosen.request_id, "content": content, "path": chosen.path},
                 chosen.step_id,
             )])
             # Seen at once by any reader of the run; the owner writes the same.
-            await self._set_step(trace_id, chosen.step_id, status=StepStatus.RUNNING)
+            await self._set_step(trace_id, chosen.path, status=StepStatus.RUNNING)
             if len(open_) == 1:
                 await self.db.aexecute(WorkflowRun.update(status=RunStatus.RUNNING).where(
                     (WorkflowRun.trace_id == trace_id) & (WorkflowRun.status == RunStatus.WAITING_REPLY)))
@@ -132,7 +141,7 @@ class HumanQuestions:
         """A human step's wait ran out and it has a `default`: close its open question
         (`reply_timed_out {request_id}`; a later reply is 409) and let the default stand."""
         open_ = [q for q in await read_questions(self.db, live.trace_id)
-                 if not q.answered and q.step_id == sid]
+                 if not q.answered and q.path == getattr(sid, "path", sid)]
         await self.log.release()
         for question in open_:
             live.writes.submit(self.log.append, live.trace_id, EventKind.REPLY_TIMED_OUT,
@@ -167,12 +176,13 @@ class HumanQuestions:
             return earlier.answer
         question = earlier or Question(uuid.uuid4().hex, sid, prompt)
         question.future = asyncio.get_running_loop().create_future()
+        path = question.path
         live.questions[question.request_id] = question
-        live.waiting.add(sid)
+        live.waiting.add(path)
         writes = live.writes
         try:
             writes.submit(self._set_run, live.trace_id, status=RunStatus.WAITING_REPLY)
-            writes.submit(self._set_step, live.trace_id, sid, status=StepStatus.WAITING_REPLY)
+            writes.submit(self._set_step, live.trace_id, path, status=StepStatus.WAITING_REPLY)
             if earlier is None:
                 await asyncio.shield(writes.submit(
                     self.log.append, live.trace_id, EventKind.REPLY_REQUESTED,
@@ -186,8 +196,8 @@ class HumanQuestions:
             content = await asyncio.shield(question.future)
         finally:
             live.questions.pop(question.request_id, None)
-            live.waiting.discard(sid)
-        writes.submit(self._set_step, live.trace_id, sid, status=StepStatus.RUNNING)
+            live.waiting.discard(path)
+        writes.submit(self._set_step, live.trace_id, path, status=StepStatus.RUNNING)
         if not live.questions:
             writes.submit(self._set_run, live.trace_id, status=RunStatus.RUNNING)
         return content

@@ -21,7 +21,7 @@ from peewee import IntegrityError
 from orchestra.db.models import RunStep, WorkflowRun, utcnow
 from orchestra.engine.language import policies
 from orchestra.engine.language.expressions import ExpressionError
-from orchestra.engine.live import HandBack, LimitReached, LiveRun, RunFailed
+from orchestra.engine.live import HandBack, LimitReached, LiveRun, RunFailed, path_of
 from orchestra.engine.log import Event, RunGone
 from orchestra.engine.memory import trim_soon
 from orchestra.engine.questions import read_questions
@@ -142,14 +142,21 @@ class RunLifecycle:
         if await self.log.max_seq(live.trace_id) == 0:
             for row in rows:
                 if row.reused and row.status == StepStatus.SUCCEEDED:
-                    live.states[row.step_id] = {"output": step_output(row), "status": StepStatus.SUCCEEDED}
+                    live.finished.set(row.path or row.step_id, row.status, step_output(row))
+                    if (row.path or row.step_id) == row.step_id:  # a top-level step
+                        live.states[row.step_id] = {"output": step_output(row), "status": StepStatus.SUCCEEDED}
             return None
         live.earlier = await read_questions(self.db, live.trace_id)
-        waiting_humans = {q.step_id for q in live.earlier if not q.answered}
+        waiting_humans = {q.path for q in live.earlier if not q.answered}
         on_error = {s["id"]: s.get("on_error") for s in live.steps}
         restarted = []
+        top = {s["id"]: s for s in live.steps}
         for row in rows:
+            path = row.path or row.step_id
+            live.finished.set(path, row.status, step_output(row))  # every instance (SPEC §8)
             live.executions += row.attempt if row.status != StepStatus.PENDING and not row.reused else 0
+            if path not in top:
+                continue
             if row.status == StepStatus.SUCCEEDED:
                 live.states[row.step_id] = {"output": step_output(row), "status": StepStatus.SUCCEEDED}
             elif row.status == StepStatus.SKIPPED:
@@ -159,9 +166,9 @@ class RunLifecycle:
             elif row.status == StepStatus.FAILED:
                 raise RunFailed(row.step_id, f"Step '{row.step_id}' failed: {row.error}")
             elif row.status in (StepStatus.RUNNING, StepStatus.WAITING_REPLY):
-                live.step_attempts[row.step_id] = row.attempt or 1
-                human = any(s["id"] == row.step_id and s["agent"].get("human") for s in live.steps)
-                if not (human and row.step_id in waiting_humans):
+                live.step_attempts[path] = row.attempt or 1
+                human = (top[path].get("agent") or {}).get("human")
+                if not (human and path in waiting_humans):
                     restarted.append(row.step_id)
         order = [s["id"] for s in live.steps]
         return sorted(restarted, key=order.index)
@@ -264,10 +271,18 @@ class RunLifecycle:
     async def _set_run(self, trace_id: str, **values: Any) -> None:
         await self.db.aexecute(WorkflowRun.update(**values).where(WorkflowRun.trace_id == trace_id))
 
-    async def _set_step(self, trace_id: str, step_id: str, **values: Any) -> None:
-        """One step row's columns (its path is its id until loops add instances)."""
+    async def _set_step(self, trace_id: str, path: str, **values: Any) -> None:
+        """Update one instance's row (`path`: a top-level step's is its id)."""
         await self.db.aexecute(
-            RunStep.update(**values).where((RunStep.run == trace_id) & (RunStep.step_id == step_id))
+            RunStep.update(**values).where((RunStep.run == trace_id) & (RunStep.path == str(path_of(path))))
+        )
+
+    async def _put_instance(self, trace_id: str, path: str, step_id: str, **values: Any) -> None:
+        """Create an instance's row, or update it when it exists (a top-level step's row
+        is made with the run; an item's or an iteration's when it first starts)."""
+        await self.db.aexecute(
+            RunStep.insert(run=trace_id, path=path, step_id=str(step_id), **values)
+            .on_conflict(conflict_target=[RunStep.run, RunStep.path], update=values)
         )
 
 

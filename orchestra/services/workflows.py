@@ -24,6 +24,7 @@ from orchestra.db.models import (
     name_key,
     utcnow,
 )
+from orchestra.engine import instances
 from orchestra.engine.language import schemas
 from orchestra.engine.language.model import MAX_STEPS, NAME_MAX, PROMPT_MAX, STEP_ID
 from orchestra.engine.language.validate import Checked
@@ -320,16 +321,34 @@ def step_output(row: RunStep) -> Any:
 
 
 async def run_detail(core: Core, run: WorkflowRun) -> dict[str, Any]:
-    """The run with each step's status, output, error, usage and times, and open questions."""
+    """The run with each step instance's status, output, error, usage and times (top-level
+    steps in template order, each followed by its items, iterations and their inner
+    steps, SPEC §8), and open questions."""
     rows = {r.path or r.step_id: r
             for r in await core.db.list(RunStep.select().where(RunStep.run == run.trace_id))}
+    defs = {step["id"]: (n, step) for n, (step, _, _) in enumerate(instances.walk(run.steps))}
+
+    def order(path: str) -> tuple:
+        try:
+            segments = instances.parse(path)
+        except ValueError:
+            return ((len(defs), path),)
+        return tuple((defs.get(seg.step_id, (len(defs),))[0],
+                      -1 if seg.item is None and seg.iteration is None else (seg.item or seg.iteration or 0))
+                     for seg in segments)
+
+    paths = [step["id"] for step in run.steps]
+    paths += sorted((p for p in rows if p not in defs), key=order)
+    paths.sort(key=order)
     steps = []
-    for step in run.steps:
-        row = rows.get(step["id"])
+    for path in paths:
+        row = rows.get(path)
+        step_id = row.step_id if row else path
+        step = defs.get(step_id, (0, {}))[1]
         steps.append({
-            "step_id": step["id"],
-            "path": step["id"],
-            "agent": step["agent"],
+            "step_id": step_id,
+            "path": path,
+            "agent": step.get("agent"),
             "depends_on": step.get("depends_on", []),
             "status": row.status if row else StepStatus.PENDING,
             "attempt": row.attempt if row else 1,

@@ -37,6 +37,10 @@ _STRINGS = re.compile(
 _STEP_DOT = re.compile(r"(?<![\w.])steps\s*\.\s*([A-Za-z_][A-Za-z0-9_]*)")
 _STEP_INDEX = re.compile(r"(?<![\w.])steps\s*\[\s*(?:'([^'\\]*)'|\"([^\"\\]*)\")\s*\]")
 _STEPS_NAME = re.compile(r"(?<![\w.])steps\b")
+# CEL reserves the word `loop`, which SPEC §8 names the loop variable: outside string
+# literals it is spelled `_loop` for the library, and the context binds it by that name.
+_LOOP_WORD = re.compile(r"(?<![\w.])loop(?!\w)")
+LOOP_NAME = "_loop"
 _MACRO_VAR = re.compile(r"\.\s*(?:all|exists|exists_one|map|filter)\s*\(\s*([A-Za-z_][A-Za-z0-9_]*)\s*,")
 
 
@@ -73,6 +77,19 @@ def _parse_error(text: str) -> str:
     return f"does not parse: {head}"
 
 
+def _spelled(source: str) -> str:
+    """`source` with the variable `loop` renamed `_loop` outside string literals."""
+    if "loop" not in source:
+        return source
+    out, last = [], 0
+    for match in _STRINGS.finditer(source):
+        out.append(_LOOP_WORD.sub(LOOP_NAME, source[last:match.start()]))
+        out.append(match.group(0))
+        last = match.end()
+    out.append(_LOOP_WORD.sub(LOOP_NAME, source[last:]))
+    return "".join(out)
+
+
 @lru_cache(maxsize=4096)
 def compile_expression(source: str) -> Compiled:
     """The compiled program of `source` (cached); ExpressionError if too long or invalid."""
@@ -81,7 +98,7 @@ def compile_expression(source: str) -> Compiled:
     if not source.strip():
         raise ExpressionError(source, "is empty")
     try:
-        program = cel.compile(source)
+        program = cel.compile(_spelled(source))
     except (ValueError, RuntimeError) as exc:
         raise ExpressionError(source, _parse_error(str(exc))) from None
     code = _STRINGS.sub('""', source)  # names inside string literals are not references
@@ -95,7 +112,7 @@ def compile_expression(source: str) -> Compiled:
     return Compiled(
         source=source,
         program=program,
-        variables=frozenset(v for v in program.variables() if v not in bound),
+        variables=frozenset("loop" if v == LOOP_NAME else v for v in program.variables() if v not in bound),
         step_refs=tuple(dict.fromkeys(refs)),
         all_steps=len(_STEPS_NAME.findall(code)) > literal,
     )
@@ -166,6 +183,8 @@ class Scope:
                 if "steps" in compiled.variables:
                     steps = self.variables.get("steps") or {}
                     values["steps"] = {sid: steps[sid] for sid in compiled.step_refs if sid in steps}
+            if "loop" in values:  # see _spelled
+                values = {LOOP_NAME if k == "loop" else k: v for k, v in values.items()}
             found = self._contexts[key] = cel.Context(values)
         return found
 
