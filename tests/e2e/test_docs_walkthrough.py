@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PASSWORD = "walk-through-123"
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b[()][A-Z0-9]|\r")
 DONE = "WALKTHROUGH-ENDED rc="
-ANSWERS = ["less sugar", "more detail", "approve"]
+ANSWERS = ["less sugar", "more detail", "approve", '{"approved": true, "channel": "blog"}']
 
 
 def shell_blocks(markdown: str) -> list[str]:
@@ -157,7 +157,8 @@ kill %1
         shell.read_until("Password for admin: ", timeout=90)
         shell.type(PASSWORD + "\r")
         # The questions, in the order the docs ask them: with_human's, then the loop's two
-        # rounds (examples/README: answer "more detail", then "approve").
+        # rounds (examples/README: answer "more detail", then "approve"), then the review
+        # example's approval form (a JSON answer).
         for asked, answer in enumerate(ANSWERS, start=1):
             shell.read_until_count("your answer: ", asked, timeout=240)
             shell.type(answer + "\r")
@@ -171,6 +172,7 @@ kill %1
         assert bad not in text, (bad, text[-4000:])
     assert re.search(r'"user_name": ?"alice"', text) and re.search(r'"user_name": ?"admin"', text)  # listed with $TOKEN
     assert text.count("run succeeded in ") >= 4  # three_step, with_human, watch and replay
+    assert text.count("no problems") == 3  # orchestra template check of the language examples
     assert "! less sugar" in text  # the answer typed at the prompt was taken
     assert re.search(r'\{"id": 1, "event": "run_started"', text)  # --json | head -3
     assert re.search(r"^\s*\d+ run_finished ", text, flags=re.M)  # follow_run.py
