@@ -51,6 +51,12 @@ class Settings:
     body_min_rate: int = 240  # bytes a second a body must average after header_timeout (0: off)
     access_log: bool = False
     console: bool = True
+    mcp_stdio_commands: str = ""  # comma-separated base names of commands a stdio MCP server may run
+
+    @property
+    def mcp_stdio_allowed(self) -> frozenset[str]:
+        """The base names in ORCHESTRA_MCP_STDIO_COMMANDS (empty: no stdio server may start)."""
+        return frozenset(part.strip() for part in self.mcp_stdio_commands.split(",") if part.strip())
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None, **overrides: Any) -> "Settings":
@@ -174,6 +180,9 @@ SETTING_DOCS: dict[str, SettingDoc] = {
         "`ORCHESTRA_HEADER_TIMEOUT` seconds (408 and close below; `0`: no minimum)"),
     "access_log": SettingDoc("log every request", flag="--access-log/--no-access-log"),
     "console": SettingDoc("serve the web console at `/` (`0`: off, and `/` is the JSON 404; docs/console.md)"),
+    "mcp_stdio_commands": SettingDoc(
+        "comma-separated base names of commands a stdio MCP server may run (e.g. `mcp-server-time,uvx`); "
+        "checked when a server is saved and again at every start of its process", "empty (no stdio servers)"),
 }
 
 TABLE_START = "<!-- settings-table:start (generated: python -m orchestra.settings --write-readme) -->"

@@ -48,6 +48,7 @@ from orchestra.engine.log import Event, EventLog, RunGone
 from orchestra.engine.memory import trim_soon
 from orchestra.engine.ownership import ACTIVE, Ownership, process_identity
 from orchestra.engine.tools import ToolContext, ToolError, ToolRegistry
+from orchestra.engine.tools.mcp.sessions import RunSessions
 from orchestra.engine.writer import RunWriter
 from orchestra.errors import ConflictError, NotFoundError, OrchestraError
 
@@ -118,6 +119,12 @@ class LiveRun:
     stop_asked: bool = False
     stop_status: str = "cancelled"  # or "interrupted", "handback", "lost"
     stop_reason: str = "The run was cancelled."
+    mcp: RunSessions | None = None  # its MCP sessions, opened at their first call
+
+    def mcp_sessions(self, allowed: frozenset[str]) -> RunSessions:
+        if self.mcp is None:
+            self.mcp = RunSessions(allowed)
+        return self.mcp
 
     def poke(self) -> None:
         if self.wake is not None and not self.wake.done():
@@ -531,6 +538,8 @@ class Engine:
             await self._end(live, "failed", "run_failed",
                             f"Internal error: {type(exc).__name__}: {exc}"[:500])
         finally:
+            if live.mcp is not None:  # ended, failed, cancelled or handed back: close them
+                await live.mcp.aclose()
             await writes.settle()
             for question in live.questions.values():
                 if question.future is not None and not question.future.done():
@@ -757,7 +766,8 @@ class Engine:
             )
         registry = self.registry
         try:
-            tools = registry.specs(config.tools)
+            await registry.load()
+            tools, catalog_names = registry.offer(config.tools)
             client = await self._client_for(config)
         except (ToolError, LLMError) as exc:
             raise StepFailure(exc.message) from None
@@ -777,6 +787,7 @@ class Engine:
             ask_user=lambda question: self._ask(
                 live, step["id"], question, earlier=live.take_earlier(step["id"], question)
             ),
+            mcp=live.mcp_sessions(self.settings.mcp_stdio_allowed),
         )
         usage = {"prompt_tokens": 0, "completion_tokens": 0}
         rounds = self.settings.llm_max_tool_rounds
@@ -793,33 +804,36 @@ class Engine:
                 raise StepFailure(f"The model still asked for tools after {rounds} tool rounds.")
             messages.append(ChatMessage("assistant", result.text or None, tool_calls=result.tool_calls))
             for call in result.tool_calls:
-                content = await self._tool(live, step["id"], registry, call, ctx)
+                name = catalog_names.get(call.name, call.name)
+                content = await self._tool(live, step["id"], registry, call, ctx, name)
                 messages.append(
                     ChatMessage("tool", content, tool_call_id=call.id, name=call.name)
                 )
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _tool(self, live: LiveRun, sid: str, registry, call, ctx: ToolContext) -> str:
-        """Run one tool call; a failing tool becomes an error result for the model."""
+    async def _tool(self, live: LiveRun, sid: str, registry, call, ctx: ToolContext, name: str) -> str:
+        """Run one tool call (`name`: its catalog name; the model may have used an
+        encoded one); a failing tool becomes an error result for the model."""
         live.writes.submit(
             self.log.append,
             live.trace_id,
             "tool_call",
-            {"call_id": call.id, "name": call.name, "arguments": call.arguments},
+            {"call_id": call.id, "name": name, "arguments": call.arguments},
             step_id=sid,
         )
         result: str | None = None
         error: str | None = None
         try:
-            result = await registry.run(call.name, call.arguments, ctx)
+            await self.log.release()  # no pooled connection held while a tool (an MCP server) works
+            result = await registry.run(name, call.arguments, ctx)
         except ToolError as exc:
             error = exc.message
         except (asyncio.CancelledError, RunGone, StepFailure):
             raise
         except Exception as exc:  # noqa: BLE001 - a broken tool must not end the step
-            logger.warning("tool %s raised %r", call.name, exc)
-            error = f"The tool {call.name} failed: {type(exc).__name__}: {exc}"
-        data: dict[str, Any] = {"call_id": call.id, "name": call.name, "result": result}
+            logger.warning("tool %s raised %r", name, exc)
+            error = f"The tool {name} failed: {type(exc).__name__}: {exc}"
+        data: dict[str, Any] = {"call_id": call.id, "name": name, "result": result}
         if error is not None:
             data["error"] = error
         live.writes.submit(self.log.append, live.trace_id, "tool_result", data, step_id=sid)
