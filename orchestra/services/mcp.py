@@ -11,13 +11,14 @@ be reached is saved with its `last_error` and keeps the tools it listed before.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import unicodedata
 from typing import Any
 from urllib.parse import urlparse
 
-from peewee import IntegrityError
+from peewee import OP, Expression, IntegrityError, Value
 
 from orchestra.core import Core
 from orchestra.db.database import release_connection
@@ -40,6 +41,7 @@ TIMEOUT_MAX = 3600.0
 DEFAULT_TIMEOUT = 30.0
 MASK = "…"
 ERROR_MAX = 1000
+SAVE_PROBE_SECONDS = 10.0  # a save waits at most this long for the listing (refresh: the timeout)
 
 _CACHE_TABLES = frozenset({"mcp_server"})
 
@@ -209,9 +211,13 @@ def server_view(server: McpServer) -> dict[str, Any]:
 # --- listing a server's tools ---------------------------------------------------------------
 
 
-async def probe(core: Core, config: McpServerConfig) -> tuple[list[dict[str, Any]] | None, str | None]:
+async def probe(
+    core: Core, config: McpServerConfig, *, limit: float | None = None
+) -> tuple[list[dict[str, Any]] | None, str | None]:
     """Connect, list the tools, close: `(tools, None)` or `(None, error)`. Bounded by the
-    server's timeout; no store connection is held meanwhile."""
+    server's timeout (or `limit`, if lower); no store connection is held meanwhile."""
+    if limit is not None and limit < config.timeout_seconds:
+        config = dataclasses.replace(config, timeout_seconds=limit)
     await release_connection(core.db)
     session = McpSession(config, core.settings.mcp_stdio_allowed)
     try:
@@ -318,7 +324,7 @@ async def create_server(
                        created_by=created_by, tools=[])
     await _ensure_name_free(core, name)
     config = _apply(core, server, fields)
-    _record_probe(server, *await probe(core, config))
+    _record_probe(server, *await probe(core, config, limit=SAVE_PROBE_SECONDS))
     try:
         await server.asave(force_insert=True)
     except IntegrityError:
@@ -358,7 +364,7 @@ async def _workers_using(core: Core, names: list[str]) -> list[Worker]:
     query = Worker.select(Worker.id, Worker.name, Worker.owner, Worker.tools)
     condition = None
     for n in names:
-        part = Worker.tools.contains(f'"{n}.')
+        part = Expression(Worker.tools, OP.ILIKE, Value(f'%"{n}.%', converter=False))  # the JSON text
         condition = part if condition is None else condition | part
     rows = await core.db.list(query.where(condition).order_by(Worker.name))
     return [w for w in rows if any(t.startswith(prefixes) for t in w.tools or [])]
@@ -388,7 +394,7 @@ async def update_server(
     server.name, server.transport = name, transport
     server.timeout_seconds = clean_timeout(timeout_seconds)
     config = _apply(core, server, fields)
-    _record_probe(server, *await probe(core, config))
+    _record_probe(server, *await probe(core, config, limit=SAVE_PROBE_SECONDS))
     server.updated_at = utcnow()
     async with core.write_transaction():
         try:
