@@ -628,12 +628,10 @@ def main(argv: list[str] | None = None) -> None:
     )
     url = f"http://{args.host}:{args.port}/v1"
     print(f"Fake LLM serving at {url}  (mode: {args.mode}; Ctrl-C to stop)")
-    print(
-        "Register it as a provider: "
-        f'{{"name": "fake", "provider": "openai_compatible", "model_id": "fake-model", '
-        f'"api_key": "{args.api_key or "any-key"}", "base_url": "{url}"}}',
-        flush=True,
-    )
+    key = (f"--api-key-stdin  (and type {args.api_key})" if args.api_key
+           else "--no-api-key  (any key is taken, none is needed)")
+    print(f"Register it as a provider:\n  orchestra provider add fake --kind openai_compatible "
+          f"--model-id fake-model --base-url {url} {key}", flush=True)
     try:
         fake.serve_forever()
     except KeyboardInterrupt:

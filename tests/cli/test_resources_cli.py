@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import time
 
 import pytest
@@ -248,7 +249,12 @@ def test_follow_run_example_honours_orchestra_port_and_says_when_it_cannot_conne
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[0].startswith("run ")
-    assert any(line.split()[1:2] == ["run_finished"] for line in done.stdout.splitlines())
+    lines = done.stdout.splitlines()
+    assert any(line.split()[1:2] == ["run_finished"] for line in lines)
+    # Columns hold on multi-line text: a line is an event (seq, kind) or indented under its text.
+    events = [line for line in lines[1:] if re.match(r"^ *\d+ [a-z_]+( |$)", line)]
+    assert events and all(line in events or line.startswith(" " * 22) for line in lines[1:]), done.stdout
+    assert "\n" + " " * 22 + "Facts: " in done.stdout  # the report's prompt has several lines
     port = free_port()
     done = subprocess.run([sys.executable, str(script), "--template", "t"], env={**env, "ORCHESTRA_PORT": str(port)},
                           capture_output=True, text=True, timeout=60)
@@ -299,3 +305,15 @@ def test_file_upload_list_download_delete(world, tmp_path):
     assert world["api"].get(f"/workflow/run/{trace_id}").json()["files"] == [
         {"file_id": ids[1], "filename": "data.bin"}]
     wait_status(world, trace_id, {"succeeded"})
+
+
+def test_follow_run_example_names_the_tool_of_a_call_and_its_result():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("follow_run", EXAMPLES.parent / "follow_run.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    call = {"step_id": "numbers", "call_id": "c1", "name": "calculator", "arguments": {"expression": "12*7+1"}}
+    assert module.line("5", "tool_call", call) == '   5 tool_call        [numbers] calculator({"expression": "12*7+1"})'
+    result = {"step_id": "numbers", "call_id": "c1", "name": "calculator", "result": "85"}
+    assert module.line("6", "tool_result", result) == "   6 tool_result      [numbers] calculator → 85"
