@@ -31,16 +31,22 @@ def _server_id(client, ref: str) -> str:
     return resolve_named(client, PATH, "servers", "server_id", ref, "MCP server")
 
 
-def _pairs(values: list[str], option: str) -> dict[str, str]:
-    """`NAME=VALUE` options as a dict; a VALUE of `-` is read from stdin (one line), so a
-    secret need not appear on the command line."""
-    pairs: dict[str, str] = {}
-    for item in values:
-        name, sep, value = item.partition("=")
-        if not sep or not name:
-            fail(f"{option} takes NAME=VALUE, got {item!r}", ExitCode.USAGE)
-        pairs[name] = sys.stdin.readline().rstrip("\n") if value == "-" else value
-    return pairs
+def _secrets(names: list[str], option: str) -> dict[str, str]:
+    """Header or env values are secrets and never come from argv: each `--header NAME`
+    takes its value from a hidden prompt on a terminal, else from the next line of stdin."""
+    values: dict[str, str] = {}
+    for name in names:
+        if "=" in name or not name:
+            fail(f"{option} takes a NAME only; its value is a secret, typed at the prompt or "
+                 "piped on stdin (one line per NAME)", ExitCode.USAGE)
+        if sys.stdin.isatty():
+            values[name] = typer.prompt(f"{name}", hide_input=True)
+        else:
+            line = sys.stdin.readline()
+            if not line:
+                fail(f"no value on stdin for {option} {name}", ExitCode.USAGE)
+            values[name] = line.rstrip("\n")
+    return values
 
 
 def _warn_unreachable(server: dict[str, Any]) -> None:
@@ -66,8 +72,10 @@ def add(
     command: Optional[str] = typer.Option(
         None, "--command", help="stdio: the program to start (ORCHESTRA_MCP_STDIO_COMMANDS must list it)."),
     arg: list[str] = typer.Option([], "--arg", help="stdio: one argument (repeat for more)."),
-    header: list[str] = typer.Option([], "--header", help="streamable HTTP: NAME=VALUE (VALUE '-' reads stdin)."),
-    env: list[str] = typer.Option([], "--env", help="stdio: NAME=VALUE (VALUE '-' reads stdin)."),
+    header: list[str] = typer.Option(
+        [], "--header", help="streamable HTTP: a header NAME; its value is read hidden (or a line of stdin)."),
+    env: list[str] = typer.Option(
+        [], "--env", help="stdio: a variable NAME; its value is read hidden (or a line of stdin)."),
     timeout: Optional[float] = typer.Option(None, "--timeout", help="Seconds for connecting and each call (30)."),
     server: Optional[str] = SERVER, token: Optional[str] = TOKEN, json_output: bool = JSON,
 ) -> None:
@@ -76,9 +84,9 @@ def add(
         fail("give either --url (streamable HTTP) or --command (stdio)", ExitCode.USAGE)
     body: dict[str, Any] = {"name": name, "transport": "stdio" if command else "streamable_http"}
     if url is not None:
-        body.update(url=url, headers=_pairs(header, "--header"))
+        body.update(url=url, headers=_secrets(header, "--header"))
     else:
-        body.update(command=command, args=list(arg), env=_pairs(env, "--env"))
+        body.update(command=command, args=list(arg), env=_secrets(env, "--env"))
     if timeout is not None:
         body["timeout_seconds"] = timeout
     with connect(ctx, server, token) as client:

@@ -22,7 +22,7 @@ def world(tmp_path_factory):
 
 def test_add_list_show_refresh_remove(world):
     cli, api, fake = world["cli"], world["api"], world["mcp"]
-    done = cli("mcp", "add", "fake", "--url", fake.url, "--header", "Authorization=-", "--timeout", "9",
+    done = cli("mcp", "add", "fake", "--url", fake.url, "--header", "Authorization", "--timeout", "9",
                input="Bearer cli-secret-value-5678\n")
     assert done.returncode == 0, done.stderr
     server_id = done.stdout.strip()
@@ -73,5 +73,7 @@ def test_errors_are_one_line_with_their_exit_codes(world):
     assert done.returncode == ExitCode.USAGE and "either --url" in one_error_line(done)
     done = cli("mcp", "show", "nope")
     assert done.returncode == ExitCode.NOT_FOUND and "unknown MCP server 'nope'" in one_error_line(done)
-    done = cli("mcp", "add", "hdr", "--url", fake.url, "--header", "novalue")
-    assert done.returncode == ExitCode.USAGE and "NAME=VALUE" in one_error_line(done)
+    done = cli("mcp", "add", "hdr", "--url", fake.url, "--header", "Authorization=Bearer x")
+    assert done.returncode == ExitCode.USAGE and "NAME only" in one_error_line(done)
+    done = cli("mcp", "add", "hdr", "--url", fake.url, "--header", "Authorization", input="")
+    assert done.returncode == ExitCode.USAGE and "no value on stdin" in one_error_line(done)
