@@ -191,6 +191,28 @@ def test_template_create_show_update_delete(world, tmp_path):
     assert world["api"].get(f"/workflow/template/{template_id}").status_code == 404
 
 
+def test_template_check_prints_every_problem_and_saves_nothing(world, tmp_path):
+    cli = world["cli"]
+    before = world["api"].get("/workflow/template").json()["templates"]
+    broken = tmp_path / "check.json"
+    broken.write_text(json.dumps({"name": "never-saved", "input_schema": {"type": "nope"}, "steps": [
+        {"id": "a", "agent": {"worker": "not-mine"}, "prompt": "{{ colour }}", "when": "steps.b.output"},
+        {"id": "b", "agent": {"human": True}, "prompt": "ok?", "depends_on": ["a"], "timeout_seconds": 0}]}))
+    done = cli("template", "check", str(broken))
+    assert done.returncode == ExitCode.USAGE
+    lines = done.stdout.splitlines()
+    fields = {line.split(":", 1)[0] for line in lines}
+    assert fields == {"steps.0.agent.worker", "steps.0.prompt", "steps.0.when",
+                      "steps.1.timeout_seconds", "input_schema.type"}, lines
+    assert "steps.0.when: `steps.b.output` needs step 'b' in depends_on (directly or transitively)" in lines
+    assert f"{broken}: 5 problems" in one_error_line(done)
+    as_json = json.loads(cli("template", "check", str(broken), "--json").stdout)
+    assert as_json["valid"] is False and len(as_json["problems"]) == 5
+    good = cli("template", "check", _template_file(world, tmp_path, "fine"))
+    assert good.returncode == 0 and good.stdout == "" and "no problems" in good.stderr
+    assert world["api"].get("/workflow/template").json()["templates"] == before
+
+
 def test_template_files_that_cannot_be_read_are_usage_errors(world, tmp_path):
     cli = world["cli"]
     for group in ("template", "workflow"):
