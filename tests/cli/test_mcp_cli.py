@@ -28,6 +28,7 @@ def test_add_list_show_refresh_remove(world):
     server_id = done.stdout.strip()
     stored = api.get(f"/resource/mcp/{server_id}").json()["server"]
     assert stored["name"] == "fake" and stored["headers"] == {"Authorization": "…5678"}
+    assert stored["last_error"] is None, stored["last_error"]
     assert stored["timeout_seconds"] == 9 and "fake.echo" in {t["name"] for t in stored["tools"]}
     assert "added MCP server fake" in done.stderr
 

@@ -7,6 +7,7 @@ Nothing here touches the store. Every wait is bounded by the server's `timeout_s
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -35,6 +36,25 @@ class McpServerConfig:
     args: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
     timeout_seconds: float = 30.0
+
+
+_sdk_loaded = False
+
+
+def _import_sdk() -> None:
+    import httpx2  # noqa: F401
+    from mcp import Client  # noqa: F401
+    from mcp.client.stdio import StdioServerParameters  # noqa: F401
+    from mcp.client.streamable_http import streamable_http_client  # noqa: F401
+
+
+async def load_sdk() -> None:
+    """Import the SDK in a thread the first time: it takes one to three seconds of CPU,
+    which must not stall the event loop (and every request and run on it)."""
+    global _sdk_loaded
+    if not _sdk_loaded:
+        await asyncio.to_thread(_import_sdk)
+        _sdk_loaded = True
 
 
 class McpServerError(ToolError):

@@ -19,6 +19,7 @@ from orchestra.engine.tools.mcp.client import (
     McpServerError,
     connect,
     list_tools,
+    load_sdk,
     result_text,
 )
 
@@ -43,6 +44,7 @@ class McpSession:
 
     async def open(self) -> None:
         """Connect and initialise within the server's timeout; McpServerError otherwise."""
+        await load_sdk()  # off the event loop, before the timeout starts
         ready: asyncio.Future = asyncio.get_running_loop().create_future()
         self._task = asyncio.get_running_loop().create_task(
             self._hold(ready), name=f"mcp-{self.config.name}"
