@@ -51,6 +51,9 @@ class Settings:
     body_min_rate: int = 240  # bytes a second a body must average after header_timeout (0: off)
     access_log: bool = False
     console: bool = True
+    log_format: str = "text"  # "text" or "json" (one object a line)
+    metrics: bool = False  # GET /metrics (Prometheus)
+    metrics_token: str = ""  # when set, GET /metrics needs it as a bearer token
     mcp_stdio_commands: str = ""  # comma-separated base names of commands a stdio MCP server may run
 
     @property
@@ -76,6 +79,8 @@ class Settings:
         """Fill the defaults that derive from `home`."""
         home = Path(self.home).expanduser()
         url = self.database_url or f"sqlite:///{home / 'orchestra.db'}"
+        if self.log_format not in ("text", "json"):
+            raise ValueError(f"ORCHESTRA_LOG_FORMAT must be text or json, got {self.log_format!r}")
         return replace(self, home=home, database_url=url)
 
     @property
@@ -180,6 +185,12 @@ SETTING_DOCS: dict[str, SettingDoc] = {
         "`ORCHESTRA_HEADER_TIMEOUT` seconds (408 and close below; `0`: no minimum)"),
     "access_log": SettingDoc("log every request", flag="--access-log/--no-access-log"),
     "console": SettingDoc("serve the web console at `/` (`0`: off, and `/` is the JSON 404; docs/console.md)"),
+    "log_format": SettingDoc(
+        "`text`, or `json`: one object a line with `ts`, `level`, `msg`, `request_id`, `trace_id` "
+        "(docs/operations.md, \"Monitoring\")"),
+    "metrics": SettingDoc("serve Prometheus metrics at `GET /metrics` (off: 404)"),
+    "metrics_token": SettingDoc(
+        "when set, `GET /metrics` needs `Authorization: Bearer <token>` (401 without)", "empty (no token)"),
     "mcp_stdio_commands": SettingDoc(
         "comma-separated base names of commands a stdio MCP server may run (e.g. `mcp-server-time,uvx`); "
         "checked when a server is saved and again at every start of its process", "empty (no stdio servers)"),

@@ -14,7 +14,8 @@ from orchestra.core import Core
 from orchestra.db.database import end_task_store_work, release_connection
 from orchestra.services.uploads import sweep_stray_files
 from orchestra.settings import Settings
-from orchestra.web import errors, head
+from orchestra.observability import tracing
+from orchestra.web import errors, head, observe
 from orchestra.web.apidoc import ui as apidoc_ui
 from orchestra.web.blueprints import all_blueprints
 from orchestra.web.limits import RateLimits
@@ -93,6 +94,7 @@ def create_app(settings: Settings | None = None, *, name: str | None = None) -> 
 
         app.blueprint(console.bp)
     errors.install(app)
+    observe.install(app)  # X-Request-ID, request metrics and spans, GET /metrics
 
     @app.on_response
     async def release_store_connection(request, response) -> None:
@@ -107,6 +109,7 @@ def create_app(settings: Settings | None = None, *, name: str | None = None) -> 
     async def open_core(app: Sanic) -> None:
         from orchestra.services.workflows import engine_of
 
+        tracing.setup()  # when OTEL_EXPORTER_OTLP_ENDPOINT asks for traces (the `otel` extra)
         app.ctx.core = await Core.open(settings)
         files, folders = await asyncio.to_thread(sweep_stray_files, settings.uploads_dir)
         if files or folders:
@@ -127,5 +130,6 @@ def create_app(settings: Settings | None = None, *, name: str | None = None) -> 
     @app.after_server_stop
     async def close_core(app: Sanic) -> None:
         await app.ctx.core.close()
+        tracing.flush()  # the last spans (a handed-back run's) leave before the process
 
     return app
