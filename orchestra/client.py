@@ -25,10 +25,11 @@ from urllib.parse import unquote
 import httpx
 from httpx_sse import EventSource, SSEError
 
+from orchestra.engine.vocabulary import TERMINAL
 from orchestra.errors import OrchestraError
 
 API = "/api/v1"
-TERMINAL_EVENTS = frozenset({"run_finished", "run_failed", "run_cancelled"})
+TERMINAL_EVENTS = TERMINAL
 CREDENTIALS_FILE = "credentials.json"
 UPLOADS = "/adapter/client/upload"
 REFRESH_TRIES = 3

@@ -24,6 +24,8 @@ from rich.live import Live
 from rich.panel import Panel
 from rich.text import Text
 
+from orchestra.engine.vocabulary import EventKind
+
 if TYPE_CHECKING:
     from orchestra.client import Event
 
@@ -125,31 +127,31 @@ class Renderer:
         data, kind = event.data, event.kind
         ts = parse_ts(data.get("ts"))
         step = self.step(data.get("step_id")) if data.get("step_id") else None
-        if kind == "run_started":
+        if kind == EventKind.RUN_STARTED:
             self.outcome.started = ts
-        elif kind == "step_started" and step:
+        elif kind == EventKind.STEP_STARTED and step:
             step.status, step.started = "running", ts
-        elif kind == "token" and step:
+        elif kind == EventKind.TOKEN and step:
             piece = _text(_pick(data, "text", "delta", "content", "token", default=""))
             step.text += piece
             step.add("text", piece)
-        elif kind == "tool_call" and step:
+        elif kind == EventKind.TOOL_CALL and step:
             step.add("tool", f"→ {tool_call_text(data)}")
-        elif kind == "tool_result" and step:
+        elif kind == EventKind.TOOL_RESULT and step:
             step.add("tool", f"← {tool_result_text(data)}")
-        elif kind == "reply_requested" and step:
+        elif kind == EventKind.REPLY_REQUESTED and step:
             step.status = "waiting_reply"
             step.add("ask", f"? {_text(data.get('prompt'))}")
-        elif kind == "reply_received" and step:
+        elif kind == EventKind.REPLY_RECEIVED and step:
             step.status = "running"
             step.add("ask", f"! {_text(_pick(data, 'content', 'reply', default=''))}")
-        elif kind == "step_finished" and step:
+        elif kind == EventKind.STEP_FINISHED and step:
             step.status, step.finished = "succeeded", ts
             output = _pick(data, "output", "content", "text")
             step.output = _text(output) if output is not None else step.text
             if step.output and not step.parts:  # nothing was shown of it yet
                 step.add("text", step.output)
-        elif kind == "step_failed" and step:
+        elif kind == EventKind.STEP_FAILED and step:
             step.status, step.finished = "failed", ts
             step.error = _text(_pick(data, "error", "message", default="failed"))
         elif event.terminal:
@@ -211,30 +213,30 @@ class PlainRenderer(Renderer):
         data, kind = event.data, event.kind
         sid = data.get("step_id")
         step = self.steps.get(sid) if sid else None
-        if kind == "run_started":
+        if kind == EventKind.RUN_STARTED:
             name = _pick(data, "template_name", "template", default="")
             steps = data.get("steps") if isinstance(data.get("steps"), list) else []
             self._line(f"run {self.trace_id} started" + (f": {name}" if name else "")
                        + (f" (steps: {', '.join(map(str, steps))})" if steps else ""))
-        elif kind == "step_started":
+        elif kind == EventKind.STEP_STARTED:
             self._line(f"[{sid}] started")
-        elif kind == "tool_call":
+        elif kind == EventKind.TOOL_CALL:
             self._line(f"[{sid}] tool call: {tool_call_text(data)}")
-        elif kind == "tool_result":
+        elif kind == EventKind.TOOL_RESULT:
             self._line(f"[{sid}] tool result: {tool_result_text(data)}")
-        elif kind == "reply_requested":
+        elif kind == EventKind.REPLY_REQUESTED:
             request_id = data.get("request_id")
             self._line(f"[{sid}] question: {_text(data.get('prompt'))}")
             if self.hint:
                 hint = f"orchestra workflow reply {self.trace_id} 'YOUR ANSWER'"
                 self._line(f"[{sid}]   answer with: {hint}" + (f" --request-id {request_id}" if request_id else ""))
-        elif kind == "reply_received":
+        elif kind == EventKind.REPLY_RECEIVED:
             self._line(f"[{sid}] reply received: {_text(_pick(data, 'content', 'reply', default=''))}")
-        elif kind == "step_finished" and step:
+        elif kind == EventKind.STEP_FINISHED and step:
             self._line(f"[{sid}] finished{_seconds(step.started, step.finished)}")
             for line in (step.output or "").splitlines() or [""]:
                 self._line(f"    {line}")
-        elif kind == "step_failed" and step:
+        elif kind == EventKind.STEP_FAILED and step:
             self._line(f"[{sid}] failed{_seconds(step.started, step.finished)}: {step.error}")
         elif event.terminal:
             self._line(final_line(self.outcome))

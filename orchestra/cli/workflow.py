@@ -19,6 +19,7 @@ import typer
 
 from orchestra.cli.console import ExitCode, err, fail, handle_errors, out, print_json, success
 from orchestra.cli.remote import SERVER, TOKEN, connect, read_text_arg
+from orchestra.engine.vocabulary import EventKind
 
 if TYPE_CHECKING:
     from orchestra.client import Client, Event
@@ -277,7 +278,7 @@ def _follow_answering(client: "Client", trace_id: str, events: Iterable["Event"]
     pump = EventPump(events)
     for event in pump:
         view.handle(event)
-        if event.kind == "reply_requested":
+        if event.kind == EventKind.REPLY_REQUESTED:
             question = Question.of(event)
             view.pause()
             area = PromptArea(lambda text: err.print(text, end="", highlight=False, markup=False, soft_wrap=True),

@@ -4,7 +4,7 @@ A template is a list of steps `{id, agent, prompt, depends_on}`. Its owner manag
 a `shared` template (only administrators may share) is readable and runnable by every
 user and managed by administrators; another user's private template is not found.
 Runs belong to their starter; an administrator may read, cancel and answer any run.
-Execution itself is `orchestra.engine.executor`.
+Execution itself is the engine (`orchestra.engine`, reached as `core.engine`).
 """
 
 from __future__ import annotations
@@ -24,12 +24,12 @@ from orchestra.db.models import (
     name_key,
     utcnow,
 )
-from orchestra.engine.executor import FINISHED, Engine
 from orchestra.engine.language import schemas
 from orchestra.engine.language.model import MAX_STEPS, NAME_MAX, PROMPT_MAX, STEP_ID
 from orchestra.engine.language.validate import Checked
 from orchestra.engine.language.validate import check_template as check_template_language
 from orchestra.engine.log import Event
+from orchestra.engine.vocabulary import FINISHED, RunStatus, StepStatus
 from orchestra.errors import ConflictError, NotFoundError, PermissionDeniedError, ValidationError
 
 OPTION_FIELDS = ("input_schema", "limits", "output")  # template-level language options
@@ -217,35 +217,6 @@ async def delete_template(core: Core, *, user_id: str, is_admin: bool, template_
 # --- runs --------------------------------------------------------------------------------
 
 
-def engine_of(core: Core) -> Engine:
-    """The one Engine of this Core (kept in core.extras["engine"]), built on first use with
-    what it needs from the services: agents, tools, the upload reader, the signals."""
-    engine = core.extras.get("engine")
-    if engine is None:
-        from orchestra.services import uploads
-        from orchestra.services.agents import agent_cache, tool_registry
-
-        async def read_upload(owner_id: str, file_id: str) -> str:
-            return await uploads.read_text(core, owner_id=owner_id, file_id=file_id)
-
-        engine = core.extras["engine"] = Engine(
-            core,
-            agents=agent_cache(core),
-            registry=tool_registry(core),
-            read_upload=read_upload,
-            signals=core.signals,
-            exclusive=not core.is_postgres,
-        )
-
-        async def _on_user_deleted(user_id: str) -> None:
-            await engine.cancel_owner(user_id, reason="The run's user was deleted.")
-
-        core.extras.setdefault("on_user_deleted", []).append(_on_user_deleted)
-        core.extras.setdefault("on_close", []).append(engine.stop)
-    return engine
-
-
-
 async def start_run(
     core: Core,
     *,
@@ -292,14 +263,14 @@ async def start_run(
             input=input_text,
             input_value=input_value,
             files=attached,
-            status="queued",
+            status=RunStatus.QUEUED,
         )
         if template.steps:  # one statement for every step row
             await core.db.aexecute(RunStep.insert_many([
-                {"run": run.trace_id, "step_id": step["id"], "path": step["id"], "status": "pending"}
+                {"run": run.trace_id, "step_id": step["id"], "path": step["id"], "status": StepStatus.PENDING}
                 for step in template.steps
             ]))
-    await engine_of(core).submit(run.trace_id)
+    await core.engine.submit(run.trace_id)
     return run
 
 
@@ -359,7 +330,7 @@ async def run_detail(core: Core, run: WorkflowRun) -> dict[str, Any]:
             "path": step["id"],
             "agent": step["agent"],
             "depends_on": step.get("depends_on", []),
-            "status": row.status if row else "pending",
+            "status": row.status if row else StepStatus.PENDING,
             "attempt": row.attempt if row else 1,
             "reused": bool(row.reused) if row else False,
             "output": step_output(row) if row else None,
@@ -374,7 +345,7 @@ async def run_detail(core: Core, run: WorkflowRun) -> dict[str, Any]:
         "files": run.files or [],
         "steps": steps,
         "pending_replies": await pending_replies(core, run),
-        "last_seq": await engine_of(core).log.max_seq(run.trace_id),
+        "last_seq": await core.engine.log.max_seq(run.trace_id),
     }
 
 
@@ -382,7 +353,7 @@ async def pending_replies(core: Core, run: WorkflowRun) -> list[dict[str, str]]:
     """`[{request_id, step_id, prompt}]` the run waits on, oldest first."""
     if run.status in FINISHED:
         return []
-    return await engine_of(core).open_questions(run.trace_id)
+    return await core.engine.open_questions(run.trace_id)
 
 
 async def cancel_run(core: Core, *, user_id: str, is_admin: bool, trace_id: str) -> WorkflowRun:
@@ -390,7 +361,7 @@ async def cancel_run(core: Core, *, user_id: str, is_admin: bool, trace_id: str)
     run = await get_run(core, user_id=user_id, is_admin=is_admin, trace_id=trace_id)
     if run.status in FINISHED:
         raise ConflictError(f"The run has already ended ({run.status}).")
-    await engine_of(core).cancel(trace_id, reason="The run was cancelled by request.")
+    await core.engine.cancel(trace_id, reason="The run was cancelled by request.")
     return await get_run(core, user_id=user_id, is_admin=is_admin, trace_id=trace_id)
 
 
@@ -399,7 +370,7 @@ async def reply(
 ) -> dict[str, str]:
     """Answer the question a waiting run asked; 409 when it waits for none (or not this one)."""
     await get_run(core, user_id=user_id, is_admin=is_admin, trace_id=trace_id)
-    answered = await engine_of(core).reply(trace_id, content=content, request_id=request_id)
+    answered = await core.engine.reply(trace_id, content=content, request_id=request_id)
     return {"request_id": answered.request_id, "step_id": answered.step_id}
 
 
@@ -412,7 +383,7 @@ async def open_stream(
     """The run whose stream the caller may read, or None when `last_event_id` is already
     its terminal event (the stream has nothing more: 204)."""
     run = await get_run(core, user_id=user_id, is_admin=is_admin, trace_id=trace_id)
-    last = await engine_of(core).log.last_event(trace_id)
+    last = await core.engine.log.last_event(trace_id)
     if last is not None and last.terminal and last_event_id >= last.seq:
         return None
     return run
@@ -423,4 +394,4 @@ async def list_events(
 ) -> list[Event]:
     """The stored events of a run after `after` (a JSON alternative to the stream)."""
     await get_run(core, user_id=user_id, is_admin=is_admin, trace_id=trace_id)
-    return await engine_of(core).log.stored(trace_id, after=after)
+    return await core.engine.log.stored(trace_id, after=after)

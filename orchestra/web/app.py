@@ -107,8 +107,6 @@ def create_app(settings: Settings | None = None, *, name: str | None = None) -> 
 
     @app.before_server_start
     async def open_core(app: Sanic) -> None:
-        from orchestra.services.workflows import engine_of
-
         tracing.setup()  # when OTEL_EXPORTER_OTLP_ENDPOINT asks for traces (the `otel` extra)
         app.ctx.core = await Core.open(settings)
         files, folders = await asyncio.to_thread(sweep_stray_files, settings.uploads_dir)
@@ -117,15 +115,13 @@ def create_app(settings: Settings | None = None, *, name: str | None = None) -> 
         app.ctx.limits = RateLimits(settings)
         # The engine listens for signals, resumes runs left without a live owner, and
         # claims queued ones from now on.
-        await engine_of(app.ctx.core).start()
+        await app.ctx.core.engine.start()
 
     @app.before_server_stop
     async def hand_back_runs(app: Sanic) -> None:
-        from orchestra.services.workflows import engine_of
-
         # Stop claiming, let in-flight steps finish for the grace period, then hand the
         # runs back so another process goes on at once (before streams are closed).
-        await engine_of(app.ctx.core).stop()
+        await app.ctx.core.engine.stop()
 
     @app.after_server_stop
     async def close_core(app: Sanic) -> None:

@@ -11,8 +11,7 @@ import pytest
 
 from orchestra.engine.tools import wire_name
 from orchestra.services import mcp as mcp_service
-from orchestra.services.workflows import engine_of
-from tests.engine.test_executor import (
+from tests.engine.test_engine import (
     events,
     setup_agent,
     start,
@@ -161,7 +160,7 @@ async def test_cancel_during_a_hanging_call_ends_the_run_and_its_session(core, f
     who = await setup_agent(core, fake_llm, tools=("fake.hang",))
     fake_llm.script_tool_call(wire_name("fake.hang"), {"seconds": 100})
     trace_id = await start(core, who, [worker_step(who)])
-    engine = engine_of(core)
+    engine = core.engine
     for _ in range(500):
         if fake_mcp.stats()["calls"] == 1:
             break

@@ -7,9 +7,9 @@ from typing import Any
 from sanic import Blueprint, Request
 from sanic.response import HTTPResponse, json
 
+from orchestra.engine.vocabulary import RunStatus
 from orchestra.errors import ValidationError
 from orchestra.services import workflows as service
-from orchestra.services.workflows import engine_of
 from orchestra.services.roles import Role
 from orchestra.web.apidoc import models as out
 from orchestra.web.apidoc.events import stream_description
@@ -225,7 +225,7 @@ async def start_run(request: Request):
         files=body.files,
         **_who(request),
     )
-    return json({"message": SUCCESS, "trace_id": run.trace_id, "status": "queued"}, status=202)
+    return json({"message": SUCCESS, "trace_id": run.trace_id, "status": RunStatus.QUEUED}, status=202)
 
 
 @bp.get("/run")
@@ -331,7 +331,7 @@ async def stream(request: Request, trace_id: str):
     run = await service.open_stream(core, trace_id=trace_id, last_event_id=after, **_who(request))
     if run is None:
         return HTTPResponse(status=204, headers={"Cache-Control": "no-cache"})
-    events = engine_of(core).feeds.follow(
+    events = core.engine.feeds.follow(
         trace_id, after=after, ping_every=core.settings.sse_ping_seconds
     )
     await send_stream(request, trace_id, events, send_timeout=core.settings.sse_send_timeout)
