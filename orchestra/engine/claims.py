@@ -10,6 +10,7 @@ are hints that make both act sooner.
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import logging
 
 from orchestra.db.models import WorkflowRun
@@ -23,9 +24,13 @@ class ClaimLoops:
     """Engine part: the claim loop, the lease loop and the `control` signal."""
 
     def _launch(self, run: WorkflowRun) -> LiveRun:
+        spec = run.spec or {}
         live = LiveRun(
-            run.trace_id, run.owner_id, run.input or "", list(run.files or []), run.steps,
-            attempt=run.attempts,
+            run.trace_id, run.owner_id,
+            run.input_value if "input_schema" in spec else (run.input or ""),
+            list(run.files or []), run.steps, attempt=run.attempts, spec=spec,
+            started_epoch=(run.started_at.replace(tzinfo=dt.timezone.utc).timestamp()
+                           if run.started_at else None),
         )
         if run.cancel_requested:
             live.stop_asked, live.stop_reason = True, "The run was cancelled by request."

@@ -19,6 +19,7 @@ from orchestra.db.models import WorkflowRun
 from orchestra.db.signals import Signals
 from orchestra.engine.agent_step import AgentSteps
 from orchestra.engine.claims import ClaimLoops
+from orchestra.engine.containers import Containers
 from orchestra.engine.feed import Feeds
 from orchestra.engine.live import LiveRun
 from orchestra.engine.log import EventLog
@@ -40,7 +41,7 @@ class AgentResolver(Protocol):
     async def node(self, name: str) -> Any: ...
 
 
-class Engine(ClaimLoops, RunLifecycle, Scheduler, AgentSteps, HumanQuestions):
+class Engine(ClaimLoops, RunLifecycle, Scheduler, Containers, AgentSteps, HumanQuestions):
     """Owns this process's run tasks, its claims and leases, and its live event feeds."""
 
     def __init__(

@@ -159,8 +159,9 @@ class EventLog:
         rows: list[dict[str, Any]] = []
         for offset, (kind, data, step_id) in enumerate(items, 1):
             payload: dict[str, Any] = {"trace_id": trace_id, "seq": last + offset, "ts": ts}
-            if step_id is not None:
-                payload["step_id"] = step_id
+            if step_id is not None:  # every step event names its instance (SPEC §8)
+                payload["step_id"] = str(step_id)
+                payload["path"] = getattr(step_id, "path", None) or str(step_id)
             payload.update(data or {})
             rows.append({"run": trace_id, "seq": last + offset, "kind": kind,
                          "data": payload, "created_at": now})

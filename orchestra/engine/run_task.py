@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from peewee import IntegrityError
 
 from orchestra.db.models import RunStep, WorkflowRun, utcnow
-from orchestra.engine.live import HandBack, LiveRun, RunFailed
+from orchestra.engine.language import policies
+from orchestra.engine.language.expressions import ExpressionError
+from orchestra.engine.live import HandBack, LimitReached, LiveRun, RunFailed, path_of
 from orchestra.engine.log import Event, RunGone
 from orchestra.engine.memory import trim_soon
 from orchestra.engine.questions import read_questions
@@ -49,19 +52,28 @@ class RunLifecycle:
                 return
             restarted = await self._load_state(live)
             if restarted is None:
-                writes.submit(self._set_run, trace_id, status=RunStatus.RUNNING, started_at=utcnow())
+                now = utcnow()
+                live.started_epoch = time.time()
+                writes.submit(self._set_run, trace_id, status=RunStatus.RUNNING, started_at=now)
                 writes.submit(
                     self.log.append, trace_id, EventKind.RUN_STARTED,
                     {"status": RunStatus.RUNNING, "input": live.input, "steps": [s["id"] for s in live.steps]},
                 )
+                reused = [(EventKind.STEP_FINISHED, {"output": state["output"], "reused": True}, sid)
+                          for sid, state in live.states.items()]
+                if reused:  # steps copied from the run this one retries
+                    writes.submit(self.log.append_many, trace_id, reused)
             else:
                 writes.submit(self._set_run, trace_id, status=RunStatus.RUNNING)
                 writes.submit(
                     self.log.append, trace_id, EventKind.RUN_RESUMED,
                     {"status": RunStatus.RUNNING, "attempt": live.attempt, "restarted_steps": restarted},
                 )
-            outputs = await self._schedule(live)
-            final = outputs.get(live.steps[-1]["id"]) if live.steps else None
+            states = await self._schedule_within_deadline(live)
+            try:
+                final = policies.run_output(live.spec, live.steps, states, live.input)
+            except ExpressionError as exc:
+                raise RunFailed("", f"The template's output failed: {exc.message}") from None
             writes.submit(self._close, trace_id, EventKind.RUN_FINISHED,
                           {"status": RunStatus.SUCCEEDED, "output": final}, status=RunStatus.SUCCEEDED)
             await writes.drain()
@@ -110,23 +122,55 @@ class RunLifecycle:
                             owner_process=None, lease_until=None)
         return True
 
+    async def _schedule_within_deadline(self, live: LiveRun) -> dict[str, dict[str, Any]]:
+        """The schedule, bounded by limits.deadline_seconds from run_started (waits included)."""
+        seconds = (live.spec.get("limits") or {}).get("deadline_seconds")
+        if not seconds:
+            return await self._schedule(live)
+        loop = asyncio.get_running_loop()
+        left = (live.started_epoch or time.time()) + seconds - time.time()
+        try:
+            async with asyncio.timeout_at(loop.time() + max(0.0, left)):
+                return await self._schedule(live)
+        except TimeoutError:
+            raise LimitReached("", f"The run passed its deadline of {seconds} s "
+                                   "(limits.deadline_seconds).") from None
+
     async def _load_state(self, live: LiveRun) -> list[str] | None:
-        """For a run that already has events (claimed again): finished outputs, earlier
-        questions, and the steps that start again. None for a fresh run."""
-        if await self.log.max_seq(live.trace_id) == 0:
-            return None
+        """For a run that already has events (claimed again): ended steps' states, earlier
+        questions, and the steps that start again. None for a fresh run, which only loads
+        the steps a retried run reuses."""
         rows = await self.db.list(RunStep.select().where(RunStep.run == live.trace_id))
+        if await self.log.max_seq(live.trace_id) == 0:
+            for row in rows:
+                if row.reused and row.status == StepStatus.SUCCEEDED:
+                    live.finished.set(row.path or row.step_id, row.status, step_output(row))
+                    if (row.path or row.step_id) == row.step_id:  # a top-level step
+                        live.states[row.step_id] = {"output": step_output(row), "status": StepStatus.SUCCEEDED}
+            return None
         live.earlier = await read_questions(self.db, live.trace_id)
-        waiting_humans = {q.step_id for q in live.earlier if q.answer is None}
+        waiting_humans = {q.path for q in live.earlier if not q.answered}
+        on_error = {s["id"]: s.get("on_error") for s in live.steps}
         restarted = []
+        top = {s["id"]: s for s in live.steps}
         for row in rows:
+            path = row.path or row.step_id
+            live.finished.set(path, row.status, step_output(row))  # every instance (SPEC §8)
+            live.executions += row.attempt if row.status != StepStatus.PENDING and not row.reused else 0
+            if path not in top:
+                continue
             if row.status == StepStatus.SUCCEEDED:
-                live.outputs[row.step_id] = row.output or ""
+                live.states[row.step_id] = {"output": step_output(row), "status": StepStatus.SUCCEEDED}
+            elif row.status == StepStatus.SKIPPED:
+                live.states[row.step_id] = {"output": None, "status": StepStatus.SKIPPED}
+            elif row.status == StepStatus.FAILED and on_error.get(row.step_id) == "continue":
+                live.states[row.step_id] = {"output": None, "status": StepStatus.FAILED}
             elif row.status == StepStatus.FAILED:
                 raise RunFailed(row.step_id, f"Step '{row.step_id}' failed: {row.error}")
             elif row.status in (StepStatus.RUNNING, StepStatus.WAITING_REPLY):
-                human = any(s["id"] == row.step_id and s["agent"].get("human") for s in live.steps)
-                if not (human and row.step_id in waiting_humans):
+                live.step_attempts[path] = row.attempt or 1
+                human = (top[path].get("agent") or {}).get("human")
+                if not (human and path in waiting_humans):
                     restarted.append(row.step_id)
         order = [s["id"] for s in live.steps]
         return sorted(restarted, key=order.index)
@@ -229,7 +273,21 @@ class RunLifecycle:
     async def _set_run(self, trace_id: str, **values: Any) -> None:
         await self.db.aexecute(WorkflowRun.update(**values).where(WorkflowRun.trace_id == trace_id))
 
-    async def _set_step(self, trace_id: str, step_id: str, **values: Any) -> None:
+    async def _set_step(self, trace_id: str, path: str, **values: Any) -> None:
+        """Update one instance's row (`path`: a top-level step's is its id)."""
         await self.db.aexecute(
-            RunStep.update(**values).where((RunStep.run == trace_id) & (RunStep.step_id == step_id))
+            RunStep.update(**values).where((RunStep.run == trace_id) & (RunStep.path == str(path_of(path))))
         )
+
+    async def _put_instance(self, trace_id: str, path: str, step_id: str, **values: Any) -> None:
+        """Create an instance's row, or update it when it exists (a top-level step's row
+        is made with the run; an item's or an iteration's when it first starts)."""
+        await self.db.aexecute(
+            RunStep.insert(run=trace_id, path=path, step_id=str(step_id), **values)
+            .on_conflict(conflict_target=[RunStep.run, RunStep.path], update=values)
+        )
+
+
+def step_output(row: RunStep) -> Any:
+    """A step row's output: its JSON value when it has one, else its text."""
+    return row.output_value if row.output_value is not None else (row.output or "")

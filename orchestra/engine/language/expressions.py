@@ -36,6 +36,10 @@ _STRINGS = re.compile(
 )
 _STEP_DOT = re.compile(r"(?<![\w.])steps\s*\.\s*([A-Za-z_][A-Za-z0-9_]*)")
 _STEP_INDEX = re.compile(r"(?<![\w.])steps\s*\[\s*(?:'([^'\\]*)'|\"([^\"\\]*)\")\s*\]")
+# CEL reserves the word `loop`, which SPEC §8 names the loop variable: outside string
+# literals it is spelled `_loop` for the library, and the context binds it by that name.
+_LOOP_WORD = re.compile(r"(?<![\w.])loop(?!\w)")
+LOOP_NAME = "_loop"
 _MACRO_VAR = re.compile(r"\.\s*(?:all|exists|exists_one|map|filter)\s*\(\s*([A-Za-z_][A-Za-z0-9_]*)\s*,")
 
 
@@ -71,6 +75,19 @@ def _parse_error(text: str) -> str:
     return f"does not parse: {head}"
 
 
+def _spelled(source: str) -> str:
+    """`source` with the variable `loop` renamed `_loop` outside string literals."""
+    if "loop" not in source:
+        return source
+    out, last = [], 0
+    for match in _STRINGS.finditer(source):
+        out.append(_LOOP_WORD.sub(LOOP_NAME, source[last:match.start()]))
+        out.append(match.group(0))
+        last = match.end()
+    out.append(_LOOP_WORD.sub(LOOP_NAME, source[last:]))
+    return "".join(out)
+
+
 @lru_cache(maxsize=4096)
 def compile_expression(source: str) -> Compiled:
     """The compiled program of `source` (cached); ExpressionError if too long or invalid."""
@@ -79,7 +96,7 @@ def compile_expression(source: str) -> Compiled:
     if not source.strip():
         raise ExpressionError(source, "is empty")
     try:
-        program = cel.compile(source)
+        program = cel.compile(_spelled(source))
     except (ValueError, RuntimeError) as exc:
         raise ExpressionError(source, _parse_error(str(exc))) from None
     code = _STRINGS.sub('""', source)  # names inside string literals are not references
@@ -92,7 +109,7 @@ def compile_expression(source: str) -> Compiled:
     return Compiled(
         source=source,
         program=program,
-        variables=frozenset(v for v in program.variables() if v not in bound),
+        variables=frozenset("loop" if v == LOOP_NAME else v for v in program.variables() if v not in bound),
         step_refs=tuple(dict.fromkeys(refs)),
     )
 
@@ -147,7 +164,10 @@ class Scope:
 
     def context(self) -> Any:
         if self._context is None:
-            self._context = cel.Context(self.variables)
+            variables = self.variables
+            if "loop" in variables:  # see _spelled
+                variables = {LOOP_NAME if k == "loop" else k: v for k, v in variables.items()}
+            self._context = cel.Context(variables)
         return self._context
 
     def evaluate(self, source: str) -> Any:
@@ -179,7 +199,8 @@ def text_of(value: Any) -> str:
 
 def render(template: str, scope: Scope) -> str:
     """Fill every `{{ expr }}` of `template`. `{{input}}` and `{{steps.<id>.output}}` keep
-    their v1 meaning (ids with '-' included); a missing v1 output reads as ''."""
+    their v1 meaning (ids with '-' included): the output as text, or compact JSON (`null`
+for a skipped or failed step)."""
     if "{{" not in template:
         return template
 
@@ -189,9 +210,8 @@ def render(template: str, scope: Scope) -> str:
         if legacy:
             if legacy.group(1) is None:
                 return text_of(scope.variables.get("input"))
-            step = scope.variables.get("steps", {}).get(legacy.group(1)) or {}
-            output = step.get("output")
-            return "" if output is None else text_of(output)
+            step = scope.variables.get("steps", {}).get(legacy.group(1))
+            return "" if step is None else text_of(step.get("output"))
         return text_of(scope.evaluate(expr))
 
     return PLACEHOLDER.sub(value, template)

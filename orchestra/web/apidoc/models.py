@@ -297,6 +297,10 @@ class RunStarted(Success):
     status: Literal["queued"]
 
 
+class RunRetried(RunStarted):
+    retry_of: str = Field(description="The run whose succeeded steps this one reuses.")
+
+
 class RunSummary(Shape):
     trace_id: str
     template_id: str | None = Field(description="null once the template is deleted.")
@@ -307,6 +311,7 @@ class RunSummary(Shape):
     created_at: Timestamp
     started_at: Timestamp | None
     finished_at: Timestamp | None
+    retry_of: str | None = Field(None, description="The run this one retries (POST /run/{trace_id}/retry).")
 
 
 class RunList(Success):

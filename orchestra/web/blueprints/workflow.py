@@ -63,8 +63,15 @@ class RunBody(Body):
     files: list[str] | None = rule(None, description="Ids of your uploads, listed to agent steps.")
 
 
+class RetryBody(Body):
+    from_step: str | None = rule(None, description="Also run this step and its descendants again.")
+
+
 class ReplyBody(Body):
-    content: str = rule(description="The answer.", pattern=NO_NUL)
+    content: Any = rule(
+        description="The answer: text, or for a human step with output_schema the JSON value "
+        "itself, which must validate (422 otherwise; the question stays open)."
+    )
     request_id: str | None = rule(None, description="The question answered; default the oldest open one.")
 
 
@@ -276,6 +283,27 @@ async def list_events(request: Request, trace_id: str):
         request.app.ctx.core, trace_id=trace_id, after=min(int(raw), SEQ_MAX), **_who(request)
     )
     return json({"message": SUCCESS, "events": [e.as_dict() for e in events]})
+
+
+@bp.post("/run/<trace_id:str>/retry")
+@documented(
+    "Retry an ended run, reusing the steps that succeeded", body=RetryBody, response=out.RunRetried,
+    status=202,
+    description="A new run of the same steps and input: every step that succeeded before is "
+    "reused (reused: true, its output copied, its provider never called) except from_step and "
+    "its descendants; the rest runs.",
+    errors={409: "ConflictError: the run has not ended, or it succeeded.",
+            422: "ValidationError: from_step is not a step of the run."},
+    links=_RUN_LINKS,
+)
+@protected(Role.USER)
+async def retry_run(request: Request, trace_id: str):
+    body = parse_body(request, RetryBody) if (request.body or b"").strip() else RetryBody()
+    run = await service.retry_run(
+        request.app.ctx.core, trace_id=trace_id, from_step=body.from_step, **_who(request)
+    )
+    return json({"message": SUCCESS, "trace_id": run.trace_id, "status": RunStatus.QUEUED,
+                 "retry_of": trace_id}, status=202)
 
 
 @bp.post("/cancel/<trace_id:str>")
