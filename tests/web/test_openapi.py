@@ -185,7 +185,8 @@ async def test_success_statuses_and_media_types(doc):
                ("/api/v1/resource/mcp", "post")}
     for key, op in ops.items():
         success = [s for s in op["responses"] if s.startswith("2")]
-        expected = "201" if key in created else "202" if key == ("/api/v1/workflow/run", "post") else "200"
+        started = {("/api/v1/workflow/run", "post"), ("/api/v1/workflow/run/{trace_id}/retry", "post")}
+        expected = "201" if key in created else "202" if key in started else "200"
         assert success[0] == expected, key
         assert "default" not in op["responses"], key
     sse = ops[("/api/v1/workflow/sse/{trace_id}", "get")]
