@@ -130,6 +130,10 @@ def serving_app(settings: Settings, listening_line: str):
     logs.configure(settings.log_format)
     app = create_app(settings, name="orchestra")
 
+    async def log_format(_app) -> None:
+        logs.configure(settings.log_format)  # again: Sanic sets its loggers up as it serves
+
+
     async def announce(_app) -> None:
         name = os.environ.get("SANIC_WORKER_NAME", "")
         if settings.workers == 1 or name.endswith("-0-0"):
@@ -138,6 +142,7 @@ def serving_app(settings: Settings, listening_line: str):
     async def worker_gone(_app) -> None:
         metrics.process_exited(os.getpid())  # its live gauges leave the shared sums
 
+    app.register_listener(log_format, "before_server_start")
     app.register_listener(announce, "after_server_start")
     app.register_listener(worker_gone, "after_server_stop")
     return app

@@ -180,6 +180,28 @@ def replay(
 
 @app.command()
 @handle_errors
+def retry(
+    ctx: typer.Context,
+    trace_id: str = typer.Argument(..., help="A failed, cancelled or interrupted run's trace_id."),
+    from_step: Optional[str] = typer.Option(None, "--from-step", help="Also run this step and its descendants again."),
+    watch_: bool = typer.Option(False, "--watch", "-w", help="Follow the new run until it ends."),
+    server: Optional[str] = SERVER, token: Optional[str] = TOKEN, json_output: bool = JSON,
+) -> None:
+    """Run an ended run again, reusing every step that succeeded; prints the new trace_id."""
+    with connect(ctx, server, token) as client:
+        body = {"from_step": from_step} if from_step else {}
+        new_id = client.post(f"/workflow/run/{trace_id}/retry", json=body)["trace_id"]
+        if not watch_:
+            if json_output:
+                print_json({"trace_id": new_id, "retry_of": trace_id})
+            else:
+                sys.stdout.write(new_id + "\n")
+            return
+        _follow(client, new_id, client.events(new_id), json_output)
+
+
+@app.command()
+@handle_errors
 def reply(
     ctx: typer.Context,
     trace_id: str = typer.Argument(..., help="The run's trace_id."),

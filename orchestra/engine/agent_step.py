@@ -27,6 +27,8 @@ from orchestra.engine.log import RunGone
 from orchestra.engine.tools import ToolContext, ToolError
 from orchestra.engine.vocabulary import EventKind
 from orchestra.errors import OrchestraError
+from orchestra.observability import runs as observe
+from orchestra.observability.instrument import instrument_client
 
 logger = logging.getLogger("orchestra.engine")
 
@@ -139,7 +141,8 @@ class AgentSteps:
         error: str | None = None
         try:
             await self.log.release()  # no pooled connection held while a tool (an MCP server) works
-            result = await registry.run(name, call.arguments, ctx)
+            result = await observe.observed_tool(
+                name, registry.run(name, call.arguments, ctx), known=name in registry)
         except ToolError as exc:
             error = exc.message
         except (asyncio.CancelledError, RunGone, StepFailure):
@@ -232,12 +235,12 @@ class AgentSteps:
         return client
 
     def _build_client(self, config) -> Any:
-        return make_client(
+        return instrument_client(make_client(
             kind=config.provider_kind,
             api_key=config.provider_api_key,
             base_url=config.provider_base_url,
             timeout=self.settings.llm_timeout,
-        )
+        ), config.provider_kind)
 
     async def _read_upload(self, owner_id: str, file_id: str) -> str:
         try:

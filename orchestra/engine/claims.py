@@ -16,6 +16,8 @@ import logging
 from orchestra.db.models import WorkflowRun
 from orchestra.engine.live import LiveRun
 from orchestra.engine.vocabulary import RunStatus
+from orchestra.observability import metrics
+from orchestra.observability import runs as observe
 
 logger = logging.getLogger("orchestra.engine")
 
@@ -36,7 +38,8 @@ class ClaimLoops:
             live.stop_asked, live.stop_reason = True, "The run was cancelled by request."
         self.runs[run.trace_id] = live
         live.task = asyncio.get_running_loop().create_task(
-            self._run(live), name=f"run-{run.trace_id}"
+            observe.observed_run(run.trace_id, run.trace_parent, run.attempts, self._run(live)),
+            name=f"run-{run.trace_id}",
         )
         return live
 
@@ -45,7 +48,9 @@ class ClaimLoops:
         while not self.stopping:
             try:
                 await self._claim_some()
+                metrics.store_available()
             except Exception:  # noqa: BLE001 - the store may be briefly away: try again
+                metrics.store_unavailable()
                 logger.exception("claiming runs failed")
             await self.log.release()
             try:
@@ -73,8 +78,12 @@ class ClaimLoops:
                 continue
             try:
                 held = await self.ownership.renew(list(self.runs))
+                metrics.store_available()
+                metrics.lease_renewals("renewed", len(held))
                 for trace_id, live in list(self.runs.items()):
                     if trace_id not in held:  # another process took it: stop, write nothing
+                        metrics.lease_renewals("lost")
+                        observe.run_outcome(trace_id, "lost")
                         logger.warning("run %s is held by another process now", trace_id)
                         live.writes.abandon()
                         self._stop_local(live, "lost", "")
@@ -83,6 +92,8 @@ class ClaimLoops:
                     elif live.questions:
                         await self._check_replies(live)
             except Exception:  # noqa: BLE001 - the next tick tries again
+                metrics.lease_renewals("failed")
+                metrics.store_unavailable()
                 logger.exception("renewing run leases failed")
             await self.log.release()
 

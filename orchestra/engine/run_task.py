@@ -26,6 +26,7 @@ from orchestra.engine.log import Event, RunGone
 from orchestra.engine.memory import trim_soon
 from orchestra.engine.questions import read_questions
 from orchestra.engine.vocabulary import EventKind, RunStatus, StepStatus
+from orchestra.observability import runs as observe
 
 logger = logging.getLogger("orchestra.engine")
 
@@ -51,6 +52,7 @@ class RunLifecycle:
                 )
                 return
             restarted = await self._load_state(live)
+            observe.run_began(trace_id, resumed=restarted is not None)
             if restarted is None:
                 now = utcnow()
                 live.started_epoch = time.time()
@@ -228,6 +230,7 @@ class RunLifecycle:
             return await self.log.insert(trace_id, [(kind, data, None)])
 
         await self._store_with_events(trace_id, store_end)
+        observe.run_ended(trace_id, status)
 
     async def _store_with_events(
         self, trace_id: str, store: Callable[[], Awaitable[list[Event]]]
@@ -252,6 +255,7 @@ class RunLifecycle:
         await live.writes.settle()
         try:
             await self.ownership.hand_back(live.trace_id)
+            observe.run_outcome(live.trace_id, "handback")
         except Exception:  # noqa: BLE001 - the lease runs out on its own
             logger.exception("could not hand back run %s", live.trace_id)
 

@@ -28,6 +28,7 @@ from orchestra.engine.language.expressions import ExpressionError, Scope
 from orchestra.engine.live import HandBack, LimitReached, LiveRun, RunFailed, StepAt, StepFailure
 from orchestra.engine.prompts import render_prompt
 from orchestra.engine.vocabulary import EventKind, StepStatus
+from orchestra.observability import runs as observe
 
 
 def _ended(status: str, output: Any = None) -> dict[str, Any]:
@@ -139,7 +140,8 @@ class Scheduler:
                     states[sid] = _ended(StepStatus.SKIPPED)
                     changed = True
                     continue
-                tasks[loop.create_task(self._step(live, step, path, scope_vars, scope))] = sid
+                tasks[loop.create_task(observe.observed_step(
+                    path, self._step(live, step, path, scope_vars, scope)))] = sid
 
     def _skip(self, live: LiveRun, step: dict[str, Any], path: str, reason: str) -> None:
         now = utcnow()

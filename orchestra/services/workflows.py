@@ -226,10 +226,11 @@ async def start_run(
     template_id: str,
     input: Any = "",
     files: list[str] | None = None,
+    trace_parent: str | None = None,
 ) -> WorkflowRun:
     """Store a `queued` run of a readable template and hand it to the engine. With an
     `input_schema` the input may be any JSON value and must validate; without one it is
-    text."""
+    text. `trace_parent` (a W3C traceparent) is the trace the run's spans join."""
     template = await get_template(core, user_id=user_id, is_admin=is_admin, template_id=template_id)
     spec = template.spec or {}
     problems: list[dict[str, str]] = []
@@ -265,6 +266,7 @@ async def start_run(
             input_value=input_value,
             files=attached,
             status=RunStatus.QUEUED,
+            trace_parent=trace_parent,
         )
         if template.steps:  # one statement for every step row
             await core.db.aexecute(RunStep.insert_many([

@@ -98,6 +98,21 @@ def test_renaming_a_step_with_dependants_saves_and_carries_them_along(console: C
     saved = http.get(f"/workflow/template/{template_id}").json()["template"]
     assert saved["steps"][2]["depends_on"] == ["summary"]
 
+    # A field the step editor has no control for is kept, and an expression in it follows a rename.
+    page.get_by_role("button", name="JSON").click()
+    body = json.loads(editor.input_value())
+    body["steps"][2]["when"] = "steps.summary.output != ''"
+    editor.fill(json.dumps(body))
+    page.get_by_role("button", name="Step editor").click()
+    step(page, 1).get_by_label("Step id").fill("digest")
+    with page.expect_response(lambda r: r.request.method == "PUT") as answer:
+        page.get_by_role("button", name="Save template").click()
+    assert answer.value.status == 200, answer.value.text()
+    saved = http.get(f"/workflow/template/{template_id}").json()["template"]
+    assert [(s["id"], s["depends_on"], s["prompt"], s.get("when")) for s in saved["steps"][1:]] == [
+        ("digest", ["facts"], "{{steps.facts.output}}", None),
+        ("step3", ["digest"], "{{steps.digest.output}}", "steps.digest.output != ''")]
+
     # The list shows steps that run side by side as such.
     http.post("/workflow/template", json={"name": "fan", "steps": [
         {"id": "facts", "agent": {"worker": worker["worker_id"]}, "prompt": "a", "depends_on": []},
@@ -105,7 +120,7 @@ def test_renaming_a_step_with_dependants_saves_and_carries_them_along(console: C
         {"id": "report", "agent": {"human": True}, "prompt": "c", "depends_on": ["facts", "numbers"]}]})
     console.open("templates")
     expect(page.locator("tr", has_text="fan").locator(".stages")).to_have_text("facts & numbers → report")
-    expect(page.locator("tr", has_text="chain").locator(".stages")).to_have_text("facts → summary → step3")
+    expect(page.locator("tr", has_text="chain").locator(".stages")).to_have_text("facts → digest → step3")
     assert console.errors == []
 
 

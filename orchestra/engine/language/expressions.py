@@ -36,6 +36,7 @@ _STRINGS = re.compile(
 )
 _STEP_DOT = re.compile(r"(?<![\w.])steps\s*\.\s*([A-Za-z_][A-Za-z0-9_]*)")
 _STEP_INDEX = re.compile(r"(?<![\w.])steps\s*\[\s*(?:'([^'\\]*)'|\"([^\"\\]*)\")\s*\]")
+_STEPS_NAME = re.compile(r"(?<![\w.])steps\b")
 # CEL reserves the word `loop`, which SPEC §8 names the loop variable: outside string
 # literals it is spelled `_loop` for the library, and the context binds it by that name.
 _LOOP_WORD = re.compile(r"(?<![\w.])loop(?!\w)")
@@ -65,6 +66,7 @@ class Compiled:
     program: Any
     variables: frozenset[str]  # free variables (macro-bound names excluded)
     step_refs: tuple[str, ...]  # ids named as steps.X or steps["X"], in order, distinct
+    all_steps: bool = False  # uses `steps` other than through literal ids (size(steps), steps[k])
 
 
 def _parse_error(text: str) -> str:
@@ -106,11 +108,13 @@ def compile_expression(source: str) -> Compiled:
         refs.append(match.group(1))
     for match in _STEP_INDEX.finditer(source):
         refs.append(match.group(1) if match.group(1) is not None else match.group(2))
+    literal = len(_STEP_DOT.findall(code)) + len(_STEP_INDEX.findall(source))
     return Compiled(
         source=source,
         program=program,
         variables=frozenset("loop" if v == LOOP_NAME else v for v in program.variables() if v not in bound),
         step_refs=tuple(dict.fromkeys(refs)),
+        all_steps=len(_STEPS_NAME.findall(code)) > literal,
     )
 
 
@@ -153,28 +157,42 @@ def to_json(value: Any) -> Any:
 
 
 class Scope:
-    """The variables of one evaluation site (a step about to run), converted to CEL once
-    and shared by every expression evaluated there."""
+    """The variables of one evaluation site (a step about to run). Each expression runs
+    against a CEL context holding only what it names — `input` if used, and only the
+    steps it names (all of them when it uses `steps` otherwise) — converted once and
+    shared by every expression that names the same things."""
 
-    __slots__ = ("variables", "_context")
+    __slots__ = ("variables", "_contexts")
 
     def __init__(self, variables: dict[str, Any]) -> None:
         self.variables = variables
-        self._context: Any = None
+        self._contexts: dict[tuple, Any] = {}
 
-    def context(self) -> Any:
-        if self._context is None:
-            variables = self.variables
-            if "loop" in variables:  # see _spelled
-                variables = {LOOP_NAME if k == "loop" else k: v for k, v in variables.items()}
-            self._context = cel.Context(variables)
-        return self._context
+    def context(self, compiled: Compiled | None = None) -> Any:
+        if compiled is None or compiled.all_steps:
+            key: tuple = ("*",)
+        else:
+            key = (tuple(sorted(compiled.variables)), compiled.step_refs)
+        found = self._contexts.get(key)
+        if found is None:
+            if key == ("*",):
+                values = self.variables
+            else:
+                values = {name: self.variables[name] for name in compiled.variables
+                          if name in self.variables and name != "steps"}
+                if "steps" in compiled.variables:
+                    steps = self.variables.get("steps") or {}
+                    values["steps"] = {sid: steps[sid] for sid in compiled.step_refs if sid in steps}
+            if "loop" in values:  # see _spelled
+                values = {LOOP_NAME if k == "loop" else k: v for k, v in values.items()}
+            found = self._contexts[key] = cel.Context(values)
+        return found
 
     def evaluate(self, source: str) -> Any:
         """The JSON value of `source` here; ExpressionError names it when it fails."""
         compiled = compile_expression(source)
         try:
-            result = compiled.program.execute(self.context())
+            result = compiled.program.execute(self.context(compiled))
         except KeyError as exc:
             raise ExpressionError(source, f"no such key or field {exc}") from None
         except (TypeError, ValueError, RuntimeError, OverflowError, ZeroDivisionError) as exc:

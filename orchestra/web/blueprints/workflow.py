@@ -9,6 +9,7 @@ from sanic.response import HTTPResponse, json
 
 from orchestra.engine.vocabulary import RunStatus
 from orchestra.errors import ValidationError
+from orchestra.observability import tracing
 from orchestra.services import workflows as service
 from orchestra.services.roles import Role
 from orchestra.web.apidoc import models as out
@@ -221,6 +222,8 @@ async def delete_template(request: Request, template_id: str):
     "Start a run of a template", body=RunBody, response=out.RunStarted, status=202,
     errors={404: "NotFoundError: no template you may read has this id."},
     links=_RUN_LINKS,
+    params=(header("traceparent", "W3C trace context: the run's spans join this trace, in "
+                   "whichever process executes it (ignored unless well-formed)."),),
 )
 @protected(Role.USER)
 async def start_run(request: Request):
@@ -230,6 +233,7 @@ async def start_run(request: Request):
         template_id=body.template_id,
         input=body.input,
         files=body.files,
+        trace_parent=tracing.parent_for_run(request.headers),
         **_who(request),
     )
     return json({"message": SUCCESS, "trace_id": run.trace_id, "status": RunStatus.QUEUED}, status=202)
