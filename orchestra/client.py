@@ -302,7 +302,7 @@ class Client:
         return body
 
     # -- workflows ----------------------------------------------------------------------
-    def start_run(self, template_id: str, input: str | None = None, files: list[str] | None = None) -> str:
+    def start_run(self, template_id: str, input: Any = None, files: list[str] | None = None) -> str:
         body: dict[str, Any] = {"template_id": template_id}
         if input is not None:
             body["input"] = input
@@ -310,7 +310,7 @@ class Client:
             body["files"] = files
         return self.post("/workflow/run", json=body)["trace_id"]
 
-    def reply(self, trace_id: str, content: str, request_id: str | None = None) -> dict[str, Any]:
+    def reply(self, trace_id: str, content: Any, request_id: str | None = None) -> dict[str, Any]:
         body: dict[str, Any] = {"content": content}
         if request_id:
             body["request_id"] = request_id

@@ -2,8 +2,10 @@
 
 `make_renderer` picks one: `--json` → one raw event object per line; a terminal →
 `LiveRenderer` (a panel per step with streamed tokens, tool calls and results; long
-lines wrap at the terminal's width); anything else → `PlainRenderer` (one readable line
-per happening, each step's output when it finishes). All of them record the run's final
+lines wrap at the terminal's width; a foreach or loop is one panel that counts its
+items or iterations and shows only those running or failed); anything else →
+`PlainRenderer` (one readable line per happening, each step's output when it finishes).
+Steps are keyed by instance `path` (`research[3]`, `improve#2.draft`; SPEC §8). All of them record the run's final
 status in `outcome`. Questions are put at the prompt by `orchestra.cli.prompt`.
 """
 
@@ -55,6 +57,12 @@ def _text(value: Any) -> str:
     if isinstance(value, str):
         return value
     return json.dumps(value, ensure_ascii=False)
+
+
+def top_of(path: str) -> str:
+    """The top-level step an instance belongs to: `research[3].fetch` → `research`."""
+    head = path.split(".", 1)[0]
+    return head.split("[", 1)[0].split("#", 1)[0]
 
 
 def _seconds(start: float | None, end: float | None) -> str:
@@ -126,7 +134,8 @@ class Renderer:
         """Update the state from one event, then show it."""
         data, kind = event.data, event.kind
         ts = parse_ts(data.get("ts"))
-        step = self.step(data.get("step_id")) if data.get("step_id") else None
+        key = data.get("path") or data.get("step_id")
+        step = self.step(key) if key else None
         if kind == EventKind.RUN_STARTED:
             self.outcome.started = ts
         elif kind == EventKind.STEP_STARTED and step:
@@ -211,7 +220,7 @@ class PlainRenderer(Renderer):
 
     def show(self, event: "Event") -> None:
         data, kind = event.data, event.kind
-        sid = data.get("step_id")
+        sid = data.get("path") or data.get("step_id")
         step = self.steps.get(sid) if sid else None
         if kind == EventKind.RUN_STARTED:
             name = _pick(data, "template_name", "template", default="")
@@ -295,12 +304,52 @@ class LiveRenderer(Renderer):
         title = f"[b]{step.step_id}[/] · {step.status}{_seconds(step.started, step.finished)}"
         return Panel(body, title=title, title_align="left", border_style=_STYLE.get(step.status, "white"))
 
+    SHOWN = 6  # instances of one container listed at once: a few failed, then running ones
+
+    def group(self, top: StepView, members: list[StepView], tail: int | None) -> Panel:
+        """A container's panel: counts of its instances by status, then the few running
+        or failed ones (a 1,000-item foreach stays one readable panel)."""
+        direct = [m for m in members if "." not in m.step_id]  # items or iterations
+        parents = {m.step_id.rsplit(".", 1)[0] for m in members if "." in m.step_id}
+        leaves = [m for m in members if m.step_id not in parents]  # the calls themselves
+        counts: dict[str, int] = {}
+        for member in direct:
+            counts[member.status] = counts.get(member.status, 0) + 1
+        noun = "iterations" if direct and "#" in direct[0].step_id else "items"
+        body = Text(f"{len(direct)} {noun}: " + ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+                    if direct else "starting…", style="dim")
+        busy = [m for m in leaves if m.status in ("running", "waiting_reply")]
+        failed = [m for m in leaves if m.status == "failed"]
+        picked = failed[: self.SHOWN // 2]
+        picked += busy[: self.SHOWN - len(picked)]
+        for member in picked:
+            line = (member.error if member.status == "failed" else
+                    (member.text.strip().splitlines() or [""])[-1])
+            body.append(f"\n{member.step_id} · {member.status}: ", style=_STYLE.get(member.status, ""))
+            body.append(line or "…")
+        if len(busy) + len(failed) > len(picked):
+            body.append(f"\n… {len(busy) + len(failed) - len(picked)} more", style="dim")
+        if top.output is not None and top.status != "running":
+            body.append("\n" + (top.output if tail is None else top.output[-300:]))
+        if top.error:
+            body.append("\n" + top.error, style="red")
+        title = f"[b]{top.step_id}[/] · {top.status}{_seconds(top.started, top.finished)}"
+        return Panel(body, title=title, title_align="left", border_style=_STYLE.get(top.status, "white"))
+
     def view(self, tail: int | None = None) -> Group:
         parts: list[Any] = [Text(f"run {self.trace_id}", style="bold")]
         if not self.steps and not self.outcome.status:
             parts.append(Text(f"waiting for the run to start… {max(time.time() - self.opened, 0.0):.0f}s",
                               style="dim italic"))
-        parts += [self.panel(s, tail) for s in list(self.steps.values())]  # the refresh thread reads too
+        grouped: dict[str, list[StepView]] = {}
+        for step in list(self.steps.values()):  # the refresh thread reads too
+            grouped.setdefault(top_of(step.step_id), []).append(step)
+        for name, members in grouped.items():
+            top = self.steps.get(name)
+            if top is not None and len(members) == 1:
+                parts.append(self.panel(top, tail))
+            else:
+                parts.append(self.group(top or StepView(name), [m for m in members if m is not top], tail))
         if self.outcome.status:
             parts.append(Text(final_line(self.outcome), style="green" if self.outcome.ok else "red"))
         return Group(*parts)

@@ -127,8 +127,12 @@ def serving_app(settings: Settings, listening_line: str):
     from orchestra.observability import logs, metrics
     from orchestra.web.app import create_app
 
-    logs.configure(settings.log_format)
     app = create_app(settings, name="orchestra")
+    logs.configure(settings.log_format)  # after the app: building it sets Sanic's loggers up
+
+    async def log_format(_app) -> None:
+        logs.configure(settings.log_format)  # and again in each worker process as it starts
+
 
     async def announce(_app) -> None:
         name = os.environ.get("SANIC_WORKER_NAME", "")
@@ -138,6 +142,7 @@ def serving_app(settings: Settings, listening_line: str):
     async def worker_gone(_app) -> None:
         metrics.process_exited(os.getpid())  # its live gauges leave the shared sums
 
+    app.register_listener(log_format, "before_server_start")
     app.register_listener(announce, "after_server_start")
     app.register_listener(worker_gone, "after_server_stop")
     return app

@@ -12,6 +12,8 @@ import logging
 from typing import Any
 
 from orchestra.engine.coalescer import TokenCoalescer
+from orchestra.engine.language.policies import read_structured, repair_prompt
+from orchestra.engine.language.schemas import describe
 from orchestra.engine.live import LiveRun, StepFailure
 from orchestra.engine.llm import (
     ChatMessage,
@@ -25,6 +27,8 @@ from orchestra.engine.log import RunGone
 from orchestra.engine.tools import ToolContext, ToolError
 from orchestra.engine.vocabulary import EventKind
 from orchestra.errors import OrchestraError
+from orchestra.observability import runs as observe
+from orchestra.observability.instrument import instrument_client
 
 logger = logging.getLogger("orchestra.engine")
 
@@ -34,8 +38,10 @@ class AgentSteps:
 
     async def _agent_step(
         self, live: LiveRun, step: dict[str, Any], prompt: str
-    ) -> tuple[str, dict[str, int], str]:
-        """(output, usage, the last token text, not yet appended: the caller stores it)."""
+    ) -> tuple[Any, dict[str, int], str]:
+        """(output, usage, the last token text, not yet appended: the caller stores it).
+        With `output_schema` the output is the answer's JSON value, validated; a mismatch
+        is told to the model and asked again, `schema_repairs` times at most."""
         agent = step["agent"]
         if "worker" in agent:
             config = await self.agents.worker(agent["worker"])
@@ -53,7 +59,8 @@ class AgentSteps:
             )
         registry = self.registry
         try:
-            tools = registry.specs(config.tools)
+            await registry.load()  # the MCP servers' tools, when their copy is stale
+            tools, catalog_names = registry.offer(config.tools)
             client = await self._client_for(config)
         except (ToolError, LLMError) as exc:
             raise StepFailure(exc.message) from None
@@ -73,56 +80,86 @@ class AgentSteps:
             ask_user=lambda question: self._ask(
                 live, step["id"], question, earlier=live.take_earlier(step["id"], question)
             ),
+            mcp=live.mcp_sessions(self.settings.mcp_stdio_allowed),
         )
         usage = {"prompt_tokens": 0, "completion_tokens": 0}
         rounds = self.settings.llm_max_tool_rounds
-        for round_number in range(rounds + 1):
+        schema = step.get("output_schema")
+        repairs_left = self.settings.schema_repairs
+        tool_rounds = 0
+        while True:
             result, pending_text = await self._turn(
-                live, step["id"], client, config.model, messages, tools
+                live, step["id"], client, config.model, messages, tools, output_schema=schema
             )
             if result.usage is not None:
                 usage["prompt_tokens"] += result.usage.prompt_tokens
                 usage["completion_tokens"] += result.usage.completion_tokens
             if not result.tool_calls:
-                return result.text, usage, pending_text
-            if round_number == rounds:
+                if schema is None:
+                    return result.text, usage, pending_text
+                value, violations = read_structured(result.text, schema)
+                if not violations:
+                    return value, usage, pending_text
+                if repairs_left <= 0:
+                    await self._emit_tokens(live, step["id"], pending_text)
+                    raise StepFailure(
+                        "The answer did not match output_schema after "
+                        f"{self.settings.schema_repairs} repair rounds: {describe(violations)}"
+                    )
+                repairs_left -= 1  # tell the model what was wrong and ask again
+                await self._emit_tokens(live, step["id"], pending_text)
+                messages.append(ChatMessage("assistant", result.text))
+                messages.append(ChatMessage("user", repair_prompt(violations, schema)))
+                continue
+            if tool_rounds == rounds:
                 raise StepFailure(f"The model still asked for tools after {rounds} tool rounds.")
+            tool_rounds += 1
             messages.append(ChatMessage("assistant", result.text or None, tool_calls=result.tool_calls))
             for call in result.tool_calls:
-                content = await self._tool(live, step["id"], registry, call, ctx)
+                name = catalog_names.get(call.name, call.name)  # the model may use an encoded name
+                content = await self._tool(live, step["id"], registry, call, ctx, name)
                 messages.append(
                     ChatMessage("tool", content, tool_call_id=call.id, name=call.name)
                 )
-        raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _tool(self, live: LiveRun, sid: str, registry, call, ctx: ToolContext) -> str:
-        """Run one tool call; a failing tool becomes an error result for the model."""
+    async def _emit_tokens(self, live: LiveRun, sid: str, text: str) -> None:
+        if text:
+            live.writes.submit(self.log.append, live.trace_id, EventKind.TOKEN,
+                               live.tagged(sid, {"text": text}), step_id=sid)
+
+    async def _tool(self, live: LiveRun, sid: str, registry, call, ctx: ToolContext, name: str) -> str:
+        """Run one tool call (`name`: its catalog name); a failing tool becomes an error
+        result for the model."""
         live.writes.submit(
-            self._append,
-            live,
+            self.log.append,
+            live.trace_id,
             EventKind.TOOL_CALL,
-            {"call_id": call.id, "name": call.name, "arguments": call.arguments},
+            live.tagged(sid, {"call_id": call.id, "name": name, "arguments": call.arguments}),
             step_id=sid,
         )
         result: str | None = None
         error: str | None = None
         try:
-            result = await registry.run(call.name, call.arguments, ctx)
+            await self.log.release()  # no pooled connection held while a tool (an MCP server) works
+            result = await observe.observed_tool(
+                name, registry.run(name, call.arguments, ctx), known=name in registry)
         except ToolError as exc:
             error = exc.message
         except (asyncio.CancelledError, RunGone, StepFailure):
             raise
         except Exception as exc:  # noqa: BLE001 - a broken tool must not end the step
-            logger.warning("tool %s raised %r", call.name, exc)
-            error = f"The tool {call.name} failed: {type(exc).__name__}: {exc}"
-        data: dict[str, Any] = {"call_id": call.id, "name": call.name, "result": result}
+            logger.warning("tool %s raised %r", name, exc)
+            error = f"The tool {name} failed: {type(exc).__name__}: {exc}"
+        data: dict[str, Any] = {"call_id": call.id, "name": name, "result": result}
         if error is not None:
             data["error"] = error
-        live.writes.submit(self._append, live, EventKind.TOOL_RESULT, data, step_id=sid)
+        live.writes.submit(self.log.append, live.trace_id, EventKind.TOOL_RESULT,
+                           live.tagged(sid, data), step_id=sid)
         return result if error is None else f"Error: {error}"
 
     async def _turn(
-        self, live: LiveRun, sid: str, client, model: str, messages, tools
+        self, live: LiveRun, sid: str, client, model: str, messages, tools,
+        output_schema: dict[str, Any] | None = None,
     ) -> tuple[ChatResult, str]:
         """One streamed model turn, retried on retryable errors before any token is shown.
 
@@ -131,7 +168,8 @@ class AgentSteps:
         limit = self.settings.step_output_max_bytes
 
         async def emit(text: str) -> None:
-            live.writes.submit(self._append, live, EventKind.TOKEN, {"text": text}, step_id=sid)
+            live.writes.submit(self.log.append, live.trace_id, EventKind.TOKEN,
+                               live.tagged(sid, {"text": text}), step_id=sid)
 
         coalescer = TokenCoalescer(emit, interval=self.token_interval)
 
@@ -140,7 +178,9 @@ class AgentSteps:
             shown = 0
             result: ChatResult | None = None
             try:
-                async for event in client.stream_chat(model=model, messages=messages, tools=tools):
+                extra = {"output_schema": output_schema} if output_schema is not None else {}
+                async for event in client.stream_chat(model=model, messages=messages, tools=tools,
+                                                      **extra):
                     if isinstance(event, TextDelta) and event.text:
                         shown += len(event.text)
                         if shown > limit:
@@ -195,12 +235,12 @@ class AgentSteps:
         return client
 
     def _build_client(self, config) -> Any:
-        return make_client(
+        return instrument_client(make_client(
             kind=config.provider_kind,
             api_key=config.provider_api_key,
             base_url=config.provider_base_url,
             timeout=self.settings.llm_timeout,
-        )
+        ), config.provider_kind)
 
     async def _read_upload(self, owner_id: str, file_id: str) -> str:
         try:

@@ -10,6 +10,7 @@ are hints that make both act sooner.
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import logging
 
 from orchestra.db.models import WorkflowRun
@@ -17,6 +18,8 @@ from orchestra.db.outage import release_quietly, sleep_backoff
 from orchestra.engine.live import LiveRun
 from orchestra.engine.log import RunGone
 from orchestra.engine.vocabulary import RunStatus
+from orchestra.observability import metrics
+from orchestra.observability import runs as observe
 
 logger = logging.getLogger("orchestra.engine")
 
@@ -25,9 +28,14 @@ class ClaimLoops:
     """Engine part: the claim loop, the lease loop and the `control` signal."""
 
     def _launch(self, run: WorkflowRun) -> LiveRun:
+        spec = run.spec or {}
         live = LiveRun(
-            run.trace_id, run.owner_id, run.input or "", list(run.files or []), run.steps,
-            attempt=run.attempts, claim=run.owner_process,
+            run.trace_id, run.owner_id,
+            run.input_value if "input_schema" in spec else (run.input or ""),
+            list(run.files or []), run.steps, attempt=run.attempts, spec=spec,
+            started_epoch=(run.started_at.replace(tzinfo=dt.timezone.utc).timestamp()
+                           if run.started_at else None),
+            claim=run.owner_process,
         )
         live.renewed_at = asyncio.get_running_loop().time()
         live.writes.retry = self._write_failed
@@ -35,7 +43,8 @@ class ClaimLoops:
             live.stop_asked, live.stop_reason = True, "The run was cancelled by request."
         self.runs[run.trace_id] = live
         live.task = asyncio.get_running_loop().create_task(
-            self._run(live), name=f"run-{run.trace_id}"
+            observe.observed_run(run.trace_id, run.trace_parent, run.attempts, self._run(live)),
+            name=f"run-{run.trace_id}",
         )
         return live
 
@@ -45,7 +54,9 @@ class ClaimLoops:
             try:
                 await self._claim_some()
                 self.outage.succeeded()
+                metrics.store_available()
             except Exception as exc:  # noqa: BLE001 - the store may be briefly away: try again
+                metrics.store_unavailable()
                 if not self.outage.failed(exc, "claiming runs"):
                     logger.exception("claiming runs failed")
             await self.log.release()
@@ -97,7 +108,10 @@ class ClaimLoops:
                 held = await self.ownership.renew(
                     {trace_id: live.claim for trace_id, live in lives.items()}, db=self.lease_db)
             except Exception as exc:  # noqa: BLE001 - the next tick tries again
-                self.outage.failed(exc, "renewing run leases")
+                metrics.lease_renewals("failed")
+                metrics.store_unavailable()
+                if not self.outage.failed(exc, "renewing run leases"):
+                    logger.exception("renewing run leases failed")
                 now = loop.time()
                 for live in lives.values():
                     if now - live.renewed_at > lease * 0.8:  # stop before the lease ends
@@ -105,11 +119,15 @@ class ClaimLoops:
                         self._stop_local(live, "lost", "")
                 continue
             self.outage.succeeded()
+            metrics.store_available()
+            metrics.lease_renewals("renewed", len(held))
             now = loop.time()
             for trace_id, live in lives.items():
                 if trace_id not in held and live.ending:
                     continue  # its end is being stored: no longer active in the store
                 if trace_id not in held:  # another process took it: stop, write nothing
+                    metrics.lease_renewals("lost")
+                    observe.run_outcome(trace_id, "lost")
                     logger.warning("run %s is held by another process now", trace_id)
                     live.writes.abandon()
                     self._stop_local(live, "lost", "")

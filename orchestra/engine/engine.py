@@ -21,6 +21,7 @@ from orchestra.db.outage import StoreOutage
 from orchestra.db.signals import Signals
 from orchestra.engine.agent_step import AgentSteps
 from orchestra.engine.claims import ClaimLoops
+from orchestra.engine.containers import Containers
 from orchestra.engine.feed import Feeds
 from orchestra.engine.live import LiveRun
 from orchestra.engine.log import EventLog
@@ -42,7 +43,7 @@ class AgentResolver(Protocol):
     async def node(self, name: str) -> Any: ...
 
 
-class Engine(ClaimLoops, RunLifecycle, Scheduler, AgentSteps, HumanQuestions):
+class Engine(ClaimLoops, RunLifecycle, Scheduler, Containers, AgentSteps, HumanQuestions):
     """Owns this process's run tasks, its claims and leases, and its live event feeds."""
 
     def __init__(
@@ -66,6 +67,7 @@ class Engine(ClaimLoops, RunLifecycle, Scheduler, AgentSteps, HumanQuestions):
         self.signals = signals
         self.exclusive = exclusive  # one process serves this store (SQLite)
         self.log = EventLog(core.db)
+        self.log.fence_for = self._fence_of  # an owner's appends check its claim
         self.feeds = Feeds(self.log, signals)
         self.outage: StoreOutage = core.extras.setdefault("store_outage", StoreOutage())
         self.lease_db = core.db  # the lease loop's connection; its own one on PostgreSQL

@@ -91,6 +91,8 @@ class EventLog:
     def __init__(self, db: Any) -> None:
         self.db = db
         self.on_stored: list[Stored] = []
+        # The fence of an append (a run owner's check of its claim), by run; set by the engine.
+        self.fence_for: Callable[[str], Callable[[], Awaitable[None]] | None] | None = None
         self._locks: dict[str, asyncio.Lock] = {}
         self._last: dict[str, int] = {}
 
@@ -110,6 +112,8 @@ class EventLog:
         publish them in order. Raises RunGone, or StoreContention after the deadline.
         With `fence` (a run owner's write), the insert runs in one transaction after
         `fence()`, which checks the claim and raises Fenced when it no longer holds."""
+        if fence is None and self.fence_for is not None:
+            fence = self.fence_for(trace_id)
         lock = self._locks.setdefault(trace_id, asyncio.Lock())
         loop = asyncio.get_running_loop()
         deadline = loop.time() + APPEND_DEADLINE_SECONDS
@@ -173,8 +177,9 @@ class EventLog:
         rows: list[dict[str, Any]] = []
         for offset, (kind, data, step_id) in enumerate(items, 1):
             payload: dict[str, Any] = {"trace_id": trace_id, "seq": last + offset, "ts": ts}
-            if step_id is not None:
-                payload["step_id"] = step_id
+            if step_id is not None:  # every step event names its instance (SPEC §8)
+                payload["step_id"] = str(step_id)
+                payload["path"] = getattr(step_id, "path", None) or str(step_id)
             payload.update(data or {})
             rows.append({"run": trace_id, "seq": last + offset, "kind": kind,
                          "data": payload, "created_at": now})

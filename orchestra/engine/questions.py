@@ -14,10 +14,12 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from orchestra.db.models import RunEvent, RunStep, WorkflowRun
+from orchestra.db.models import RunEvent, WorkflowRun
+from orchestra.engine import instances
 from orchestra.engine.log import Event
 from orchestra.engine.vocabulary import FINISHED, EventKind, RunStatus, StepStatus
-from orchestra.errors import ConflictError, NotFoundError
+from orchestra.engine.language.schemas import describe, violations
+from orchestra.errors import ConflictError, NotFoundError, ValidationError
 
 if TYPE_CHECKING:
     from orchestra.engine.live import LiveRun
@@ -30,8 +32,14 @@ class Question:
     request_id: str
     step_id: str
     prompt: str
-    answer: str | None = None
+    answer: Any = None  # text, or a JSON value for a step with output_schema
     future: asyncio.Future | None = None
+    answered: bool = False  # an answer (or a timeout's default) is stored
+    path: str = ""  # the instance that asked (SPEC §8); a top-level step's is its id
+
+    def __post_init__(self) -> None:
+        self.path = self.path or getattr(self.step_id, "path", None) or self.step_id
+        self.step_id = str(self.step_id)
 
 
 async def read_questions(db: Any, trace_id: str) -> list[Question]:
@@ -40,19 +48,35 @@ async def read_questions(db: Any, trace_id: str) -> list[Question]:
         RunEvent.select(RunEvent.kind, RunEvent.data)
         .where((RunEvent.run == trace_id)
                & RunEvent.kind.in_([EventKind.REPLY_REQUESTED, EventKind.REPLY_RECEIVED,
-                                    EventKind.REPLY_WITHDRAWN]))
+                                    EventKind.REPLY_TIMED_OUT, EventKind.REPLY_WITHDRAWN]))
         .order_by(RunEvent.seq)
     )
     asked: dict[str, Question] = {}
     for row in rows:
         request_id = row.data.get("request_id")
         if row.kind == EventKind.REPLY_REQUESTED:
-            asked[request_id] = Question(request_id, row.data.get("step_id"), row.data.get("prompt"))
+            asked[request_id] = Question(request_id, row.data.get("step_id"), row.data.get("prompt"),
+                                         path=row.data.get("path") or "")
         elif row.kind == EventKind.REPLY_WITHDRAWN:
             asked.pop(request_id, None)  # asked by an earlier attempt, and not again
-        elif request_id in asked and asked[request_id].answer is None:
-            asked[request_id].answer = str(row.data.get("content", ""))
+        elif request_id in asked and not asked[request_id].answered:
+            asked[request_id].answered = True
+            asked[request_id].answer = row.data.get("content", "")
     return list(asked.values())
+
+
+def check_reply(steps: list[dict[str, Any]], step_id: str, content: Any) -> None:
+    """A reply fits its question: JSON of the human step's output_schema, else text."""
+    step = next((s for s, _, _ in instances.walk(steps) if s.get("id") == step_id), {})  # inner ones too
+    schema = step.get("output_schema") if step.get("agent", {}).get("human") else None
+    if schema is None:
+        if not isinstance(content, str):
+            raise ValidationError.field("content", "must be a string (this question has no schema)")
+        return
+    found = violations(content, schema, root="content")
+    if found:
+        raise ValidationError(f"The reply does not match the step's schema: {describe(found)}.",
+                              detail=found)
 
 
 class HumanQuestions:
@@ -62,10 +86,11 @@ class HumanQuestions:
         """`[{request_id, step_id, prompt}]` the run waits on, oldest first (from the store)."""
         return [
             {"request_id": q.request_id, "step_id": q.step_id, "prompt": q.prompt}
-            for q in await read_questions(self.db, trace_id) if q.answer is None
+            | ({"path": q.path} if q.path != q.step_id else {})
+            for q in await read_questions(self.db, trace_id) if not q.answered
         ]
 
-    async def reply(self, trace_id: str, *, content: str, request_id: str | None) -> Question:
+    async def reply(self, trace_id: str, *, content: Any, request_id: str | None) -> Question:
         """Store the answer to an open question of the run (the oldest unless `request_id`)
         and deliver it to the run's owner, here or in another process. Exactly one answer
         is stored per question, whichever processes receive replies at once."""
@@ -81,7 +106,7 @@ class HumanQuestions:
                 raise NotFoundError(f"No run has the trace_id '{trace_id}'.")
             if rows[0].status in FINISHED:
                 raise ConflictError(f"The run is not waiting for a reply (status: {rows[0].status}).")
-            open_ = [q for q in await read_questions(self.db, trace_id) if q.answer is None]
+            open_ = [q for q in await read_questions(self.db, trace_id) if not q.answered]
             if not open_:
                 raise ConflictError(f"The run is not waiting for a reply (status: {rows[0].status}).")
             chosen = open_[0] if request_id is None else next(
@@ -91,13 +116,14 @@ class HumanQuestions:
                     f"The request '{request_id}' is not waiting for a reply (stale or unknown).",
                     detail={"pending": [q.request_id for q in open_]},
                 )
+            check_reply(rows[0].steps, chosen.step_id, content)  # 422: the question stays open
             events = await self.log.insert(trace_id, [(
-                EventKind.REPLY_RECEIVED, {"request_id": chosen.request_id, "content": content},
+                EventKind.REPLY_RECEIVED,
+                {"request_id": chosen.request_id, "content": content, "path": chosen.path},
                 chosen.step_id,
             )])
             # Seen at once by any reader of the run; the owner writes the same.
-            await self.db.aexecute(RunStep.update(status=StepStatus.RUNNING).where(
-                (RunStep.run == trace_id) & (RunStep.step_id == chosen.step_id)))
+            await self._set_step(trace_id, chosen.path, status=StepStatus.RUNNING)
             if len(open_) == 1:
                 await self.db.aexecute(WorkflowRun.update(status=RunStatus.RUNNING).where(
                     (WorkflowRun.trace_id == trace_id) & (WorkflowRun.status == RunStatus.WAITING_REPLY)))
@@ -105,7 +131,7 @@ class HumanQuestions:
 
         await self._store_with_events(trace_id, store_answer)
         await self.log.release()
-        chosen.answer = content
+        chosen.answer, chosen.answered = content, True
         live = self.runs.get(trace_id)
         if live is not None:
             self._answer(live, chosen.request_id, content)
@@ -113,7 +139,21 @@ class HumanQuestions:
             await self.signals.notify("control", f"reply:{trace_id}")
         return chosen
 
-    def _answer(self, live: LiveRun, request_id: str, content: str) -> None:
+    async def _time_out_question(self, live: LiveRun, sid: str, default: Any) -> None:
+        """A human step's wait ran out and it has a `default`: close its open question
+        (`reply_timed_out {request_id}`; a later reply is 409) and let the default stand."""
+        open_ = [q for q in await read_questions(self.db, live.trace_id)
+                 if not q.answered and q.path == getattr(sid, "path", sid)]
+        await self.log.release()
+        for question in open_:
+            live.writes.submit(self.log.append, live.trace_id, EventKind.REPLY_TIMED_OUT,
+                               live.tagged(sid, {"request_id": question.request_id, "content": default}),
+                               step_id=sid)
+        await live.writes.drain()
+        if not live.questions:
+            live.writes.submit(self._set_run, live.trace_id, status=RunStatus.RUNNING)
+
+    def _answer(self, live: LiveRun, request_id: str, content: Any) -> None:
         question = live.questions.get(request_id)
         if question is not None and question.future is not None and not question.future.done():
             question.future.set_result(content)
@@ -124,35 +164,38 @@ class HumanQuestions:
             return
         try:
             for question in await read_questions(self.db, live.trace_id):
-                if question.answer is not None:
+                if question.answered:
                     self._answer(live, question.request_id, question.answer)
         finally:
             await self.log.release()
 
     async def _ask(self, live: LiveRun, sid: str, prompt: str, *,
-                   earlier: Question | None = None) -> str:
+                   earlier: Question | None = None, schema: dict[str, Any] | None = None) -> Any:
         """Emit `reply_requested`, move the run to `waiting_reply`, wait for the answer.
         A question an earlier attempt asked is not asked again: its stored answer is
         used, or the same request is waited on. When the step asks something else, the
         open questions its earlier attempt asked are withdrawn first (`reply_withdrawn`:
         a reply to one of them is 409 from now on)."""
-        if earlier is not None and earlier.answer is not None:
+        if earlier is not None and earlier.answered:
             return earlier.answer
         question = earlier or Question(uuid.uuid4().hex, sid, prompt)
         question.future = asyncio.get_running_loop().create_future()
+        path = question.path
         live.questions[question.request_id] = question
-        live.waiting.add(sid)
+        live.waiting.add(path)
         writes = live.writes
         try:
-            writes.submit(self._set_run, live, status=RunStatus.WAITING_REPLY)
-            writes.submit(self._set_step, live, sid, status=StepStatus.WAITING_REPLY)
+            writes.submit(self._set_run, live.trace_id, status=RunStatus.WAITING_REPLY)
+            writes.submit(self._set_step, live.trace_id, path, status=StepStatus.WAITING_REPLY)
             if earlier is None:
                 for old in live.withdraw(sid):
-                    writes.submit(self._append, live, EventKind.REPLY_WITHDRAWN,
+                    writes.submit(self.log.append, live.trace_id, EventKind.REPLY_WITHDRAWN,
                                   {"request_id": old.request_id}, step_id=sid)
                 await asyncio.shield(writes.submit(
-                    self._append, live, EventKind.REPLY_REQUESTED,
-                    {"request_id": question.request_id, "prompt": prompt}, step_id=sid,
+                    self.log.append, live.trace_id, EventKind.REPLY_REQUESTED,
+                    live.tagged(sid, {"request_id": question.request_id, "prompt": prompt,
+                                      **({"schema": schema} if schema is not None else {})}),
+                    step_id=sid,
                 ))
             else:
                 await self._check_replies(live)  # answered while nobody held the run
@@ -160,8 +203,8 @@ class HumanQuestions:
             content = await asyncio.shield(question.future)
         finally:
             live.questions.pop(question.request_id, None)
-            live.waiting.discard(sid)
-        writes.submit(self._set_step, live, sid, status=StepStatus.RUNNING)
+            live.waiting.discard(path)
+        writes.submit(self._set_step, live.trace_id, path, status=StepStatus.RUNNING)
         if not live.questions:
-            writes.submit(self._set_run, live, status=RunStatus.RUNNING)
+            writes.submit(self._set_run, live.trace_id, status=RunStatus.RUNNING)
         return content

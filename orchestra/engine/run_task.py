@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -19,11 +20,14 @@ from peewee import IntegrityError
 
 from orchestra.db.models import RunStep, WorkflowRun, utcnow
 from orchestra.db.outage import release_quietly, sleep_backoff
-from orchestra.engine.live import HandBack, LiveRun, RunFailed
+from orchestra.engine.language import policies
+from orchestra.engine.language.expressions import ExpressionError
+from orchestra.engine.live import HandBack, LimitReached, LiveRun, RunFailed, path_of
 from orchestra.engine.log import Event, Fenced, RunGone
 from orchestra.engine.memory import trim_soon
 from orchestra.engine.questions import read_questions
 from orchestra.engine.vocabulary import EventKind, RunStatus, StepStatus
+from orchestra.observability import runs as observe
 
 logger = logging.getLogger("orchestra.engine")
 
@@ -48,21 +52,31 @@ class RunLifecycle:
                 )
                 return
             restarted = await self._load_state(live)
+            observe.run_began(trace_id, resumed=restarted is not None)
             if restarted is None:
-                writes.submit(self._set_run, live, status=RunStatus.RUNNING, started_at=utcnow())
+                now = utcnow()
+                live.started_epoch = time.time()
+                writes.submit(self._set_run, trace_id, status=RunStatus.RUNNING, started_at=now)
                 writes.submit(
-                    self._append, live, EventKind.RUN_STARTED,
+                    self.log.append, trace_id, EventKind.RUN_STARTED,
                     {"status": RunStatus.RUNNING, "input": live.input, "steps": [s["id"] for s in live.steps]},
                 )
+                reused = [(EventKind.STEP_FINISHED, {"output": state["output"], "reused": True}, sid)
+                          for sid, state in live.states.items()]
+                if reused:  # steps copied from the run this one retries
+                    writes.submit(self.log.append_many, trace_id, reused)
             else:
-                writes.submit(self._set_run, live, status=RunStatus.RUNNING)
+                writes.submit(self._set_run, trace_id, status=RunStatus.RUNNING)
                 writes.submit(
-                    self._append, live, EventKind.RUN_RESUMED,
+                    self.log.append, trace_id, EventKind.RUN_RESUMED,
                     {"status": RunStatus.RUNNING, "attempt": live.attempt, "restarted_steps": restarted},
                 )
-            outputs = await self._schedule(live)
-            final = outputs.get(live.steps[-1]["id"]) if live.steps else None
-            writes.submit(self._close, live, EventKind.RUN_FINISHED,
+            states = await self._schedule_within_deadline(live)
+            try:
+                final = policies.run_output(live.spec, live.steps, states, live.input)
+            except ExpressionError as exc:
+                raise RunFailed("", f"The template's output failed: {exc.message}") from None
+            writes.submit(self._close, trace_id, EventKind.RUN_FINISHED,
                           {"status": RunStatus.SUCCEEDED, "output": final}, status=RunStatus.SUCCEEDED)
             await writes.drain()
         except RunFailed as failure:
@@ -90,6 +104,8 @@ class RunLifecycle:
             await self._end(live, RunStatus.FAILED, EventKind.RUN_FAILED,
                             f"Internal error: {type(exc).__name__}: {exc}"[:500])
         finally:
+            if live.mcp is not None:  # ended, failed, cancelled or handed back: close them
+                await live.mcp.aclose()
             await writes.settle()
             for question in live.questions.values():
                 if question.future is not None and not question.future.done():
@@ -109,27 +125,59 @@ class RunLifecycle:
             return False
         status = last.data.get("status") or {EventKind.RUN_FINISHED: RunStatus.SUCCEEDED,
                                               EventKind.RUN_CANCELLED: RunStatus.CANCELLED}.get(last.kind, RunStatus.FAILED)
-        await self._set_run(live, status=status, finished_at=utcnow(),
+        await self._set_run(live.trace_id, status=status, finished_at=utcnow(),
                             owner_process=None, lease_until=None)
         return True
 
+    async def _schedule_within_deadline(self, live: LiveRun) -> dict[str, dict[str, Any]]:
+        """The schedule, bounded by limits.deadline_seconds from run_started (waits included)."""
+        seconds = (live.spec.get("limits") or {}).get("deadline_seconds")
+        if not seconds:
+            return await self._schedule(live)
+        loop = asyncio.get_running_loop()
+        left = (live.started_epoch or time.time()) + seconds - time.time()
+        try:
+            async with asyncio.timeout_at(loop.time() + max(0.0, left)):
+                return await self._schedule(live)
+        except TimeoutError:
+            raise LimitReached("", f"The run passed its deadline of {seconds} s "
+                                   "(limits.deadline_seconds).") from None
+
     async def _load_state(self, live: LiveRun) -> list[str] | None:
-        """For a run that already has events (claimed again): finished outputs, earlier
-        questions, and the steps that start again. None for a fresh run."""
-        if await self.log.max_seq(live.trace_id) == 0:
-            return None
+        """For a run that already has events (claimed again): ended steps' states, earlier
+        questions, and the steps that start again. None for a fresh run, which only loads
+        the steps a retried run reuses."""
         rows = await self.db.list(RunStep.select().where(RunStep.run == live.trace_id))
+        if await self.log.max_seq(live.trace_id) == 0:
+            for row in rows:
+                if row.reused and row.status == StepStatus.SUCCEEDED:
+                    live.finished.set(row.path or row.step_id, row.status, step_output(row))
+                    if (row.path or row.step_id) == row.step_id:  # a top-level step
+                        live.states[row.step_id] = {"output": step_output(row), "status": StepStatus.SUCCEEDED}
+            return None
         live.earlier = await read_questions(self.db, live.trace_id)
-        waiting_humans = {q.step_id for q in live.earlier if q.answer is None}
+        waiting_humans = {q.path for q in live.earlier if not q.answered}
+        on_error = {s["id"]: s.get("on_error") for s in live.steps}
         restarted = []
+        top = {s["id"]: s for s in live.steps}
         for row in rows:
+            path = row.path or row.step_id
+            live.finished.set(path, row.status, step_output(row))  # every instance (SPEC §8)
+            live.executions += row.attempt if row.status != StepStatus.PENDING and not row.reused else 0
+            if path not in top:
+                continue
             if row.status == StepStatus.SUCCEEDED:
-                live.outputs[row.step_id] = row.output or ""
+                live.states[row.step_id] = {"output": step_output(row), "status": StepStatus.SUCCEEDED}
+            elif row.status == StepStatus.SKIPPED:
+                live.states[row.step_id] = {"output": None, "status": StepStatus.SKIPPED}
+            elif row.status == StepStatus.FAILED and on_error.get(row.step_id) == "continue":
+                live.states[row.step_id] = {"output": None, "status": StepStatus.FAILED}
             elif row.status == StepStatus.FAILED:
                 raise RunFailed(row.step_id, f"Step '{row.step_id}' failed: {row.error}")
             elif row.status in (StepStatus.RUNNING, StepStatus.WAITING_REPLY):
-                human = any(s["id"] == row.step_id and s["agent"].get("human") for s in live.steps)
-                if not (human and row.step_id in waiting_humans):
+                live.step_attempts[path] = row.attempt or 1
+                human = (top[path].get("agent") or {}).get("human")
+                if not (human and path in waiting_humans):
                     restarted.append(row.step_id)
         order = [s["id"] for s in live.steps]
         return sorted(restarted, key=order.index)
@@ -143,15 +191,15 @@ class RunLifecycle:
         claim, so a stale end is refused, never retried."""
         trace_id = live.trace_id
         await live.writes.settle()
+        tries = 0
         data: dict[str, Any] = {"status": status, ("error" if status == RunStatus.FAILED else "reason"): message}
         if step_id:
             data["failed_step"] = step_id
-        tries = 0
         while True:
             try:
                 last = await self.log.last_event(trace_id)
                 if last is None or not last.terminal:
-                    await self._close(live, kind, data, status=status, error=message)
+                    await self._close(trace_id, kind, data, status=status, error=message)
                 return
             except RunGone:  # gone, or Fenced: another process holds it now
                 return
@@ -165,18 +213,17 @@ class RunLifecycle:
                 await release_quietly(self.db)
                 await sleep_backoff(tries)
 
-    async def _close(self, live: LiveRun, kind: str, data: dict[str, Any], *, status: str,
+    async def _close(self, trace_id: str, kind: str, data: dict[str, Any], *, status: str,
                      error: str | None = None) -> None:
-        """Store a run's terminal event together with its final rows, in one transaction
-        that first checks the claim (Fenced: nothing is written), and only then publish
-        it: whoever sees the event reads the final state."""
-        trace_id = live.trace_id
-        live.ending = True
+        """Store a run's terminal event together with its final rows, in one transaction,
+        and only then publish it: whoever sees the event reads the final state."""
+        live = self.runs.get(trace_id)
+        if live is not None:
+            live.ending = True
         now = utcnow()
         step_status = StepStatus.CANCELLED if status == RunStatus.FAILED else status
 
         async def store_end() -> list[Event]:
-            await self._fence(live)
             if status != RunStatus.SUCCEEDED:
                 await self.db.aexecute(
                     RunStep.update(status=step_status, finished_at=now).where(
@@ -188,11 +235,12 @@ class RunLifecycle:
                         (RunStep.run == trace_id) & (RunStep.status == StepStatus.PENDING)
                     )
                 )
-            await self._set_run(live, status=status, error=error, finished_at=now,
+            await self._set_run(trace_id, status=status, error=error, finished_at=now,
                                 owner_process=None, lease_until=None)
             return await self.log.insert(trace_id, [(kind, data, None)])
 
         await self._store_with_events(trace_id, store_end)
+        observe.run_ended(trace_id, status)
 
     async def _store_with_events(
         self, trace_id: str, store: Callable[[], Awaitable[list[Event]]]
@@ -203,6 +251,7 @@ class RunLifecycle:
         while True:
             try:
                 async with self.core.write_transaction():
+                    await self._fence(trace_id)  # the owner's claim still holds, or Fenced
                     events = await store()
                 break
             except IntegrityError:  # a seq taken meanwhile, or the run deleted
@@ -217,6 +266,7 @@ class RunLifecycle:
         await live.writes.settle()
         try:
             await self.ownership.hand_back(live.trace_id, live.claim)
+            observe.run_outcome(live.trace_id, "handback")
         except Exception:  # noqa: BLE001 - the lease runs out on its own
             logger.exception("could not hand back run %s", live.trace_id)
 
@@ -235,38 +285,53 @@ class RunLifecycle:
         if live.started:
             live.task.cancel()
 
-    # -- the owner's writes, each conditioned on its claim (fencing) ---------------------
-    async def _fence(self, live: LiveRun) -> None:
-        """Inside a transaction: lock the run row while the claim holds, else Fenced."""
+    # -- fencing: the owner's writes are conditioned on its claim ------------------------
+    async def _fence(self, trace_id: str) -> None:
+        """Inside a transaction, for a run executing here: lock its row while this
+        process's claim (`LiveRun.claim`) holds it, else raise Fenced (nothing of the
+        transaction is written, and the run's task stops). Other runs: nothing to check."""
+        live = self.runs.get(trace_id)
+        if live is None or not live.claim:
+            return
         changed = await self.db.aexecute(
             WorkflowRun.update(owner_process=WorkflowRun.owner_process)
-            .where(self.ownership.holds(live.trace_id, live.claim))
+            .where(self.ownership.holds(trace_id, live.claim))
         )
         if not changed:
-            raise Fenced(f"run {live.trace_id}: this process no longer holds its claim")
+            raise Fenced(f"run {trace_id}: this process no longer holds its claim")
 
-    async def _set_run(self, live: LiveRun, **values: Any) -> None:
-        changed = await self.db.aexecute(
-            WorkflowRun.update(**values).where(self.ownership.holds(live.trace_id, live.claim))
-        )
-        if not changed:
-            raise Fenced(f"run {live.trace_id}: this process no longer holds its claim")
+    async def _fenced(self, trace_id: str, query) -> None:
+        """Execute an owner's row change in one transaction with the fence (or inside the
+        caller's, which checked it already)."""
+        if self.db.in_transaction() or trace_id not in self.runs:
+            await self.db.aexecute(query)
+            return
+        async with self.core.write_transaction():
+            await self._fence(trace_id)
+            await self.db.aexecute(query)
 
-    async def _set_step(self, live: LiveRun, step_id: str, **values: Any) -> None:
-        held = WorkflowRun.select(WorkflowRun.trace_id).where(
-            self.ownership.holds(live.trace_id, live.claim))
-        changed = await self.db.aexecute(
-            RunStep.update(**values).where(
-                (RunStep.run == live.trace_id) & (RunStep.step_id == step_id)
-                & RunStep.run.in_(held)
-            )
-        )
-        if not changed:
-            raise Fenced(f"run {live.trace_id}: this process no longer holds its claim")
+    async def _set_run(self, trace_id: str, **values: Any) -> None:
+        await self._fenced(trace_id, WorkflowRun.update(**values).where(WorkflowRun.trace_id == trace_id))
 
-    async def _append(self, live: LiveRun, kind: str, data: dict[str, Any] | None = None, *,
-                      step_id: str | None = None) -> Event:
-        return (await self._append_many(live, [(kind, data, step_id)]))[0]
+    async def _set_step(self, trace_id: str, path: str, **values: Any) -> None:
+        """Update one instance's row (`path`: a top-level step's is its id)."""
+        await self._fenced(trace_id, RunStep.update(**values).where(
+            (RunStep.run == trace_id) & (RunStep.path == str(path_of(path)))))
 
-    async def _append_many(self, live: LiveRun, items) -> list[Event]:
-        return await self.log.append_many(live.trace_id, items, fence=lambda: self._fence(live))
+    async def _put_instance(self, trace_id: str, path: str, step_id: str, **values: Any) -> None:
+        """Create an instance's row, or update it when it exists (a top-level step's row
+        is made with the run; an item's or an iteration's when it first starts)."""
+        await self._fenced(trace_id, RunStep.insert(run=trace_id, path=path, step_id=str(step_id), **values)
+                           .on_conflict(conflict_target=[RunStep.run, RunStep.path], update=values))
+
+    def _fence_of(self, trace_id: str):
+        """For the event log: the fence of an append to a run executing here, or None."""
+        live = self.runs.get(trace_id)
+        if live is None or not live.claim:
+            return None
+        return lambda: self._fence(trace_id)
+
+
+def step_output(row: RunStep) -> Any:
+    """A step row's output: its JSON value when it has one, else its text."""
+    return row.output_value if row.output_value is not None else (row.output or "")

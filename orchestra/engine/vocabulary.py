@@ -42,6 +42,9 @@ class EventKind(StrEnum):
     REPLY_WITHDRAWN = "reply_withdrawn"
     STEP_FINISHED = "step_finished"
     STEP_FAILED = "step_failed"
+    STEP_SKIPPED = "step_skipped"  # SPEC §7: `when` false, or every dependency skipped
+    STEP_RETRYING = "step_retrying"  # SPEC §7: a failed attempt runs again after a delay
+    REPLY_TIMED_OUT = "reply_timed_out"  # SPEC §7: a human step's default became its output
     RUN_RESUMED = "run_resumed"
     RUN_FINISHED = "run_finished"
     RUN_FAILED = "run_failed"

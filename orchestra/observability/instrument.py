@@ -22,7 +22,7 @@ class InstrumentedChatClient:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._client, name)
 
-    async def stream_chat(self, *, model: str, messages, tools) -> AsyncIterator[Any]:
+    async def stream_chat(self, *, model: str, messages, tools, **options: Any) -> AsyncIterator[Any]:
         from orchestra.engine.llm.base import ChatResult
 
         started = time.perf_counter()
@@ -30,7 +30,8 @@ class InstrumentedChatClient:
             "gen_ai.system": self._provider, "gen_ai.request.model": model})
         outcome, error = "ok", None
         try:
-            async for event in self._client.stream_chat(model=model, messages=messages, tools=tools):
+            async for event in self._client.stream_chat(
+                    model=model, messages=messages, tools=tools, **options):
                 if isinstance(event, ChatResult) and event.usage is not None:
                     metrics.llm_tokens(self._provider, prompt=event.usage.prompt_tokens,
                                        completion=event.usage.completion_tokens)

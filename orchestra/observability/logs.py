@@ -48,6 +48,8 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "msg": record.getMessage(),
         }
+        if not line["msg"] and getattr(record, "request", None):  # Sanic's access log: all in extras
+            line["msg"] = f"{record.request} {getattr(record, 'status', '')}".strip()
         for key in ("request_id", "trace_id"):
             value = getattr(record, key, None)
             if value:

@@ -61,7 +61,7 @@ def setup(exporter: Any = None, *, simple: bool = False) -> bool:
         if exporter is None:
             return False
     service = os.environ.get("OTEL_SERVICE_NAME") or "orchestra"
-    provider = TracerProvider(resource=Resource.create({"service.name": service}))
+    provider = TracerProvider(resource=Resource.create({"service.name": service, "process.pid": os.getpid()}))
     provider.add_span_processor(SimpleSpanProcessor(exporter) if simple else BatchSpanProcessor(exporter))
     _provider, _tracer = provider, provider.get_tracer("orchestra")
     return True

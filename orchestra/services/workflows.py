@@ -24,6 +24,7 @@ from orchestra.db.models import (
     name_key,
     utcnow,
 )
+from orchestra.engine import instances
 from orchestra.engine.language import schemas
 from orchestra.engine.language.model import MAX_STEPS, NAME_MAX, PROMPT_MAX, STEP_ID
 from orchestra.engine.language.validate import Checked
@@ -225,10 +226,11 @@ async def start_run(
     template_id: str,
     input: Any = "",
     files: list[str] | None = None,
+    trace_parent: str | None = None,
 ) -> WorkflowRun:
     """Store a `queued` run of a readable template and hand it to the engine. With an
     `input_schema` the input may be any JSON value and must validate; without one it is
-    text."""
+    text. `trace_parent` (a W3C traceparent) is the trace the run's spans join."""
     template = await get_template(core, user_id=user_id, is_admin=is_admin, template_id=template_id)
     spec = template.spec or {}
     problems: list[dict[str, str]] = []
@@ -264,6 +266,7 @@ async def start_run(
             input_value=input_value,
             files=attached,
             status=RunStatus.QUEUED,
+            trace_parent=trace_parent,
         )
         if template.steps:  # one statement for every step row
             await core.db.aexecute(RunStep.insert_many([
@@ -305,6 +308,7 @@ def run_summary(run: WorkflowRun) -> dict[str, Any]:
         "created_at": iso(run.created_at),
         "started_at": iso(run.started_at),
         "finished_at": iso(run.finished_at),
+        "retry_of": run.retry_of,
     }
 
 
@@ -319,16 +323,34 @@ def step_output(row: RunStep) -> Any:
 
 
 async def run_detail(core: Core, run: WorkflowRun) -> dict[str, Any]:
-    """The run with each step's status, output, error, usage and times, and open questions."""
+    """The run with each step instance's status, output, error, usage and times (top-level
+    steps in template order, each followed by its items, iterations and their inner
+    steps, SPEC §8), and open questions."""
     rows = {r.path or r.step_id: r
             for r in await core.db.list(RunStep.select().where(RunStep.run == run.trace_id))}
+    defs = {step["id"]: (n, step) for n, (step, _, _) in enumerate(instances.walk(run.steps))}
+
+    def order(path: str) -> tuple:
+        try:
+            segments = instances.parse(path)
+        except ValueError:
+            return ((len(defs), path),)
+        return tuple((defs.get(seg.step_id, (len(defs),))[0],
+                      -1 if seg.item is None and seg.iteration is None else (seg.item or seg.iteration or 0))
+                     for seg in segments)
+
+    paths = [step["id"] for step in run.steps]
+    paths += sorted((p for p in rows if p not in defs), key=order)
+    paths.sort(key=order)
     steps = []
-    for step in run.steps:
-        row = rows.get(step["id"])
+    for path in paths:
+        row = rows.get(path)
+        step_id = row.step_id if row else path
+        step = defs.get(step_id, (0, {}))[1]
         steps.append({
-            "step_id": step["id"],
-            "path": step["id"],
-            "agent": step["agent"],
+            "step_id": step_id,
+            "path": path,
+            "agent": step.get("agent"),
             "depends_on": step.get("depends_on", []),
             "status": row.status if row else StepStatus.PENDING,
             "attempt": row.attempt if row else 1,
@@ -366,12 +388,68 @@ async def cancel_run(core: Core, *, user_id: str, is_admin: bool, trace_id: str)
 
 
 async def reply(
-    core: Core, *, user_id: str, is_admin: bool, trace_id: str, content: str, request_id: str | None = None
+    core: Core, *, user_id: str, is_admin: bool, trace_id: str, content: Any, request_id: str | None = None
 ) -> dict[str, str]:
-    """Answer the question a waiting run asked; 409 when it waits for none (or not this one)."""
+    """Answer the question a waiting run asked; 409 when it waits for none (or not this one),
+    422 when the answer does not fit the step's output_schema (the question stays open)."""
     await get_run(core, user_id=user_id, is_admin=is_admin, trace_id=trace_id)
     answered = await core.engine.reply(trace_id, content=content, request_id=request_id)
     return {"request_id": answered.request_id, "step_id": answered.step_id}
+
+
+RETRYABLE = (RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.INTERRUPTED)
+
+
+def _descendants(steps: list[dict[str, Any]], root: str) -> set[str]:
+    found, changed = {root}, True
+    while changed:
+        changed = False
+        for step in steps:
+            if step["id"] not in found and found & set(step.get("depends_on") or []):
+                found.add(step["id"])
+                changed = True
+    return found
+
+
+async def retry_run(
+    core: Core, *, user_id: str, is_admin: bool, trace_id: str, from_step: str | None = None
+) -> WorkflowRun:
+    """A new run of an ended run's steps and input (SPEC §7): every step that succeeded is
+    reused (its row copied with `reused`, its provider never called), except `from_step`
+    and its descendants; the rest runs. 409 for a run that has not ended or succeeded."""
+    old = await get_run(core, user_id=user_id, is_admin=is_admin, trace_id=trace_id)
+    if old.status not in RETRYABLE:
+        raise ConflictError(
+            f"Only a failed, cancelled or interrupted run can be retried (this one is {old.status})."
+        )
+    ids = [step["id"] for step in old.steps]
+    if from_step is not None and from_step not in ids:
+        raise ValidationError.field("from_step", f"unknown step '{from_step}'; steps: {', '.join(ids)}")
+    again = _descendants(old.steps, from_step) if from_step else set()
+    rows = {r.step_id: r for r in await core.db.list(RunStep.select().where(RunStep.run == old.trace_id))}
+    async with core.db.atomic():
+        run = await WorkflowRun.acreate(
+            owner=old.owner_id, template=old.template_id, template_name=old.template_name,
+            steps=old.steps, spec=old.spec, input=old.input, input_value=old.input_value,
+            files=old.files, retry_of=old.trace_id, status=RunStatus.QUEUED,
+        )
+        new_rows = []
+        for sid in ids:
+            row = rows.get(sid)
+            if row is not None and row.status == StepStatus.SUCCEEDED and sid not in again:
+                new_rows.append({
+                    "run": run.trace_id, "step_id": sid, "path": sid, "status": StepStatus.SUCCEEDED,
+                    "reused": True, "attempt": row.attempt, "output": row.output,
+                    "output_value": row.output_value, "usage": row.usage,
+                    "started_at": row.started_at, "finished_at": row.finished_at,
+                })
+            else:
+                new_rows.append({"run": run.trace_id, "step_id": sid, "path": sid,
+                                 "status": StepStatus.PENDING})
+        if new_rows:
+            await core.db.aexecute(RunStep.insert_many(new_rows))
+    await core.engine.submit(run.trace_id)
+    return run
 
 
 # --- events ------------------------------------------------------------------------------

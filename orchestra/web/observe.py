@@ -9,18 +9,23 @@ place that stamps and counts them.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import re
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 
+from peewee import fn
 from sanic import Blueprint, Request, Sanic
 from sanic.response import raw
 
+from orchestra.db.database import release_connection
+from orchestra.db.models import WorkflowRun, utcnow
 from orchestra.errors import AuthenticationRequiredError, TokenInvalidError
 from orchestra.observability import context, metrics, tracing
 
 _PARAM = re.compile(r"<([^:>]+)(?::[^>]*)?>")
+STORE_GAUGES_TIMEOUT = 2.0  # seconds a scrape waits for the store-wide gauges
 UNMATCHED = "unmatched"  # the route label of a request that matched no route (a 404)
 
 
@@ -77,7 +82,13 @@ def metrics_blueprint(token: str) -> Blueprint:
         gauges = None
         core = getattr(request.app.ctx, "core", None)
         if core is not None:
-            gauges = await _store_gauges(core)
+            try:  # a scrape answers during a store outage too: without the store's gauges
+                async with asyncio.timeout(STORE_GAUGES_TIMEOUT):
+                    gauges = await _store_gauges(core)
+            except Exception:  # noqa: BLE001 - the outage shows in orchestra_store_down
+                metrics.store_unavailable()
+            else:
+                metrics.store_available()
         return raw(metrics.exposition(gauges), content_type=metrics.CONTENT_TYPE,
                    headers={"Cache-Control": "no-store"})
 
@@ -100,24 +111,16 @@ def _check_token(request: Request, token: str) -> None:
 
 async def _store_gauges(core) -> metrics.StoreGauges:
     """How many runs wait to be claimed, and how long the oldest has waited."""
-    from peewee import fn
-
-    from orchestra.db.models import WorkflowRun, utcnow
-
     query = WorkflowRun.select(fn.COUNT(WorkflowRun.trace_id), fn.MIN(WorkflowRun.created_at)).where(
         WorkflowRun.status == "queued")
     try:
         rows = await core.db.list(query.tuples())
     finally:
-        from orchestra.db.database import release_connection
-
         await release_connection(core.db)
     count, oldest = rows[0] if rows else (0, None)
     age = 0.0
     if oldest is not None:
         if isinstance(oldest, str):  # SQLite hands back text for an aggregate
-            from datetime import datetime
-
             oldest = datetime.fromisoformat(oldest)
         now = utcnow()
         if oldest.tzinfo is None and now.tzinfo is not None:

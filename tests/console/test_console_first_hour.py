@@ -98,6 +98,21 @@ def test_renaming_a_step_with_dependants_saves_and_carries_them_along(console: C
     saved = http.get(f"/workflow/template/{template_id}").json()["template"]
     assert saved["steps"][2]["depends_on"] == ["summary"]
 
+    # A field the step editor has no control for is kept, and an expression in it follows a rename.
+    page.get_by_role("button", name="JSON").click()
+    body = json.loads(editor.input_value())
+    body["steps"][2]["when"] = "steps.summary.output != ''"
+    editor.fill(json.dumps(body))
+    page.get_by_role("button", name="Step editor").click()
+    step(page, 1).get_by_label("Step id").fill("digest")
+    with page.expect_response(lambda r: r.request.method == "PUT") as answer:
+        page.get_by_role("button", name="Save template").click()
+    assert answer.value.status == 200, answer.value.text()
+    saved = http.get(f"/workflow/template/{template_id}").json()["template"]
+    assert [(s["id"], s["depends_on"], s["prompt"], s.get("when")) for s in saved["steps"][1:]] == [
+        ("digest", ["facts"], "{{steps.facts.output}}", None),
+        ("step3", ["digest"], "{{steps.digest.output}}", "steps.digest.output != ''")]
+
     # The list shows steps that run side by side as such.
     http.post("/workflow/template", json={"name": "fan", "steps": [
         {"id": "facts", "agent": {"worker": worker["worker_id"]}, "prompt": "a", "depends_on": []},
@@ -105,7 +120,7 @@ def test_renaming_a_step_with_dependants_saves_and_carries_them_along(console: C
         {"id": "report", "agent": {"human": True}, "prompt": "c", "depends_on": ["facts", "numbers"]}]})
     console.open("templates")
     expect(page.locator("tr", has_text="fan").locator(".stages")).to_have_text("facts & numbers → report")
-    expect(page.locator("tr", has_text="chain").locator(".stages")).to_have_text("facts → summary → step3")
+    expect(page.locator("tr", has_text="chain").locator(".stages")).to_have_text("facts → digest → step3")
     assert console.errors == []
 
 
@@ -189,15 +204,18 @@ def test_at_390_px_no_card_is_wider_than_its_content_allows(chromium, served, sc
         finished, waiting = fill_every_table(console, fake)
         console.sign_in("root")
         template_id = api(console, "root").get("/workflow/template").json()["templates"][0]["template_id"]
-        pages = ["runs", f"run/{finished}", f"run/{waiting}", "templates", f"templates/{template_id}",
-                 "templates/new", "workers", "providers", "users"]
+        # Every page of the navigation (a page added later is checked too), and the item pages.
+        listed = [href.removeprefix("#/") for href in page.locator("header.top nav a").evaluate_all(
+            "links => links.map((a) => a.getAttribute('href'))")]
+        assert {"runs", "templates", "workers", "providers", "users"} <= set(listed), listed
+        pages = listed + [f"run/{finished}", f"run/{waiting}", f"templates/{template_id}", "templates/new"]
         for fragment in pages:
             console.open(fragment)
             page.locator("main h1").first.wait_for()
             page.wait_for_load_state("networkidle")
             if fragment.startswith("run/"):
                 page.locator("figure.graph g.node").first.wait_for()
-            if fragment in ("runs", "templates", "workers", "providers", "users"):
+            if fragment in ("runs", "templates", "workers", "providers", "users"):  # filled above
                 page.locator("tbody tr td:not([colspan])").first.wait_for()  # the table has rows
             console.shot(f"390-{fragment.replace('/', '-')[:40]}")
             assert page.evaluate(OVERFLOWING) == [], fragment

@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PASSWORD = "walk-through-123"
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b[()][A-Z0-9]|\r")
 DONE = "WALKTHROUGH-ENDED rc="
+ANSWERS = ["less sugar", "more detail", "approve", '{"approved": true, "channel": "blog"}']
 
 
 def shell_blocks(markdown: str) -> list[str]:
@@ -91,6 +92,22 @@ class Shell:
                 assert chunk, f"the shell ended before {wanted!r}:\n{self.text[-4000:]}"
                 self.raw += chunk
 
+    def read_until_count(self, wanted: str, count: int, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while self.text.count(wanted) < count:
+            self.read_until(wanted, timeout=max(deadline - time.monotonic(), 0.1))
+            if self.text.count(wanted) < count:
+                assert time.monotonic() < deadline, f"waited for {wanted!r} x{count}:\n{self.text[-4000:]}"
+                self._read(0.2)
+
+    def _read(self, wait: float) -> None:
+        ready, _, _ = select.select([self.master], [], [], wait)
+        if ready:
+            try:
+                self.raw += os.read(self.master, 65536)
+            except OSError:
+                pass
+
     def type(self, text: str) -> None:
         os.write(self.master, text.encode())
 
@@ -139,9 +156,13 @@ kill %1
     try:
         shell.read_until("Password for admin: ", timeout=90)
         shell.type(PASSWORD + "\r")
-        shell.read_until("your answer: ", timeout=240)
-        shell.type("less sugar\r")
-        shell.read_until(" (end)", timeout=240)
+        # The questions, in the order the docs ask them: with_human's, then the loop's two
+        # rounds (examples/README: answer "more detail", then "approve"), then the review
+        # example's approval form (a JSON answer).
+        for asked, answer in enumerate(ANSWERS, start=1):
+            shell.read_until_count("your answer: ", asked, timeout=240)
+            shell.type(answer + "\r")
+        shell.read_until(" (end)", timeout=300)
     finally:
         shell.close()
     text = shell.text
@@ -151,6 +172,7 @@ kill %1
         assert bad not in text, (bad, text[-4000:])
     assert re.search(r'"user_name": ?"alice"', text) and re.search(r'"user_name": ?"admin"', text)  # listed with $TOKEN
     assert text.count("run succeeded in ") >= 4  # three_step, with_human, watch and replay
+    assert text.count("no problems") == 3  # orchestra template check of the language examples
     assert "! less sugar" in text  # the answer typed at the prompt was taken
     assert re.search(r'\{"id": 1, "event": "run_started"', text)  # --json | head -3
     assert re.search(r"^\s*\d+ run_finished ", text, flags=re.M)  # follow_run.py

@@ -78,15 +78,23 @@ const escapeRe = (text) => text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 
 /** The step `uid` was given the id `to`: the other steps' `{{steps.<id>…}}` references
  * follow it (their dependencies follow by themselves: they hold the uid). `named` is the
- * id the references use: it stays while the id is empty or another step's, half typed,
- * and moves on with the next usable id. */
+ * id the references use (in prompts' {{ … }} and in expression fields such as `when`):
+ * it stays while the id is empty or another step's, half typed, and moves on with the
+ * next usable id. */
 function renamed(steps, uid, to) {
   const step = steps.find((s) => s.uid === uid);
   const from = step.named;
   if (!to || from === to || steps.some((s) => s.uid !== uid && s.id === to)) return steps;
-  const pattern = from ? new RegExp(`\\{\\{(\\s*)steps\\.${escapeRe(from)}(?=[.\\s}])`, 'g') : null;
-  return steps.map((s) => (s.uid === uid ? { ...s, named: to }
-    : pattern && s.prompt.includes(from) ? { ...s, prompt: s.prompt.replace(pattern, `{{$1steps.${to}`) } : s));
+  // `steps.<id>` in an expression: inside a prompt's {{ … }}, or a field such as `when`.
+  const inExpression = from ? new RegExp(`(^|[^\\w.])steps\\.${escapeRe(from)}(?=$|[^\\w-])`, 'g') : null;
+  const carry = (s) => {
+    if (!s.prompt.includes(from) && !JSON.stringify(s.extra || {}).includes(from)) return s;
+    const extra = Object.fromEntries(Object.entries(s.extra || {}).map(([key, value]) => [key,
+      typeof value === 'string' ? value.replace(inExpression, `$1steps.${to}`) : value]));
+    const prompt = s.prompt.replace(/\{\{[^}]*\}\}/g, (inside) => inside.replace(inExpression, `$1steps.${to}`));
+    return { ...s, extra, prompt };
+  };
+  return steps.map((s) => (s.uid === uid ? { ...s, named: to } : from ? carry(s) : s));
 }
 
 /** The template's problems: by step index ({field: [problems]}) and the rest ({field: [problems]}). */
