@@ -129,7 +129,7 @@ class HumanQuestions:
                     (WorkflowRun.trace_id == trace_id) & (WorkflowRun.status == RunStatus.WAITING_REPLY)))
             return events
 
-        await self._store_with_events(trace_id, store_answer)
+        await self._store_with_events(trace_id, store_answer, fenced=False)  # any process
         await self.log.release()
         chosen.answer, chosen.answered = content, True
         live = self.runs.get(trace_id)

@@ -243,7 +243,7 @@ class RunLifecycle:
         observe.run_ended(trace_id, status)
 
     async def _store_with_events(
-        self, trace_id: str, store: Callable[[], Awaitable[list[Event]]]
+        self, trace_id: str, store: Callable[[], Awaitable[list[Event]]], *, fenced: bool = True
     ) -> list[Event]:
         """Run `store()` — row changes and `log.insert` — in one write transaction, from
         the start again while another writer takes the same seq (a conflict aborts a
@@ -251,7 +251,8 @@ class RunLifecycle:
         while True:
             try:
                 async with self.core.write_transaction():
-                    await self._fence(trace_id)  # the owner's claim still holds, or Fenced
+                    if fenced:  # an owner's write: its claim still holds, or Fenced
+                        await self._fence(trace_id)
                     events = await store()
                 break
             except IntegrityError:  # a seq taken meanwhile, or the run deleted
