@@ -169,6 +169,16 @@ class HumanQuestions:
         finally:
             await self.log.release()
 
+    async def _store_asked(self, trace_id: str, path: str, items: list) -> None:
+        """The run and the step `waiting_reply`, with the question's events, at once."""
+
+        async def store() -> list[Event]:
+            await self._set_run(trace_id, status=RunStatus.WAITING_REPLY)
+            await self._set_step(trace_id, path, status=StepStatus.WAITING_REPLY)
+            return await self.log.insert(trace_id, items) if items else []
+
+        await self._store_with_events(trace_id, store)
+
     async def _ask(self, live: LiveRun, sid: str, prompt: str, *,
                    earlier: Question | None = None, schema: dict[str, Any] | None = None) -> Any:
         """Emit `reply_requested`, move the run to `waiting_reply`, wait for the answer.
@@ -185,19 +195,17 @@ class HumanQuestions:
         live.waiting.add(path)
         writes = live.writes
         try:
-            writes.submit(self._set_run, live.trace_id, status=RunStatus.WAITING_REPLY)
-            writes.submit(self._set_step, live.trace_id, path, status=StepStatus.WAITING_REPLY)
+            items: list = []
             if earlier is None:
-                for old in live.withdraw(sid):
-                    writes.submit(self.log.append, live.trace_id, EventKind.REPLY_WITHDRAWN,
-                                  {"request_id": old.request_id}, step_id=sid)
-                await asyncio.shield(writes.submit(
-                    self.log.append, live.trace_id, EventKind.REPLY_REQUESTED,
-                    live.tagged(sid, {"request_id": question.request_id, "prompt": prompt,
-                                      **({"schema": schema} if schema is not None else {})}),
-                    step_id=sid,
-                ))
-            else:
+                items = [(EventKind.REPLY_WITHDRAWN, {"request_id": old.request_id}, sid)
+                         for old in live.withdraw(sid)]
+                items.append((EventKind.REPLY_REQUESTED, live.tagged(sid, {
+                    "request_id": question.request_id, "prompt": prompt,
+                    **({"schema": schema} if schema is not None else {})}), sid))
+            # The run and step show `waiting_reply` in the same transaction that stores
+            # the question: whoever sees the status finds the question open.
+            await asyncio.shield(writes.submit(self._store_asked, live.trace_id, path, items))
+            if earlier is not None:
                 await self._check_replies(live)  # answered while nobody held the run
             await self.log.release()
             content = await asyncio.shield(question.future)
