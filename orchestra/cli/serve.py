@@ -127,11 +127,11 @@ def serving_app(settings: Settings, listening_line: str):
     from orchestra.observability import logs, metrics
     from orchestra.web.app import create_app
 
-    logs.configure(settings.log_format)
     app = create_app(settings, name="orchestra")
+    logs.configure(settings.log_format)  # after the app: building it sets Sanic's loggers up
 
     async def log_format(_app) -> None:
-        logs.configure(settings.log_format)  # again: Sanic sets its loggers up as it serves
+        logs.configure(settings.log_format)  # and again in each worker process as it starts
 
 
     async def announce(_app) -> None:

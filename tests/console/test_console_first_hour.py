@@ -204,15 +204,18 @@ def test_at_390_px_no_card_is_wider_than_its_content_allows(chromium, served, sc
         finished, waiting = fill_every_table(console, fake)
         console.sign_in("root")
         template_id = api(console, "root").get("/workflow/template").json()["templates"][0]["template_id"]
-        pages = ["runs", f"run/{finished}", f"run/{waiting}", "templates", f"templates/{template_id}",
-                 "templates/new", "workers", "providers", "users"]
+        # Every page of the navigation (a page added later is checked too), and the item pages.
+        listed = [href.removeprefix("#/") for href in page.locator("header.top nav a").evaluate_all(
+            "links => links.map((a) => a.getAttribute('href'))")]
+        assert {"runs", "templates", "workers", "providers", "users"} <= set(listed), listed
+        pages = listed + [f"run/{finished}", f"run/{waiting}", f"templates/{template_id}", "templates/new"]
         for fragment in pages:
             console.open(fragment)
             page.locator("main h1").first.wait_for()
             page.wait_for_load_state("networkidle")
             if fragment.startswith("run/"):
                 page.locator("figure.graph g.node").first.wait_for()
-            if fragment in ("runs", "templates", "workers", "providers", "users"):
+            if fragment in ("runs", "templates", "workers", "providers", "users"):  # filled above
                 page.locator("tbody tr td:not([colspan])").first.wait_for()  # the table has rows
             console.shot(f"390-{fragment.replace('/', '-')[:40]}")
             assert page.evaluate(OVERFLOWING) == [], fragment

@@ -122,7 +122,11 @@ def test_metrics_show_a_run_as_it_happens(observed):
 
     # JSON logs: every line of the server's output from now on is one object.
     server.stop()
-    lines = [line for line in server.log_path.read_text().splitlines() if line.startswith("{")]
+    logged = server.log_path.read_text().splitlines()
+    start = next(i for i, line in enumerate(logged) if line.startswith("{"))
+    # Before the first JSON line: only what `serve` prints on its own (not logging).
+    assert not any("INFO" in line for line in logged[:start]), logged[:start]
+    lines = [line for line in logged[start:] if not line.startswith(("orchestra listening", "  "))]
     parsed = [json.loads(line) for line in lines]
     access = [p for p in parsed if p["logger"] == "sanic.access"]
     assert access and all({"ts", "level", "msg"} <= set(p) for p in parsed)

@@ -6,6 +6,7 @@ spans of both processes land in the client's trace under the `POST /workflow/run
 from __future__ import annotations
 
 import httpx
+import pytest
 
 from tests.conftest import ServerProcess
 from tests.e2e.test_workflow_e2e import login, sse_frames
@@ -15,18 +16,26 @@ CLIENT_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 CLIENT_SPAN = "00f067aa0ba902b7"
 
 
-def traced_server(home, receiver: OTLPReceiver) -> ServerProcess:
-    return ServerProcess(home, env={
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_url(request, tmp_path) -> str | None:
+    """SQLite: the second process restarts on the first one's home; PostgreSQL: it is
+    another server with its own home, on the same database."""
+    return None if request.param == "sqlite" else request.getfixturevalue("postgres_url")
+
+
+def traced_server(home, receiver: OTLPReceiver, store_url: str | None) -> ServerProcess:
+    return ServerProcess(home, database_url=store_url, env={
         "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
         "OTEL_BSP_SCHEDULE_DELAY": "50",
         "OTEL_SERVICE_NAME": "orchestra-e2e",
     })
 
 
-def test_a_run_keeps_its_trace_across_a_take_over(tmp_path):
+def test_a_run_keeps_its_trace_across_a_take_over(tmp_path, store_url):
     home = tmp_path / "home"
+    second_home = home if store_url is None else tmp_path / "second-home"
     with OTLPReceiver() as receiver:
-        first = traced_server(home, receiver).start()
+        first = traced_server(home, receiver, store_url).start()
         try:
             user = login(first, "tracer")
             http = httpx.Client(base_url=first.base_url + "/api/v1", headers=user, timeout=15)
@@ -43,7 +52,7 @@ def test_a_run_keeps_its_trace_across_a_take_over(tmp_path):
         finally:
             first.stop()  # SIGTERM: the run is handed back, its spans flushed
 
-        second = traced_server(home, receiver).start()
+        second = traced_server(second_home, receiver, store_url).start()
         try:
             token = httpx.post(f"{second.base_url}/api/v1/auth/login",
                                json={"user_name": "tracer", "password": "password-123"}).json()
