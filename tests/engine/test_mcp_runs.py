@@ -188,3 +188,20 @@ async def test_a_stdio_server_from_pypi_in_a_run(core, fake_llm):
     assert run.status == "succeeded", run.error
     out = results(await events(core, trace_id))
     assert '"timezone": "Europe/Paris"' in out[0]["result"] or '"timezone":"Europe/Paris"' in out[0]["result"]
+
+
+async def test_the_assistant_fake_calls_an_mcp_tool_its_prompt_names(core, fake_mcp):
+    """What examples/README.md shows: the fake model in `assistant` mode calls the MCP tool
+    a step's prompt names, and answers with its result."""
+    await http_server(core, fake_mcp, name="demo")
+    with FakeLLM(behavior="assistant") as llm:
+        who = await setup_agent(core, llm, tools=("calculator", "demo.echo"))
+        trace_id = await start(core, who, [worker_step(who, prompt="Use demo.echo on {{input}}")],
+                               input="the moon")
+        run = await wait_status(core, trace_id, "succeeded", "failed")
+    assert run.status == "succeeded", run.error
+    evs = await events(core, trace_id)
+    call = next(e.data for e in evs if e.kind == "tool_call")
+    assert call["name"] == "demo.echo" and call["arguments"] == {"text": "Use demo.echo on the moon"}
+    assert results(evs)[0]["result"] == "Use demo.echo on the moon"
+    assert "Use demo.echo on the moon" in (await steps_of(core, trace_id))["a"].output
