@@ -352,3 +352,25 @@ def test_the_two_examples_run_on_the_fake_model(world):
     assert "Feedback on the last draft: more detail, please" in started["improve#2.draft"]["prompt"]
     assert finished["improve"]["iterations"] == 2 and finished["improve"]["exhausted"] is False
     assert frames[-1][2]["output"] == finished["improve#2.draft"]["output"]
+
+
+def test_a_retried_run_reuses_the_items_that_succeeded(world):
+    world.fake.script(
+        ScriptedReply(text="first"),
+        ScriptedReply(kind="error", status=400, body={"error": {"message": "bad item", "type": "x"}}),
+    )
+    tid = world.template([{"id": "m", "foreach": {"items": "input", "max_concurrency": 1},
+                           "agent": world.worker, "prompt": "{{item}}"}], **LIST_INPUT)
+    failed = world.run(tid, ["x", "y", "z"])
+    assert world.events(failed)[-1][1] == "run_failed"
+    retried = world.http.post(f"/workflow/run/{failed}/retry")
+    assert retried.status_code == 202, retried.text
+    trace = retried.json()["trace_id"]
+    events = world.events(trace)
+    assert events[-1][1] == "run_finished", events[-1]
+    assert events[-1][2]["output"] == ["first", "Echo: y", "Echo: z"]
+    assert world.prompts() == Counter({"x": 1, "y": 2, "z": 1})  # x is reused, never called again
+    assert "m[0]" not in by_path(events, "step_started")
+    rows = {s["path"]: s for s in world.detail(trace)["steps"]}
+    assert rows["m[0]"]["reused"] is True and rows["m[0]"]["output"] == "first"
+    assert rows["m[1]"]["reused"] is False and rows["m"]["reused"] is False
