@@ -28,11 +28,13 @@ from orchestra.db.models import (
 from orchestra.engine.executor import FINISHED, PLACEHOLDER, Engine
 from orchestra.engine.log import Event
 from orchestra.errors import ConflictError, NotFoundError, PermissionDeniedError, ValidationError
+from orchestra.services.paging import DEFAULT_LIMIT, Page, keyset_page
 
 STEP_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 MAX_STEPS = 50
 PROMPT_MAX = 100_000
 NAME_MAX = 128
+EVENTS_MAX = 1000  # events in one page of GET /run/{id}/events
 
 
 # --- template validation ----------------------------------------------------------------
@@ -277,12 +279,16 @@ async def create_template(
     return await _save_template(template, create=True)
 
 
-async def list_templates(core: Core, *, user_id: str) -> list[WorkflowTemplate]:
-    """The caller's templates and every shared one, oldest first."""
-    return await core.db.list(
-        WorkflowTemplate.select()
-        .where((WorkflowTemplate.owner == user_id) | (WorkflowTemplate.shared == True))  # noqa: E712
-        .order_by(WorkflowTemplate.created_at, WorkflowTemplate.id)
+async def list_templates(
+    core: Core, *, user_id: str, limit: int = DEFAULT_LIMIT, cursor: str | None = None
+) -> Page[WorkflowTemplate]:
+    """A page of the caller's templates and every shared one, oldest first."""
+    query = WorkflowTemplate.select().where(
+        (WorkflowTemplate.owner == user_id) | (WorkflowTemplate.shared == True)  # noqa: E712
+    )
+    return await keyset_page(
+        core.db, query, kind="template", at=WorkflowTemplate.created_at, key=WorkflowTemplate.id,
+        limit=limit, cursor=cursor,
     )
 
 
@@ -407,15 +413,19 @@ async def start_run(
 
 
 async def list_runs(
-    core: Core, *, user_id: str, is_admin: bool, all_users: bool = False, limit: int = 100
-) -> list[WorkflowRun]:
-    """The caller's runs, newest first (`all_users`: everyone's, administrators only)."""
+    core: Core, *, user_id: str, is_admin: bool, all_users: bool = False,
+    limit: int = DEFAULT_LIMIT, cursor: str | None = None,
+) -> Page[WorkflowRun]:
+    """A page of the caller's runs, newest first (`all_users`: everyone's, administrators only)."""
     if all_users and not is_admin:
         raise PermissionDeniedError("Only an ADMINISTRATOR or above may list every user's runs.")
-    query = WorkflowRun.select().order_by(WorkflowRun.created_at.desc(), WorkflowRun.trace_id)
+    query = WorkflowRun.select()
     if not all_users:
         query = query.where(WorkflowRun.owner == user_id)
-    return await core.db.list(query.limit(limit))
+    return await keyset_page(
+        core.db, query, kind="run", at=WorkflowRun.created_at, key=WorkflowRun.trace_id,
+        limit=limit, cursor=cursor, newest_first=True,
+    )
 
 
 async def get_run(core: Core, *, user_id: str, is_admin: bool, trace_id: str) -> WorkflowRun:
@@ -508,8 +518,13 @@ async def open_stream(
 
 
 async def list_events(
-    core: Core, *, user_id: str, is_admin: bool, trace_id: str, after: int = 0
-) -> list[Event]:
-    """The stored events of a run after `after` (a JSON alternative to the stream)."""
+    core: Core, *, user_id: str, is_admin: bool, trace_id: str, after: int = 0,
+    limit: int = EVENTS_MAX,
+) -> tuple[list[Event], int | None]:
+    """Up to `limit` stored events of a run after `after` (a JSON alternative to the
+    stream), and the `after` of the next page (None when these were the last)."""
     await get_run(core, user_id=user_id, is_admin=is_admin, trace_id=trace_id)
-    return await engine_of(core).log.stored(trace_id, after=after)
+    events = await engine_of(core).log.stored(trace_id, after=after, limit=limit + 1)
+    if len(events) <= limit:
+        return events, None
+    return events[:limit], events[limit - 1].seq

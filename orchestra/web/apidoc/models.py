@@ -47,6 +47,10 @@ class Success(Shape):
     message: Literal["success"]
 
 
+def NextCursor() -> Any:  # noqa: N802 - reads as the field's type
+    return Field(description="Pass as ?cursor= for the next page; null on the last page.")
+
+
 # --- auth --------------------------------------------------------------------------------
 
 
@@ -161,6 +165,7 @@ class Worker(Success, WorkerView):
 
 class WorkerList(Success):
     workers: list[WorkerView]
+    next_cursor: str | None = NextCursor()
 
 
 class NodeView(Shape):
@@ -207,6 +212,7 @@ class Uploaded(Success):
 
 class FileList(Success):
     files: list[StoredFile]
+    next_cursor: str | None = NextCursor()
 
 
 class UploadForm(BaseModel):
@@ -238,6 +244,7 @@ class Template(Success):
 
 class TemplateList(Success):
     templates: list[TemplateView]
+    next_cursor: str | None = NextCursor()
 
 
 class TemplateDeleted(Success):
@@ -263,6 +270,7 @@ class RunSummary(Shape):
 
 class RunList(Success):
     runs: list[RunSummary]
+    next_cursor: str | None = NextCursor()
 
 
 class Usage(Shape):
@@ -313,6 +321,8 @@ class StoredEvent(Shape):
 
 class EventList(Success):
     events: list[StoredEvent]
+    next_after: int | None = Field(
+        description="Pass as ?after= for the next page; null when no more events are stored yet.", ge=1)
 
 
 class Cancelled(Success):
