@@ -51,6 +51,7 @@ class Settings:
     body_min_rate: int = 240  # bytes a second a body must average after header_timeout (0: off)
     access_log: bool = False
     console: bool = True
+    run_retention_days: int = 0  # ended runs older than this are deleted hourly (0: keep all)
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None, **overrides: Any) -> "Settings":
@@ -162,6 +163,10 @@ SETTING_DOCS: dict[str, SettingDoc] = {
     "sse_ping_seconds": SettingDoc("seconds between `: ping` comments on a quiet event stream"),
     "sse_send_timeout": SettingDoc("seconds a stream reader may take no bytes before it is disconnected"),
     "run_lease_seconds": SettingDoc("a run's owner renews its lease; when it dies, others take the run over after this"),
+    "run_retention_days": SettingDoc(
+        "runs that ended more than this many days ago are deleted with their steps and events, "
+        "at start and hourly, by one process at a time (`0` keeps every run; "
+        "`orchestra db prune` does it by hand)"),
     "run_max_attempts": SettingDoc("claims of one run before it ends `interrupted`"),
     "max_runs": SettingDoc("runs one process executes at once; the rest wait `queued`"),
     "shutdown_grace_seconds": SettingDoc(
