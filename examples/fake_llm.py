@@ -2,8 +2,12 @@
 
     python examples/fake_llm.py --port 9999
 
-Then register a provider with `"provider": "openai_compatible"`, any `api_key` and
-`"base_url": "http://127.0.0.1:9999/v1"`. It replies to any prompt and, when a worker
+Then register it as a provider (it needs no API key, and takes any):
+
+    orchestra provider add fake --kind openai_compatible --model-id fake-model \
+        --base-url http://127.0.0.1:9999/v1 --no-api-key
+
+It replies to any prompt and, when a worker
 offers the `calculator` tool and the prompt contains a calculation, calls it first.
 `--help` lists the options (`--mode echo`, `--delay`, `--zero-latency`, `--api-key`).
 """

@@ -35,15 +35,26 @@ def follow(client: httpx.Client, trace_id: str) -> None:
                 source.response.raise_for_status()
                 for sse in source.iter_sse():
                     last_id = sse.id
-                    data = json.loads(sse.data)
-                    step = f"[{data['step_id']}] " if "step_id" in data else ""
-                    detail = data.get("text") or data.get("output") or data.get("prompt") or ""
-                    print(f"{sse.id:>4} {sse.event:<16} {step}{detail}".rstrip(), flush=True)
+                    print(line(sse.id, sse.event, json.loads(sse.data)), flush=True)
                     if sse.event in TERMINAL:
                         return
         except httpx.TransportError as exc:
             print(f"(connection lost: {exc}; resuming after event {last_id})", flush=True)
             time.sleep(1)
+
+
+def line(seq: str, kind: str, data: dict) -> str:
+    """`  12 tool_call        [numbers] calculator({"expression": "12*7+1"})`; the lines of a
+    multi-line text are indented under the first, so the columns stay put."""
+    step = f"[{data['step_id']}] " if "step_id" in data else ""
+    if kind == "tool_call":
+        detail = f"{data.get('name')}({json.dumps(data.get('arguments', {}))})"
+    elif kind == "tool_result":
+        detail = f"{data.get('name')} → {data.get('error') or data.get('result')}"
+    else:
+        detail = str(data.get("text") or data.get("output") or data.get("prompt") or data.get("content") or "")
+    head = f"{seq:>4} {kind:<16} {step}"
+    return (head + detail.replace("\n", "\n" + " " * len(head))).rstrip()
 
 
 def default_server() -> str:

@@ -132,35 +132,63 @@ def discard_typed(fd: int) -> None:
         pass
 
 
-def ask(question: Question, pump: EventPump, send: Callable[[str], str | None], say: Callable[[str], None],
-        *, fd: int | None = None, poll: float = 0.1) -> None:
+class PromptArea:
+    """Writes a prompt's lines and counts the terminal rows they take, with the echo of
+    what is typed, so that the live view can take them away when it goes on."""
+
+    def __init__(self, write: Callable[[str], None], width: int) -> None:
+        self.write, self.width = write, max(width, 1)
+        self.rows = 0  # line breaks (and wraps) since the prompt began
+        self.column = 0
+
+    def _count(self, text: str) -> None:
+        for char in text:
+            if char == "\n":
+                self.rows, self.column = self.rows + 1, 0
+                continue
+            if self.column == self.width:  # the terminal wraps before the next character
+                self.rows, self.column = self.rows + 1, 0
+            self.column += 1
+
+    def say(self, text: str, end: str = "\n") -> None:
+        self.write(text + end)
+        self._count(text + end)
+
+    def typed(self, line: str) -> None:
+        """The terminal's echo of an entered line (and of its Enter)."""
+        self._count(line + "\n")
+
+
+def ask(question: Question, pump: EventPump, send: Callable[[str], str | None], say: Callable[..., None],
+        *, typed: Callable[[str], None] = lambda line: None, fd: int | None = None,
+        poll: float = 0.1) -> str | None:
     """Put `question` at the prompt until it is answered here (sent with `send`, which
-    returns a refusal message or None) or settled elsewhere (then the prompt is withdrawn)."""
+    returns a refusal message or None) or settled elsewhere (then the prompt is withdrawn).
+
+    The question itself is already on screen (the live view's panel shows it), so the
+    prompt only asks for the answer. Returns the line worth keeping on screen once the
+    prompt is gone (a refusal, a withdrawal, no answer), or None when the answer was sent.
+    """
     fd = sys.stdin.fileno() if fd is None else fd
     if any(question.settled_by(event) for event in pump.upcoming()):
-        return  # settled before its turn came: nothing to ask
-    say(f"{question.step_id or 'run'} asks: {question.prompt}")
-    say("your answer: ", end="")
+        return None  # settled before its turn came: nothing to ask
+    say(f"{question.step_id or 'run'} asks the question above; your answer: ", end="")
     while True:
         line = read_line(fd, poll)
         if line == "":  # Ctrl-D: leave the question open
-            say("\n(no answer sent; the question stays open: answer with 'orchestra workflow reply')")
-            return
+            return "no answer sent; the question stays open: answer with 'orchestra workflow reply'"
         if line is not None:
+            typed("" if line == "\n" else line)
             if line == "\n":  # an empty line: ask again rather than send nothing
                 say("your answer (empty lines are not sent): ", end="")
                 continue
             refused = send(line)
-            if refused:
-                say(f"reply not taken: {refused}")
-            return
+            return f"reply not taken: {refused}" if refused else None
         for event in pump.peek_new():
             reason = question.settled_by(event)
             if reason:
                 discard_typed(fd)
-                say(f"\nprompt withdrawn: {reason}; anything typed here was not sent")
-                return
+                return f"prompt withdrawn: {reason}; anything typed here was not sent"
         if pump.ended:
             discard_typed(fd)
-            say("\nprompt withdrawn: the event stream ended; anything typed here was not sent")
-            return
+            return "prompt withdrawn: the event stream ended; anything typed here was not sent"

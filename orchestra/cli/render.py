@@ -17,6 +17,9 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, TextIO
 
 from rich.console import Console, Group
+from rich.control import Control
+from rich.segment import ControlType, Segment, Segments
+from rich.style import Style
 from rich.live import Live
 from rich.panel import Panel
 from rich.text import Text
@@ -305,15 +308,30 @@ class LiveRenderer(Renderer):
             self.live.refresh()
 
     def pause(self) -> None:
-        """Stop drawing, leaving the current view on screen, so a prompt can use the terminal."""
-        self.live.transient = False
-        try:
-            self.live.stop()
-        finally:
-            self.live.transient = True
+        """Hand the terminal to a prompt: the live view is replaced by a still copy of it
+        (its last lines, so the question stays in sight, cut to leave room for the
+        prompt below), whose height `resume` needs to take it away again."""
+        self.live.stop()  # transient: the live copy is erased
+        self.live.vertical_overflow = "ellipsis"  # stop() leaves it "visible"
+        options = self.console.options
+        lines = self.console.render_lines(self.view(tail=self.TAIL), options, pad=False)
+        room = max(self.console.height - 4, 3)
+        if len(lines) > room:
+            lines = [[Segment("…", Style(dim=True))]] + lines[-(room - 1):]
+        self.console.print(Segments([seg for line in lines for seg in (*line, Segment.line())]), end="")
+        self.still_lines = len(lines)
 
-    def resume(self) -> None:
-        self.live.start()
+    def resume(self, prompt_lines: int = 0, note: str | None = None) -> None:
+        """Take away the still copy and the `prompt_lines` written under it, leave `note`
+        (why the prompt ended, when it matters) in their place, and go live again: the
+        screen holds one copy of the view, never the old one above a new one."""
+        rows = getattr(self, "still_lines", 0) + prompt_lines
+        self.console.control(Control(ControlType.CARRIAGE_RETURN, (ControlType.ERASE_IN_LINE, 2),
+                                     *((ControlType.CURSOR_UP, 1), (ControlType.ERASE_IN_LINE, 2)) * rows))
+        self.still_lines = 0
+        if note:
+            self.console.print(Text(note, style="yellow"), soft_wrap=True)  # one line, as typed
+        self.live.start(refresh=True)
 
     def close(self) -> None:
         self.live.stop()

@@ -60,8 +60,7 @@ def register(app: typer.Typer) -> None:
                 "or promote a registered user:  orchestra user promote <user_name>",
                 highlight=False,
             )
-        line = (f"orchestra listening on http://{settings.host}:{settings.port}/api/v1 "
-                f"(store: {describe_store(settings.database_url)})")
+        line = listening_banner(settings)
         from orchestra.engine.memory import tune_allocator
 
         tune_allocator()  # before the server starts its threads; see engine/memory.py
@@ -71,6 +70,9 @@ def register(app: typer.Typer) -> None:
         raise_open_file_limit()  # every connection is a file descriptor
         loader = AppLoader(factory=partial(serving_app, settings, line))
         app = loader.load()
+        # Sanic's own "running in PRODUCTION mode, consider --debug or --dev" names flags
+        # that `orchestra serve` does not have; the banner above says what to open instead.
+        os.environ.setdefault("SANIC_IGNORE_PRODUCTION_WARNING", "1")
         app.prepare(
             host=settings.host,
             port=settings.port,
@@ -87,6 +89,16 @@ def register(app: typer.Typer) -> None:
                 Sanic.serve(primary=app, app_loader=loader)
         except OSError as exc:  # lost a race for the port after the check
             fail(bind_failure(settings.host, settings.port, exc), ExitCode.UNAVAILABLE)
+
+
+def listening_banner(settings: Settings) -> str:
+    """What `serve` prints once bound: where it listens, the console and the API."""
+    base = f"http://{settings.host}:{settings.port}"
+    lines = [f"orchestra listening on {base} (store: {describe_store(settings.database_url)})"]
+    if settings.console:
+        lines.append(f"  web console  {base}/")
+    lines.append(f"  API          {base}/api/v1 (browse it at {base}/api/v1/docs)")
+    return "\n".join(lines)
 
 
 def serving_app(settings: Settings, listening_line: str):

@@ -3,7 +3,9 @@
 TEMPLATE arguments take a template_id or the exact name of a template you can see.
 `create` and `update` read JSON (`{name, description?, steps, shared?}`) from a file or
 stdin ('-'); `update` sends the template's current fields overlaid with the file's, so a
-file holding only `{"steps": […]}` changes only the steps.
+file holding only `{"steps": […]}` changes only the steps. `check` asks the server to run
+every save-time check (`POST /template/check`: the one validator, which alone knows your
+workers) and prints each problem with its path, saving nothing.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from orchestra.cli.console import ExitCode, fail, handle_errors, out, print_json
 from orchestra.cli.remote import JSON, SERVER, TOKEN, YES, confirm, connect, read_json_file, resolve_named, \
     show_fields
 
-app = typer.Typer(help="Workflow templates on a server: list, show, create, update, delete.",
+app = typer.Typer(help="Workflow templates on a server: list, show, check, create, update, delete.",
                   no_args_is_help=True)
 
 PATH = "/workflow/template"
@@ -25,7 +27,7 @@ TEMPLATE = typer.Argument(..., help="A template_id or a template's exact name.")
 FILE = typer.Argument(..., help="Template JSON file ({name, description?, steps, shared?}); '-' reads stdin.")
 SHARED = typer.Option(None, "--shared/--private",
                       help="Readable and runnable by every user (ADMINISTRATOR and above), or only yours.")
-EDITABLE = ("name", "description", "steps", "shared")
+EDITABLE = ("name", "description", "steps", "shared", "input_schema", "limits", "output")
 
 
 def register(root: typer.Typer) -> None:
@@ -131,3 +133,30 @@ def delete(ctx: typer.Context, template: str = TEMPLATE, yes: bool = YES, server
     with connect(ctx, server, token) as client:
         client.delete(f"{PATH}/{template_id(client, template)}")
     success(f"deleted template {template}")
+
+
+@app.command()
+@handle_errors
+def check(ctx: typer.Context, file: str = FILE, server: Optional[str] = SERVER,
+          token: Optional[str] = TOKEN, json_output: bool = JSON) -> None:
+    """Check a template file without saving it: every problem with its path (exit 2 if any)."""
+    from orchestra.client import APIError
+
+    body = _object(read_json_file(file), file)
+    body.setdefault("name", "check")  # a name is not what is being checked
+    with connect(ctx, server, token) as client:
+        try:
+            answer = client.post(f"{PATH}/check", json=body)
+            problems = answer.get("problems") or []
+        except APIError as exc:  # a body the route itself refused (a wrong type): same shape
+            if exc.status != 422 or not isinstance(exc.detail, list):
+                raise
+            problems = exc.detail
+    if json_output:
+        print_json({"valid": not problems, "problems": problems})
+    else:
+        for problem in problems:
+            out.print(f"{problem.get('field', '')}: {problem.get('problem', '')}", highlight=False, markup=False)
+    if problems:
+        raise fail(f"{file}: {len(problems)} problem{'s' if len(problems) != 1 else ''}", ExitCode.USAGE)
+    success(f"{file}: no problems")

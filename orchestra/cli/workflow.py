@@ -278,7 +278,7 @@ def _follow(client: "Client", trace_id: str, events: Iterable["Event"], json_out
 
 def _follow_answering(client: "Client", trace_id: str, events: Iterable["Event"], view) -> None:
     """The live view with questions answered at the prompt (see orchestra.cli.prompt)."""
-    from orchestra.cli.prompt import EventPump, Question, ask
+    from orchestra.cli.prompt import EventPump, PromptArea, Question, ask
     from orchestra.client import APIError
 
     def send(request_id: str | None, answer: str) -> str | None:
@@ -294,8 +294,11 @@ def _follow_answering(client: "Client", trace_id: str, events: Iterable["Event"]
         if event.kind == "reply_requested":
             question = Question.of(event)
             view.pause()
+            area = PromptArea(lambda text: err.print(text, end="", highlight=False, markup=False, soft_wrap=True),
+                              width=view.console.width)
+            note = None
             try:
-                ask(question, pump, lambda answer: send(question.request_id, answer),
-                    lambda text, end="\n": err.print(text, end=end, highlight=False, markup=False))
+                note = ask(question, pump, lambda answer: send(question.request_id, answer), area.say,
+                           typed=area.typed)
             finally:
-                view.resume()
+                view.resume(area.rows, note)  # one copy of the view on screen, live again

@@ -172,6 +172,7 @@ class WorkflowTemplate(NamedModel):
     name_key = CharField(max_length=512)  # unique per owner
     description = TextField(default="")
     steps = JSONField()
+    spec = JSONField(null=True)  # input_schema, limits, output (SPEC §7)
     shared = BooleanField(default=False)
     created_at = DateTimeField(default=utcnow)
     updated_at = DateTimeField(default=utcnow)
@@ -186,7 +187,10 @@ class WorkflowRun(BaseModel):
     template = ForeignKeyField(WorkflowTemplate, null=True, on_delete="SET NULL")
     template_name = CharField(max_length=128)
     steps = JSONField()  # the template's steps as they were when the run started
+    spec = JSONField(null=True)  # the template's input_schema, limits and output then
     input = TextField(default="")
+    input_value = JSONField(null=True)  # a JSON input (templates with input_schema)
+    retry_of = CharField(max_length=36, null=True)  # the run whose succeeded steps this reuses
     files = JSONField(default=list)
     status = CharField(max_length=32, index=True)
     error = TextField(null=True)
@@ -202,17 +206,24 @@ class WorkflowRun(BaseModel):
 
 
 class RunStep(BaseModel):
+    """One step instance of a run: `path` is its key in the run (`review`; under loops
+    `research[3]`), `step_id` the template's id."""
+
     run = ForeignKeyField(WorkflowRun, on_delete="CASCADE", backref="step_rows")
     step_id = CharField(max_length=128)
+    path = CharField(max_length=512, default="")
     status = CharField(max_length=32)
-    output = TextField(null=True)
+    attempt = IntegerField(default=1)
+    reused = BooleanField(default=False)
+    output = TextField(null=True)  # a text output (v1 steps)
+    output_value = JSONField(null=True)  # a JSON output (steps with output_schema)
     error = TextField(null=True)
     usage = JSONField(null=True)
     started_at = DateTimeField(null=True)
     finished_at = DateTimeField(null=True)
 
     class Meta:
-        indexes = ((("run", "step_id"), True),)
+        indexes = ((("run", "path"), True), (("run", "step_id"), False))
 
 
 class RunEvent(BaseModel):

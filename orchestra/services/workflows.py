@@ -9,7 +9,6 @@ Execution itself is `orchestra.engine.executor`.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from peewee import IntegrityError
@@ -25,16 +24,17 @@ from orchestra.db.models import (
     name_key,
     utcnow,
 )
-from orchestra.engine.executor import FINISHED, PLACEHOLDER, Engine
+from orchestra.engine.executor import FINISHED, Engine
+from orchestra.engine.language import schemas
+from orchestra.engine.language.model import MAX_STEPS, NAME_MAX, PROMPT_MAX, STEP_ID
+from orchestra.engine.language.validate import Checked
+from orchestra.engine.language.validate import check_template as check_template_language
 from orchestra.engine.log import Event
 from orchestra.errors import ConflictError, NotFoundError, PermissionDeniedError, ValidationError
 from orchestra.services.paging import DEFAULT_LIMIT, Page, keyset_page
 
-STEP_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-MAX_STEPS = 50
-PROMPT_MAX = 100_000
-NAME_MAX = 128
 EVENTS_MAX = 1000  # events in one page of GET /run/{id}/events
+OPTION_FIELDS = ("input_schema", "limits", "output")  # template-level language options
 
 
 # --- template validation ----------------------------------------------------------------
@@ -57,159 +57,27 @@ def _clean_name(name: str) -> str:
     return name
 
 
-async def validate_steps(core: Core, *, owner_id: str, steps: list[Any]) -> list[dict[str, Any]]:
-    """Normalised steps, or one 422 listing every problem (shape, ids, agents, references,
-    cycles, placeholders)."""
-    problems: list[dict[str, str]] = []
-    if not isinstance(steps, list) or not 1 <= len(steps) <= MAX_STEPS:
-        raise ValidationError.field("steps", f"must be a list of 1 to {MAX_STEPS} steps")
-    clean: list[dict[str, Any]] = []
-    seen: set[str] = set()
-    for i, raw in enumerate(steps):
-        where = f"steps.{i}"
-        if not isinstance(raw, dict):
-            _problem(problems, where, "must be an object {id, agent, prompt, depends_on}")
-            continue
-        step_id = raw.get("id")
-        if not isinstance(step_id, str) or not STEP_ID.fullmatch(step_id):
-            _problem(problems, f"{where}.id", "must be 1 to 64 letters, digits, '_' or '-'")
-            step_id = None
-        elif step_id in seen:
-            _problem(problems, f"{where}.id", f"duplicate step id '{step_id}'")
-        else:
-            seen.add(step_id)
-        agent = await _check_agent(core, owner_id, raw.get("agent"), f"{where}.agent", problems)
-        prompt = raw.get("prompt")
-        if not isinstance(prompt, str) or not prompt.strip():
-            _problem(problems, f"{where}.prompt", "must be a non-empty string")
-            prompt = ""
-        elif len(prompt) > PROMPT_MAX:
-            _problem(problems, f"{where}.prompt", f"must be at most {PROMPT_MAX} characters long")
-        depends = raw.get("depends_on", [])
-        if depends is None:
-            depends = []
-        if not isinstance(depends, list) or not all(isinstance(d, str) for d in depends):
-            _problem(problems, f"{where}.depends_on", "must be a list of step ids")
-            depends = []
-        unknown_keys = sorted(set(raw) - {"id", "agent", "prompt", "depends_on"})
-        if unknown_keys:
-            _problem(problems, f"{where}.{unknown_keys[0]}", "is not a step field")
-        clean.append(
-            {"id": step_id, "agent": agent, "prompt": prompt, "depends_on": list(dict.fromkeys(depends))}
-        )
-    _check_graph(clean, problems)  # also after other problems: one 422 names them all
-    if problems:
-        _raise(problems)
-    return clean
-
-
-async def _check_agent(core: Core, owner_id: str, agent: Any, field: str, problems: list) -> dict:
-    from orchestra.services.agents import NODE_SPECS
-
-    shape = 'must be {"worker": worker_id}, {"node": name} or {"human": true}'
-    if not isinstance(agent, dict) or len(agent) != 1:
-        _problem(problems, field, shape)
-        return {}
-    (kind, value), = agent.items()
-    if kind == "human":
-        if value is not True:
-            _problem(problems, field, shape)
-        return {"human": True}
-    if kind == "node":
-        if not isinstance(value, str) or value not in NODE_SPECS:
-            _problem(problems, f"{field}.node",
-                     f"unknown system node {value!r}; nodes: {', '.join(NODE_SPECS)}")
-        return {"node": value}
-    if kind == "worker":
-        worker = None
-        if isinstance(value, str):
-            worker = await Worker.aget_or_none((Worker.id == value) & (Worker.owner == owner_id))
+async def check_template(
+    core: Core, *, owner_id: str, steps: Any, options: dict[str, Any] | None = None
+) -> Checked:
+    """Every problem of a template (engine.language.validate, plus whether each worker is
+    the owner's), without storing anything: `POST /template/check` and saves use it."""
+    checked = check_template_language(steps, options)
+    for field, worker_id in checked.workers:
+        worker = await Worker.aget_or_none((Worker.id == worker_id) & (Worker.owner == owner_id))
         if worker is None:
-            _problem(problems, f"{field}.worker", f"unknown worker {value!r} (not one of yours)")
-        return {"worker": value}
-    _problem(problems, field, shape)
-    return {}
+            _problem(checked.problems, field, f"unknown worker {worker_id!r} (not one of yours)")
+    return checked
 
 
-def _check_graph(steps: list[dict[str, Any]], problems: list) -> None:
-    """Unknown dependencies, cycles, and placeholders naming steps that are not ancestors.
-
-    Every check runs, whatever the others found (docs/api.md: one 422 lists every
-    problem): the graph is built from the steps whose id is valid (the first of a
-    duplicated id), with only the dependencies that name such a step.
-    """
-    ids = {s["id"] for s in steps if s["id"] is not None}
-    deps: dict[str, list[str]] = {}
-    for i, step in enumerate(steps):
-        known = []
-        for dep in step["depends_on"]:
-            if dep not in ids:
-                _problem(problems, f"steps.{i}.depends_on", f"unknown step '{dep}'")
-            elif dep == step["id"]:
-                _problem(problems, f"steps.{i}.depends_on", f"step '{dep}' depends on itself")
-            else:
-                known.append(dep)
-        step["_known"] = known
-        if step["id"] is not None and step["id"] not in deps:
-            deps[step["id"]] = known
-    cycle = _find_cycle(deps)
-    if cycle:
-        _problem(problems, "steps", f"the steps form a cycle: {' -> '.join(cycle)}")
-    for i, step in enumerate(steps):
-        known = step.pop("_known")
-        ancestors = set(known).union(*(_ancestors(d, deps) for d in known))
-        for match in PLACEHOLDER.finditer(step["prompt"]):
-            name = match.group(1)
-            if name == "input":
-                continue
-            parts = name.split(".")
-            if len(parts) == 3 and parts[0] == "steps" and parts[2] == "output":
-                ref = parts[1]
-                if ref not in ids:
-                    _problem(problems, f"steps.{i}.prompt", f"{{{{{name}}}}} names unknown step '{ref}'")
-                elif ref not in ancestors or ref == step["id"]:
-                    _problem(problems, f"steps.{i}.prompt",
-                             f"{{{{{name}}}}} needs step '{ref}' in depends_on (directly or transitively)")
-                continue
-            _problem(problems, f"steps.{i}.prompt",
-                     f"unknown placeholder {{{{{name}}}}}; use {{{{input}}}} or {{{{steps.<id>.output}}}}")
-
-
-def _find_cycle(deps: dict[str, list[str]]) -> list[str] | None:
-    state: dict[str, int] = {}
-    path: list[str] = []
-
-    def visit(node: str) -> list[str] | None:
-        state[node] = 1
-        path.append(node)
-        for dep in deps[node]:
-            if state.get(dep) == 1:
-                return path[path.index(dep):] + [dep]
-            if dep not in state:
-                found = visit(dep)
-                if found:
-                    return found
-        path.pop()
-        state[node] = 2
-        return None
-
-    for node in deps:
-        if node not in state:
-            found = visit(node)
-            if found:
-                return found
-    return None
-
-
-def _ancestors(step_id: str, deps: dict[str, list[str]]) -> set[str]:
-    seen: set[str] = set()
-    stack = list(deps[step_id])
-    while stack:
-        node = stack.pop()
-        if node not in seen:
-            seen.add(node)
-            stack.extend(deps[node])
-    return seen
+async def validate_steps(core: Core, *, owner_id: str, steps: list[Any],
+                         options: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Normalised steps, or one 422 listing every problem (shape, ids, agents, references,
+    cycles, expressions, schemas)."""
+    checked = await check_template(core, owner_id=owner_id, steps=steps, options=options)
+    if checked.problems:
+        _raise(checked.problems)
+    return checked.steps
 
 
 # --- templates ---------------------------------------------------------------------------
@@ -223,6 +91,7 @@ def template_view(template: WorkflowTemplate) -> dict[str, Any]:
         "shared": bool(template.shared),
         "owner_id": template.owner_id,
         "steps": template.steps,
+        **(template.spec or {}),
         "created_at": iso(template.created_at),
         "updated_at": iso(template.updated_at),
     }
@@ -265,16 +134,21 @@ async def create_template(
     steps: list[Any],
     description: str = "",
     shared: bool = False,
+    options: dict[str, Any] | None = None,
 ) -> WorkflowTemplate:
-    """Validate and store a template; 422 names every problem, 409 a duplicate name."""
+    """Validate and store a template; 422 names every problem, 409 a duplicate name.
+    `options`: the language's template-level fields (input_schema, limits, output)."""
     _check_share(shared, is_admin)
     name = _clean_name(name)
     if len(description) > PROMPT_MAX:
         raise ValidationError.field("description", f"must be at most {PROMPT_MAX} characters long")
-    clean = await validate_steps(core, owner_id=owner_id, steps=steps)
+    checked = await check_template(core, owner_id=owner_id, steps=steps, options=options)
+    if checked.problems:
+        _raise(checked.problems)
     await _ensure_name_free(core, owner_id, name)
     template = WorkflowTemplate(
-        owner=owner_id, name=name, description=description, steps=clean, shared=shared
+        owner=owner_id, name=name, description=description, steps=checked.steps,
+        spec=checked.options or None, shared=shared,
     )
     return await _save_template(template, create=True)
 
@@ -314,8 +188,10 @@ async def update_template(
     steps: list[Any],
     description: str = "",
     shared: bool | None = None,
+    options: dict[str, Any] | None = None,
 ) -> WorkflowTemplate:
-    """Replace a template's name, description, steps (and `shared`, administrators only)."""
+    """Replace a template's name, description, steps, options (and `shared`,
+    administrators only)."""
     template = await get_template(
         core, user_id=user_id, is_admin=is_admin, template_id=template_id, write=True
     )
@@ -327,7 +203,10 @@ async def update_template(
     if len(description) > PROMPT_MAX:
         raise ValidationError.field("description", f"must be at most {PROMPT_MAX} characters long")
     template.description = description
-    template.steps = await validate_steps(core, owner_id=template.owner_id, steps=steps)
+    checked = await check_template(core, owner_id=template.owner_id, steps=steps, options=options)
+    if checked.problems:
+        _raise(checked.problems)
+    template.steps, template.spec = checked.steps, checked.options or None
     await _ensure_name_free(core, template.owner_id, template.name, except_id=template.id)
     template.updated_at = utcnow()
     return await _save_template(template, create=False)
@@ -379,13 +258,28 @@ async def start_run(
     user_id: str,
     is_admin: bool,
     template_id: str,
-    input: str = "",
+    input: Any = "",
     files: list[str] | None = None,
 ) -> WorkflowRun:
-    """Store a `queued` run of a readable template and hand it to the engine."""
+    """Store a `queued` run of a readable template and hand it to the engine. With an
+    `input_schema` the input may be any JSON value and must validate; without one it is
+    text."""
     template = await get_template(core, user_id=user_id, is_admin=is_admin, template_id=template_id)
-    attached = []
+    spec = template.spec or {}
     problems: list[dict[str, str]] = []
+    if "input_schema" in spec:
+        problems += schemas.violations(input, spec["input_schema"], root="input")
+        input_value, input_text = input, ""
+    elif not isinstance(input, str):
+        raise ValidationError.field("input", "must be a string (this template has no input_schema)")
+    else:
+        input_value, input_text = None, input
+    if problems:
+        raise ValidationError(
+            f"The input does not match the template's input_schema: {schemas.describe(problems)}.",
+            detail=problems,
+        )
+    attached = []
     for i, file_id in enumerate(dict.fromkeys(files or [])):
         upload = await Upload.aget_or_none((Upload.id == file_id) & (Upload.owner == user_id))
         if upload is None:
@@ -400,14 +294,17 @@ async def start_run(
             template=template.id,
             template_name=template.name,
             steps=template.steps,
-            input=input,
+            spec=template.spec,
+            input=input_text,
+            input_value=input_value,
             files=attached,
             status="queued",
         )
         if template.steps:  # one statement for every step row
-            await core.db.aexecute(RunStep.insert_many(
-                [{"run": run.trace_id, "step_id": step["id"], "status": "pending"} for step in template.steps]
-            ))
+            await core.db.aexecute(RunStep.insert_many([
+                {"run": run.trace_id, "step_id": step["id"], "path": step["id"], "status": "pending"}
+                for step in template.steps
+            ]))
     await engine_of(core).submit(run.trace_id)
     return run
 
@@ -450,18 +347,32 @@ def run_summary(run: WorkflowRun) -> dict[str, Any]:
     }
 
 
+def run_input(run: WorkflowRun) -> Any:
+    """The run's input: a JSON value under an input_schema, else the text."""
+    return run.input_value if "input_schema" in (run.spec or {}) else run.input
+
+
+def step_output(row: RunStep) -> Any:
+    """A step row's output: its JSON value when it has one, else its text."""
+    return row.output_value if row.output_value is not None else row.output
+
+
 async def run_detail(core: Core, run: WorkflowRun) -> dict[str, Any]:
     """The run with each step's status, output, error, usage and times, and open questions."""
-    rows = {r.step_id: r for r in await core.db.list(RunStep.select().where(RunStep.run == run.trace_id))}
+    rows = {r.path or r.step_id: r
+            for r in await core.db.list(RunStep.select().where(RunStep.run == run.trace_id))}
     steps = []
     for step in run.steps:
         row = rows.get(step["id"])
         steps.append({
             "step_id": step["id"],
+            "path": step["id"],
             "agent": step["agent"],
             "depends_on": step.get("depends_on", []),
             "status": row.status if row else "pending",
-            "output": row.output if row else None,
+            "attempt": row.attempt if row else 1,
+            "reused": bool(row.reused) if row else False,
+            "output": step_output(row) if row else None,
             "error": row.error if row else None,
             "usage": row.usage if row else None,
             "started_at": iso(row.started_at) if row else None,
@@ -469,7 +380,7 @@ async def run_detail(core: Core, run: WorkflowRun) -> dict[str, Any]:
         })
     return {
         **run_summary(run),
-        "input": run.input,
+        "input": run_input(run),
         "files": run.files or [],
         "steps": steps,
         "pending_replies": await pending_replies(core, run),

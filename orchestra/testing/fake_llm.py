@@ -7,7 +7,9 @@ encoding, so the real OpenAI SDK and `OpenAICompatClient` run against it unchang
 Tests queue scripted replies (text, tool calls, HTTP errors, a stream cut mid-way);
 with nothing queued it answers deterministically: `echo` mode replies
 "Echo: <last user message>", `assistant` mode also calls `calculator` when offered and
-asked for a calculation. Every request is recorded. Run standalone with
+asked for a calculation. A request with `response_format` `json_schema` (structured
+output) is answered with a small value of that schema (`schema_instance`: the enum value
+the prompt mentions, `true` for booleans, …); `script_json` queues a chosen (or wrong) one. Every request is recorded. Run standalone with
 `python -m orchestra.testing.fake_llm --port 9999`.
 """
 
@@ -125,6 +127,60 @@ def _friendly_reply(body: dict[str, Any]) -> ScriptedReply:
         call = ("calculator", {"expression": expression})
         return ScriptedReply(kind="tool_calls", tool_calls=[call])
     return ScriptedReply(text=f'Here is a short answer to "{prompt[:200]}": done.')
+
+
+def requested_schema(body: dict[str, Any]) -> dict[str, Any] | None:
+    """The JSON Schema a request asks the answer to follow (`response_format` json_schema)."""
+    fmt = body.get("response_format")
+    if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
+        schema = (fmt.get("json_schema") or {}).get("schema")
+        return schema if isinstance(schema, (dict, bool)) else {}
+    return None
+
+
+def schema_instance(schema: Any, hint: str = "", depth: int = 0) -> Any:
+    """A small value of `schema`'s shape: required properties filled, the enum value the
+    prompt mentions (else the first), `true` for booleans, `1` for numbers, a short text."""
+    if not isinstance(schema, dict) or depth > 8:
+        return None
+    if "const" in schema:
+        return schema["const"]
+    if isinstance(schema.get("enum"), list) and schema["enum"]:
+        lowered = hint.lower()
+        mentioned = [v for v in schema["enum"] if isinstance(v, str) and v.lower() in lowered]
+        return mentioned[0] if mentioned else schema["enum"][0]
+    if "default" in schema:
+        return schema["default"]
+    for key in ("anyOf", "oneOf", "allOf"):
+        if isinstance(schema.get(key), list) and schema[key]:
+            return schema_instance(schema[key][0], hint, depth + 1)
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), "null")
+    if kind == "object" or (kind is None and "properties" in schema):
+        props = schema.get("properties") or {}
+        return {name: schema_instance(props.get(name, {}), hint, depth + 1)
+                for name in schema.get("required") or list(props)}
+    if kind == "array":
+        count = max(1, int(schema.get("minItems") or 1))
+        return [schema_instance(schema.get("items") or {}, hint, depth + 1) for _ in range(count)]
+    if kind == "boolean":
+        return True
+    if kind in ("integer", "number"):
+        low = schema.get("minimum", schema.get("exclusiveMinimum", 0))
+        return max(1, int(low) + (1 if "exclusiveMinimum" in schema else 0))
+    if kind == "null":
+        return None
+    if kind == "string":
+        text = "fake answer"
+        low = int(schema.get("minLength") or 0)
+        return (text * (low // len(text) + 1))[:max(low, len(text))]
+    return None
+
+
+def _schema_reply(body: dict[str, Any], schema: Any) -> ScriptedReply:
+    hint = _last_user_text(body.get("messages") or [])
+    return ScriptedReply(text=json.dumps(schema_instance(schema, hint), separators=(",", ":")))
 
 
 def _echo_reply(body: dict[str, Any]) -> ScriptedReply:
@@ -491,6 +547,12 @@ class FakeLLM:
             )
         )
 
+    def script_json(self, value: Any, **options: Any) -> FakeLLM:
+        """Queue a reply whose text is `value` as JSON: to script a structured answer, or a
+        wrong one (a repair round follows); a str is sent verbatim (invalid JSON)."""
+        text = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+        return self.script_text(text, **options)
+
     def script_tool_call(
         self, name: str, arguments: dict[str, Any] | str, *, text: str = ""
     ) -> FakeLLM:
@@ -597,6 +659,9 @@ class FakeLLM:
                 return self._queue.popleft()
         make = _friendly_reply if self.behavior == "assistant" else _echo_reply
         reply = make(body)
+        schema = requested_schema(body)
+        if schema is not None and reply.kind != "tool_calls":  # structured output
+            reply = _schema_reply(body, schema)
         reply.delay = self.chunk_delay
         return reply
 
@@ -628,12 +693,10 @@ def main(argv: list[str] | None = None) -> None:
     )
     url = f"http://{args.host}:{args.port}/v1"
     print(f"Fake LLM serving at {url}  (mode: {args.mode}; Ctrl-C to stop)")
-    print(
-        "Register it as a provider: "
-        f'{{"name": "fake", "provider": "openai_compatible", "model_id": "fake-model", '
-        f'"api_key": "{args.api_key or "any-key"}", "base_url": "{url}"}}',
-        flush=True,
-    )
+    key = (f"--api-key-stdin  (and type {args.api_key})" if args.api_key
+           else "--no-api-key  (any key is taken, none is needed)")
+    print(f"Register it as a provider:\n  orchestra provider add fake --kind openai_compatible "
+          f"--model-id fake-model --base-url {url} {key}", flush=True)
     try:
         fake.serve_forever()
     except KeyboardInterrupt:

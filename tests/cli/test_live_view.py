@@ -184,7 +184,43 @@ def test_an_answer_typed_at_the_prompt_is_sent(world):
         term.kill()
     final = term.final_view()
     assert code == 0, term.screen[-3000:]
-    assert "feedback asks: Here is the draft:" in term.screen
+    assert "feedback asks the question above; your answer: " in term.screen
     assert "Feedback: less sugar" in final and "run succeeded in " in final
     assert "started run" not in term.screen
     assert world["api"].get(f"/workflow/run/{trace_id}").json()["steps"][1]["output"] == "less sugar"
+
+
+def emulated(raw: bytes, *, history: bool = True) -> list[str]:
+    """What a real terminal of COLUMNS x 40 shows after `raw`: the lines scrolled off the
+    top (history), then the screen, without trailing blanks."""
+    import pyte
+
+    screen = pyte.HistoryScreen(COLUMNS, 40, history=2000)
+    stream = pyte.ByteStream(screen)
+    stream.feed(raw)
+    rows = [line for line in screen.history.top] if history else []
+    text = ["".join(row[x].data for x in range(COLUMNS)).rstrip() for row in rows]
+    return text + [line.rstrip() for line in screen.display]
+
+
+def test_after_an_answered_question_the_screen_holds_one_copy_of_the_view(world):
+    """While waiting, the question is on screen once (in the panel, not repeated at the
+    prompt); once answered, the still copy and the prompt are taken away and the view goes
+    on live: at the end the terminal shows exactly one copy of it."""
+    term, trace_id, _ = _asking(world)
+    try:
+        waiting = emulated(term.raw)
+        assert sum("Here is the draft:" in line for line in waiting) == 1, "\n".join(waiting)
+        assert sum(line.startswith(f"run {trace_id}") for line in waiting) == 1, "\n".join(waiting)
+        term.type("less sugar\r")
+        code = term.finish(timeout=60)
+    finally:
+        term.kill()
+    assert code == 0, term.screen[-3000:]
+    lines = emulated(term.raw)
+    shown = "\n".join(lines)
+    assert sum(line.startswith(f"run {trace_id}") for line in lines) == 1, shown
+    for step_id in ("draft", "feedback", "final"):
+        assert sum(f"─ {step_id} · " in line for line in lines) == 1, (step_id, shown)
+    assert "your answer" not in shown  # the prompt went with the still copy
+    assert "! less sugar" in shown and "run succeeded in " in shown

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import time
 
 import pytest
@@ -190,6 +191,28 @@ def test_template_create_show_update_delete(world, tmp_path):
     assert world["api"].get(f"/workflow/template/{template_id}").status_code == 404
 
 
+def test_template_check_prints_every_problem_and_saves_nothing(world, tmp_path):
+    cli = world["cli"]
+    before = world["api"].get("/workflow/template").json()["templates"]
+    broken = tmp_path / "check.json"
+    broken.write_text(json.dumps({"name": "never-saved", "input_schema": {"type": "nope"}, "steps": [
+        {"id": "a", "agent": {"worker": "not-mine"}, "prompt": "{{ colour }}", "when": "steps.b.output"},
+        {"id": "b", "agent": {"human": True}, "prompt": "ok?", "depends_on": ["a"], "timeout_seconds": 0}]}))
+    done = cli("template", "check", str(broken))
+    assert done.returncode == ExitCode.USAGE
+    lines = done.stdout.splitlines()
+    fields = {line.split(":", 1)[0] for line in lines}
+    assert fields == {"steps.0.agent.worker", "steps.0.prompt", "steps.0.when",
+                      "steps.1.timeout_seconds", "input_schema.type"}, lines
+    assert "steps.0.when: `steps.b.output` needs step 'b' in depends_on (directly or transitively)" in lines
+    assert f"{broken}: 5 problems" in one_error_line(done)
+    as_json = json.loads(cli("template", "check", str(broken), "--json").stdout)
+    assert as_json["valid"] is False and len(as_json["problems"]) == 5
+    good = cli("template", "check", _template_file(world, tmp_path, "fine"))
+    assert good.returncode == 0 and good.stdout == "" and "no problems" in good.stderr
+    assert world["api"].get("/workflow/template").json()["templates"] == before
+
+
 def test_template_files_that_cannot_be_read_are_usage_errors(world, tmp_path):
     cli = world["cli"]
     for group in ("template", "workflow"):
@@ -248,7 +271,12 @@ def test_follow_run_example_honours_orchestra_port_and_says_when_it_cannot_conne
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[0].startswith("run ")
-    assert any(line.split()[1:2] == ["run_finished"] for line in done.stdout.splitlines())
+    lines = done.stdout.splitlines()
+    assert any(line.split()[1:2] == ["run_finished"] for line in lines)
+    # Columns hold on multi-line text: a line is an event (seq, kind) or indented under its text.
+    events = [line for line in lines[1:] if re.match(r"^ *\d+ [a-z_]+( |$)", line)]
+    assert events and all(line in events or line.startswith(" " * 22) for line in lines[1:]), done.stdout
+    assert "\n" + " " * 22 + "Facts: " in done.stdout  # the report's prompt has several lines
     port = free_port()
     done = subprocess.run([sys.executable, str(script), "--template", "t"], env={**env, "ORCHESTRA_PORT": str(port)},
                           capture_output=True, text=True, timeout=60)
@@ -299,3 +327,15 @@ def test_file_upload_list_download_delete(world, tmp_path):
     assert world["api"].get(f"/workflow/run/{trace_id}").json()["files"] == [
         {"file_id": ids[1], "filename": "data.bin"}]
     wait_status(world, trace_id, {"succeeded"})
+
+
+def test_follow_run_example_names_the_tool_of_a_call_and_its_result():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("follow_run", EXAMPLES.parent / "follow_run.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    call = {"step_id": "numbers", "call_id": "c1", "name": "calculator", "arguments": {"expression": "12*7+1"}}
+    assert module.line("5", "tool_call", call) == '   5 tool_call        [numbers] calculator({"expression": "12*7+1"})'
+    result = {"step_id": "numbers", "call_id": "c1", "name": "calculator", "result": "85"}
+    assert module.line("6", "tool_result", result) == "   6 tool_result      [numbers] calculator → 85"

@@ -1,6 +1,7 @@
 """`orchestra serve` refuses bad configuration with one readable line, before any worker starts."""
 
 import os
+import select
 import socket
 import subprocess
 import sys
@@ -111,7 +112,10 @@ def test_listening_is_announced_only_once_the_port_is_bound(tmp_path):
             time.sleep(0.01)
         with socket.create_connection(("127.0.0.1", port), timeout=1):  # bound when announced
             pass
-        assert f"orchestra listening on http://127.0.0.1:{port}/api/v1" in log.read_text()
+        banner = log.read_text()
+        assert f"orchestra listening on http://127.0.0.1:{port} (store: sqlite:" in banner
+        assert f"  web console  http://127.0.0.1:{port}/\n" in banner  # the console is named
+        assert f"  API          http://127.0.0.1:{port}/api/v1 " in banner
     finally:
         proc.terminate()  # as ServerProcess.stop: a SIGTERM in the first instants is not always honoured
         try:
@@ -119,3 +123,35 @@ def test_listening_is_announced_only_once_the_port_is_bound(tmp_path):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def test_on_a_terminal_the_banner_names_the_console_and_no_sanic_flags(tmp_path):
+    """On a terminal Sanic would add "consider using '--debug' or '--dev'": flags that
+    `orchestra serve` does not have. The banner names the console and the API instead."""
+    import pty
+
+    port = free_port()
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "orchestra", "serve", "--port", str(port)],
+                            env={**os.environ, "ORCHESTRA_HOME": str(tmp_path / "home")},
+                            stdin=subprocess.DEVNULL, stdout=slave, stderr=slave, close_fds=True)
+    os.close(slave)
+    seen = b""
+    try:
+        deadline = time.monotonic() + 60
+        while b"Worker ready" not in seen and time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 0.5)
+            if ready:
+                seen += os.read(master, 65536)
+        text = seen.decode("utf-8", "replace")
+        assert "Worker ready" in text, text
+        assert f"web console  http://127.0.0.1:{port}/" in text
+        assert "--debug" not in text and "--dev" not in text and "PRODUCTION" not in text, text
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        os.close(master)

@@ -583,3 +583,75 @@ async def test_anthropic_stream_without_message_stop_is_a_cut():
         await collect(client.stream_chat(model="claude-test", messages=HELLO, tools=[]))
     assert info.value.retryable and "cut" in info.value.message
     await client.aclose()
+
+
+# -- structured output (SPEC §7 output_schema) ------------------------------------------
+
+VERDICT = {"type": "object", "required": ["approved", "category"],
+           "properties": {"approved": {"type": "boolean"},
+                          "category": {"type": "string", "enum": ["sales", "billing"]}}}
+
+
+@pytest.mark.asyncio
+async def test_openai_asks_for_json_schema_and_the_fake_answers_its_shape(fake_llm, llm_client):
+    messages = [ChatMessage("user", "A question about my billing")]
+    result = await collect(llm_client.stream_chat(model="m", messages=messages, tools=[],
+                                                  output_schema=VERDICT))
+    assert json.loads(result.text) == {"approved": True, "category": "billing"}  # the enum the prompt names
+    body = fake_llm.chat_requests[-1]
+    assert body["response_format"] == {"type": "json_schema", "json_schema": {
+        "name": "output", "schema": VERDICT, "strict": False}}
+    fake_llm.script_json({"approved": "yes"})  # a wrong answer, as scripted
+    result = await collect(llm_client.stream_chat(model="m", messages=messages, tools=[],
+                                                  output_schema=VERDICT))
+    assert result.text == '{"approved":"yes"}'
+
+
+@pytest.mark.asyncio
+async def test_deepseek_gets_json_object_and_the_schema_as_an_instruction(fake_llm):
+    client = OpenAICompatClient(kind="deepseek", api_key="k", base_url=fake_llm.base_url)
+    await collect(client.stream_chat(model="m", messages=HELLO, tools=[], output_schema=VERDICT))
+    body = fake_llm.chat_requests[-1]
+    assert body["response_format"] == {"type": "json_object"}
+    assert body["messages"][0]["role"] == "system" and json.dumps(VERDICT, separators=(",", ":")) in \
+        body["messages"][0]["content"]
+    await client.aclose()
+
+
+def _answer_turn(partials: list[str]) -> list[dict]:
+    start, *_ = ANTHROPIC_TURN
+    return [
+        start,
+        {"type": "content_block_start", "index": 0,
+         "content_block": {"type": "tool_use", "id": "toolu_9", "name": "final_answer", "input": {}}},
+        *({"type": "content_block_delta", "index": 0,
+           "delta": {"type": "input_json_delta", "partial_json": p}} for p in partials),
+        {"type": "content_block_stop", "index": 0},
+        {"type": "message_delta", "delta": {"stop_reason": "tool_use", "stop_sequence": None},
+         "usage": {"output_tokens": 9}},
+        {"type": "message_stop"},
+    ]
+
+
+@pytest.mark.asyncio
+async def test_anthropic_structured_output_is_a_forced_tool_whose_input_is_the_answer():
+    seen: list[dict] = []
+    client = _anthropic_with(_answer_turn(['{"approved": ', 'true, "category": "sales"}']), seen)
+    events = [e async for e in client.stream_chat(model="c", messages=HELLO, tools=[],
+                                                  output_schema=VERDICT)]
+    result = events[-1]
+    assert json.loads(result.text) == {"approved": True, "category": "sales"}
+    assert result.tool_calls == [] and result.finish_reason == "stop"
+    assert "".join(e.text for e in events if isinstance(e, TextDelta)) == result.text
+    assert seen[0]["tool_choice"] == {"type": "tool", "name": "final_answer"}
+    assert seen[0]["tools"] == [{"name": "final_answer", "description": seen[0]["tools"][0]["description"],
+                                 "input_schema": VERDICT}]
+    await client.aclose()
+    seen.clear()  # with other tools the model may use them first: tool_choice any
+    client = _anthropic_with(_answer_turn(['{"value": [1, 2]}']), seen)
+    result = await collect(client.stream_chat(model="c", messages=HELLO, tools=[CALC],
+                                              output_schema={"type": "array"}))
+    assert result.text == "[1,2]" and seen[0]["tool_choice"] == {"type": "any"}
+    assert [t["name"] for t in seen[0]["tools"]] == ["calculator", "final_answer"]
+    assert seen[0]["tools"][1]["input_schema"]["properties"]["value"] == {"type": "array"}
+    await client.aclose()

@@ -150,7 +150,12 @@ async def test_enums_and_length_rules(doc):
 async def test_template_steps_are_the_step_union(doc):
     steps = body_schema(doc, "/api/v1/workflow/template", "post")["properties"]["steps"]
     step = schema(doc, steps["items"]["$ref"].rsplit("/", 1)[-1])
-    assert set(step["properties"]) == {"id", "agent", "prompt", "depends_on"}
+    assert set(step["properties"]) == {  # SPEC §4, and §7's step policies
+        "id", "agent", "prompt", "depends_on",
+        "when", "output_schema", "timeout_seconds", "retry", "on_error", "default",
+    }
+    assert step["properties"]["timeout_seconds"]["anyOf"][0] == {"type": "integer", "minimum": 1, "maximum": 86400}
+    assert step["properties"]["on_error"]["enum"] == ["fail", "continue"]
     assert set(step["required"]) == {"id", "agent", "prompt"}
     agents = [schema(doc, s["$ref"].rsplit("/", 1)[-1]) for s in step["properties"]["agent"]["anyOf"]]
     assert [set(a["required"]) for a in agents] == [{"worker"}, {"node"}, {"human"}]

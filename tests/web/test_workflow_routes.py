@@ -38,8 +38,8 @@ async def worker(client, alice, fake_llm):
     return w.id
 
 
-def human(sid="h", prompt="Your name for {{input}}?", depends_on=()):
-    return {"id": sid, "agent": {"human": True}, "prompt": prompt, "depends_on": list(depends_on)}
+def human(sid="h", prompt="Your name for {{input}}?", depends_on=(), **extra):
+    return {"id": sid, "agent": {"human": True}, "prompt": prompt, "depends_on": list(depends_on), **extra}
 
 
 async def make_template(client, who, steps, name="t", **extra):
@@ -200,3 +200,87 @@ async def test_admin_may_list_all_and_answer_any_run(client, alice, users):
     assert trace_id in [r["trace_id"] for r in everyone]
     assert (await client.post(f"{API}/reply/{trace_id}", headers=admin["headers"], json={"content": "ok"})).status_code == 200
     await wait_for(client, alice, trace_id, "succeeded")
+
+
+# --- the workflow language (SPEC §7): save-time checks and input_schema -----------------
+
+TOPICS = {"type": "object", "required": ["topics"],
+          "properties": {"topics": {"type": "array", "items": {"type": "string"}}}}
+
+
+async def test_language_fields_round_trip(client, alice):
+    steps = [
+        human("review", output_schema={"type": "object", "properties": {"ok": {"type": "boolean"}}},
+              timeout_seconds=30, default={"ok": False}),
+        {**human("ship", "Ship {{ steps.review.output }}", ["review"]),
+         "when": "steps.review.output.ok", "retry": {"max_attempts": 2, "backoff_seconds": 0.5},
+         "on_error": "continue"},
+    ]
+    created = await make_template(client, alice, steps, input_schema=TOPICS,
+                                  limits={"deadline_seconds": 60}, output="steps.ship.output")
+    template = created["template"]
+    assert template["steps"][1]["when"] == "steps.review.output.ok"
+    assert template["steps"][0]["default"] == {"ok": False}
+    assert (template["input_schema"], template["limits"], template["output"]) == (
+        TOPICS, {"deadline_seconds": 60}, "steps.ship.output")
+    stored = await WorkflowTemplate.aget(WorkflowTemplate.id == created["template_id"])
+    assert stored.spec == {"input_schema": TOPICS, "limits": {"deadline_seconds": 60},
+                           "output": "steps.ship.output"}
+    assert stored.steps[1]["retry"] == {"max_attempts": 2, "backoff_seconds": 0.5}
+
+
+async def test_language_problems_are_one_422_with_paths(client, alice):
+    body = {"name": "bad", "steps": [
+        human("a", when="steps.b.output"),
+        human("b", "{{ steps.a.output.( }}", ["a"], output_schema={"$ref": "https://x.example/s"}),
+    ], "input_schema": {"type": "nope"}}
+    response = await client.post(f"{API}/template", headers=alice["headers"], json=body)
+    detail = assert_error(response, 422, "ValidationError")["detail"]
+    where = {d["field"] for d in detail}
+    assert {"steps.0.when", "steps.1.prompt", "steps.1.output_schema.$ref", "input_schema.type"} <= where
+    assert await WorkflowTemplate.aget_or_none(WorkflowTemplate.name == "bad") is None
+
+
+async def test_check_route_lists_problems_and_stores_nothing(client, alice):
+    body = {"name": "chk", "steps": [human("a", when="colour == 1"), human("b", depends_on=["a", "zz"])]}
+    response = await client.post(f"{API}/template/check", headers=alice["headers"], json=body)
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    assert answer["message"] == "success" and answer["valid"] is False
+    assert {"field": "steps.1.depends_on", "problem": "unknown step 'zz'"} in answer["problems"]
+    assert any(p["field"] == "steps.0.when" and "unknown variable 'colour'" in p["problem"]
+               for p in answer["problems"])
+    good = await client.post(f"{API}/template/check", headers=alice["headers"],
+                             json={"name": "chk", "steps": [human("a")]})
+    assert good.json() == {"message": "success", "valid": True, "problems": []}
+    assert await WorkflowTemplate.aget_or_none(WorkflowTemplate.name == "chk") is None
+
+
+async def test_input_schema_validates_run_input(client, alice):
+    created = await make_template(client, alice, [human("h", "Topics: {{ input.topics }}")],
+                                  input_schema=TOPICS)
+    tid = created["template_id"]
+    response = await client.post(f"{API}/run", headers=alice["headers"],
+                                 json={"template_id": tid, "input": {"topics": ["a", "b", 3]}})
+    body = assert_error(response, 422, "ValidationError")
+    assert body["detail"] == [{"field": "input.topics.2", "problem": "3 is not of type 'string'"}]
+    response = await client.post(f"{API}/run", headers=alice["headers"],
+                                 json={"template_id": tid, "input": "just text"})
+    assert assert_error(response, 422, "ValidationError")["detail"][0]["field"] == "input"
+    assert await WorkflowRun.aget_or_none(WorkflowRun.template == tid) is None
+    response = await client.post(f"{API}/run", headers=alice["headers"],
+                                 json={"template_id": tid, "input": {"topics": ["a", "b"]}})
+    assert response.status_code == 202, response.text
+    trace_id = response.json()["trace_id"]
+    run = await wait_for(client, alice, trace_id, "waiting_reply")
+    assert run["input"] == {"topics": ["a", "b"]}
+    stored = await WorkflowRun.aget(WorkflowRun.trace_id == trace_id)
+    assert stored.input_value == {"topics": ["a", "b"]}
+
+
+async def test_v1_run_input_must_stay_text(client, alice):
+    created = await make_template(client, alice, [human("h")])
+    response = await client.post(f"{API}/run", headers=alice["headers"],
+                                 json={"template_id": created["template_id"], "input": {"a": 1}})
+    assert assert_error(response, 422, "ValidationError")["detail"] == [
+        {"field": "input", "problem": "must be a string (this template has no input_schema)"}]

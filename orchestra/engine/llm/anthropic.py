@@ -8,12 +8,14 @@ be tested without a network.
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
 import anthropic
 
 from orchestra.engine.llm.base import (
+    STRUCTURED_TOOL,
     ChatMessage,
     ChatResult,
     LLMError,
@@ -132,6 +134,18 @@ def map_anthropic_error(err: Exception, *, streaming: bool = False) -> LLMError:
     return LLMError(str(err) or type(err).__name__)
 
 
+def structured_params(schema: dict[str, Any], tools: list[dict[str, Any]]) -> dict[str, Any]:
+    """A forced tool whose input is the structured answer (Anthropic has no response format)."""
+    answer = {
+        "name": STRUCTURED_TOOL,
+        "description": "Give the final answer; its input is the answer itself.",
+        "input_schema": schema if schema.get("type") == "object" else {
+            "type": "object", "properties": {"value": schema}, "required": ["value"]},
+    }
+    choice = {"type": "any"} if tools else {"type": "tool", "name": STRUCTURED_TOOL}
+    return {"tools": [*tools, answer], "tool_choice": choice}
+
+
 class AnthropicClient:
     """`ChatClient` over Anthropic's streaming Messages API."""
 
@@ -161,9 +175,15 @@ class AnthropicClient:
         )
 
     async def stream_chat(
-        self, *, model: str, messages: list[ChatMessage], tools: list[ToolSpec]
+        self, *, model: str, messages: list[ChatMessage], tools: list[ToolSpec],
+        output_schema: dict[str, Any] | None = None,
     ) -> AsyncIterator[StreamEvent]:
-        """Stream one assistant turn; see `ChatClient` for the order of events."""
+        """Stream one assistant turn; see `ChatClient` for the order of events.
+
+        With `output_schema` the answer comes as a forced tool (`final_answer`, whose
+        input schema is the output schema): the only tool when none other is offered,
+        else `tool_choice: any` so the model may still use tools first. Its input becomes
+        the turn's text (JSON), streamed as it arrives."""
         params: dict[str, Any] = {
             "model": model,
             "max_tokens": self.max_tokens,
@@ -175,6 +195,8 @@ class AnthropicClient:
             params["system"] = system
         if tools:
             params["tools"] = to_anthropic_tools(tools)
+        if output_schema is not None:
+            params.update(structured_params(output_schema, params.get("tools") or []))
         try:
             stream = await self._client.messages.create(**params)
         except (anthropic.AnthropicError, *_TRANSPORT_ERRORS) as err:
@@ -185,6 +207,8 @@ class AnthropicClient:
         prompt_tokens = completion_tokens = 0
         stop_reason: str | None = None
         finished = False
+        answer_index: int | None = None
+        wrapped = output_schema is not None and output_schema.get("type") != "object"
         try:
             async for event in stream:
                 kind = event.type
@@ -197,7 +221,10 @@ class AnthropicClient:
                     )
                 elif kind == "content_block_start":
                     block = event.content_block
-                    if block.type == "tool_use":
+                    if block.type == "tool_use" and output_schema is not None \
+                            and block.name == STRUCTURED_TOOL:
+                        answer_index = event.index
+                    elif block.type == "tool_use":
                         calls[event.index] = {"id": block.id, "name": block.name, "json": []}
                     elif block.type == "text" and block.text:
                         text.append(block.text)
@@ -207,6 +234,11 @@ class AnthropicClient:
                     if delta.type == "text_delta" and delta.text:
                         text.append(delta.text)
                         yield TextDelta(delta.text)
+                    elif delta.type == "input_json_delta" and event.index == answer_index:
+                        if delta.partial_json:  # the structured answer: shown as text
+                            text.append(delta.partial_json)
+                            if not wrapped:
+                                yield TextDelta(delta.partial_json)
                     elif delta.type == "input_json_delta" and event.index in calls:
                         calls[event.index]["json"].append(delta.partial_json)
                 elif kind == "message_delta":
@@ -229,6 +261,12 @@ class AnthropicClient:
         ]
         if tool_calls:
             yield ToolCallsReady(tool_calls)
+        if answer_index is not None and not tool_calls:
+            stop_reason = "end_turn"  # the forced tool was the answer, not a call to run
+            if wrapped:  # a non-object answer travelled as {"value": …}
+                value = parse_arguments("".join(text)).get("value")
+                text = [json.dumps(value, separators=(",", ":"))]
+                yield TextDelta(text[0])
         usage = Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens)
         yield usage
         yield ChatResult(

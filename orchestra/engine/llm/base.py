@@ -119,10 +119,16 @@ class ChatClient(Protocol):
     model asked for tools, then `Usage` if the provider reported it, and finally one
     `ChatResult` summing up the turn. Failures raise `LLMError`, possibly after some
     deltas were already yielded (a stream cut mid-way).
+
+    `output_schema` asks for a final answer that is JSON of that shape, the provider's
+    own way where it has one (OpenAI-compatible `response_format`, an Anthropic forced
+    tool), else by instructions; the answer's text is then that JSON. The caller still
+    parses and validates it (providers do not all enforce the schema).
     """
 
     def stream_chat(
-        self, *, model: str, messages: list[ChatMessage], tools: list[ToolSpec]
+        self, *, model: str, messages: list[ChatMessage], tools: list[ToolSpec],
+        output_schema: dict[str, Any] | None = None,
     ) -> AsyncIterator[StreamEvent]: ...
 
     async def list_models(self) -> list[str]: ...
@@ -139,3 +145,16 @@ async def collect(stream: AsyncIterator[StreamEvent]) -> ChatResult:
     if result is None:
         raise LLMError("The provider's stream ended without a result.", retryable=True)
     return result
+
+
+STRUCTURED_TOOL = "final_answer"  # the forced tool carrying a structured answer (Anthropic)
+
+
+def schema_instructions(schema: Any) -> str:
+    """The plain instruction for a provider with no structured-output mode of its own."""
+    import json
+
+    return (
+        "Answer with one JSON value and nothing else (no prose, no code fence) that "
+        "validates against this JSON Schema:\n" + json.dumps(schema, separators=(",", ":"))
+    )

@@ -24,6 +24,7 @@ from orchestra.engine.llm.base import (
     ToolCallsReady,
     ToolSpec,
     Usage,
+    schema_instructions,
 )
 from orchestra.engine.llm.retry import retry_after_from_headers
 
@@ -162,6 +163,19 @@ class _ToolCallBuffer:
         ]
 
 
+def structured_params(kind: str, schema: dict[str, Any], messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """Request fields asking for JSON of `schema`: `response_format` json_schema (not
+    strict: strict mode refuses many ordinary schemas); DeepSeek knows only json_object,
+    so it gets that plus the schema as an instruction."""
+    if kind == "deepseek":
+        messages.insert(0, {"role": "system", "content": schema_instructions(schema)})
+        return {"response_format": {"type": "json_object"}}
+    return {"response_format": {
+        "type": "json_schema",
+        "json_schema": {"name": "output", "schema": schema, "strict": False},
+    }}
+
+
 class OpenAICompatClient:
     """`ChatClient` over the chat-completions API (OpenAI, DeepSeek, Ollama, compatibles)."""
 
@@ -188,7 +202,8 @@ class OpenAICompatClient:
         )
 
     async def stream_chat(
-        self, *, model: str, messages: list[ChatMessage], tools: list[ToolSpec]
+        self, *, model: str, messages: list[ChatMessage], tools: list[ToolSpec],
+        output_schema: dict[str, Any] | None = None,
     ) -> AsyncIterator[StreamEvent]:
         """Stream one assistant turn; see `ChatClient` for the order of events."""
         params: dict[str, Any] = {
@@ -199,6 +214,8 @@ class OpenAICompatClient:
         }
         if tools:
             params["tools"] = to_openai_tools(tools)
+        if output_schema is not None:
+            params.update(structured_params(self.kind, output_schema, params["messages"]))
         try:
             stream = await self._client.chat.completions.create(**params)
         except openai.OpenAIError as err:

@@ -16,6 +16,7 @@ from orchestra.services.roles import ROLE_NAMES
 from orchestra.services.uploads import MAX_FILES
 from orchestra.engine.executor import FINISHED
 from orchestra.engine.ownership import ACTIVE
+from orchestra.engine.language.model import Step, TemplateLimits
 
 Timestamp = Annotated[str, Field(json_schema_extra={"format": "date-time"})]
 RoleName = Literal[tuple(ROLE_NAMES)]  # type: ignore[valid-type]
@@ -232,7 +233,10 @@ class TemplateView(Shape):
     description: str
     shared: bool
     owner_id: str
-    steps: list[dict[str, Any]] = Field(description="The steps as validated: {id, agent, prompt, depends_on}.")
+    steps: list[Step] = Field(description="The steps as validated (fields left out take their defaults).")
+    input_schema: dict[str, Any] | None = Field(None, description="Only when the template has one.")
+    limits: TemplateLimits | None = Field(None, description="Only when the template has them.")
+    output: str | None = Field(None, description="Only when the template has one.")
     created_at: Timestamp
     updated_at: Timestamp
 
@@ -245,6 +249,16 @@ class Template(Success):
 class TemplateList(Success):
     templates: list[TemplateView]
     next_cursor: str | None = NextCursor()
+
+
+class Problem(Shape):
+    field: str = Field(description="Where: a path such as steps.2.when or input_schema.type.")
+    problem: str
+
+
+class TemplateCheck(Success):
+    valid: bool = Field(description="True when problems is empty: the template may be saved.")
+    problems: list[Problem]
 
 
 class TemplateDeleted(Success):
@@ -280,10 +294,13 @@ class Usage(Shape):
 
 class StepState(Shape):
     step_id: str
+    path: str = Field(description="The instance's key in the run (the step id; under loops research[3]).")
     agent: dict[str, Any]
     depends_on: list[str]
     status: StepStatus
-    output: str | None
+    attempt: int = Field(ge=1, description="The attempt that ran last (retry policy).")
+    reused: bool = Field(description="Copied from the run this one retries; its provider was not called.")
+    output: Any = Field(description="Text, or a JSON value for a step with output_schema; null when skipped.")
     error: str | None
     usage: Usage | None
     started_at: Timestamp | None
@@ -302,7 +319,7 @@ class PendingReply(Shape):
 
 
 class RunDetailView(RunSummary):
-    input: str
+    input: Any = Field(description="The text input, or the JSON value under the template's input_schema.")
     files: list[AttachedFile]
     steps: list[StepState]
     pending_replies: list[PendingReply]

@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from sanic import Blueprint, Request
 from sanic.response import HTTPResponse, json
 
 from orchestra.errors import ValidationError
 from orchestra.services import workflows as service
-from orchestra.services.agents import NODE_SPECS
 from orchestra.services.workflows import engine_of
 from orchestra.services.roles import Role
 from orchestra.web.apidoc import models as out
 from orchestra.web.apidoc.events import stream_description
 from orchestra.web.apidoc.operation import Link, documented, header, query
+from orchestra.engine.language.model import EXPRESSION_MAX, Step, TemplateLimits
 from orchestra.web.apidoc.rules import NO_NUL, free_text, rule, stripped
 from orchestra.web.auth import protected
 from orchestra.web.paging import PAGE_ERRORS, count_arg, page_args, page_params
@@ -26,35 +26,6 @@ bp = Blueprint("workflow", url_prefix="/workflow")
 
 
 
-class WorkerAgent(ClosedBody):
-    worker: str = rule(description="One of the template owner's worker ids.")
-
-
-class NodeAgent(ClosedBody):
-    node: Literal[tuple(NODE_SPECS)]  # type: ignore[valid-type]
-
-
-class HumanAgent(ClosedBody):
-    """The prompt is put to the client as a question; the reply is the step's output."""
-
-    human: Literal[True]
-
-
-class Step(ClosedBody):
-    """One step of a template, for the document. The template service checks the steps
-    itself, so that one 422 lists every problem (shapes, ids, agents, references,
-    cycles, placeholders) rather than pydantic's first stage."""
-
-    id: str = rule(description="Unique in the template.", pattern=service.STEP_ID.pattern)
-    agent: WorkerAgent | NodeAgent | HumanAgent
-    prompt: str = rule(
-        description="Not blank; may use {{input}} and {{steps.<id>.output}} of an ancestor step.",
-        maxLength=service.PROMPT_MAX,
-        pattern=r"^[^\u0000]*[^\s\u0000][^\u0000]*$",
-    )
-    depends_on: list[str] | None = rule([], description="Ids of steps of this template.")
-
-
 class TemplateBody(Body):
     name: str = rule(
         description=f"1-{service.NAME_MAX} characters (stripped); unique among your templates.",
@@ -62,15 +33,34 @@ class TemplateBody(Body):
     )
     description: str = rule("", **free_text(service.PROMPT_MAX))
     steps: list[Any] = rule(
-        description="The steps; checked by the template service (see Step).",
+        description="The steps; checked by the template service with the Step model, so that "
+        "one 422 lists every problem with its path (steps.2.when).",
         minItems=1, maxItems=service.MAX_STEPS, items=Step,
     )
     shared: bool | None = rule(None, description="Readable and runnable by every user (ADMINISTRATOR+).")
+    input_schema: dict[str, Any] | None = rule(
+        None, description="JSON Schema (2020-12, at most 64 KiB, no remote $ref) of a run's input.",
+    )
+    limits: TemplateLimits | None = None
+    output: str | None = rule(
+        None, description="CEL expression: the run's output (default: the last step's).",
+        maxLength=EXPRESSION_MAX,
+    )
+
+    def options(self) -> dict[str, Any]:
+        """The language's template-level fields that were sent."""
+        sent = {k: getattr(self, k) for k in service.OPTION_FIELDS if getattr(self, k) is not None}
+        if "limits" in sent:
+            sent["limits"] = sent["limits"].model_dump(exclude_none=True)
+        return sent
 
 
 class RunBody(Body):
     template_id: str = rule(description="A template you may read (yours or shared).")
-    input: str = rule("", description="The text {{input}} stands for.", pattern=NO_NUL)
+    input: Any = rule(
+        "", description="The text {{input}} stands for; under the template's input_schema any "
+        "JSON value that validates (422 names each violation: input.topics.2).",
+    )
     files: list[str] | None = rule(None, description="Ids of your uploads, listed to agent steps.")
 
 
@@ -137,9 +127,27 @@ async def create_template(request: Request):
         description=body.description,
         steps=body.steps,
         shared=bool(body.shared),
+        options=body.options(),
     )
     view = service.template_view(template)
     return json({"message": SUCCESS, "template_id": template.id, "template": view}, status=201)
+
+
+@bp.post("/template/check")
+@documented(
+    "Check a template without saving it", body=TemplateBody, response=out.TemplateCheck,
+    description="Runs every save-time check (shapes, ids, references, cycles, expressions, "
+    "schemas, your workers) and answers 200 with each problem and its path; nothing is stored. "
+    "`orchestra template check FILE` uses it.",
+)
+@protected(Role.USER)
+async def check_template(request: Request):
+    body = parse_body(request, TemplateBody)
+    checked = await service.check_template(
+        request.app.ctx.core, owner_id=request.ctx.principal.user_id, steps=body.steps,
+        options=body.options(),
+    )
+    return json({"message": SUCCESS, "valid": not checked.problems, "problems": checked.problems})
 
 
 @bp.get("/template")
@@ -190,6 +198,7 @@ async def update_template(request: Request, template_id: str):
         description=body.description,
         steps=body.steps,
         shared=body.shared,
+        options=body.options(),
         **_who(request),
     )
     return json(

@@ -1,0 +1,213 @@
+"""CEL expressions of the workflow language (SPEC §7): compile once, evaluate safely.
+
+Expressions are CEL, run by `common-expression-language` (Python bindings of the Rust
+`cel` crate): non-Turing-complete, no Python `eval`, no I/O, microseconds per
+evaluation. A compiled program is cached per source text, so a template's expressions
+are parsed once per process, not once per step.
+
+Variables an expression may use: `input`; `steps` (a map from a step id to `{output,
+status}`); `item` and `index` inside a foreach; `loop` (`iteration`, `previous`) inside
+a loop. Save-time checks (`check`) cover length, parsing, unknown variables and the step
+ids named through `steps.X` / `steps["X"]`; run-time failures raise `ExpressionError`
+naming the expression.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import json
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import cel
+
+MAX_LENGTH = 1_000
+VARIABLES = frozenset({"input", "steps", "item", "index", "loop"})
+# A v1 placeholder (SPEC §4): `{{input}}` or `{{steps.<id>.output}}`, ids that CEL may not
+# spell (`steps.fetch-data.output` would be a subtraction). They keep their v1 meaning.
+LEGACY = re.compile(r"^(?:input|steps\.([A-Za-z0-9_-]{1,64})\.output)$")
+PLACEHOLDER = re.compile(r"\{\{\s*(.*?)\s*\}\}", re.S)
+_STRINGS = re.compile(
+    r"""[rRbB]{0,2}(?:'''(?:\\.|[^\\])*?'''|\"\"\"(?:\\.|[^\\])*?\"\"\"|'(?:\\.|[^'\\\n])*'|"(?:\\.|[^"\\\n])*")""",
+    re.S,
+)
+_STEP_DOT = re.compile(r"(?<![\w.])steps\s*\.\s*([A-Za-z_][A-Za-z0-9_]*)")
+_STEP_INDEX = re.compile(r"(?<![\w.])steps\s*\[\s*(?:'([^'\\]*)'|\"([^\"\\]*)\")\s*\]")
+_MACRO_VAR = re.compile(r"\.\s*(?:all|exists|exists_one|map|filter)\s*\(\s*([A-Za-z_][A-Za-z0-9_]*)\s*,")
+
+
+class ExpressionError(Exception):
+    """An expression that cannot be compiled or failed at run time; the text names it."""
+
+    def __init__(self, source: str, problem: str) -> None:
+        self.source = source
+        self.problem = problem
+        shown = source if len(source) <= 120 else source[:117] + "..."
+        super().__init__(f"expression `{shown}`: {problem}")
+
+    @property
+    def message(self) -> str:
+        return str(self)
+
+
+@dataclass(frozen=True, slots=True)
+class Compiled:
+    """A parsed expression with what it references."""
+
+    source: str
+    program: Any
+    variables: frozenset[str]  # free variables (macro-bound names excluded)
+    step_refs: tuple[str, ...]  # ids named as steps.X or steps["X"], in order, distinct
+
+
+def _parse_error(text: str) -> str:
+    # cel's message repeats the whole source; keep its position line and caret.
+    lines = [line for line in text.splitlines() if line.strip()]
+    head = next((line for line in lines if "ERROR" in line), lines[0] if lines else text)
+    head = head.split("ERROR:", 1)[-1].strip().removeprefix("<input>:")
+    return f"does not parse: {head}"
+
+
+@lru_cache(maxsize=4096)
+def compile_expression(source: str) -> Compiled:
+    """The compiled program of `source` (cached); ExpressionError if too long or invalid."""
+    if len(source) > MAX_LENGTH:
+        raise ExpressionError(source, f"is {len(source)} characters long; the limit is {MAX_LENGTH}")
+    if not source.strip():
+        raise ExpressionError(source, "is empty")
+    try:
+        program = cel.compile(source)
+    except (ValueError, RuntimeError) as exc:
+        raise ExpressionError(source, _parse_error(str(exc))) from None
+    code = _STRINGS.sub('""', source)  # names inside string literals are not references
+    bound = set(_MACRO_VAR.findall(code))
+    refs: list[str] = []
+    for match in _STEP_DOT.finditer(code):
+        refs.append(match.group(1))
+    for match in _STEP_INDEX.finditer(source):
+        refs.append(match.group(1) if match.group(1) is not None else match.group(2))
+    return Compiled(
+        source=source,
+        program=program,
+        variables=frozenset(v for v in program.variables() if v not in bound),
+        step_refs=tuple(dict.fromkeys(refs)),
+    )
+
+
+def check(source: str, *, allowed: frozenset[str] = VARIABLES) -> tuple[Compiled | None, list[str]]:
+    """Save-time problems of one expression: parse errors, length, unknown variables."""
+    try:
+        compiled = compile_expression(source)
+    except ExpressionError as exc:
+        return None, [str(exc)]
+    unknown = sorted(compiled.variables - allowed)
+    problems = [
+        f"expression `{source[:120]}`: unknown variable '{name}'; known: {', '.join(sorted(allowed))}"
+        for name in unknown
+    ]
+    return compiled, problems
+
+
+def to_json(value: Any) -> Any:
+    """A CEL result as a JSON value: timestamps as RFC 3339 text, durations as seconds,
+    bytes as text (UTF-8) or base64, maps with text keys."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, dict):
+        return {str(k): to_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_json(v) for v in value]
+    if isinstance(value, dt.datetime):
+        return value.isoformat().replace("+00:00", "Z")
+    if isinstance(value, dt.timedelta):
+        return value.total_seconds()
+    if isinstance(value, (bytes, bytearray)):
+        try:
+            return bytes(value).decode("utf-8")
+        except UnicodeDecodeError:
+            return base64.b64encode(bytes(value)).decode("ascii")
+    optional = getattr(value, "value", None)  # cel.OptionalValue
+    if callable(optional):
+        return to_json(optional())
+    return str(value)
+
+
+class Scope:
+    """The variables of one evaluation site (a step about to run), converted to CEL once
+    and shared by every expression evaluated there."""
+
+    __slots__ = ("variables", "_context")
+
+    def __init__(self, variables: dict[str, Any]) -> None:
+        self.variables = variables
+        self._context: Any = None
+
+    def context(self) -> Any:
+        if self._context is None:
+            self._context = cel.Context(self.variables)
+        return self._context
+
+    def evaluate(self, source: str) -> Any:
+        """The JSON value of `source` here; ExpressionError names it when it fails."""
+        compiled = compile_expression(source)
+        try:
+            result = compiled.program.execute(self.context())
+        except KeyError as exc:
+            raise ExpressionError(source, f"no such key or field {exc}") from None
+        except (TypeError, ValueError, RuntimeError, OverflowError, ZeroDivisionError) as exc:
+            problem = str(exc).split(". CEL does not coerce")[0]
+            raise ExpressionError(source, problem or type(exc).__name__) from None
+        return to_json(result)
+
+    def truth(self, source: str) -> bool:
+        """A condition (`when`, `until`): it must give a boolean."""
+        value = self.evaluate(source)
+        if not isinstance(value, bool):
+            raise ExpressionError(source, f"must give true or false, not {json.dumps(value)[:80]}")
+        return value
+
+
+def text_of(value: Any) -> str:
+    """How a value appears inside a prompt: a string as it is, anything else as compact JSON."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def render(template: str, scope: Scope) -> str:
+    """Fill every `{{ expr }}` of `template`. `{{input}}` and `{{steps.<id>.output}}` keep
+    their v1 meaning (ids with '-' included); a missing v1 output reads as ''."""
+    if "{{" not in template:
+        return template
+
+    def value(match: re.Match) -> str:
+        expr = match.group(1)
+        legacy = LEGACY.match(expr)
+        if legacy:
+            if legacy.group(1) is None:
+                return text_of(scope.variables.get("input"))
+            step = scope.variables.get("steps", {}).get(legacy.group(1)) or {}
+            output = step.get("output")
+            return "" if output is None else text_of(output)
+        return text_of(scope.evaluate(expr))
+
+    return PLACEHOLDER.sub(value, template)
+
+
+def placeholders(template: str) -> list[str]:
+    """The expressions inside `{{ }}` of a prompt, in order."""
+    return [m.group(1) for m in PLACEHOLDER.finditer(template)]
+
+
+def step_refs(expr: str) -> tuple[str, ...]:
+    """Step ids an expression (or v1 placeholder) names; () if it does not compile."""
+    legacy = LEGACY.match(expr)
+    if legacy:
+        return (legacy.group(1),) if legacy.group(1) else ()
+    try:
+        return compile_expression(expr).step_refs
+    except ExpressionError:
+        return ()

@@ -1,0 +1,116 @@
+"""The one model of a workflow template: its steps and options (SPEC §4, §7).
+
+The template service validates every step with `Step` (so one 422 lists every problem,
+with paths such as `steps.2.retry.max_attempts`), and the OpenAPI document describes the
+same classes: what the document says is what the server checks. Rules that need more than
+one field (references between steps, cycles, expressions, schemas) live in `validate.py`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+STEP_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+MAX_STEPS = 50
+PROMPT_MAX = 100_000
+NAME_MAX = 128
+EXPRESSION_MAX = 1_000
+TIMEOUT_MAX = 86_400
+NODE_NAMES = ("planner", "reviewer", "summarizer")  # services/agents.NODE_SPECS (checked in tests)
+_NOT_BLANK = r"^[^\u0000]*[^\s\u0000][^\u0000]*$"
+
+
+class Closed(BaseModel):
+    """Strict types, unknown fields refused."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+
+class WorkerAgent(Closed):
+    worker: str = Field(description="One of the template owner's worker ids.")
+
+
+class NodeAgent(Closed):
+    node: Literal["planner", "reviewer", "summarizer"]
+
+
+class HumanAgent(Closed):
+    """The prompt is put to the client as a question; the reply is the step's output."""
+
+    human: Literal[True]
+
+
+class StepRetry(Closed):
+    """Run a failed attempt again after backoff_seconds, doubling each time (±25 % jitter)."""
+
+    max_attempts: int = Field(1, ge=1, le=10, description="Attempts in all, the first included.")
+    backoff_seconds: float = Field(
+        0, ge=0, le=3600, description="Wait before the second attempt; doubled for each next one."
+    )
+
+
+class Step(Closed):
+    """One step of a template."""
+
+    id: str = Field(description="Unique in the template.", pattern=STEP_ID.pattern)
+    agent: WorkerAgent | NodeAgent | HumanAgent
+    prompt: str = Field(
+        description="Not blank. `{{ expr }}` inserts a CEL expression's value (a string as "
+        "it is, anything else as compact JSON); `{{input}}` and `{{steps.<id>.output}}` of an "
+        "ancestor step keep their v1 meaning.",
+        max_length=PROMPT_MAX,
+        pattern=_NOT_BLANK,
+    )
+    depends_on: list[str] | None = Field([], description="Ids of steps of this template.")
+    when: str | None = Field(
+        None,
+        max_length=EXPRESSION_MAX,
+        description="CEL condition, evaluated once the dependencies have ended: false skips "
+        "the step (step_skipped, reason 'when').",
+    )
+    output_schema: dict[str, Any] | None = Field(
+        None,
+        description="JSON Schema (2020-12, at most 64 KiB, no remote $ref) of the step's output; "
+        "the output is then a JSON value.",
+    )
+    timeout_seconds: int | None = Field(
+        None, ge=1, le=TIMEOUT_MAX,
+        description="An agent step's whole work (tool rounds included); a human step's wait.",
+    )
+    retry: StepRetry | None = None
+    on_error: Literal["fail", "continue"] = Field(
+        "fail", description="'continue': a failed step ends with a null output and the run goes on."
+    )
+    default: Any = Field(
+        None,
+        description="Human steps with timeout_seconds: the output when no reply came in time "
+        "(validated against output_schema).",
+    )
+
+
+class TemplateLimits(Closed):
+    """Bounds of a run: past either the run fails with an error naming the limit."""
+
+    deadline_seconds: int | None = Field(
+        None, ge=1, le=30 * 86_400, description="From run_started, waits included."
+    )
+    max_steps: int | None = Field(
+        None, ge=1, le=100_000, description="Step executions: every attempt, item and iteration."
+    )
+
+
+class TemplateOptions(Closed):
+    """The template-level parts of the workflow language (all optional)."""
+
+    input_schema: dict[str, Any] | None = Field(
+        None,
+        description="JSON Schema (2020-12) of a run's input; input may then be any JSON value.",
+    )
+    limits: TemplateLimits | None = None
+    output: str | None = Field(
+        None, max_length=EXPRESSION_MAX,
+        description="CEL expression: the run's output (default: the last listed step's output).",
+    )
