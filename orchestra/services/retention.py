@@ -82,13 +82,14 @@ async def _delete_batch(core: Core, cutoff: dt.datetime, batch: int) -> int | No
 
 
 async def prune_runs(
-    core: Core, *, older_than: dt.timedelta, now: dt.datetime | None = None, batch: int = BATCH
+    core: Core, *, older_than: dt.timedelta, now: dt.datetime | None = None, batch: int = BATCH,
+    stop: asyncio.Event | None = None,
 ) -> int | None:
     """Delete runs that ended more than `older_than` before `now`; how many (None: another
-    process is pruning)."""
+    process is pruning). `stop` set: no further batch is started."""
     cutoff = (now or utcnow()) - older_than
     total = 0
-    while True:
+    while stop is None or not stop.is_set():
         deleted = await _delete_batch(core, cutoff, batch)
         await release_connection(core.db)
         if deleted is None:
@@ -97,25 +98,31 @@ async def prune_runs(
         if deleted < batch:
             return total
         await asyncio.sleep(0)  # let requests in between batches
+    return total
 
 
-async def prune(core: Core, *, older_than: dt.timedelta | None, now: dt.datetime | None = None) -> Pruned:
+async def prune(
+    core: Core, *, older_than: dt.timedelta | None, now: dt.datetime | None = None,
+    stop: asyncio.Event | None = None,
+) -> Pruned:
     """One round: ended runs older than `older_than` (None: keep every run) and expired
     refresh tokens."""
-    runs = 0 if older_than is None else await prune_runs(core, older_than=older_than, now=now)
+    runs = 0 if older_than is None else await prune_runs(core, older_than=older_than, now=now, stop=stop)
     tokens = await prune_expired_tokens(core, now=now)
     await release_connection(core.db)
     return Pruned(runs=runs or 0, tokens=tokens, skipped=runs is None)
 
 
 class RetentionTimer:
-    """The server's retention: a round at start, then one every PERIOD_SECONDS."""
+    """The server's retention: a round at start, then one every PERIOD_SECONDS. Stopping
+    lets a round's current batch finish (a store statement is never cancelled midway)."""
 
     def __init__(self, core: Core, *, period: float = PERIOD_SECONDS) -> None:
         self.core = core
         self.period = period
         self.task: asyncio.Task | None = None
         self.first_round = asyncio.Event()  # set once the round at start is over
+        self._stopping = asyncio.Event()
 
     @property
     def older_than(self) -> dt.timedelta | None:
@@ -126,21 +133,22 @@ class RetentionTimer:
         self.task = asyncio.get_running_loop().create_task(self._loop(), name="orchestra-retention")
 
     async def stop(self) -> None:
+        self._stopping.set()
         if self.task is not None:
-            self.task.cancel()
             await asyncio.gather(self.task, return_exceptions=True)
             self.task = None
 
     async def _loop(self) -> None:
-        while True:
+        while not self._stopping.is_set():
             try:
-                done = await prune(self.core, older_than=self.older_than)
+                done = await prune(self.core, older_than=self.older_than, stop=self._stopping)
                 if done.runs or done.tokens:
                     logger.info("retention: deleted %d run(s) and %d expired refresh token(s)",
                                 done.runs, done.tokens)
-            except asyncio.CancelledError:
-                raise
             except Exception:  # a store outage: the next round tries again
                 logger.warning("retention round failed; retrying in %.0f s", self.period, exc_info=True)
             self.first_round.set()
-            await asyncio.sleep(self.period)
+            try:
+                await asyncio.wait_for(self._stopping.wait(), self.period)
+            except TimeoutError:
+                pass
