@@ -29,7 +29,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.common import free_port, median, report  # noqa: E402
 from orchestra.core import Core  # noqa: E402
 from orchestra.db.models import WorkflowRun  # noqa: E402
-from orchestra.engine.executor import engine_of, stop_engine  # noqa: E402
 from orchestra.services import agents, auth, providers  # noqa: E402
 from orchestra.services import workflows as wf  # noqa: E402
 from orchestra.settings import Settings  # noqa: E402
@@ -101,7 +100,7 @@ async def bench(steps: int, repeat: int) -> None:
                 for i in range(1, steps)
             ]
             template = await wf.create_template(core, owner_id=user.id, is_admin=False, name="chain", steps=chain)
-            engine = engine_of(core)
+            engine = core.engine
             config = await agents.agent_cache(core).worker(worker.id)
             key = (config.provider_kind, config.provider_base_url, config.provider_api_key)
             timed = engine._clients[key] = TimedClient(engine._client(config))
@@ -122,7 +121,7 @@ async def bench(steps: int, repeat: int) -> None:
             report("time inside the provider client", median(providers_s) * 1000, "ms")
             report("engine overhead per step (median of runs)", median(overheads) * 1000, "ms", "< 5 ms")
         finally:
-            await stop_engine(core)
+            await core.engine.stop()
             await core.close()
 
 

@@ -25,10 +25,11 @@ from urllib.parse import unquote
 import httpx
 from httpx_sse import EventSource, SSEError
 
+from orchestra.engine.vocabulary import TERMINAL
 from orchestra.errors import OrchestraError
 
 API = "/api/v1"
-TERMINAL_EVENTS = frozenset({"run_finished", "run_failed", "run_cancelled"})
+TERMINAL_EVENTS = TERMINAL
 CREDENTIALS_FILE = "credentials.json"
 UPLOADS = "/adapter/client/upload"
 REFRESH_TRIES = 3
@@ -313,7 +314,7 @@ class Client:
         return body
 
     # -- workflows ----------------------------------------------------------------------
-    def start_run(self, template_id: str, input: str | None = None, files: list[str] | None = None) -> str:
+    def start_run(self, template_id: str, input: Any = None, files: list[str] | None = None) -> str:
         body: dict[str, Any] = {"template_id": template_id}
         if input is not None:
             body["input"] = input
@@ -321,7 +322,7 @@ class Client:
             body["files"] = files
         return self.post("/workflow/run", json=body)["trace_id"]
 
-    def reply(self, trace_id: str, content: str, request_id: str | None = None) -> dict[str, Any]:
+    def reply(self, trace_id: str, content: Any, request_id: str | None = None) -> dict[str, Any]:
         body: dict[str, Any] = {"content": content}
         if request_id:
             body["request_id"] = request_id

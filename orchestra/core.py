@@ -1,13 +1,16 @@
-"""The resources every entry point shares: settings, the store, hashing, tokens, secrets.
+"""The composition root: the resources every entry point shares (settings, the store,
+hashing, tokens, secrets, signals) and the one place the run engine is wired to them.
 
 The web app keeps one `Core` on `app.ctx.core`; CLI commands open one for the
-duration of a command. Services take it as their first argument.
+duration of a command. Services take it as their first argument. `core.engine` builds
+the engine on first use with what it needs from the services (agents, tools, the
+upload reader, the signals): the engine itself imports nothing from services.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestra.db import migrate
 from orchestra.db.database import connect, is_postgres_url
@@ -16,6 +19,9 @@ from orchestra.services.crypto import SecretBox
 from orchestra.services.passwords import PasswordService
 from orchestra.services.tokens import TokenService
 from orchestra.settings import Settings
+
+if TYPE_CHECKING:
+    from orchestra.engine.engine import Engine
 
 
 @dataclass
@@ -53,6 +59,40 @@ class Core:
             secrets=SecretBox(secret),
             signals=make_signals(settings),
         )
+
+    @property
+    def engine(self) -> "Engine":
+        """This Core's one run engine (kept in `extras["engine"]`), built on first use.
+        Deleting a user stops their live runs; closing the Core stops the engine."""
+        engine = self.extras.get("engine")
+        if engine is None:
+            engine = self.extras["engine"] = self._build_engine()
+        return engine
+
+    def _build_engine(self) -> "Engine":
+        # Imported here: services import this module for `Core`.
+        from orchestra.engine.engine import Engine
+        from orchestra.services import uploads
+        from orchestra.services.agents import agent_cache, tool_registry
+
+        async def read_upload(owner_id: str, file_id: str) -> str:
+            return await uploads.read_text(self, owner_id=owner_id, file_id=file_id)
+
+        engine = Engine(
+            self,
+            agents=agent_cache(self),
+            registry=tool_registry(self),
+            read_upload=read_upload,
+            signals=self.signals,
+            exclusive=not self.is_postgres,
+        )
+
+        async def on_user_deleted(user_id: str) -> None:
+            await engine.cancel_owner(user_id, reason="The run's user was deleted.")
+
+        self.extras.setdefault("on_user_deleted", []).append(on_user_deleted)
+        self.extras.setdefault("on_close", []).append(engine.stop)
+        return engine
 
     @property
     def is_postgres(self) -> bool:

@@ -40,6 +40,7 @@ class Settings:
     llm_timeout: float = 60.0
     llm_retries: int = 3
     llm_max_tool_rounds: int = 8
+    schema_repairs: int = 2  # repair rounds of a structured answer that does not fit its schema
     sse_ping_seconds: float = 15.0
     sse_send_timeout: float = 30.0  # a stream reader that takes no bytes this long is closed
     run_lease_seconds: float = 15.0  # a run's owner renews its lease; past it, others take over
@@ -47,10 +48,14 @@ class Settings:
     max_runs: int = 100  # runs one process executes at once; the rest wait `queued`
     shutdown_grace_seconds: float = 10.0  # on SIGTERM, how long in-flight steps may finish
     step_output_max_bytes: int = 1024 * 1024  # one step's output; past it the step fails
+    foreach_max_items: int = 1000  # items one foreach may map; more fail the step
     header_timeout: float = 10.0  # seconds for a whole request head, from its first byte
     body_min_rate: int = 240  # bytes a second a body must average after header_timeout (0: off)
     access_log: bool = False
     console: bool = True
+    log_format: str = "text"  # "text" or "json" (one object a line)
+    metrics: bool = False  # GET /metrics (Prometheus)
+    metrics_token: str = ""  # when set, GET /metrics needs it as a bearer token
     run_retention_days: int = 0  # ended runs older than this are deleted hourly (0: keep all)
 
     @classmethod
@@ -71,6 +76,8 @@ class Settings:
         """Fill the defaults that derive from `home`."""
         home = Path(self.home).expanduser()
         url = self.database_url or f"sqlite:///{home / 'orchestra.db'}"
+        if self.log_format not in ("text", "json"):
+            raise ValueError(f"ORCHESTRA_LOG_FORMAT must be text or json, got {self.log_format!r}")
         return replace(self, home=home, database_url=url)
 
     @property
@@ -160,6 +167,10 @@ SETTING_DOCS: dict[str, SettingDoc] = {
     "llm_timeout": SettingDoc("seconds to wait on a model provider's answer"),
     "llm_retries": SettingDoc("retries of a provider error that may pass (429, 5xx, timeouts)"),
     "llm_max_tool_rounds": SettingDoc("tool-call rounds an agent step may take"),
+    "schema_repairs": SettingDoc(
+        "times a model is told what was wrong and asked again when its answer does not match "
+        "the step's output_schema"
+    ),
     "sse_ping_seconds": SettingDoc("seconds between `: ping` comments on a quiet event stream"),
     "sse_send_timeout": SettingDoc("seconds a stream reader may take no bytes before it is disconnected"),
     "run_lease_seconds": SettingDoc("a run's owner renews its lease; when it dies, others take the run over after this"),
@@ -172,6 +183,7 @@ SETTING_DOCS: dict[str, SettingDoc] = {
     "shutdown_grace_seconds": SettingDoc(
         "on SIGTERM, how long in-flight steps may finish before runs are handed back"),
     "step_output_max_bytes": SettingDoc("largest output of one step (the step fails beyond)"),
+    "foreach_max_items": SettingDoc("items one `foreach` step may map; a longer list fails the step"),
     "header_timeout": SettingDoc(
         "seconds a client has to send a whole request head, from its first byte (408 and close beyond)"),
     "body_min_rate": SettingDoc(
@@ -179,6 +191,12 @@ SETTING_DOCS: dict[str, SettingDoc] = {
         "`ORCHESTRA_HEADER_TIMEOUT` seconds (408 and close below; `0`: no minimum)"),
     "access_log": SettingDoc("log every request", flag="--access-log/--no-access-log"),
     "console": SettingDoc("serve the web console at `/` (`0`: off, and `/` is the JSON 404; docs/console.md)"),
+    "log_format": SettingDoc(
+        "`text`, or `json`: one object a line with `ts`, `level`, `msg`, `request_id`, `trace_id` "
+        "(docs/operations.md, \"Monitoring\")"),
+    "metrics": SettingDoc("serve Prometheus metrics at `GET /metrics` (off: 404)"),
+    "metrics_token": SettingDoc(
+        "when set, `GET /metrics` needs `Authorization: Bearer <token>` (401 without)", "empty (no token)"),
 }
 
 TABLE_START = "<!-- settings-table:start (generated: python -m orchestra.settings --write-readme) -->"

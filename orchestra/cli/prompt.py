@@ -19,6 +19,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
+from orchestra.engine.vocabulary import EventKind
+
 if TYPE_CHECKING:
     from orchestra.client import Event
 
@@ -101,11 +103,11 @@ class Question:
             status = event.data.get("status") or {"run_finished": "succeeded"}.get(event.kind, "ended")
             return f"the run {'was ' if status == 'cancelled' else 'is '}{status}"
         same_step = self.step_id is not None and event.data.get("step_id") == self.step_id
-        if event.kind == "reply_received":
+        if event.kind == EventKind.REPLY_RECEIVED:
             if (self.request_id and event.data.get("request_id") == self.request_id) or (
                     not self.request_id and same_step):
                 return "it was answered elsewhere"
-        if event.kind in ("step_finished", "step_failed") and same_step:
+        if event.kind in (EventKind.STEP_FINISHED, EventKind.STEP_FAILED) and same_step:
             return "its step has ended"
         return None
 

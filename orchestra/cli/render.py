@@ -2,8 +2,10 @@
 
 `make_renderer` picks one: `--json` → one raw event object per line; a terminal →
 `LiveRenderer` (a panel per step with streamed tokens, tool calls and results; long
-lines wrap at the terminal's width); anything else → `PlainRenderer` (one readable line
-per happening, each step's output when it finishes). All of them record the run's final
+lines wrap at the terminal's width; a foreach or loop is one panel that counts its
+items or iterations and shows only those running or failed); anything else →
+`PlainRenderer` (one readable line per happening, each step's output when it finishes).
+Steps are keyed by instance `path` (`research[3]`, `improve#2.draft`; SPEC §8). All of them record the run's final
 status in `outcome`. Questions are put at the prompt by `orchestra.cli.prompt`.
 """
 
@@ -23,6 +25,8 @@ from rich.style import Style
 from rich.live import Live
 from rich.panel import Panel
 from rich.text import Text
+
+from orchestra.engine.vocabulary import EventKind
 
 if TYPE_CHECKING:
     from orchestra.client import Event
@@ -53,6 +57,12 @@ def _text(value: Any) -> str:
     if isinstance(value, str):
         return value
     return json.dumps(value, ensure_ascii=False)
+
+
+def top_of(path: str) -> str:
+    """The top-level step an instance belongs to: `research[3].fetch` → `research`."""
+    head = path.split(".", 1)[0]
+    return head.split("[", 1)[0].split("#", 1)[0]
 
 
 def _seconds(start: float | None, end: float | None) -> str:
@@ -124,32 +134,33 @@ class Renderer:
         """Update the state from one event, then show it."""
         data, kind = event.data, event.kind
         ts = parse_ts(data.get("ts"))
-        step = self.step(data.get("step_id")) if data.get("step_id") else None
-        if kind == "run_started":
+        key = data.get("path") or data.get("step_id")
+        step = self.step(key) if key else None
+        if kind == EventKind.RUN_STARTED:
             self.outcome.started = ts
-        elif kind == "step_started" and step:
+        elif kind == EventKind.STEP_STARTED and step:
             step.status, step.started = "running", ts
-        elif kind == "token" and step:
+        elif kind == EventKind.TOKEN and step:
             piece = _text(_pick(data, "text", "delta", "content", "token", default=""))
             step.text += piece
             step.add("text", piece)
-        elif kind == "tool_call" and step:
+        elif kind == EventKind.TOOL_CALL and step:
             step.add("tool", f"→ {tool_call_text(data)}")
-        elif kind == "tool_result" and step:
+        elif kind == EventKind.TOOL_RESULT and step:
             step.add("tool", f"← {tool_result_text(data)}")
-        elif kind == "reply_requested" and step:
+        elif kind == EventKind.REPLY_REQUESTED and step:
             step.status = "waiting_reply"
             step.add("ask", f"? {_text(data.get('prompt'))}")
-        elif kind == "reply_received" and step:
+        elif kind == EventKind.REPLY_RECEIVED and step:
             step.status = "running"
             step.add("ask", f"! {_text(_pick(data, 'content', 'reply', default=''))}")
-        elif kind == "step_finished" and step:
+        elif kind == EventKind.STEP_FINISHED and step:
             step.status, step.finished = "succeeded", ts
             output = _pick(data, "output", "content", "text")
             step.output = _text(output) if output is not None else step.text
             if step.output and not step.parts:  # nothing was shown of it yet
                 step.add("text", step.output)
-        elif kind == "step_failed" and step:
+        elif kind == EventKind.STEP_FAILED and step:
             step.status, step.finished = "failed", ts
             step.error = _text(_pick(data, "error", "message", default="failed"))
         elif event.terminal:
@@ -209,32 +220,32 @@ class PlainRenderer(Renderer):
 
     def show(self, event: "Event") -> None:
         data, kind = event.data, event.kind
-        sid = data.get("step_id")
+        sid = data.get("path") or data.get("step_id")
         step = self.steps.get(sid) if sid else None
-        if kind == "run_started":
+        if kind == EventKind.RUN_STARTED:
             name = _pick(data, "template_name", "template", default="")
             steps = data.get("steps") if isinstance(data.get("steps"), list) else []
             self._line(f"run {self.trace_id} started" + (f": {name}" if name else "")
                        + (f" (steps: {', '.join(map(str, steps))})" if steps else ""))
-        elif kind == "step_started":
+        elif kind == EventKind.STEP_STARTED:
             self._line(f"[{sid}] started")
-        elif kind == "tool_call":
+        elif kind == EventKind.TOOL_CALL:
             self._line(f"[{sid}] tool call: {tool_call_text(data)}")
-        elif kind == "tool_result":
+        elif kind == EventKind.TOOL_RESULT:
             self._line(f"[{sid}] tool result: {tool_result_text(data)}")
-        elif kind == "reply_requested":
+        elif kind == EventKind.REPLY_REQUESTED:
             request_id = data.get("request_id")
             self._line(f"[{sid}] question: {_text(data.get('prompt'))}")
             if self.hint:
                 hint = f"orchestra workflow reply {self.trace_id} 'YOUR ANSWER'"
                 self._line(f"[{sid}]   answer with: {hint}" + (f" --request-id {request_id}" if request_id else ""))
-        elif kind == "reply_received":
+        elif kind == EventKind.REPLY_RECEIVED:
             self._line(f"[{sid}] reply received: {_text(_pick(data, 'content', 'reply', default=''))}")
-        elif kind == "step_finished" and step:
+        elif kind == EventKind.STEP_FINISHED and step:
             self._line(f"[{sid}] finished{_seconds(step.started, step.finished)}")
             for line in (step.output or "").splitlines() or [""]:
                 self._line(f"    {line}")
-        elif kind == "step_failed" and step:
+        elif kind == EventKind.STEP_FAILED and step:
             self._line(f"[{sid}] failed{_seconds(step.started, step.finished)}: {step.error}")
         elif event.terminal:
             self._line(final_line(self.outcome))
@@ -293,12 +304,52 @@ class LiveRenderer(Renderer):
         title = f"[b]{step.step_id}[/] · {step.status}{_seconds(step.started, step.finished)}"
         return Panel(body, title=title, title_align="left", border_style=_STYLE.get(step.status, "white"))
 
+    SHOWN = 6  # instances of one container listed at once: a few failed, then running ones
+
+    def group(self, top: StepView, members: list[StepView], tail: int | None) -> Panel:
+        """A container's panel: counts of its instances by status, then the few running
+        or failed ones (a 1,000-item foreach stays one readable panel)."""
+        direct = [m for m in members if "." not in m.step_id]  # items or iterations
+        parents = {m.step_id.rsplit(".", 1)[0] for m in members if "." in m.step_id}
+        leaves = [m for m in members if m.step_id not in parents]  # the calls themselves
+        counts: dict[str, int] = {}
+        for member in direct:
+            counts[member.status] = counts.get(member.status, 0) + 1
+        noun = "iterations" if direct and "#" in direct[0].step_id else "items"
+        body = Text(f"{len(direct)} {noun}: " + ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+                    if direct else "starting…", style="dim")
+        busy = [m for m in leaves if m.status in ("running", "waiting_reply")]
+        failed = [m for m in leaves if m.status == "failed"]
+        picked = failed[: self.SHOWN // 2]
+        picked += busy[: self.SHOWN - len(picked)]
+        for member in picked:
+            line = (member.error if member.status == "failed" else
+                    (member.text.strip().splitlines() or [""])[-1])
+            body.append(f"\n{member.step_id} · {member.status}: ", style=_STYLE.get(member.status, ""))
+            body.append(line or "…")
+        if len(busy) + len(failed) > len(picked):
+            body.append(f"\n… {len(busy) + len(failed) - len(picked)} more", style="dim")
+        if top.output is not None and top.status != "running":
+            body.append("\n" + (top.output if tail is None else top.output[-300:]))
+        if top.error:
+            body.append("\n" + top.error, style="red")
+        title = f"[b]{top.step_id}[/] · {top.status}{_seconds(top.started, top.finished)}"
+        return Panel(body, title=title, title_align="left", border_style=_STYLE.get(top.status, "white"))
+
     def view(self, tail: int | None = None) -> Group:
         parts: list[Any] = [Text(f"run {self.trace_id}", style="bold")]
         if not self.steps and not self.outcome.status:
             parts.append(Text(f"waiting for the run to start… {max(time.time() - self.opened, 0.0):.0f}s",
                               style="dim italic"))
-        parts += [self.panel(s, tail) for s in list(self.steps.values())]  # the refresh thread reads too
+        grouped: dict[str, list[StepView]] = {}
+        for step in list(self.steps.values()):  # the refresh thread reads too
+            grouped.setdefault(top_of(step.step_id), []).append(step)
+        for name, members in grouped.items():
+            top = self.steps.get(name)
+            if top is not None and len(members) == 1:
+                parts.append(self.panel(top, tail))
+            else:
+                parts.append(self.group(top or StepView(name), [m for m in members if m is not top], tail))
         if self.outcome.status:
             parts.append(Text(final_line(self.outcome), style="green" if self.outcome.ok else "red"))
         return Group(*parts)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import socket
+import tempfile
 from functools import partial
 from typing import Optional
 
@@ -68,6 +70,7 @@ def register(app: typer.Typer) -> None:
 
         preload()  # the provider SDK, before the first run needs it
         raise_open_file_limit()  # every connection is a file descriptor
+        metrics_dir = shared_metrics_dir(settings)  # before any worker imports prometheus-client
         loader = AppLoader(factory=partial(serving_app, settings, line))
         app = loader.load()
         # Sanic's own "running in PRODUCTION mode, consider --debug or --dev" names flags
@@ -89,6 +92,23 @@ def register(app: typer.Typer) -> None:
                 Sanic.serve(primary=app, app_loader=loader)
         except OSError as exc:  # lost a race for the port after the check
             fail(bind_failure(settings.host, settings.port, exc), ExitCode.UNAVAILABLE)
+        finally:
+            if metrics_dir is not None:
+                shutil.rmtree(metrics_dir, ignore_errors=True)
+
+
+def shared_metrics_dir(settings: Settings) -> str | None:
+    """Several workers share one port, so a scrape reaches any one of them: with metrics
+    on, point them all at one fresh directory (prometheus-client's multiprocess mode),
+    and whichever answers reports every worker's. The directory made here is removed at
+    exit; one the operator names in PROMETHEUS_MULTIPROC_DIR is used as it is."""
+    from orchestra.observability.metrics import MULTIPROCESS_ENV
+
+    if not settings.metrics or settings.workers == 1 or os.environ.get(MULTIPROCESS_ENV):
+        return None
+    path = tempfile.mkdtemp(prefix="orchestra-metrics-")
+    os.environ[MULTIPROCESS_ENV] = path
+    return path
 
 
 def listening_banner(settings: Settings) -> str:
@@ -104,16 +124,27 @@ def listening_banner(settings: Settings) -> str:
 def serving_app(settings: Settings, listening_line: str):
     """The app for `orchestra serve`: `create_app`, plus the "listening on …" line printed
     once the socket is bound (by the first worker only)."""
+    from orchestra.observability import logs, metrics
     from orchestra.web.app import create_app
 
     app = create_app(settings, name="orchestra")
+    logs.configure(settings.log_format)  # after the app: building it sets Sanic's loggers up
+
+    async def log_format(_app) -> None:
+        logs.configure(settings.log_format)  # and again in each worker process as it starts
+
 
     async def announce(_app) -> None:
         name = os.environ.get("SANIC_WORKER_NAME", "")
         if settings.workers == 1 or name.endswith("-0-0"):
             err.print(listening_line, highlight=False, markup=False)
 
+    async def worker_gone(_app) -> None:
+        metrics.process_exited(os.getpid())  # its live gauges leave the shared sums
+
+    app.register_listener(log_format, "before_server_start")
     app.register_listener(announce, "after_server_start")
+    app.register_listener(worker_gone, "after_server_stop")
     return app
 
 

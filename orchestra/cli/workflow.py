@@ -10,6 +10,7 @@ own group (`orchestra template …`); `workflow create` is kept as its alias.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -19,6 +20,7 @@ import typer
 
 from orchestra.cli.console import ExitCode, err, fail, handle_errors, out, print_json, success
 from orchestra.cli.remote import SERVER, TOKEN, connect, read_text_arg
+from orchestra.engine.vocabulary import EventKind
 
 if TYPE_CHECKING:
     from orchestra.client import Client, Event
@@ -131,6 +133,8 @@ def run(
     template: str = typer.Argument(..., help="The template to run: a template_id or its exact name."),
     input_: Optional[str] = typer.Option(None, "--input", "-i",
                                          help="The run's input text ('-' reads stdin; default: none)."),
+    input_json: bool = typer.Option(False, "--input-json", "-I",
+                                    help="Send --input as a JSON value (a template with input_schema)."),
     files: list[str] = typer.Option([], "--file", "-f", help="An uploaded file_id (repeatable)."),
     watch_: bool = typer.Option(False, "--watch", "-w", help="Follow the run until it ends."),
     server: Optional[str] = SERVER, token: Optional[str] = TOKEN, json_output: bool = JSON,
@@ -138,7 +142,12 @@ def run(
     """Start a run; print its trace_id, or with --watch follow it live."""
     from orchestra.cli.template import template_id
 
-    text = None if input_ is None else (sys.stdin.read() if input_ == "-" else input_)
+    text: Any = None if input_ is None else (sys.stdin.read() if input_ == "-" else input_)
+    if input_json and text is not None:
+        try:
+            text = json.loads(text)
+        except ValueError as exc:
+            fail(f"--input is not JSON: {exc}", ExitCode.USAGE)
     with connect(ctx, server, token) as client:
         trace_id = client.start_run(template_id(client, template), text, files)
         if not watch_:
@@ -178,15 +187,44 @@ def replay(
 
 @app.command()
 @handle_errors
+def retry(
+    ctx: typer.Context,
+    trace_id: str = typer.Argument(..., help="A failed, cancelled or interrupted run's trace_id."),
+    from_step: Optional[str] = typer.Option(None, "--from-step", help="Also run this step and its descendants again."),
+    watch_: bool = typer.Option(False, "--watch", "-w", help="Follow the new run until it ends."),
+    server: Optional[str] = SERVER, token: Optional[str] = TOKEN, json_output: bool = JSON,
+) -> None:
+    """Run an ended run again, reusing every step that succeeded; prints the new trace_id."""
+    with connect(ctx, server, token) as client:
+        body = {"from_step": from_step} if from_step else {}
+        new_id = client.post(f"/workflow/run/{trace_id}/retry", json=body)["trace_id"]
+        if not watch_:
+            if json_output:
+                print_json({"trace_id": new_id, "retry_of": trace_id})
+            else:
+                sys.stdout.write(new_id + "\n")
+            return
+        _follow(client, new_id, client.events(new_id), json_output)
+
+
+@app.command()
+@handle_errors
 def reply(
     ctx: typer.Context,
     trace_id: str = typer.Argument(..., help="The run's trace_id."),
     text: str = typer.Argument(..., help="The answer ('-' reads stdin)."),
     request_id: Optional[str] = typer.Option(None, "--request-id", help="The question answered (from reply_requested)."),
+    as_json: bool = typer.Option(False, "--json-content", "-J",
+                                 help="Send the answer as a JSON value (a question with a schema)."),
     server: Optional[str] = SERVER, token: Optional[str] = TOKEN,
 ) -> None:
     """Answer a run that waits for a reply."""
-    content = read_text_arg(text)
+    content: Any = read_text_arg(text)
+    if as_json:
+        try:
+            content = json.loads(content)
+        except ValueError as exc:
+            fail(f"the answer is not JSON: {exc}", ExitCode.USAGE)
     with connect(ctx, server, token) as client:
         client.reply(trace_id, content, request_id)
     success(f"replied to run {trace_id}")
@@ -281,9 +319,18 @@ def _follow_answering(client: "Client", trace_id: str, events: Iterable["Event"]
     from orchestra.cli.prompt import EventPump, PromptArea, Question, ask
     from orchestra.client import APIError
 
+    schemas: dict[str | None, Any] = {}  # request_id -> the question's schema (a JSON answer)
+
     def send(request_id: str | None, answer: str) -> str | None:
+        content: Any = answer
+        if schemas.get(request_id) is not None:
+            try:
+                content = json.loads(answer)
+            except ValueError:
+                return ("Answer with JSON of the question's schema, e.g. "
+                        + json.dumps(schemas[request_id], separators=(",", ":"))[:200])
         try:
-            client.reply(trace_id, answer, request_id)
+            client.reply(trace_id, content, request_id)
         except APIError as exc:
             return exc.message
         return None
@@ -291,7 +338,8 @@ def _follow_answering(client: "Client", trace_id: str, events: Iterable["Event"]
     pump = EventPump(events)
     for event in pump:
         view.handle(event)
-        if event.kind == "reply_requested":
+        if event.kind == EventKind.REPLY_REQUESTED:
+            schemas[event.data.get("request_id")] = event.data.get("schema")
             question = Question.of(event)
             view.pause()
             area = PromptArea(lambda text: err.print(text, end="", highlight=False, markup=False, soft_wrap=True),

@@ -203,6 +203,9 @@ class WorkflowRun(BaseModel):
     lease_until = DoubleField(null=True)
     attempts = IntegerField(default=0)
     cancel_requested = BooleanField(default=False)
+    # The W3C traceparent of the request that started the run: every attempt's spans join
+    # that trace, in whichever process executes it (orchestra/observability/tracing.py).
+    trace_parent = CharField(max_length=64, null=True)
 
 
 class RunStep(BaseModel):

@@ -40,8 +40,17 @@ class Subscription:
     """One reader's place in a feed: the last seq it has, and either a bounded queue or
     (caught up) a sink."""
 
-    __slots__ = ("trace_id", "last", "queue", "queued_bytes", "behind", "sink", "ended",
-                 "written_at", "waiter")
+    __slots__ = (
+        "behind",
+        "ended",
+        "last",
+        "queue",
+        "queued_bytes",
+        "sink",
+        "trace_id",
+        "waiter",
+        "written_at",
+    )
 
     def __init__(self, trace_id: str, last: int) -> None:
         self.trace_id = trace_id
@@ -93,7 +102,7 @@ class Subscription:
 class Feed:
     """One run's live events in this process, in order, for its local readers."""
 
-    def __init__(self, feeds: "Feeds", trace_id: str, last: int) -> None:
+    def __init__(self, feeds: Feeds, trace_id: str, last: int) -> None:
         self.feeds = feeds
         self.trace_id = trace_id
         self.last = last  # the highest seq delivered (or known to be stored) here
@@ -132,7 +141,7 @@ class Feed:
                 for event in events:
                     if event.seq == self.last + 1:
                         self._publish(event)
-        except Exception:  # noqa: BLE001 - readers fall back to the store on their own
+        except Exception:
             logger.exception("feed of run %s could not read the store", self.trace_id)
             for sub in list(self.subs):
                 sub.behind = True
@@ -230,12 +239,12 @@ class Feeds:
         feed = self._feeds.get(trace_id)
         return len(feed.subs) if feed else 0
 
-    def follow(self, trace_id: str, *, after: int = 0, ping_every: float = 15.0) -> "Follow":
+    def follow(self, trace_id: str, *, after: int = 0, ping_every: float = 15.0) -> Follow:
         """Every event after `after`, once and in order, ending with the terminal one;
         PING (None) when `ping_every` seconds pass without one."""
         return Follow(self, trace_id, after, ping_every)
 
-    async def _follow(self, follow: "Follow", trace_id: str, after: int,
+    async def _follow(self, follow: Follow, trace_id: str, after: int,
                       ping_every: float) -> AsyncIterator[Event | None]:
         log, last = self.log, after
         next_ping = time.monotonic() + ping_every
@@ -270,7 +279,7 @@ class Feeds:
                 last = sub.last
                 next_ping = time.monotonic() + ping_every
 
-    async def _live(self, follow: "Follow", sub: Subscription, ping_every: float,
+    async def _live(self, follow: Follow, sub: Subscription, ping_every: float,
                     next_ping: float) -> AsyncIterator[Event | None]:
         """Events from the feed until the reader falls behind (then the caller catches
         up from the store) or the terminal event has gone out."""
@@ -318,7 +327,7 @@ class Follow:
         self.sink: Sink | None = None
         self._gen = feeds._follow(self, trace_id, after, ping_every)
 
-    def __aiter__(self) -> "Follow":
+    def __aiter__(self) -> Follow:
         return self
 
     def __anext__(self) -> Awaitable[Event | None]:

@@ -19,23 +19,8 @@ from peewee import IntegrityError, fn
 
 from orchestra.db.database import release_connection
 from orchestra.db.models import RunEvent, WorkflowRun, iso, utcnow
+from orchestra.engine.vocabulary import KINDS, TERMINAL
 
-KINDS = (
-    "run_started",
-    "step_started",
-    "token",
-    "tool_call",
-    "tool_result",
-    "reply_requested",
-    "reply_received",
-    "step_finished",
-    "step_failed",
-    "run_resumed",
-    "run_finished",
-    "run_failed",
-    "run_cancelled",
-)
-TERMINAL = frozenset({"run_finished", "run_failed", "run_cancelled"})
 APPEND_DEADLINE_SECONDS = 30.0  # how long appends retry through seq conflicts
 PAGE_EVENTS = 256  # a catch-up page holds at most this many events ...
 PAGE_BYTES = 256 * 1024  # ... and about this many bytes of event data (at least one event)
@@ -53,7 +38,7 @@ class Event:
     """One stored event. `data` is parsed on demand from the stored JSON text, and
     `frame()`, its SSE text, is built once and shared by every local subscriber."""
 
-    __slots__ = ("seq", "kind", "_data", "_raw", "_frame")
+    __slots__ = ("_data", "_frame", "_raw", "kind", "seq")
 
     def __init__(self, seq: int, kind: str, data: dict[str, Any] | None = None, *,
                  raw: str | None = None) -> None:
@@ -174,8 +159,9 @@ class EventLog:
         rows: list[dict[str, Any]] = []
         for offset, (kind, data, step_id) in enumerate(items, 1):
             payload: dict[str, Any] = {"trace_id": trace_id, "seq": last + offset, "ts": ts}
-            if step_id is not None:
-                payload["step_id"] = step_id
+            if step_id is not None:  # every step event names its instance (SPEC §8)
+                payload["step_id"] = str(step_id)
+                payload["path"] = getattr(step_id, "path", None) or str(step_id)
             payload.update(data or {})
             rows.append({"run": trace_id, "seq": last + offset, "kind": kind,
                          "data": payload, "created_at": now})

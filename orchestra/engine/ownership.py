@@ -17,8 +17,7 @@ import uuid
 from typing import Any
 
 from orchestra.db.models import WorkflowRun
-
-ACTIVE = ("queued", "running", "waiting_reply")
+from orchestra.engine.vocabulary import ACTIVE
 
 
 def process_identity() -> str:

@@ -20,6 +20,7 @@ from argon2 import PasswordHasher, Type
 from argon2.exceptions import InvalidHashError, VerificationError, VerifyMismatchError
 
 from orchestra.errors import OverloadedError
+from orchestra.observability import metrics
 
 
 HASH_NICENESS = 10
@@ -73,10 +74,12 @@ class PasswordService:
     async def _offload(self, fn, *args):
         self.ensure_capacity()
         self._in_flight += 1
+        metrics.password_hashes(1)
         try:
             return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
         finally:
             self._in_flight -= 1
+            metrics.password_hashes(-1)
 
     async def hash(self, password: str) -> str:
         """A salted argon2id hash of `password`."""

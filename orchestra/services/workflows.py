@@ -4,7 +4,7 @@ A template is a list of steps `{id, agent, prompt, depends_on}`. Its owner manag
 a `shared` template (only administrators may share) is readable and runnable by every
 user and managed by administrators; another user's private template is not found.
 Runs belong to their starter; an administrator may read, cancel and answer any run.
-Execution itself is `orchestra.engine.executor`.
+Execution itself is the engine (`orchestra.engine`, reached as `core.engine`).
 """
 
 from __future__ import annotations
@@ -24,12 +24,13 @@ from orchestra.db.models import (
     name_key,
     utcnow,
 )
-from orchestra.engine.executor import FINISHED, Engine
+from orchestra.engine import instances
 from orchestra.engine.language import schemas
 from orchestra.engine.language.model import MAX_STEPS, NAME_MAX, PROMPT_MAX, STEP_ID
 from orchestra.engine.language.validate import Checked
 from orchestra.engine.language.validate import check_template as check_template_language
 from orchestra.engine.log import Event
+from orchestra.engine.vocabulary import FINISHED, RunStatus, StepStatus
 from orchestra.errors import ConflictError, NotFoundError, PermissionDeniedError, ValidationError
 from orchestra.services.paging import DEFAULT_LIMIT, Page, keyset_page
 
@@ -223,35 +224,6 @@ async def delete_template(core: Core, *, user_id: str, is_admin: bool, template_
 # --- runs --------------------------------------------------------------------------------
 
 
-def engine_of(core: Core) -> Engine:
-    """The one Engine of this Core (kept in core.extras["engine"]), built on first use with
-    what it needs from the services: agents, tools, the upload reader, the signals."""
-    engine = core.extras.get("engine")
-    if engine is None:
-        from orchestra.services import uploads
-        from orchestra.services.agents import agent_cache, tool_registry
-
-        async def read_upload(owner_id: str, file_id: str) -> str:
-            return await uploads.read_text(core, owner_id=owner_id, file_id=file_id)
-
-        engine = core.extras["engine"] = Engine(
-            core,
-            agents=agent_cache(core),
-            registry=tool_registry(core),
-            read_upload=read_upload,
-            signals=core.signals,
-            exclusive=not core.is_postgres,
-        )
-
-        async def _on_user_deleted(user_id: str) -> None:
-            await engine.cancel_owner(user_id, reason="The run's user was deleted.")
-
-        core.extras.setdefault("on_user_deleted", []).append(_on_user_deleted)
-        core.extras.setdefault("on_close", []).append(engine.stop)
-    return engine
-
-
-
 async def start_run(
     core: Core,
     *,
@@ -260,10 +232,11 @@ async def start_run(
     template_id: str,
     input: Any = "",
     files: list[str] | None = None,
+    trace_parent: str | None = None,
 ) -> WorkflowRun:
     """Store a `queued` run of a readable template and hand it to the engine. With an
     `input_schema` the input may be any JSON value and must validate; without one it is
-    text."""
+    text. `trace_parent` (a W3C traceparent) is the trace the run's spans join."""
     template = await get_template(core, user_id=user_id, is_admin=is_admin, template_id=template_id)
     spec = template.spec or {}
     problems: list[dict[str, str]] = []
@@ -298,14 +271,15 @@ async def start_run(
             input=input_text,
             input_value=input_value,
             files=attached,
-            status="queued",
+            status=RunStatus.QUEUED,
+            trace_parent=trace_parent,
         )
         if template.steps:  # one statement for every step row
             await core.db.aexecute(RunStep.insert_many([
-                {"run": run.trace_id, "step_id": step["id"], "path": step["id"], "status": "pending"}
+                {"run": run.trace_id, "step_id": step["id"], "path": step["id"], "status": StepStatus.PENDING}
                 for step in template.steps
             ]))
-    await engine_of(core).submit(run.trace_id)
+    await core.engine.submit(run.trace_id)
     return run
 
 
@@ -344,6 +318,7 @@ def run_summary(run: WorkflowRun) -> dict[str, Any]:
         "created_at": iso(run.created_at),
         "started_at": iso(run.started_at),
         "finished_at": iso(run.finished_at),
+        "retry_of": run.retry_of,
     }
 
 
@@ -358,18 +333,36 @@ def step_output(row: RunStep) -> Any:
 
 
 async def run_detail(core: Core, run: WorkflowRun) -> dict[str, Any]:
-    """The run with each step's status, output, error, usage and times, and open questions."""
+    """The run with each step instance's status, output, error, usage and times (top-level
+    steps in template order, each followed by its items, iterations and their inner
+    steps, SPEC §8), and open questions."""
     rows = {r.path or r.step_id: r
             for r in await core.db.list(RunStep.select().where(RunStep.run == run.trace_id))}
+    defs = {step["id"]: (n, step) for n, (step, _, _) in enumerate(instances.walk(run.steps))}
+
+    def order(path: str) -> tuple:
+        try:
+            segments = instances.parse(path)
+        except ValueError:
+            return ((len(defs), path),)
+        return tuple((defs.get(seg.step_id, (len(defs),))[0],
+                      -1 if seg.item is None and seg.iteration is None else (seg.item or seg.iteration or 0))
+                     for seg in segments)
+
+    paths = [step["id"] for step in run.steps]
+    paths += sorted((p for p in rows if p not in defs), key=order)
+    paths.sort(key=order)
     steps = []
-    for step in run.steps:
-        row = rows.get(step["id"])
+    for path in paths:
+        row = rows.get(path)
+        step_id = row.step_id if row else path
+        step = defs.get(step_id, (0, {}))[1]
         steps.append({
-            "step_id": step["id"],
-            "path": step["id"],
-            "agent": step["agent"],
+            "step_id": step_id,
+            "path": path,
+            "agent": step.get("agent"),
             "depends_on": step.get("depends_on", []),
-            "status": row.status if row else "pending",
+            "status": row.status if row else StepStatus.PENDING,
             "attempt": row.attempt if row else 1,
             "reused": bool(row.reused) if row else False,
             "output": step_output(row) if row else None,
@@ -384,7 +377,7 @@ async def run_detail(core: Core, run: WorkflowRun) -> dict[str, Any]:
         "files": run.files or [],
         "steps": steps,
         "pending_replies": await pending_replies(core, run),
-        "last_seq": await engine_of(core).log.max_seq(run.trace_id),
+        "last_seq": await core.engine.log.max_seq(run.trace_id),
     }
 
 
@@ -392,7 +385,7 @@ async def pending_replies(core: Core, run: WorkflowRun) -> list[dict[str, str]]:
     """`[{request_id, step_id, prompt}]` the run waits on, oldest first."""
     if run.status in FINISHED:
         return []
-    return await engine_of(core).open_questions(run.trace_id)
+    return await core.engine.open_questions(run.trace_id)
 
 
 async def cancel_run(core: Core, *, user_id: str, is_admin: bool, trace_id: str) -> WorkflowRun:
@@ -400,17 +393,73 @@ async def cancel_run(core: Core, *, user_id: str, is_admin: bool, trace_id: str)
     run = await get_run(core, user_id=user_id, is_admin=is_admin, trace_id=trace_id)
     if run.status in FINISHED:
         raise ConflictError(f"The run has already ended ({run.status}).")
-    await engine_of(core).cancel(trace_id, reason="The run was cancelled by request.")
+    await core.engine.cancel(trace_id, reason="The run was cancelled by request.")
     return await get_run(core, user_id=user_id, is_admin=is_admin, trace_id=trace_id)
 
 
 async def reply(
-    core: Core, *, user_id: str, is_admin: bool, trace_id: str, content: str, request_id: str | None = None
+    core: Core, *, user_id: str, is_admin: bool, trace_id: str, content: Any, request_id: str | None = None
 ) -> dict[str, str]:
-    """Answer the question a waiting run asked; 409 when it waits for none (or not this one)."""
+    """Answer the question a waiting run asked; 409 when it waits for none (or not this one),
+    422 when the answer does not fit the step's output_schema (the question stays open)."""
     await get_run(core, user_id=user_id, is_admin=is_admin, trace_id=trace_id)
-    answered = await engine_of(core).reply(trace_id, content=content, request_id=request_id)
+    answered = await core.engine.reply(trace_id, content=content, request_id=request_id)
     return {"request_id": answered.request_id, "step_id": answered.step_id}
+
+
+RETRYABLE = (RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.INTERRUPTED)
+
+
+def _descendants(steps: list[dict[str, Any]], root: str) -> set[str]:
+    found, changed = {root}, True
+    while changed:
+        changed = False
+        for step in steps:
+            if step["id"] not in found and found & set(step.get("depends_on") or []):
+                found.add(step["id"])
+                changed = True
+    return found
+
+
+async def retry_run(
+    core: Core, *, user_id: str, is_admin: bool, trace_id: str, from_step: str | None = None
+) -> WorkflowRun:
+    """A new run of an ended run's steps and input (SPEC §7): every step that succeeded is
+    reused (its row copied with `reused`, its provider never called), except `from_step`
+    and its descendants; the rest runs. 409 for a run that has not ended or succeeded."""
+    old = await get_run(core, user_id=user_id, is_admin=is_admin, trace_id=trace_id)
+    if old.status not in RETRYABLE:
+        raise ConflictError(
+            f"Only a failed, cancelled or interrupted run can be retried (this one is {old.status})."
+        )
+    ids = [step["id"] for step in old.steps]
+    if from_step is not None and from_step not in ids:
+        raise ValidationError.field("from_step", f"unknown step '{from_step}'; steps: {', '.join(ids)}")
+    again = _descendants(old.steps, from_step) if from_step else set()
+    rows = {r.step_id: r for r in await core.db.list(RunStep.select().where(RunStep.run == old.trace_id))}
+    async with core.db.atomic():
+        run = await WorkflowRun.acreate(
+            owner=old.owner_id, template=old.template_id, template_name=old.template_name,
+            steps=old.steps, spec=old.spec, input=old.input, input_value=old.input_value,
+            files=old.files, retry_of=old.trace_id, status=RunStatus.QUEUED,
+        )
+        new_rows = []
+        for sid in ids:
+            row = rows.get(sid)
+            if row is not None and row.status == StepStatus.SUCCEEDED and sid not in again:
+                new_rows.append({
+                    "run": run.trace_id, "step_id": sid, "path": sid, "status": StepStatus.SUCCEEDED,
+                    "reused": True, "attempt": row.attempt, "output": row.output,
+                    "output_value": row.output_value, "usage": row.usage,
+                    "started_at": row.started_at, "finished_at": row.finished_at,
+                })
+            else:
+                new_rows.append({"run": run.trace_id, "step_id": sid, "path": sid,
+                                 "status": StepStatus.PENDING})
+        if new_rows:
+            await core.db.aexecute(RunStep.insert_many(new_rows))
+    await core.engine.submit(run.trace_id)
+    return run
 
 
 # --- events ------------------------------------------------------------------------------
@@ -422,7 +471,7 @@ async def open_stream(
     """The run whose stream the caller may read, or None when `last_event_id` is already
     its terminal event (the stream has nothing more: 204)."""
     run = await get_run(core, user_id=user_id, is_admin=is_admin, trace_id=trace_id)
-    last = await engine_of(core).log.last_event(trace_id)
+    last = await core.engine.log.last_event(trace_id)
     if last is not None and last.terminal and last_event_id >= last.seq:
         return None
     return run
@@ -435,7 +484,7 @@ async def list_events(
     """Up to `limit` stored events of a run after `after` (a JSON alternative to the
     stream), and the `after` of the next page (None when these were the last)."""
     await get_run(core, user_id=user_id, is_admin=is_admin, trace_id=trace_id)
-    events = await engine_of(core).log.stored(trace_id, after=after, limit=limit + 1)
+    events = await core.engine.log.stored(trace_id, after=after, limit=limit + 1)
     if len(events) <= limit:
         return events, None
     return events[:limit], events[limit - 1].seq

@@ -15,7 +15,8 @@ from orchestra.services.retention import RetentionTimer
 from orchestra.db.database import end_task_store_work, release_connection
 from orchestra.services.uploads import sweep_stray_files
 from orchestra.settings import Settings
-from orchestra.web import errors, head
+from orchestra.observability import tracing
+from orchestra.web import errors, head, observe
 from orchestra.web.apidoc import ui as apidoc_ui
 from orchestra.web.blueprints import all_blueprints
 from orchestra.web.limits import RateLimits
@@ -94,6 +95,7 @@ def create_app(settings: Settings | None = None, *, name: str | None = None) -> 
 
         app.blueprint(console.bp)
     errors.install(app)
+    observe.install(app)  # X-Request-ID, request metrics and spans, GET /metrics
 
     @app.on_response
     async def release_store_connection(request, response) -> None:
@@ -106,8 +108,7 @@ def create_app(settings: Settings | None = None, *, name: str | None = None) -> 
 
     @app.before_server_start
     async def open_core(app: Sanic) -> None:
-        from orchestra.services.workflows import engine_of
-
+        tracing.setup()  # when OTEL_EXPORTER_OTLP_ENDPOINT asks for traces (the `otel` extra)
         app.ctx.core = await Core.open(settings)
         files, folders = await asyncio.to_thread(sweep_stray_files, settings.uploads_dir)
         if files or folders:
@@ -115,7 +116,7 @@ def create_app(settings: Settings | None = None, *, name: str | None = None) -> 
         app.ctx.limits = RateLimits(settings)
         # The engine listens for signals, resumes runs left without a live owner, and
         # claims queued ones from now on.
-        await engine_of(app.ctx.core).start()
+        await app.ctx.core.engine.start()
         # Retention: ended runs past ORCHESTRA_RUN_RETENTION_DAYS and expired refresh
         # tokens, now and hourly (services/retention.py).
         app.ctx.retention = RetentionTimer(app.ctx.core)
@@ -123,15 +124,14 @@ def create_app(settings: Settings | None = None, *, name: str | None = None) -> 
 
     @app.before_server_stop
     async def hand_back_runs(app: Sanic) -> None:
-        from orchestra.services.workflows import engine_of
-
         await app.ctx.retention.stop()
         # Stop claiming, let in-flight steps finish for the grace period, then hand the
         # runs back so another process goes on at once (before streams are closed).
-        await engine_of(app.ctx.core).stop()
+        await app.ctx.core.engine.stop()
 
     @app.after_server_stop
     async def close_core(app: Sanic) -> None:
         await app.ctx.core.close()
+        tracing.flush()  # the last spans (a handed-back run's) leave before the process
 
     return app

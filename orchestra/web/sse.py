@@ -19,6 +19,7 @@ from sanic import Request
 
 from orchestra.engine.feed import PING
 from orchestra.engine.log import Event
+from orchestra.observability import metrics
 from orchestra.web.sanic_stream import direct_writer, event_chunk
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -49,6 +50,7 @@ async def send_stream(
             except TimeoutError:
                 raise SlowReader() from None
 
+    metrics.sse_subscribers(1)
     try:
         await send(HELLO_FRAME)
         write = direct_writer(request, response)
@@ -62,6 +64,7 @@ async def send_stream(
         if abort is not None:
             abort()  # drop what is buffered: the reader resumes with Last-Event-ID
     finally:
+        metrics.sse_subscribers(-1)
         aclose = getattr(events, "aclose", None)
         if aclose is not None:
             await aclose()

@@ -81,3 +81,34 @@ def test_an_interrupted_runs_reason_is_on_the_last_line():
     view.handle(event(1, "run_started", steps=["a"]))
     view.handle(event(2, "run_failed", status="interrupted", reason="The server stopped."))
     assert out.getvalue().splitlines()[-1] == "run interrupted: The server stopped."
+
+
+def test_a_foreach_is_one_panel_counting_its_items():
+    view, screen = live(width=80)
+    view.handle(event(1, "run_started", steps=["m"]))
+    view.handle(event(2, "step_started", step_id="m", path="m", items=300))
+    seq = 3
+    for n in range(300):
+        view.handle(event(seq, "step_started", step_id="m", path=f"m[{n}]"))
+        seq += 1
+        if n < 290:
+            view.handle(event(seq, "step_finished", step_id="m", path=f"m[{n}]", output=f"out {n}"))
+            seq += 1
+    view.handle(event(seq, "step_failed", step_id="m", path="m[295]", error="provider said no"))
+    view.handle(event(seq + 1, "token", step_id="m", path="m[291]", text="half an answer"))
+    shown = text_of(view.view(tail=12), width=80)
+    assert "300 items: 1 failed, 9 running, 290 succeeded" in shown
+    assert "m[291] · running: half an answer" in shown
+    assert "m[295] · failed: provider said no" in shown
+    assert "… 4 more" in shown
+    assert "out 17" not in shown  # finished items are counted, not listed
+    assert len(shown.splitlines()) < 20
+    view.close()
+
+
+def test_plain_lines_name_instances_by_path():
+    out = io.StringIO()
+    view = PlainRenderer(TRACE, out)
+    view.handle(event(1, "step_started", step_id="draft", path="improve#2.draft"))
+    view.handle(event(2, "step_finished", step_id="draft", path="improve#2.draft", output="v2"))
+    assert out.getvalue().splitlines() == ["[improve#2.draft] started", "[improve#2.draft] finished", "    v2"]

@@ -339,3 +339,39 @@ def test_follow_run_example_names_the_tool_of_a_call_and_its_result():
     assert module.line("5", "tool_call", call) == '   5 tool_call        [numbers] calculator({"expression": "12*7+1"})'
     result = {"step_id": "numbers", "call_id": "c1", "name": "calculator", "result": "85"}
     assert module.line("6", "tool_result", result) == "   6 tool_result      [numbers] calculator → 85"
+
+
+def test_json_input_json_replies_and_retry_from_the_command_line(world, tmp_path):
+    """`workflow run --input-json`, `workflow reply --json-content`, `workflow retry`."""
+    cli, api = world["cli"], world["api"]
+    body = json.loads((EXAMPLES / "review_approval.json").read_text().replace("WORKER_ID", world["worker_id"]))
+    path = tmp_path / "review.json"
+    path.write_text(json.dumps(body))
+    assert cli("template", "check", str(path)).returncode == 0
+    template_id = cli("template", "create", str(path)).stdout.strip()
+    bad = cli("workflow", "run", template_id, "--input-json", "--input", "{nope")
+    assert bad.returncode == ExitCode.USAGE and "--input is not JSON" in one_error_line(bad)
+    done = cli("workflow", "run", template_id, "--input-json", "--input", '{"topic": "tea"}')
+    assert done.returncode == 0, done.stderr
+    trace_id = done.stdout.strip()
+    run = wait_status(world, trace_id, {"waiting_reply"})
+    assert api.get(f"/workflow/run/{trace_id}").json()["input"] == {"topic": "tea"}
+    wrong = cli("workflow", "reply", trace_id, '{"approved": "yes"}', "--json-content")
+    assert wrong.returncode == ExitCode.USAGE and "content.approved" in one_error_line(wrong)
+    ok = cli("workflow", "reply", trace_id, '{"approved": false}', "--json-content")
+    assert ok.returncode == 0, ok.stderr
+    run = wait_status(world, trace_id, {"succeeded", "failed"})
+    steps = {s["step_id"]: s for s in run["steps"]}
+    assert steps["approve"]["output"] == {"approved": False} and steps["publish"]["status"] == "skipped"
+    assert cli("workflow", "retry", trace_id).returncode == ExitCode.CONFLICT  # it succeeded
+    cancelled = cli("workflow", "run", template_id, "--input-json", "--input", '{"topic": "cake"}').stdout.strip()
+    wait_status(world, cancelled, {"waiting_reply"})
+    assert api.post(f"/workflow/cancel/{cancelled}").status_code == 200
+    wait_status(world, cancelled, {"cancelled"})
+    again = cli("workflow", "retry", cancelled, "--json")
+    assert again.returncode == 0, again.stderr
+    new_id = json.loads(again.stdout)["trace_id"]
+    retried = wait_status(world, new_id, {"waiting_reply"})
+    assert retried["retry_of"] == cancelled
+    assert {s["step_id"]: s["reused"] for s in retried["steps"]} == {
+        "draft": True, "review": True, "approve": False, "publish": False}

@@ -304,6 +304,7 @@ def test_terminal_view_asks_the_question_at_the_prompt_and_replies(world):
     text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", screen.decode("utf-8", "replace"))
     assert answered, text[-2000:]
     assert proc.returncode == 0, text[-2000:]
-    assert "feedback asks: Here is the draft:" in text
+    assert "feedback asks the question above; your answer: " in text
+    assert "? Here is the draft:" in text  # the question, in its step's panel
     assert "╭─ final · succeeded" in text and "Feedback: less sugar" in text
     assert "run succeeded in " in text

@@ -46,12 +46,19 @@ def register_and_sign_in(console: Console) -> None:
     console.shot("01-sign-in")
     page.get_by_role("link", name="Register").click()
     page.get_by_label("User name").fill("alice")
-    page.get_by_label("Password").fill("short")
+    page.get_by_text("8 to 256 characters").wait_for()  # the minimum is said before any refusal
+    page.get_by_label("Password", exact=True).fill(PASSWORD)
+    page.get_by_label("Repeat the password").fill(PASSWORD + "x")
+    page.get_by_role("button", name="Register").click()
+    page.get_by_text("The two passwords differ").wait_for()  # a typo is caught before sending
+    page.get_by_label("Password", exact=True).fill("short")
+    page.get_by_label("Repeat the password").fill("short")
     page.get_by_role("button", name="Register").click()
     # The API's 422 problem, next to the field it names.
-    page.locator(".field.invalid").filter(has_text="Password").get_by_text("8 to 256").wait_for()
+    page.locator(".field.invalid").filter(has_text="Password").locator(".problem").get_by_text("8 to 256").wait_for()
     console.shot("02-register-refused")
-    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_label("Password", exact=True).fill(PASSWORD)
+    page.get_by_label("Repeat the password").fill(PASSWORD)
     page.get_by_role("button", name="Register").click()
     page.get_by_role("heading", name="Runs", exact=True).wait_for()
     assert page.locator(".who").inner_text().startswith("alice")
@@ -168,17 +175,19 @@ def create_template(console: Console) -> str:
     page.get_by_role("link", name="Templates").click()
     page.get_by_role("link", name="New template").click()
     page.get_by_label("Name", exact=True).fill("ask and sum")
-    # Each new step depends on the one before it (the editor's default).
+    # Each new step depends on the one before it and is a worker's (the editor's defaults).
     plan = [("calc", "calc", "Compute {{input}}"),
-            ("ask", None, "Is {{steps.calc.output}} right?"),
+            ("ask", "human", "Is {{steps.calc.output}} right?"),
             ("final", "calc", "Summarise {{steps.calc.output}} given {{steps.ask.output}}")]
     for index, (step_id, worker, prompt) in enumerate(plan):
         if index:
             page.get_by_role("button", name="Add a step").click()
         editor = step(page, index)
         editor.get_by_label("Step id").fill(step_id)
-        if worker:
-            editor.get_by_label("Agent").select_option("worker")
+        if worker == "human":
+            editor.get_by_label("Agent").select_option("human")
+        else:
+            expect(editor.get_by_label("Agent")).to_have_value("worker")
             editor.get_by_label("Worker").select_option(label=worker)
         editor.get_by_label("Prompt").fill(prompt)
     page.get_by_role("button", name="Save template").click()

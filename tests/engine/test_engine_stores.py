@@ -6,8 +6,7 @@ from __future__ import annotations
 import pytest
 
 from orchestra.db.models import RunEvent, RunStep, WorkflowRun
-from orchestra.services.workflows import engine_of
-from tests.engine.test_executor import setup_agent, start
+from tests.engine.test_engine import setup_agent, start
 from tests.fakes.fake_llm import FakeLLM, fake_llm  # noqa: F401 - fixture
 
 
@@ -18,7 +17,7 @@ def database_url(both_stores):
 
 async def test_a_run_stores_every_event_once_in_order_with_its_step_rows(core, fake_llm: FakeLLM):
     who = await setup_agent(core, fake_llm)
-    engine_of(core).token_interval = 5.0  # no timer flush: a step's text is one token event
+    core.engine.token_interval = 5.0  # no timer flush: a step's text is one token event
     fake_llm.script_text("alpha beta gamma", chunks=3)
     fake_llm.script_tool_call("calculator", {"expression": "6*7"})
     fake_llm.script_text("It is 42.")
@@ -32,7 +31,7 @@ async def test_a_run_stores_every_event_once_in_order_with_its_step_rows(core, f
         {"id": "d", "agent": {"worker": wid}, "prompt": "d", "depends_on": ["b"]},
     ]
     trace_id = await start(core, who, steps)
-    await engine_of(core).runs[trace_id].task  # the run ends only once its writes are stored
+    await core.engine.runs[trace_id].task  # the run ends only once its writes are stored
 
     run = await WorkflowRun.aget(WorkflowRun.trace_id == trace_id)
     assert run.status == "succeeded"

@@ -163,3 +163,47 @@ def test_human_default_rules():
     assert ("steps.0.default.ok", "does not match output_schema: 1 is not of type 'boolean'") in found
     found = fields(check_template([human("h", timeout_seconds=5, default=3)]))
     assert ("steps.0.default", "must be a string (a reply) unless output_schema is set") in found
+
+
+# --- run-time policies (pure) -------------------------------------------------------------
+
+from orchestra.engine.language import policies  # noqa: E402
+
+
+def test_skip_propagation_and_when():
+    states = {"a": {"output": None, "status": "skipped"}, "b": {"output": {"ok": False}, "status": "succeeded"}}
+    scope = policies.step_scope("in", states)
+    assert policies.decide({"id": "c", "depends_on": ["a"]}, states, scope) == policies.Decision(False, "dependencies")
+    assert policies.decide({"id": "c", "depends_on": ["a", "b"]}, states, scope).run is True
+    assert policies.decide({"id": "c", "depends_on": ["b"], "when": "steps.b.output.ok"}, states, scope) == \
+        policies.Decision(False, "when")
+    with pytest.raises(ex.ExpressionError, match="steps.b.output.nope"):
+        policies.decide({"id": "c", "depends_on": ["b"], "when": "steps.b.output.nope"}, states, scope)
+
+
+def test_structured_answers_are_parsed_and_validated():
+    schema = {"type": "object", "required": ["ok"], "properties": {"ok": {"type": "boolean"}}}
+    assert policies.read_structured('```json\n{"ok": true}\n```', schema) == ({"ok": True}, [])
+    value, found = policies.read_structured('{"ok": "yes"}', schema)
+    assert found == [{"field": "output.ok", "problem": "'yes' is not of type 'boolean'"}]
+    _, found = policies.read_structured("sure!", schema)
+    assert found[0]["field"] == "output" and "is not JSON" in found[0]["problem"]
+    assert "output.ok: 'yes' is not of type 'boolean'" in policies.repair_prompt(
+        [{"field": "output.ok", "problem": "'yes' is not of type 'boolean'"}], schema)
+
+
+def test_retry_delays_double_within_the_jitter():
+    import random
+
+    rng = random.Random(7)
+    for attempt, base in ((1, 2.0), (2, 4.0), (3, 8.0)):
+        delay = policies.retry_delay(2.0, attempt, rng=rng)
+        assert base * 0.75 <= delay <= base * 1.25
+    assert policies.retry_delay(0, 3) == 0.0
+
+
+def test_run_output_defaults_to_the_last_step():
+    steps = [{"id": "a"}, {"id": "b"}]
+    states = {"a": {"output": {"n": 2}, "status": "succeeded"}, "b": {"output": "text", "status": "succeeded"}}
+    assert policies.run_output(None, steps, states, "x") == "text"
+    assert policies.run_output({"output": "steps.a.output.n * 2"}, steps, states, "x") == 4

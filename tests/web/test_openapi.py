@@ -150,14 +150,24 @@ async def test_enums_and_length_rules(doc):
 async def test_template_steps_are_the_step_union(doc):
     steps = body_schema(doc, "/api/v1/workflow/template", "post")["properties"]["steps"]
     step = schema(doc, steps["items"]["$ref"].rsplit("/", 1)[-1])
-    assert set(step["properties"]) == {  # SPEC §4, and §7's step policies
+    assert set(step["properties"]) == {  # SPEC §4, §7's step policies, §8's containers
         "id", "agent", "prompt", "depends_on",
         "when", "output_schema", "timeout_seconds", "retry", "on_error", "default",
+        "foreach", "steps", "output", "loop",
     }
     assert step["properties"]["timeout_seconds"]["anyOf"][0] == {"type": "integer", "minimum": 1, "maximum": 86400}
     assert step["properties"]["on_error"]["enum"] == ["fail", "continue"]
-    assert set(step["required"]) == {"id", "agent", "prompt"}
-    agents = [schema(doc, s["$ref"].rsplit("/", 1)[-1]) for s in step["properties"]["agent"]["anyOf"]]
+    assert set(step["required"]) == {"id"}  # agent and prompt: not for a loop or a foreach with steps
+    foreach = schema(doc, step["properties"]["foreach"]["anyOf"][0]["$ref"].rsplit("/", 1)[-1])
+    assert foreach["properties"]["max_concurrency"] == {
+        "type": "integer", "minimum": 1, "maximum": 64, "default": 4, "description": "Items at once."}
+    assert set(foreach["required"]) == {"items"}
+    loop = schema(doc, step["properties"]["loop"]["anyOf"][0]["$ref"].rsplit("/", 1)[-1])
+    assert set(loop["required"]) == {"steps", "until", "max_iterations"}
+    assert loop["properties"]["max_iterations"]["maximum"] == 100
+    assert loop["properties"]["steps"]["items"]["$ref"] == steps["items"]["$ref"]  # the same Step, nested
+    agents = [schema(doc, s["$ref"].rsplit("/", 1)[-1]) for s in step["properties"]["agent"]["anyOf"]
+              if "$ref" in s]
     assert [set(a["required"]) for a in agents] == [{"worker"}, {"node"}, {"human"}]
     assert all(a["additionalProperties"] is False for a in agents)
     assert agents[1]["properties"]["node"]["enum"] == ["planner", "reviewer", "summarizer"]
@@ -171,7 +181,8 @@ async def test_success_statuses_and_media_types(doc):
                ("/api/v1/workflow/template", "post"), ("/api/v1/adapter/client/upload", "post")}
     for key, op in ops.items():
         success = [s for s in op["responses"] if s.startswith("2")]
-        expected = "201" if key in created else "202" if key == ("/api/v1/workflow/run", "post") else "200"
+        started = {("/api/v1/workflow/run", "post"), ("/api/v1/workflow/run/{trace_id}/retry", "post")}
+        expected = "201" if key in created else "202" if key in started else "200"
         assert success[0] == expected, key
         assert "default" not in op["responses"], key
     sse = ops[("/api/v1/workflow/sse/{trace_id}", "get")]

@@ -102,14 +102,13 @@ async def test_an_orphaned_run_stream_shows_its_end(client, users):
     terminal event the claiming engine stores."""
     from orchestra.db.models import WorkflowRun
     from orchestra.engine.log import EventLog
-    from orchestra.services.workflows import engine_of
 
     alice = await users.make("alice")
     core = client.app.ctx.core
     run = await WorkflowRun.acreate(owner=alice["user_id"], template_name="t", steps=[],
                                     status="running", attempts=3)
     await EventLog(core.db).append(run.trace_id, "run_started")
-    engine_of(core)._wake.set()  # as a `wake` signal would
+    core.engine._wake.set()  # as a `wake` signal would
     response = await client.get(f"{API}/sse/{run.trace_id}", headers=alice["headers"])
     frames = parse(response.text)
     assert [f[1] for f in frames] == ["run_started", "run_failed"]

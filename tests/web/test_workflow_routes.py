@@ -274,6 +274,7 @@ async def test_input_schema_validates_run_input(client, alice):
     trace_id = response.json()["trace_id"]
     run = await wait_for(client, alice, trace_id, "waiting_reply")
     assert run["input"] == {"topics": ["a", "b"]}
+    assert run["pending_replies"][0]["prompt"] == 'Topics: ["a","b"]'
     stored = await WorkflowRun.aget(WorkflowRun.trace_id == trace_id)
     assert stored.input_value == {"topics": ["a", "b"]}
 
@@ -284,3 +285,39 @@ async def test_v1_run_input_must_stay_text(client, alice):
                                  json={"template_id": created["template_id"], "input": {"a": 1}})
     assert assert_error(response, 422, "ValidationError")["detail"] == [
         {"field": "input", "problem": "must be a string (this template has no input_schema)"}]
+
+
+async def test_structured_human_reply_and_run_retry_routes(client, alice, users):
+    schema = {"type": "object", "required": ["approved"], "properties": {"approved": {"type": "boolean"}}}
+    created = await make_template(client, alice, [human("ok", "Approve {{input}}?", output_schema=schema)])
+    started = await client.post(f"{API}/run", headers=alice["headers"],
+                                json={"template_id": created["template_id"], "input": "the plan"})
+    trace_id = started.json()["trace_id"]
+    await wait_for(client, alice, trace_id, "waiting_reply")
+    wrong = await client.post(f"{API}/reply/{trace_id}", headers=alice["headers"],
+                              json={"content": {"approved": "sure"}})
+    assert assert_error(wrong, 422, "ValidationError")["detail"] == [
+        {"field": "content.approved", "problem": "'sure' is not of type 'boolean'"}]
+    running = await client.post(f"{API}/run/{trace_id}/retry", headers=alice["headers"])
+    assert_error(running, 409, "ConflictError")  # it has not ended
+    cancelled = await client.post(f"{API}/cancel/{trace_id}", headers=alice["headers"])
+    assert cancelled.status_code == 200
+    await wait_for(client, alice, trace_id, "cancelled")
+    retried = await client.post(f"{API}/run/{trace_id}/retry", headers=alice["headers"], json={})
+    assert retried.status_code == 202, retried.text
+    body = retried.json()
+    assert body["message"] == "success" and body["status"] == "queued" and body["retry_of"] == trace_id
+    new_id = body["trace_id"]
+    run = await wait_for(client, alice, new_id, "waiting_reply")
+    assert run["retry_of"] == trace_id and run["steps"][0]["reused"] is False
+    answered = await client.post(f"{API}/reply/{new_id}", headers=alice["headers"],
+                                 json={"content": {"approved": True}})
+    assert answered.status_code == 200, answered.text
+    done = await wait_for(client, alice, new_id, "succeeded")
+    assert done["steps"][0]["output"] == {"approved": True} and done["steps"][0]["path"] == "ok"
+    again = await client.post(f"{API}/run/{new_id}/retry", headers=alice["headers"])
+    assert_error(again, 409, "ConflictError")  # it succeeded
+    bob = await users.make("bob")
+    assert_error(await client.post(f"{API}/run/{trace_id}/retry", headers=bob["headers"]), 404, "NotFoundError")
+    bad = await client.post(f"{API}/run/{trace_id}/retry", headers=alice["headers"], json={"from_step": "zz"})
+    assert assert_error(bad, 422, "ValidationError")["detail"][0]["field"] == "from_step"

@@ -36,6 +36,11 @@ _STRINGS = re.compile(
 )
 _STEP_DOT = re.compile(r"(?<![\w.])steps\s*\.\s*([A-Za-z_][A-Za-z0-9_]*)")
 _STEP_INDEX = re.compile(r"(?<![\w.])steps\s*\[\s*(?:'([^'\\]*)'|\"([^\"\\]*)\")\s*\]")
+_STEPS_NAME = re.compile(r"(?<![\w.])steps\b")
+# CEL reserves the word `loop`, which SPEC §8 names the loop variable: outside string
+# literals it is spelled `_loop` for the library, and the context binds it by that name.
+_LOOP_WORD = re.compile(r"(?<![\w.])loop(?!\w)")
+LOOP_NAME = "_loop"
 _MACRO_VAR = re.compile(r"\.\s*(?:all|exists|exists_one|map|filter)\s*\(\s*([A-Za-z_][A-Za-z0-9_]*)\s*,")
 
 
@@ -61,6 +66,7 @@ class Compiled:
     program: Any
     variables: frozenset[str]  # free variables (macro-bound names excluded)
     step_refs: tuple[str, ...]  # ids named as steps.X or steps["X"], in order, distinct
+    all_steps: bool = False  # uses `steps` other than through literal ids (size(steps), steps[k])
 
 
 def _parse_error(text: str) -> str:
@@ -71,6 +77,19 @@ def _parse_error(text: str) -> str:
     return f"does not parse: {head}"
 
 
+def _spelled(source: str) -> str:
+    """`source` with the variable `loop` renamed `_loop` outside string literals."""
+    if "loop" not in source:
+        return source
+    out, last = [], 0
+    for match in _STRINGS.finditer(source):
+        out.append(_LOOP_WORD.sub(LOOP_NAME, source[last:match.start()]))
+        out.append(match.group(0))
+        last = match.end()
+    out.append(_LOOP_WORD.sub(LOOP_NAME, source[last:]))
+    return "".join(out)
+
+
 @lru_cache(maxsize=4096)
 def compile_expression(source: str) -> Compiled:
     """The compiled program of `source` (cached); ExpressionError if too long or invalid."""
@@ -79,7 +98,7 @@ def compile_expression(source: str) -> Compiled:
     if not source.strip():
         raise ExpressionError(source, "is empty")
     try:
-        program = cel.compile(source)
+        program = cel.compile(_spelled(source))
     except (ValueError, RuntimeError) as exc:
         raise ExpressionError(source, _parse_error(str(exc))) from None
     code = _STRINGS.sub('""', source)  # names inside string literals are not references
@@ -89,11 +108,13 @@ def compile_expression(source: str) -> Compiled:
         refs.append(match.group(1))
     for match in _STEP_INDEX.finditer(source):
         refs.append(match.group(1) if match.group(1) is not None else match.group(2))
+    literal = len(_STEP_DOT.findall(code)) + len(_STEP_INDEX.findall(source))
     return Compiled(
         source=source,
         program=program,
-        variables=frozenset(v for v in program.variables() if v not in bound),
+        variables=frozenset("loop" if v == LOOP_NAME else v for v in program.variables() if v not in bound),
         step_refs=tuple(dict.fromkeys(refs)),
+        all_steps=len(_STEPS_NAME.findall(code)) > literal,
     )
 
 
@@ -136,25 +157,42 @@ def to_json(value: Any) -> Any:
 
 
 class Scope:
-    """The variables of one evaluation site (a step about to run), converted to CEL once
-    and shared by every expression evaluated there."""
+    """The variables of one evaluation site (a step about to run). Each expression runs
+    against a CEL context holding only what it names — `input` if used, and only the
+    steps it names (all of them when it uses `steps` otherwise) — converted once and
+    shared by every expression that names the same things."""
 
-    __slots__ = ("variables", "_context")
+    __slots__ = ("variables", "_contexts")
 
     def __init__(self, variables: dict[str, Any]) -> None:
         self.variables = variables
-        self._context: Any = None
+        self._contexts: dict[tuple, Any] = {}
 
-    def context(self) -> Any:
-        if self._context is None:
-            self._context = cel.Context(self.variables)
-        return self._context
+    def context(self, compiled: Compiled | None = None) -> Any:
+        if compiled is None or compiled.all_steps:
+            key: tuple = ("*",)
+        else:
+            key = (tuple(sorted(compiled.variables)), compiled.step_refs)
+        found = self._contexts.get(key)
+        if found is None:
+            if key == ("*",):
+                values = self.variables
+            else:
+                values = {name: self.variables[name] for name in compiled.variables
+                          if name in self.variables and name != "steps"}
+                if "steps" in compiled.variables:
+                    steps = self.variables.get("steps") or {}
+                    values["steps"] = {sid: steps[sid] for sid in compiled.step_refs if sid in steps}
+            if "loop" in values:  # see _spelled
+                values = {LOOP_NAME if k == "loop" else k: v for k, v in values.items()}
+            found = self._contexts[key] = cel.Context(values)
+        return found
 
     def evaluate(self, source: str) -> Any:
         """The JSON value of `source` here; ExpressionError names it when it fails."""
         compiled = compile_expression(source)
         try:
-            result = compiled.program.execute(self.context())
+            result = compiled.program.execute(self.context(compiled))
         except KeyError as exc:
             raise ExpressionError(source, f"no such key or field {exc}") from None
         except (TypeError, ValueError, RuntimeError, OverflowError, ZeroDivisionError) as exc:
@@ -179,7 +217,8 @@ def text_of(value: Any) -> str:
 
 def render(template: str, scope: Scope) -> str:
     """Fill every `{{ expr }}` of `template`. `{{input}}` and `{{steps.<id>.output}}` keep
-    their v1 meaning (ids with '-' included); a missing v1 output reads as ''."""
+    their v1 meaning (ids with '-' included): the output as text, or compact JSON (`null`
+for a skipped or failed step)."""
     if "{{" not in template:
         return template
 
@@ -189,9 +228,8 @@ def render(template: str, scope: Scope) -> str:
         if legacy:
             if legacy.group(1) is None:
                 return text_of(scope.variables.get("input"))
-            step = scope.variables.get("steps", {}).get(legacy.group(1)) or {}
-            output = step.get("output")
-            return "" if output is None else text_of(output)
+            step = scope.variables.get("steps", {}).get(legacy.group(1))
+            return "" if step is None else text_of(step.get("output"))
         return text_of(scope.evaluate(expr))
 
     return PLACEHOLDER.sub(value, template)

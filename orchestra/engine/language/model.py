@@ -52,18 +52,54 @@ class StepRetry(Closed):
     )
 
 
-class Step(Closed):
-    """One step of a template."""
+MAX_CONCURRENCY = 64  # foreach items at once, at most (SPEC §8)
+MAX_ITERATIONS = 100  # loop iterations, at most (SPEC §8)
 
-    id: str = Field(description="Unique in the template.", pattern=STEP_ID.pattern)
-    agent: WorkerAgent | NodeAgent | HumanAgent
-    prompt: str = Field(
-        description="Not blank. `{{ expr }}` inserts a CEL expression's value (a string as "
+
+class Foreach(Closed):
+    """Run the step once per item of a list (SPEC §8): `item` and `index` in its expressions."""
+
+    items: str = Field(max_length=EXPRESSION_MAX, description="CEL expression giving a list.")
+    max_concurrency: int = Field(4, ge=1, le=MAX_CONCURRENCY, description="Items at once.")
+    on_error: Literal["fail", "continue"] = Field(
+        "fail", description="'continue': a failed item's result is null and the others go on.")
+
+
+class Loop(Closed):
+    """Run `steps` as a small workflow per iteration until `until` holds (SPEC §8)."""
+
+    steps: list[Step] = Field(min_length=1, max_length=MAX_STEPS,
+                              description="The inner steps, run once per iteration.")
+    until: str = Field(max_length=EXPRESSION_MAX,
+                       description="CEL condition over the iteration's `steps` and `loop`; true ends the loop.")
+    max_iterations: int = Field(ge=1, le=MAX_ITERATIONS, description="Required: the loop ends after this many.")
+    output: str | None = Field(
+        None, max_length=EXPRESSION_MAX,
+        description="CEL expression: the loop's output (default: the last inner step's output of the last iteration).")
+
+
+class Step(Closed):
+    """One step of a template: an agent or human call, a `foreach` or a `loop`."""
+
+    id: str = Field(description="Unique in the template, inner steps included.", pattern=STEP_ID.pattern)
+    agent: WorkerAgent | NodeAgent | HumanAgent | None = Field(
+        None, description="Required, except for a loop and for a foreach with `steps`.")
+    prompt: str | None = Field(
+        None,
+        description="Not blank; required with `agent`. `{{ expr }}` inserts a CEL expression's value (a string as "
         "it is, anything else as compact JSON); `{{input}}` and `{{steps.<id>.output}}` of an "
         "ancestor step keep their v1 meaning.",
         max_length=PROMPT_MAX,
         pattern=_NOT_BLANK,
     )
+    foreach: Foreach | None = None
+    steps: list[Step] | None = Field(
+        None, min_length=1, max_length=MAX_STEPS,
+        description="foreach only, instead of agent and prompt: a small workflow run per item.")
+    output: str | None = Field(
+        None, max_length=EXPRESSION_MAX,
+        description="foreach with steps: CEL expression giving an item's result (default: its last step's output).")
+    loop: Loop | None = None
     depends_on: list[str] | None = Field([], description="Ids of steps of this template.")
     when: str | None = Field(
         None,
@@ -114,3 +150,6 @@ class TemplateOptions(Closed):
         None, max_length=EXPRESSION_MAX,
         description="CEL expression: the run's output (default: the last listed step's output).",
     )
+
+
+Loop.model_rebuild()

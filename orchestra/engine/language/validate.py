@@ -2,7 +2,10 @@
 
 `check_template` needs no store: shapes (through `model.Step`), ids, dependencies and
 cycles, expressions (`when`, `{{ }}`, `output`: parse, length, variables, and `steps.X`
-only for ancestors X), and JSON Schemas. Whether a worker id belongs to the owner needs
+only for ancestors X), and JSON Schemas. foreach and loop steps (SPEC §8) are checked
+level by level: their inner steps form a graph of their own, see the container's
+ancestors and their own, and may use `item`/`index` (inside a foreach) and `loop`
+(inside a loop); ids are unique across all levels, which nest three deep at most. Whether a worker id belongs to the owner needs
 the store: the template service checks that and adds its problems to these.
 """
 
@@ -14,6 +17,7 @@ from typing import Any
 import pydantic
 
 from orchestra.engine.language import expressions, schemas
+from orchestra.engine.instances import MAX_DEPTH
 from orchestra.engine.language.model import (
     MAX_STEPS,
     NODE_NAMES,
@@ -89,18 +93,53 @@ def _check_agent(agent: Any, where: str, checked: Checked) -> dict[str, Any] | N
     return None
 
 
-def _clean_step(raw: Any, i: int, checked: Checked) -> dict[str, Any] | None:
+_PLACEHOLDER_STEPS = [{"id": "inner", "agent": {"human": True}, "prompt": "checked on their own"}]
+
+
+def _container_shape(raw: dict[str, Any], where: str, checked: Checked) -> bool:
+    """A foreach or loop step's own fields make sense together (problems added)."""
+    ok = True
+    if raw.get("foreach") is not None and raw.get("loop") is not None:
+        checked.add(where, "is either a foreach or a loop, not both")
+        return False
+    if raw.get("loop") is not None:
+        for name in ("agent", "prompt", "steps", "output"):
+            if name in raw:
+                checked.add(f"{where}.{name}", "is not a loop step's field (a loop has loop.steps)")
+                ok = False
+    elif "steps" in raw:
+        for name in ("agent", "prompt"):
+            if name in raw:
+                checked.add(f"{where}.{name}", "a foreach has either agent and prompt, or steps")
+                ok = False
+    else:
+        if "output" in raw:
+            checked.add(f"{where}.output", "is for a foreach with steps")
+            ok = False
+    return ok
+
+
+def _clean_step(raw: Any, where: str, checked: Checked, depth: int = 0,
+                seen: set[str] | None = None) -> dict[str, Any] | None:
     """The step as stored (only the fields given, v1 ones always), or None when its shape
-    is wrong (problems added)."""
-    where = f"steps.{i}"
+    is wrong (problems added). A container's inner steps are cleaned here too."""
     if not isinstance(raw, dict):
         checked.add(where, "must be an object {id, agent, prompt, depends_on, …}")
+        return None
+    container = raw.get("foreach") is not None or raw.get("loop") is not None
+    if container:
+        return _clean_container(raw, where, checked, depth, seen if seen is not None else set())
+    if "steps" in raw or "output" in raw:
+        checked.add(where, "steps and output belong to a foreach step")
         return None
     agent = _check_agent(raw.get("agent"), f"{where}.agent", checked)
     try:  # the agent is checked above, in words of its own
         step = Step.model_validate({**raw, "agent": {"human": True}, "depends_on": raw.get("depends_on") or []})
     except pydantic.ValidationError as exc:
         _pydantic_problems(checked, where, exc)
+        return None
+    if step.prompt is None:
+        checked.add(f"{where}.prompt", FIELD_WORDS["prompt"])
         return None
     if agent is None:
         return None
@@ -110,6 +149,71 @@ def _clean_step(raw: Any, i: int, checked: Checked) -> dict[str, Any] | None:
         "prompt": step.prompt,
         "depends_on": list(dict.fromkeys(step.depends_on or [])),
     }
+    _policies(step, clean)
+    return clean
+
+
+def _clean_container(raw: dict[str, Any], where: str, checked: Checked, depth: int,
+                     seen: set[str]) -> dict[str, Any] | None:
+    """A foreach or loop step as stored, its inner steps checked level by level."""
+    if depth >= MAX_DEPTH:
+        checked.add(where, f"foreach and loop nest three levels deep at most; this one is level {depth + 1}")
+        return None
+    if not _container_shape(raw, where, checked):
+        return None
+    is_loop = raw.get("loop") is not None
+    inner_raw = (raw["loop"].get("steps") if isinstance(raw["loop"], dict) else None) if is_loop else raw.get("steps")
+    probe = {**raw, "depends_on": raw.get("depends_on") or []}
+    agent = None
+    if is_loop:
+        if isinstance(raw["loop"], dict):
+            probe["loop"] = {**raw["loop"], "steps": _PLACEHOLDER_STEPS} if "steps" in raw["loop"] else raw["loop"]
+    elif "steps" in raw:
+        probe["steps"] = _PLACEHOLDER_STEPS
+    else:
+        agent = _check_agent(raw.get("agent"), f"{where}.agent", checked)
+        probe["agent"] = {"human": True}
+    try:
+        step = Step.model_validate(probe)
+    except pydantic.ValidationError as exc:
+        _pydantic_problems(checked, where, exc)
+        step = None
+    inner_where = f"{where}.loop.steps" if is_loop else f"{where}.steps"
+    inner: list[dict[str, Any]] | None = None
+    if isinstance(inner_raw, list) and inner_raw:
+        inner = _check_level(inner_raw, inner_where, checked, depth + 1, seen)
+    if step is None:
+        return None
+    if not is_loop and "steps" not in raw:
+        if step.prompt is None:
+            checked.add(f"{where}.prompt", "a foreach needs agent and prompt, or steps")
+            return None
+        if agent is None:
+            return None
+    clean: dict[str, Any] = {"id": step.id, "depends_on": list(dict.fromkeys(step.depends_on or []))}
+    if is_loop:
+        if inner is None:
+            return None
+        loop = step.loop
+        clean["loop"] = {"steps": inner, "until": loop.until, "max_iterations": loop.max_iterations}
+        if loop.output is not None:
+            clean["loop"]["output"] = loop.output
+    else:
+        clean["foreach"] = step.foreach.model_dump()
+        if "steps" in raw:
+            if inner is None:
+                return None
+            clean["steps"] = inner
+            if step.output is not None:
+                clean["output"] = step.output
+        else:
+            clean["agent"], clean["prompt"] = agent, step.prompt
+    _policies(step, clean)
+    return clean
+
+
+def _policies(step: Step, clean: dict[str, Any]) -> None:
+    """The §7 fields of a step, as stored (only those given)."""
     for name in ("when", "output_schema", "timeout_seconds", "on_error"):
         if name in step.model_fields_set and getattr(step, name) is not None:
             clean[name] = getattr(step, name)
@@ -119,7 +223,6 @@ def _clean_step(raw: Any, i: int, checked: Checked) -> dict[str, Any] | None:
         clean["default"] = step.default
     if clean.get("on_error") == "fail":
         del clean["on_error"]
-    return clean
 
 
 def check_template(steps: Any, options: dict[str, Any] | None = None) -> Checked:
@@ -128,34 +231,87 @@ def check_template(steps: Any, options: dict[str, Any] | None = None) -> Checked
     if not isinstance(steps, list) or not 1 <= len(steps) <= MAX_STEPS:
         checked.add("steps", f"must be a list of 1 to {MAX_STEPS} steps")
         return checked
-    cleaned: list[tuple[int, dict[str, Any]]] = []
     seen: set[str] = set()
+    cleaned = _check_level(steps, "steps", checked, 0, seen)
+    _check_options(options or {}, checked)
+    _check_language(steps, "steps", cleaned, Visible(frozenset(), STEP_VARIABLES), seen, checked)
+    if checked.options.get("output"):
+        top = {raw["id"] for raw in steps if isinstance(raw, dict) and isinstance(raw.get("id"), str)}
+        _check_expression(checked.options["output"], "output", top, seen, checked)
+    checked.steps = [step for step in cleaned if step is not None]
+    return checked
+
+
+@dataclass(frozen=True)
+class Visible:
+    """What an expression at some level may name: step ids of enclosing levels, variables."""
+
+    outer: frozenset[str]
+    variables: frozenset[str]
+
+
+def _check_level(steps: list[Any], where: str, checked: Checked, depth: int,
+                 seen: set[str]) -> list[dict[str, Any] | None]:
+    """Shapes and unique ids of one level's steps (and, through containers, of the
+    levels below); each step as stored, or None where it has problems."""
+    cleaned: list[dict[str, Any] | None] = []
     for i, raw in enumerate(steps):
         if isinstance(raw, dict) and isinstance(raw.get("id"), str) and STEP_ID.fullmatch(raw["id"]):
             if raw["id"] in seen:
-                checked.add(f"steps.{i}.id", f"duplicate step id '{raw['id']}'")
+                checked.add(f"{where}.{i}.id", f"duplicate step id '{raw['id']}'")
             seen.add(raw["id"])
-        step = _clean_step(raw, i, checked)
-        if step is not None:
-            cleaned.append((i, step))
-    _check_options(options or {}, checked)
-    ancestors = _check_graph(steps, checked)
-    clean_at = dict(cleaned)
+        cleaned.append(_clean_step(raw, f"{where}.{i}", checked, depth, seen))
+    return cleaned
+
+
+def _check_language(steps: list[Any], where: str, cleaned: list[dict[str, Any] | None],
+                    visible: Visible, ids: set[str], checked: Checked) -> None:
+    """Dependencies, cycles and expressions of one level, then of the levels below."""
+    ancestors = _check_graph(steps, checked, where)
     for i, raw in enumerate(steps):  # also steps with other problems: one 422 names them all
         if not isinstance(raw, dict):
             continue
-        step = clean_at.get(i) or _typed_language_fields(raw)
+        step = (cleaned[i] if i < len(cleaned) else None) or _typed_language_fields(raw)
         own = ancestors.get(raw["id"], set()) if isinstance(raw.get("id"), str) else set()
-        _check_step_language(i, step, own, seen, checked)
-    if checked.options.get("output"):
-        _check_expression(checked.options["output"], "output", seen, seen, checked)
-    checked.steps = [step for _, step in cleaned]
-    return checked
+        here = Visible(visible.outer | own, visible.variables)
+        _check_step_language(f"{where}.{i}", step, here, ids, checked)
+        _check_container_language(f"{where}.{i}", raw, step, here, ids, checked)
+
+
+def _check_container_language(where: str, raw: dict[str, Any], step: dict[str, Any],
+                              visible: Visible, ids: set[str], checked: Checked) -> None:
+    foreach, loop = raw.get("foreach"), raw.get("loop")
+    if isinstance(foreach, dict):
+        if isinstance(foreach.get("items"), str):
+            _check_expression(foreach["items"], f"{where}.foreach.items", set(visible.outer), ids, checked,
+                              allowed=visible.variables)
+        inside = Visible(visible.outer, visible.variables | {"item", "index"})
+        inner_raw = raw.get("steps")
+        if isinstance(inner_raw, list) and inner_raw:
+            _check_language(inner_raw, f"{where}.steps", step.get("steps") or [], inside, ids, checked)
+            if isinstance(raw.get("output"), str):
+                own = {s["id"] for s in inner_raw if isinstance(s, dict) and isinstance(s.get("id"), str)}
+                _check_expression(raw["output"], f"{where}.output", set(visible.outer) | own, ids, checked,
+                                  allowed=inside.variables)
+    elif isinstance(loop, dict):
+        inside = Visible(visible.outer, visible.variables | {"loop"})
+        inner_raw = loop.get("steps")
+        if isinstance(inner_raw, list) and inner_raw:
+            stored = (step.get("loop") or {}).get("steps") or []
+            _check_language(inner_raw, f"{where}.loop.steps", stored, inside, ids, checked)
+            own = {s["id"] for s in inner_raw if isinstance(s, dict) and isinstance(s.get("id"), str)}
+            for name in ("until", "output"):
+                if isinstance(loop.get(name), str):
+                    _check_expression(loop[name], f"{where}.loop.{name}", set(visible.outer) | own, ids,
+                                      checked, allowed=inside.variables)
 
 
 def _typed_language_fields(raw: dict[str, Any]) -> dict[str, Any]:
     """The expression and schema fields of a step whose shape has other problems."""
     partial: dict[str, Any] = {"prompt": raw["prompt"] if isinstance(raw.get("prompt"), str) else ""}
+    for name in ("steps", "loop"):  # a container's inner levels are checked on their own
+        if name in raw:
+            partial[name] = []
     if isinstance(raw.get("when"), str):
         partial["when"] = raw["when"]
     if isinstance(raw.get("output_schema"), dict):
@@ -190,7 +346,7 @@ def _check_options(options: dict[str, Any], checked: Checked) -> None:
     checked.options = clean
 
 
-def _check_graph(steps: list[Any], checked: Checked) -> dict[str, set[str]]:
+def _check_graph(steps: list[Any], checked: Checked, where: str = "steps") -> dict[str, set[str]]:
     """Unknown dependencies and cycles; each valid step id's ancestors."""
     ids: list[str] = []
     deps: dict[str, list[str]] = {}
@@ -206,9 +362,9 @@ def _check_graph(steps: list[Any], checked: Checked) -> dict[str, set[str]]:
             if not isinstance(dep, str):
                 continue
             if not any(isinstance(s, dict) and s.get("id") == dep for s in steps):
-                checked.add(f"steps.{i}.depends_on", f"unknown step '{dep}'")
+                checked.add(f"{where}.{i}.depends_on", f"unknown step '{dep}'")
             elif dep == sid:
-                checked.add(f"steps.{i}.depends_on", f"step '{dep}' depends on itself")
+                checked.add(f"{where}.{i}.depends_on", f"step '{dep}' depends on itself")
             else:
                 known.append(dep)
         if isinstance(sid, str) and sid not in deps:
@@ -216,21 +372,23 @@ def _check_graph(steps: list[Any], checked: Checked) -> dict[str, set[str]]:
             deps[sid] = known
     cycle = _find_cycle(deps)
     if cycle:
-        checked.add("steps", f"the steps form a cycle: {' -> '.join(cycle)}")
+        checked.add(where, f"the steps form a cycle: {' -> '.join(cycle)}")
     return {sid: _ancestors(sid, deps) for sid in ids}
 
 
 def _check_expression(source: str, where: str, visible: set[str], ids: set[str],
-                      checked: Checked, *, placeholder: bool = False) -> None:
+                      checked: Checked, *, placeholder: bool = False,
+                      allowed: frozenset[str] = STEP_VARIABLES) -> None:
     legacy = expressions.LEGACY.match(source) if placeholder else None
     if legacy:
         refs: tuple[str, ...] = (legacy.group(1),) if legacy.group(1) else ()
     else:
-        compiled, problems = expressions.check(source, allowed=STEP_VARIABLES)
+        compiled, problems = expressions.check(source, allowed=allowed)
         if placeholder and compiled is not None and problems:
             problems = [
                 f"unknown placeholder {{{{{source}}}}}; use {{{{input}}}}, {{{{steps.<id>.output}}}} "
-                "or a CEL expression over input and steps"
+                "or a CEL expression over "
+                + ("input and steps" if allowed == STEP_VARIABLES else ", ".join(sorted(allowed)))
             ]
         for problem in problems:
             checked.add(where, problem)
@@ -245,13 +403,15 @@ def _check_expression(source: str, where: str, visible: set[str], ids: set[str],
             checked.add(where, f"{shown} needs step '{ref}' in depends_on (directly or transitively)")
 
 
-def _check_step_language(i: int, step: dict[str, Any], ancestors: set[str], ids: set[str],
+def _check_step_language(where: str, step: dict[str, Any], visible: Visible, ids: set[str],
                          checked: Checked) -> None:
-    where = f"steps.{i}"
-    for source in expressions.placeholders(step["prompt"]):
-        _check_expression(source, f"{where}.prompt", ancestors, ids, checked, placeholder=True)
+    ancestors, allowed = set(visible.outer), visible.variables
+    in_prompt = allowed | {"item", "index"} if "foreach" in step else allowed  # one call per item
+    for source in expressions.placeholders(step.get("prompt") or ""):
+        _check_expression(source, f"{where}.prompt", ancestors, ids, checked, placeholder=True,
+                          allowed=in_prompt)
     if "when" in step:
-        _check_expression(step["when"], f"{where}.when", ancestors, ids, checked)
+        _check_expression(step["when"], f"{where}.when", ancestors, ids, checked, allowed=allowed)
     schema = step.get("output_schema")
     if schema is not None:
         schema_problems = schemas.check_schema(schema)

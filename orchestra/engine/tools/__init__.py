@@ -128,6 +128,9 @@ class ToolRegistry:
             for t in self._tools.values()
         ]
 
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
     def specs(self, names: Iterable[str]) -> list[ToolSpec]:
         """The `ToolSpec`s to offer a model; an unknown name raises `ToolError`."""
         return [self._require(name).spec() for name in names]

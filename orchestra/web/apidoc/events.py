@@ -9,12 +9,16 @@ EVENT_FIELDS: dict[str, str] = {
     "token": "`text`: streamed model text, coalesced about every 50 ms",
     "tool_call": "`call_id`, `name`, `arguments` (object)",
     "tool_result": "`call_id`, `name`, `result` (string or null), `error` (only on failure)",
-    "reply_requested": "`request_id`, `prompt`",
-    "reply_received": "`request_id`, `content`",
-    "step_finished": "`output`, `usage: {prompt_tokens, completion_tokens}` (null for human steps)",
-    "step_failed": "`error` (the provider's message, where it gave one)",
+    "reply_requested": "`request_id`, `prompt`, `schema` (a human step with output_schema)",
+    "reply_received": "`request_id`, `content` (text, or the JSON value)",
+    "reply_timed_out": "`request_id`, `content`: the human step's `default`, now its output",
+    "step_finished": "`output` (text or JSON value), `usage: {prompt_tokens, completion_tokens}` "
+                     "(null for human steps); `reused: true` for a step copied by a retried run",
+    "step_failed": "`error` (the provider's message, where it gave one; `timed out after N s`)",
+    "step_skipped": '`reason`: `"when"` (its condition was false) or `"dependencies"` (all skipped)',
+    "step_retrying": "`attempt` (the one that failed), `error`, `delay_seconds`",
     "run_resumed": "`attempt`, `restarted_steps`: another server process took the run over",
-    "run_finished": '`status: "succeeded"`, `output` (the last step\'s output)',
+    "run_finished": '`status: "succeeded"`, `output` (the template\'s `output`, else the last step\'s)',
     "run_failed": '`status: "failed"`, `error`, `failed_step`; or `status: "interrupted"`, `reason`',
     "run_cancelled": '`status: "cancelled"`, `reason`',
 }
@@ -28,6 +32,7 @@ def stream_description() -> str:
         "duplicate; a `: ping` comment keeps the connection alive; the stream ends after the "
         "terminal event (`run_finished`, `run_failed`, `run_cancelled`). A browser's "
         "`EventSource` may send the token as `?access_token=`.\n\n"
-        "Every `data` has `trace_id`, `seq`, `ts` and, for step events, `step_id`.\n\n"
+        "Every `data` has `trace_id`, `seq`, `ts` and, for step events, `step_id`; a step's "
+        "events from its second attempt on carry `attempt` (a client resets that step's text).\n\n"
         "| kind | fields |\n|---|---|\n" + rows
     )

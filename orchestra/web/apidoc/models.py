@@ -11,20 +11,17 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from orchestra.engine import vocabulary
 from orchestra.engine.llm.factory import SUPPORTED_KINDS
 from orchestra.services.roles import ROLE_NAMES
 from orchestra.services.uploads import MAX_FILES
-from orchestra.engine.executor import FINISHED
-from orchestra.engine.ownership import ACTIVE
 from orchestra.engine.language.model import Step, TemplateLimits
 
 Timestamp = Annotated[str, Field(json_schema_extra={"format": "date-time"})]
 RoleName = Literal[tuple(ROLE_NAMES)]  # type: ignore[valid-type]
 ProviderKind = Literal[SUPPORTED_KINDS]  # type: ignore[valid-type]
-RunStatus = Literal[ACTIVE + FINISHED]  # type: ignore[valid-type]
-StepStatus = Literal[
-    "pending", "running", "waiting_reply", "succeeded", "failed", "cancelled", "interrupted", "skipped"
-]
+RunStatus = Literal[tuple(s.value for s in vocabulary.RunStatus)]  # type: ignore[valid-type]
+StepStatus = Literal[tuple(s.value for s in vocabulary.StepStatus)]  # type: ignore[valid-type]
 
 
 class Shape(BaseModel):
@@ -270,6 +267,10 @@ class RunStarted(Success):
     status: Literal["queued"]
 
 
+class RunRetried(RunStarted):
+    retry_of: str = Field(description="The run whose succeeded steps this one reuses.")
+
+
 class RunSummary(Shape):
     trace_id: str
     template_id: str | None = Field(description="null once the template is deleted.")
@@ -280,6 +281,7 @@ class RunSummary(Shape):
     created_at: Timestamp
     started_at: Timestamp | None
     finished_at: Timestamp | None
+    retry_of: str | None = Field(None, description="The run this one retries (POST /run/{trace_id}/retry).")
 
 
 class RunList(Success):

@@ -7,9 +7,10 @@ from typing import Any
 from sanic import Blueprint, Request
 from sanic.response import HTTPResponse, json
 
+from orchestra.engine.vocabulary import RunStatus
 from orchestra.errors import ValidationError
+from orchestra.observability import tracing
 from orchestra.services import workflows as service
-from orchestra.services.workflows import engine_of
 from orchestra.services.roles import Role
 from orchestra.web.apidoc import models as out
 from orchestra.web.apidoc.events import stream_description
@@ -64,8 +65,15 @@ class RunBody(Body):
     files: list[str] | None = rule(None, description="Ids of your uploads, listed to agent steps.")
 
 
+class RetryBody(Body):
+    from_step: str | None = rule(None, description="Also run this step and its descendants again.")
+
+
 class ReplyBody(Body):
-    content: str = rule(description="The answer.", pattern=NO_NUL)
+    content: Any = rule(
+        description="The answer: text, or for a human step with output_schema the JSON value "
+        "itself, which must validate (422 otherwise; the question stays open)."
+    )
     request_id: str | None = rule(None, description="The question answered; default the oldest open one.")
 
 
@@ -225,6 +233,8 @@ async def delete_template(request: Request, template_id: str):
     "Start a run of a template", body=RunBody, response=out.RunStarted, status=202,
     errors={404: "NotFoundError: no template you may read has this id."},
     links=_RUN_LINKS,
+    params=(header("traceparent", "W3C trace context: the run's spans join this trace, in "
+                   "whichever process executes it (ignored unless well-formed)."),),
 )
 @protected(Role.USER)
 async def start_run(request: Request):
@@ -234,9 +244,10 @@ async def start_run(request: Request):
         template_id=body.template_id,
         input=body.input,
         files=body.files,
+        trace_parent=tracing.parent_for_run(request.headers),
         **_who(request),
     )
-    return json({"message": SUCCESS, "trace_id": run.trace_id, "status": "queued"}, status=202)
+    return json({"message": SUCCESS, "trace_id": run.trace_id, "status": RunStatus.QUEUED}, status=202)
 
 
 @bp.get("/run")
@@ -297,6 +308,27 @@ async def list_events(request: Request, trace_id: str):
     return json({"message": SUCCESS, "events": [e.as_dict() for e in events], "next_after": next_after})
 
 
+@bp.post("/run/<trace_id:str>/retry")
+@documented(
+    "Retry an ended run, reusing the steps that succeeded", body=RetryBody, response=out.RunRetried,
+    status=202,
+    description="A new run of the same steps and input: every step that succeeded before is "
+    "reused (reused: true, its output copied, its provider never called) except from_step and "
+    "its descendants; the rest runs.",
+    errors={409: "ConflictError: the run has not ended, or it succeeded.",
+            422: "ValidationError: from_step is not a step of the run."},
+    links=_RUN_LINKS,
+)
+@protected(Role.USER)
+async def retry_run(request: Request, trace_id: str):
+    body = parse_body(request, RetryBody) if (request.body or b"").strip() else RetryBody()
+    run = await service.retry_run(
+        request.app.ctx.core, trace_id=trace_id, from_step=body.from_step, **_who(request)
+    )
+    return json({"message": SUCCESS, "trace_id": run.trace_id, "status": RunStatus.QUEUED,
+                 "retry_of": trace_id}, status=202)
+
+
 @bp.post("/cancel/<trace_id:str>")
 @documented(
     "Cancel a run", response=out.Cancelled,
@@ -350,7 +382,7 @@ async def stream(request: Request, trace_id: str):
     run = await service.open_stream(core, trace_id=trace_id, last_event_id=after, **_who(request))
     if run is None:
         return HTTPResponse(status=204, headers={"Cache-Control": "no-cache"})
-    events = engine_of(core).feeds.follow(
+    events = core.engine.feeds.follow(
         trace_id, after=after, ping_every=core.settings.sse_ping_seconds
     )
     await send_stream(request, trace_id, events, send_timeout=core.settings.sse_send_timeout)

@@ -1,5 +1,6 @@
-// A picture of a template's step graph as SVG: one column per dependency depth, an arrow
-// from each dependency to the step that waits for it, each box coloured by its status.
+// A picture of a template's step graph as SVG: one column per dependency depth (one row,
+// top to bottom, on a narrow screen), an arrow from each dependency to the step that waits
+// for it, each box coloured by its status. The picture shrinks to fit its card.
 import { html } from './html.js';
 
 const BOX_W = 150;
@@ -27,6 +28,19 @@ function depths(steps) {
   return depth;
 }
 
+/** The steps in stages, by dependency depth: `[['facts', 'numbers'], ['report']]`; the
+ * steps of one stage do not depend on each other and run side by side. */
+export function stages(steps) {
+  const valid = steps.filter((s) => s && typeof s.id === 'string' && s.id);
+  const depth = depths(valid);
+  const out = [];
+  for (const s of valid) (out[depth.get(s.id) ?? 0] = out[depth.get(s.id) ?? 0] || []).push(s.id);
+  return out.filter(Boolean);
+}
+
+/** Narrow screens draw the graph top to bottom (a stage per row) instead of left to right. */
+const narrow = () => typeof matchMedia === 'function' && matchMedia('(max-width: 600px)').matches;
+
 function agentLabel(agent) {
   if (!agent) return '';
   if (agent.human) return 'human';
@@ -46,25 +60,36 @@ export function StepGraph({ steps, statuses = {}, flagged = new Set(), names = {
     (columns[d] = columns[d] || []).push(s);
   }
   const at = new Map();
-  columns.forEach((col, c) => (col || []).forEach((s, r) => at.set(s.id, { x: LEFT + c * (BOX_W + GAP_X), y: 10 + r * (BOX_H + GAP_Y) })));
-  const width = LEFT + 10 + columns.length * (BOX_W + GAP_X) - GAP_X;
-  const height = 20 + Math.max(...columns.map((c) => (c ? c.length : 0))) * (BOX_H + GAP_Y) - GAP_Y;
+  const down = narrow();
+  const [stepX, stepY] = down ? [BOX_W + GAP_Y, BOX_H + GAP_X] : [BOX_W + GAP_X, BOX_H + GAP_Y];
+  columns.forEach((col, c) => (col || []).forEach((s, r) => at.set(s.id, down
+    ? { x: 10 + r * stepX, y: LEFT / 2 + c * stepY }
+    : { x: LEFT + c * stepX, y: 10 + r * stepY })));
+  const widest = Math.max(...columns.map((c) => (c ? c.length : 0)));
+  const width = down ? 20 + widest * stepX - GAP_Y + 50 : LEFT + 10 + columns.length * stepX - GAP_X;
+  const height = down ? LEFT / 2 + 10 + columns.length * stepY - GAP_X : 20 + widest * stepY - GAP_Y;
   const arrows = [];
-  let below = 0;  // room under the boxes for backward (cycle) arrows
+  let below = 0;  // room under (or, top to bottom, right of) the boxes for backward (cycle) arrows
   for (const s of valid) {
     for (const dep of s.depends_on || []) {
       const from = at.get(dep);
       const to = at.get(s.id);
       if (!from || !to) continue;
-      const x1 = from.x + BOX_W;
-      const y1 = from.y + BOX_H / 2;
-      const x2 = to.x;
-      const y2 = to.y + BOX_H / 2;
-      const back = x2 <= x1;  // a cycle's edge goes backwards: bend it below the boxes
-      if (back) below = 60;
-      const d = back
-        ? `M${x1},${y1} C${x1 + 40},${y1 + 70} ${x2 - 40},${y2 + 70} ${x2},${y2}`
-        : `M${x1},${y1} C${(x1 + x2) / 2},${y1} ${(x1 + x2) / 2},${y2} ${x2},${y2}`;
+      let d;
+      if (down) {
+        const [x1, y1, x2, y2] = [from.x + BOX_W / 2, from.y + BOX_H, to.x + BOX_W / 2, to.y];
+        const back = y2 <= y1;  // a cycle's edge goes upwards: bend it right of the boxes
+        d = back
+          ? `M${from.x + BOX_W},${from.y + BOX_H / 2} C${from.x + BOX_W + 45},${from.y + BOX_H / 2} ${to.x + BOX_W + 45},${to.y + BOX_H / 2} ${to.x + BOX_W},${to.y + BOX_H / 2}`
+          : `M${x1},${y1} C${x1},${(y1 + y2) / 2} ${x2},${(y1 + y2) / 2} ${x2},${y2}`;
+      } else {
+        const [x1, y1, x2, y2] = [from.x + BOX_W, from.y + BOX_H / 2, to.x, to.y + BOX_H / 2];
+        const back = x2 <= x1;  // a cycle's edge goes backwards: bend it below the boxes
+        if (back) below = 60;
+        d = back
+          ? `M${x1},${y1} C${x1 + 40},${y1 + 70} ${x2 - 40},${y2 + 70} ${x2},${y2}`
+          : `M${x1},${y1} C${(x1 + x2) / 2},${y1} ${(x1 + x2) / 2},${y2} ${x2},${y2}`;
+      }
       arrows.push(html`<path class=${'edge' + (flagged.has(s.id) && flagged.has(dep) ? ' flagged' : '')} d=${d}
                              marker-end="url(#arrow)"><title>${s.id} depends on ${dep}</title></path>`);
     }

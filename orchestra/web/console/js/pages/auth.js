@@ -9,14 +9,21 @@ async function logIn(userName, password) {
   if (!location.hash || location.hash === '#/register' || location.hash === '#/login') go('runs');
 }
 
-function CredentialsForm({ title, submitLabel, onSubmit, footer, notice }) {
+function CredentialsForm({ title, submitLabel, onSubmit, footer, notice, confirm = false }) {
   const [userName, setUserName] = useState('');
   const [password, setPassword] = useState('');
+  const [repeated, setRepeated] = useState('');
+  const [mismatch, setMismatch] = useState('');
   const [error, setError] = useState(null);
   const [busy, setBusy] = useState(false);
   const problems = problemsByField(error);
   const submit = async (e) => {
     e.preventDefault();
+    if (confirm && password !== repeated) {  // a typo would lock the new user out
+      setMismatch('The two passwords differ: type the same password twice.');
+      return;
+    }
+    setMismatch('');
     setBusy(true);
     setError(null);
     try {
@@ -33,8 +40,10 @@ function CredentialsForm({ title, submitLabel, onSubmit, footer, notice }) {
       <${TextField} label="User name" value=${userName} onInput=${setUserName} autocomplete="username"
                     required problem=${problems.user_name} />
       <${TextField} label="Password" type="password" value=${password} onInput=${setPassword}
-                    autocomplete=${submitLabel === 'Register' ? 'new-password' : 'current-password'}
-                    required problem=${problems.password} />
+                    autocomplete=${confirm ? 'new-password' : 'current-password'}
+                    hint=${confirm ? '8 to 256 characters' : ''} required problem=${problems.password} />
+      ${confirm && html`<${TextField} label="Repeat the password" type="password" value=${repeated}
+                    onInput=${setRepeated} autocomplete="new-password" required problem=${mismatch} />`}
       <${ErrorBox} error=${error} />
       <button type="submit" class="primary" disabled=${busy}>${submitLabel}</button>
     </form>
@@ -50,7 +59,7 @@ export function SignIn() {
 }
 
 export function Register() {
-  return html`<${CredentialsForm} title="Create an account" submitLabel="Register"
+  return html`<${CredentialsForm} title="Create an account" submitLabel="Register" confirm=${true}
     onSubmit=${async (name, password) => {
       await publicApi('POST', '/auth/register', { user_name: name, password });
       await logIn(name, password);

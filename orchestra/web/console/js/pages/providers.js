@@ -74,15 +74,16 @@ export function Providers() {
     <h1>Providers</h1>
     <${Notice} text=${notice} />
     <${ErrorBox} error=${loadError} />
-    <div class="table-wrap"><table>
+    <div class="table-wrap"><table class="stack">
       <thead><tr><th>Name</th><th>Kind</th><th>Model</th><th>Base URL</th><th>Key</th><th>Added</th><th>Actions</th></tr></thead>
       <tbody>
         ${data && data.providers.length === 0 && html`<tr><td colspan="7">No providers yet: add one below.</td></tr>`}
         ${data && data.providers.map((p) => { const r = results[p.provider_id] || {}; return html`
           <tr key=${p.provider_id} data-provider=${p.name}>
-            <td>${p.name}</td><td>${p.provider}</td><td>${p.model_id}</td><td class="wrap">${p.base_url || '–'}</td>
-            <td><code>${p.api_key || 'none'}</code></td><td>${when(p.created_at)}</td>
-            <td class="actions">
+            <td data-label="Name">${p.name}</td><td data-label="Kind">${p.provider}</td><td data-label="Model">${p.model_id}</td>
+            <td data-label="Base URL" class="wrap">${p.base_url || '–'}</td>
+            <td data-label="Key"><code>${p.api_key || 'none'}</code></td><td data-label="Added">${when(p.created_at)}</td>
+            <td class="actions" data-label="Actions">
               <button type="button" onClick=${() => check(p)} disabled=${r.busy}>${r.busy ? 'Checking…' : 'Check'}</button>
               <${ConfirmButton} label="Delete" confirm=${`Delete ${p.name}`} onConfirm=${() => remove(p)} />
             </td>

@@ -124,7 +124,7 @@ function ReplyBox({ traceId, question }) {
     }
   };
   return html`<form class="reply" onSubmit=${send}>
-    <p class="question"><strong>${question.step_id} asks:</strong> ${question.prompt}</p>
+    <p class="question"><strong>${question.step_id} asks:</strong> <span class="prompt-text">${question.prompt}</span></p>
     <${TextArea} label="Your reply" value=${content} onInput=${setContent} rows="2" autofocus />
     <${ErrorBox} error=${error} />
     <button type="submit" class="primary" disabled=${busy || !content}>Send reply</button>
@@ -141,8 +141,8 @@ function StepCard({ step, traceId, questions }) {
     ${step.prompt && html`<details><summary>Prompt</summary><pre>${step.prompt}</pre></details>`}
     <${ToolCalls} tools=${step.tools} />
     ${step.text && html`<pre class="stream" aria-live="polite">${step.text}</pre>`}
-    ${human && step.answer !== null && html`<p class="answer"><strong>Answer:</strong> ${step.answer}</p>`}
-    ${!human && step.answer !== null && html`<p class="answer"><strong>You answered:</strong> ${step.answer}</p>`}
+    ${human && step.answer !== null && html`<p class="answer"><strong>Answer:</strong> <span class="text">${step.answer}</span></p>`}
+    ${!human && step.answer !== null && html`<p class="answer"><strong>You answered:</strong> <span class="text">${step.answer}</span></p>`}
     ${step.output !== null && !step.text && !human && html`<pre class="output">${step.output}</pre>`}
     ${step.error && html`<p class="error">${step.error}</p>`}
     ${questions.map((q) => html`<${ReplyBox} key=${q.request_id} traceId=${traceId} question=${q} />`)}

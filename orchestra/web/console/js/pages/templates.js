@@ -3,9 +3,23 @@
 import { html, useState, useMemo } from '../html.js';
 import { api, apiAll, isAdmin } from '../api.js';
 import { TextField, TextArea, Select, ErrorBox, Notice, useLoad, when, go, useId, ConfirmButton, setFlash, takeFlash, attempt } from '../ui.js';
-import { StepGraph } from '../graph.js';
+import { StepGraph, stages } from '../graph.js';
 
 const NODES = ['planner', 'reviewer', 'summarizer'];
+// What each system node does (its description in GET /agent/node; orchestra/services/agents.py).
+export const NODE_TEXT = {
+  planner: 'breaks a request into ordered, concrete steps',
+  reviewer: 'checks work for errors and gaps and says what to fix (verifies arithmetic with the calculator)',
+  summarizer: 'condenses text and uploaded files into a short summary',
+};
+
+/** `facts & numbers → report`: steps that can run side by side share a stage. */
+function StepsInStages({ steps }) {
+  const list = stages(steps);
+  const said = list.map((stage) => stage.join(' and ')).join(', then ');
+  return html`<span class="stages" title=${`${said}${list.some((st) => st.length > 1) ? ' (“&”: side by side)' : ''}`}>
+    ${list.map((stage, i) => html`${i ? ' → ' : ''}${stage.join(' & ')}`)}</span>`;
+}
 
 export function Templates() {
   const [data, error] = useLoad(() => apiAll('/workflow/template', 'templates'));
@@ -13,13 +27,13 @@ export function Templates() {
     <h1>Templates</h1>
     <p><a class="button primary" href="#/templates/new">New template</a></p>
     <${ErrorBox} error=${error} />
-    <div class="table-wrap"><table>
+    <div class="table-wrap"><table class="stack">
       <thead><tr><th>Name</th><th>Steps</th><th>Shared</th><th>Changed</th></tr></thead>
       <tbody>
         ${data && data.templates.length === 0 && html`<tr><td colspan="4">No templates yet.</td></tr>`}
         ${data && data.templates.map((t) => html`<tr key=${t.template_id}>
-          <td><a href=${`#/templates/${t.template_id}`}>${t.name}</a><br /><small>${t.description}</small></td>
-          <td>${t.steps.map((s) => s.id).join(' → ')}</td><td>${t.shared ? 'yes' : 'no'}</td><td>${when(t.updated_at)}</td>
+          <td data-label="Name"><a href=${`#/templates/${t.template_id}`}>${t.name}</a><br /><small>${t.description}</small></td>
+          <td data-label="Steps"><${StepsInStages} steps=${t.steps} /></td><td data-label="Shared">${t.shared ? 'yes' : 'no'}</td><td data-label="Changed">${when(t.updated_at)}</td>
         </tr>`)}
       </tbody>
     </table></div>
@@ -28,16 +42,59 @@ export function Templates() {
 
 // --- steps as the editor holds them, and as the API takes them ---------------------------
 
-function toEditable(step) {
+let nextUid = 0;
+
+/** One step as the editor holds it: a `uid` that survives renames, and `after`: the
+ * steps it depends on, by uid (a string: an id no step has, shown so it can be removed). */
+function toEditable(step, uidOf) {
+  const { id: _id, agent: _agent, prompt: _prompt, depends_on: _deps, ...extra } = step;  // kept as they are
   const agent = step.agent || {};
   const kind = agent.human ? 'human' : agent.node ? 'node' : 'worker';
-  return { id: step.id || '', kind, worker: agent.worker || '', node: agent.node || 'planner',
-    prompt: step.prompt || '', depends_on: step.depends_on || [] };
+  return { extra, uid: uidOf(step.id), id: step.id || '', named: step.id || '', kind, worker: agent.worker || '', node: agent.node || 'planner',
+    prompt: step.prompt || '', after: (step.depends_on || []).map((d) => uidOf(d, true)) };
 }
 
-function toApi(step) {
+/** The API's steps as editable ones: dependencies resolved to the uids of their steps. */
+function fromApi(steps) {
+  const uids = new Map();
+  for (const s of steps) if (s && s.id && !uids.has(s.id)) uids.set(s.id, ++nextUid);
+  const uidOf = (id, dependency = false) => (uids.has(id) ? uids.get(id) : dependency ? id : ++nextUid);
+  return steps.filter((s) => s && typeof s === 'object').map((s) => toEditable(s, uidOf));
+}
+
+function idOf(steps, ref) {
+  if (typeof ref === 'string') return ref;
+  const found = steps.find((s) => s.uid === ref);
+  return found ? found.id : '';
+}
+
+function toApi(step, steps) {
   const agent = step.kind === 'human' ? { human: true } : step.kind === 'node' ? { node: step.node } : { worker: step.worker };
-  return { id: step.id, agent, prompt: step.prompt, depends_on: step.depends_on };
+  return { ...(step.extra || {}), id: step.id, agent, prompt: step.prompt,
+    depends_on: step.after.map((r) => idOf(steps, r)) };
+}
+
+const escapeRe = (text) => text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+
+/** The step `uid` was given the id `to`: the other steps' `{{steps.<id>…}}` references
+ * follow it (their dependencies follow by themselves: they hold the uid). `named` is the
+ * id the references use (in prompts' {{ … }} and in expression fields such as `when`):
+ * it stays while the id is empty or another step's, half typed, and moves on with the
+ * next usable id. */
+function renamed(steps, uid, to) {
+  const step = steps.find((s) => s.uid === uid);
+  const from = step.named;
+  if (!to || from === to || steps.some((s) => s.uid !== uid && s.id === to)) return steps;
+  // `steps.<id>` in an expression: inside a prompt's {{ … }}, or a field such as `when`.
+  const inExpression = from ? new RegExp(`(^|[^\\w.])steps\\.${escapeRe(from)}(?=$|[^\\w-])`, 'g') : null;
+  const carry = (s) => {
+    if (!s.prompt.includes(from) && !JSON.stringify(s.extra || {}).includes(from)) return s;
+    const extra = Object.fromEntries(Object.entries(s.extra || {}).map(([key, value]) => [key,
+      typeof value === 'string' ? value.replace(inExpression, `$1steps.${to}`) : value]));
+    const prompt = s.prompt.replace(/\{\{[^}]*\}\}/g, (inside) => inside.replace(inExpression, `$1steps.${to}`));
+    return { ...s, extra, prompt };
+  };
+  return steps.map((s) => (s.uid === uid ? { ...s, named: to } : from ? carry(s) : s));
 }
 
 /** The template's problems: by step index ({field: [problems]}) and the rest ({field: [problems]}). */
@@ -81,6 +138,10 @@ function StepEditor({ step, index, steps, workers, problems, onChange, onRemove,
   const others = steps.filter((s, i) => i !== index && s.id);
   const first = (field) => (problems[field] || [])[0];
   const legend = useId('step');
+  const unknown = step.after.filter((r) => typeof r === 'string' || !others.some((o) => o.uid === r));
+  const toggle = (uid, on) => set('after')(on ? [...step.after, uid] : step.after.filter((r) => r !== uid));
+  const workerOptions = workers.map((w) => [w.worker_id, w.name]);
+  if (!workers.some((w) => w.worker_id === step.worker)) workerOptions.unshift(['', workers.length ? 'choose a worker' : 'no workers yet']);
   return html`<fieldset class=${'step' + (Object.keys(problems).length ? ' invalid' : '')} data-step-index=${index}
                         aria-labelledby=${legend}>
     <legend id=${legend}>Step ${index + 1}${step.id ? `: ${step.id}` : ''}</legend>
@@ -90,20 +151,22 @@ function StepEditor({ step, index, steps, workers, problems, onChange, onRemove,
       <${Select} label="Agent" value=${step.kind} onChange=${set('kind')} problem=${first('agent')}
                  options=${[['worker', 'a worker'], ['node', 'a system node'], ['human', 'a human (asks you)']]} />
       ${step.kind === 'worker' && html`<${Select} label="Worker" value=${step.worker} onChange=${set('worker')}
-          problem=${first('agent.worker')}
-          options=${[['', 'choose a worker'], ...workers.map((w) => [w.worker_id, w.name])]} />`}
+          problem=${first('agent.worker')} options=${workerOptions}
+          hint=${workers.length ? '' : html`<span class="no-workers">Create a worker first, on the <a href="#/workers">Workers</a> page (or let a human or a system node do this step).</span>`} />`}
       ${step.kind === 'node' && html`<${Select} label="System node" value=${step.node} onChange=${set('node')}
-          problem=${first('agent.node')} options=${NODES.map((n) => [n, n])} />`}
+          problem=${first('agent.node')} options=${NODES.map((n) => [n, n])}
+          hint=${`The ${step.node} ${NODE_TEXT[step.node] || ''}.`} />`}
     </div>
     <${TextArea} label="Prompt" value=${step.prompt} onInput=${set('prompt')} problem=${(problems.prompt || []).join(' ')}
                  hint="Use {{input}} and {{steps.<id>.output}} of a step it depends on." />
     <fieldset class=${'depends' + (problems.depends_on ? ' invalid' : '')}>
       <legend>Depends on</legend>
-      ${others.length === 0 && html`<small>no other steps</small>`}
-      ${others.map((o) => html`<label class="check"><input type="checkbox" checked=${step.depends_on.includes(o.id)}
-          onChange=${(e) => set('depends_on')(e.target.checked ? [...step.depends_on, o.id] : step.depends_on.filter((d) => d !== o.id))} />
-          ${o.id}</label>`)}
-      ${step.depends_on.filter((d) => !others.some((o) => o.id === d)).map((d) => html`<span class="badge">${d} (unknown)</span>`)}
+      ${others.length === 0 && unknown.length === 0 && html`<small>no other steps</small>`}
+      ${others.map((o) => html`<label class="check"><input type="checkbox" checked=${step.after.includes(o.uid)}
+          onChange=${(e) => toggle(o.uid, e.target.checked)} /> ${o.id}</label>`)}
+      ${unknown.map((r) => { const name = idOf(steps, r) || '(a removed step)'; return html`<span class="badge unknown">${name} (unknown)
+          <button type="button" class="link" aria-label=${`Remove the dependency on ${name}`}
+                  onClick=${() => set('after')(step.after.filter((x) => x !== r))}>×</button></span>`; })}
       <${Problems} list=${problems.depends_on} />
     </fieldset>
     <div class="row">
@@ -114,12 +177,30 @@ function StepEditor({ step, index, steps, workers, problems, onChange, onRemove,
   </fieldset>`;
 }
 
-function blankStep(steps) {
+/** Step `index` removed: steps that depended on it keep the dependency by its id, shown
+ * as unknown (with a button to remove it), so nothing changes without a word. */
+function removed(steps, index) {
+  const gone = steps[index];
+  return steps.filter((_, j) => j !== index)
+    .map((s) => (s.after.includes(gone.uid) ? { ...s, after: s.after.map((r) => (r === gone.uid ? gone.id : r)) } : s));
+}
+
+/** A new step: done by a worker (the first one; with none yet, the editor says to create
+ * one first), after the last step, reading its output. */
+function blankStep(steps, workers) {
   let n = steps.length + 1;
   while (steps.some((s) => s.id === `step${n}`)) n += 1;
   const last = steps[steps.length - 1];
-  return { id: `step${n}`, kind: 'human', worker: '', node: 'planner',
-    prompt: last && last.id ? `{{steps.${last.id}.output}}` : '{{input}}', depends_on: last && last.id ? [last.id] : [] };
+  return { uid: ++nextUid, id: `step${n}`, named: `step${n}`, kind: 'worker', worker: workers[0] ? workers[0].worker_id : '', node: 'planner',
+    prompt: last && last.id ? `{{steps.${last.id}.output}}` : '{{input}}', after: last ? [last.uid] : [] };
+}
+
+/** Problems the API would answer with a 422, found before sending: a worker step
+ * without a worker (the API's "unknown worker ''"). Shaped like the API's 422. */
+function missingWorkers(steps) {
+  const detail = steps.flatMap((s, i) => (s.kind === 'worker' && !s.worker
+    ? [{ field: `steps.${i}.agent.worker`, problem: 'choose a worker (or another agent)' }] : []));
+  return detail.length ? { status: 422, detail, message: 'Choose a worker for every step done by a worker; none yet? Create one on the Workers page first.' } : null;
 }
 
 async function loadEditor(templateId) {
@@ -137,11 +218,18 @@ export function TemplateEditor({ templateId }) {
   return html`<${TemplateForm} templateId=${templateId} template=${data.template} workers=${data.workers} />`;
 }
 
+const OWN = ['name', 'description', 'shared', 'steps', 'template_id', 'owner_id', 'created_at', 'updated_at'];
+function templateRest(template) {
+  return Object.fromEntries(Object.entries(template || {}).filter(([key]) => !OWN.includes(key)));
+}
+
 function TemplateForm({ templateId, template, workers }) {
+  // Template fields this editor has no control for (input_schema, limits, output, …): kept as they are.
+  const [rest, setRest] = useState(() => templateRest(template));
   const [name, setName] = useState(template ? template.name : '');
   const [description, setDescription] = useState(template ? template.description : '');
   const [shared, setShared] = useState(template ? template.shared : false);
-  const [steps, setSteps] = useState(() => (template ? template.steps.map(toEditable) : [blankStep([])]));
+  const [steps, setSteps] = useState(() => (template ? fromApi(template.steps) : [blankStep([], workers)]));
   const [mode, setMode] = useState('steps');
   const [jsonText, setJsonText] = useState('');
   const [jsonError, setJsonError] = useState('');
@@ -149,7 +237,7 @@ function TemplateForm({ templateId, template, workers }) {
   const [notice, setNotice] = useState(takeFlash);
   const sharedId = useId('shared');
 
-  const body = () => ({ name, description, shared, steps: steps.map(toApi) });
+  const body = () => ({ ...rest, name, description, shared, steps: steps.map((st) => toApi(st, steps)) });
   const jsonBody = () => JSON.parse(jsonText);
   const switchMode = (next) => {
     if (next === mode) return;
@@ -160,10 +248,11 @@ function TemplateForm({ templateId, template, workers }) {
     }
     try {
       const parsed = jsonBody();
+      setRest(templateRest(parsed));
       setName(parsed.name || '');
       setDescription(parsed.description || '');
       setShared(!!parsed.shared);
-      setSteps((parsed.steps || []).map(toEditable));
+      setSteps(fromApi(parsed.steps || []));
       setJsonError('');
       setMode('steps');
     } catch (err) {
@@ -171,7 +260,7 @@ function TemplateForm({ templateId, template, workers }) {
     }
   };
   const shownSteps = useMemo(() => {
-    if (mode === 'steps') return steps.map(toApi);
+    if (mode === 'steps') return steps.map((st) => toApi(st, steps));
     try { return (jsonBody().steps || []).filter((s) => s && typeof s === 'object'); } catch { return []; }
   }, [mode, steps, jsonText]);
   const { byStep, general, flagged } = placeProblems(error, shownSteps);
@@ -179,6 +268,12 @@ function TemplateForm({ templateId, template, workers }) {
   const save = async (e) => {
     e.preventDefault();
     let payload;
+    const missing = mode === 'steps' && missingWorkers(steps);
+    if (missing) {
+      setNotice('');
+      setError(missing);
+      return;
+    }
     try {
       payload = mode === 'json' ? jsonBody() : body();
       setJsonError('');
@@ -206,7 +301,7 @@ function TemplateForm({ templateId, template, workers }) {
     await api('DELETE', `/workflow/template/${templateId}`);
     go('templates');
   });
-  const changeStep = (i) => (step) => setSteps(steps.map((s, j) => (j === i ? step : s)));
+  const changeStep = (i) => (step) => setSteps(renamed(steps.map((s, j) => (j === i ? step : s)), step.uid, step.id));
   const moveStep = (i) => (delta) => {
     const next = [...steps];
     [next[i], next[i + delta]] = [next[i + delta], next[i]];
@@ -228,10 +323,10 @@ function TemplateForm({ templateId, template, workers }) {
         </div>
         ${isAdmin() && html`<label class="check" for=${sharedId}><input id=${sharedId} type="checkbox" checked=${shared}
             onChange=${(e) => setShared(e.target.checked)} /> Shared with every user</label>`}
-        ${steps.map((s, i) => html`<${StepEditor} key=${i} step=${s} index=${i} steps=${steps} workers=${workers}
+        ${steps.map((s, i) => html`<${StepEditor} key=${s.uid} step=${s} index=${i} steps=${steps} workers=${workers}
             problems=${byStep[i] || {}} onChange=${changeStep(i)} onMove=${moveStep(i)}
-            onRemove=${() => setSteps(steps.filter((_, j) => j !== i))} />`)}
-        <button type="button" onClick=${() => setSteps([...steps, blankStep(steps)])}>Add a step</button>`
+            onRemove=${() => setSteps(removed(steps, i))} />`)}
+        <button type="button" onClick=${() => setSteps([...steps, blankStep(steps, workers)])}>Add a step</button>`
       : html`
         <${TextArea} label="Template as JSON" value=${jsonText} onInput=${setJsonText} rows="18" class="code"
                      problem=${jsonError} spellcheck="false" />

@@ -20,12 +20,12 @@ function UserRow({ user, onChanged }) {
     onChanged(`${user.user_name} was deleted, with their workers, runs and files.`);
   });
   return html`<tr data-user=${user.user_name}>
-      <td>${user.user_name}${me && html` <small>(you)</small>`}</td>
-      <td><label class="sr-only" for=${id}>Role of ${user.user_name}</label>
+      <td data-label="User">${user.user_name}${me && html` <small>(you)</small>`}</td>
+      <td data-label="Role"><label class="sr-only" for=${id}>Role of ${user.user_name}</label>
         <select id=${id} value=${role} onChange=${(e) => setRole(e.target.value)}>
           ${ROLES.map((r) => html`<option value=${r} selected=${r === role}>${r}</option>`)}
         </select></td>
-      <td class="actions">
+      <td class="actions" data-label="Actions">
         <button type="button" onClick=${save} disabled=${role === user.role}>Save role</button>
         <${ConfirmButton} label="Delete" confirm=${`Delete ${user.user_name}`} onConfirm=${remove} />
       </td>
@@ -41,7 +41,7 @@ export function Users() {
     <p class="hint">Changing a role or deleting a user ends their sessions. The last super administrator can be neither demoted nor deleted.</p>
     <${Notice} text=${notice} />
     <${ErrorBox} error=${loadError} />
-    <div class="table-wrap"><table>
+    <div class="table-wrap"><table class="stack">
       <thead><tr><th>User</th><th>Role</th><th>Actions</th></tr></thead>
       <tbody>${data && data.users.map((u) => html`<${UserRow} key=${u.user_id + u.role} user=${u}
                 onChanged=${(text) => { setNotice(text); reload(); }} />`)}</tbody>

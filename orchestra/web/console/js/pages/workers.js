@@ -3,6 +3,7 @@
 import { html, useState } from '../html.js';
 import { api, apiAll, isAdmin } from '../api.js';
 import { TextField, TextArea, Select, ErrorBox, Notice, useLoad, problemsByField, ConfirmButton, attempt } from '../ui.js';
+import { NODE_TEXT } from './templates.js';
 
 const BLANK = { name: '', description: '', system_prompt: '', provider_id: '', model: '', tools: [], bound_skill: '' };
 
@@ -107,6 +108,7 @@ function NodeRow({ node, providers, onChanged }) {
   });
   return html`<li class="node">
     <strong>${node.name}</strong> <small>tools: ${node.tools.join(', ')}</small>
+    <p class="hint">The ${node.name} ${NODE_TEXT[node.name] || node.description}.</p>
     <div class="grid">
       <${Select} label=${`Provider of ${node.name}`} value=${provider} onChange=${setProvider}
                  options=${[['', 'none (cannot run)'], ...providers.map((p) => [p.provider_id, p.name])]} />
@@ -129,9 +131,10 @@ async function loadCatalog() {
 export function Workers() {
   const [catalog, loadError, reload] = useLoad(loadCatalog);
   const [editing, setEditing] = useState(null);
+  const [saves, setSaves] = useState(0);  // a new, empty form after each save
   const [notice, setNotice] = useState('');
   const [error, setError] = useState(null);
-  const changed = (text) => { setNotice(text); setEditing(null); setError(null); reload(); };
+  const changed = (text) => { setNotice(text); setEditing(null); setError(null); setSaves((n) => n + 1); reload(); };
   const remove = (w) => attempt(setError, async () => {
     await api('DELETE', `/agent/worker/${w.worker_id}`);
     changed(`Worker '${w.name}' deleted.`);
@@ -141,24 +144,26 @@ export function Workers() {
     <${Notice} text=${notice} />
     <${ErrorBox} error=${loadError || error} />
     ${catalog && html`
-      <div class="table-wrap"><table>
+      <div class="table-wrap"><table class="stack">
         <thead><tr><th>Name</th><th>Provider</th><th>Model</th><th>Tools</th><th>Skill</th><th>Actions</th></tr></thead>
         <tbody>
           ${catalog.workers.length === 0 && html`<tr><td colspan="6">No workers yet: create one below.</td></tr>`}
           ${catalog.workers.map((w) => html`<tr key=${w.worker_id} data-worker=${w.name}>
-            <td>${w.name}<br /><small><code>${w.worker_id}</code></small></td><td>${w.provider_name}</td>
-            <td>${w.model || html`<small>provider's</small>`}</td><td>${w.tools.join(', ') || '–'}</td>
-            <td>${w.bound_skill || '–'}</td>
-            <td class="actions"><button type="button" onClick=${() => setEditing(w)}>Edit</button>
+            <td data-label="Name">${w.name}<br /><small><code>${w.worker_id}</code></small></td><td data-label="Provider">${w.provider_name}</td>
+            <td data-label="Model">${w.model || html`<small>provider's</small>`}</td><td data-label="Tools">${w.tools.join(', ') || '–'}</td>
+            <td data-label="Skill">${w.bound_skill || '–'}</td>
+            <td class="actions" data-label="Actions"><button type="button" onClick=${() => setEditing(w)}>Edit</button>
               <${ConfirmButton} label="Delete" confirm=${`Delete ${w.name}`} onConfirm=${() => remove(w)} /></td>
           </tr>`)}
         </tbody>
       </table></div>
-      <${WorkerForm} key=${editing ? editing.worker_id : 'new'} worker=${editing} catalog=${catalog}
+      <${WorkerForm} key=${editing ? editing.worker_id : `new-${saves}`} worker=${editing} catalog=${catalog}
                      onSaved=${changed} onCancel=${() => setEditing(null)} />
       ${isAdmin() && html`
         <${Skills} skills=${catalog.skills} onChanged=${changed} />
         <section class="card" aria-labelledby="nodes"><h2 id="nodes">System nodes</h2>
+          <p class="hint">Built-in agents that a template's step can use instead of a worker (agent “a system
+            node”), each with fixed tools. They run only once they have a provider.</p>
           <ul class="plain">${catalog.nodes.map((n) => html`<${NodeRow} key=${n.name + n.updated_at} node=${n}
                                   providers=${catalog.providers} onChanged=${changed} />`)}</ul>
         </section>`}`}

@@ -1,4 +1,4 @@
-"""The executor against the real fake provider (FakeLLM on loopback) and a real store."""
+"""The engine against the real fake provider (FakeLLM on loopback) and a real store."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ from typing import Any
 import pytest
 
 from orchestra.db.models import RunEvent, RunStep, WorkflowRun
-from orchestra.engine.executor import render_prompt
-from orchestra.services.workflows import engine_of
+from orchestra.engine.prompts import render_prompt
 from orchestra.engine.tools import Tool, ToolContext, default_registry
 from orchestra.errors import ConflictError
 from orchestra.services import agents, auth, providers
@@ -30,7 +29,7 @@ async def setup_agent(core, fake: FakeLLM, *, name: str = "alice", api_key: str 
         core, owner_id=user.id, name="helper", provider_id=provider.id, tools=list(tools),
         system_prompt="You help.",
     )
-    engine = engine_of(core)
+    engine = core.engine
     engine.retry_base_delay = 0.01
     return {"user_id": user.id, "worker_id": worker.id, "provider_id": provider.id}
 
@@ -271,7 +270,7 @@ async def test_cancel_ends_a_waiting_run(core, fake_llm):
     assert (await steps_of(core, trace_id))["h"].status == "cancelled"
     with pytest.raises(ConflictError):
         await wf.cancel_run(core, **kw)
-    assert not engine_of(core).is_live(trace_id)
+    assert not core.engine.is_live(trace_id)
 
 
 async def test_engine_stop_hands_a_waiting_run_back(core, fake_llm):
@@ -280,7 +279,7 @@ async def test_engine_stop_hands_a_waiting_run_back(core, fake_llm):
     who = await setup_agent(core, fake_llm)
     trace_id = await start(core, who, [{"id": "h", "agent": {"human": True}, "prompt": "?"}])
     await wait_status(core, trace_id, "waiting_reply")
-    await engine_of(core).stop(grace=0.2)
+    await core.engine.stop(grace=0.2)
     run = await WorkflowRun.aget(WorkflowRun.trace_id == trace_id)
     assert run.status == "waiting_reply"
     assert run.owner_process is None and run.lease_until is None and run.attempts == 1
@@ -294,9 +293,9 @@ async def test_deleting_the_user_cancels_their_runs(core, fake_llm):
     await auth.register(core, user_name="keeper", password="password-123")
     trace_id = await start(core, who, [{"id": "h", "agent": {"human": True}, "prompt": "?"}])
     await wait_status(core, trace_id, "waiting_reply")
-    assert engine_of(core).is_live(trace_id)
+    assert core.engine.is_live(trace_id)
     await auth.delete_user(core, user_id=who["user_id"])
-    assert not engine_of(core).is_live(trace_id)
+    assert not core.engine.is_live(trace_id)
     assert await WorkflowRun.aget_or_none(WorkflowRun.trace_id == trace_id) is None
 
 
@@ -320,8 +319,14 @@ async def test_node_without_provider_fails_clearly(core, fake_llm):
 
 
 def test_render_prompt():
-    out = render_prompt("{{ input }}/{{steps.a.output}}/{{x}}", input="i", outputs={"a": "A"})
-    assert out == "i/A/{{x}}"
+    out = render_prompt("{{ input }}/{{steps.a.output}}/{{ size(input) + 1 }}", input="i", outputs={"a": "A"})
+    assert out == "i/A/2"
+    # SPEC §7: anything else between the braces is CEL; an unknown name fails, naming it
+    # (the template check refuses it on save, so only a hand-made run can meet this).
+    from orchestra.engine.language.expressions import ExpressionError
+
+    with pytest.raises(ExpressionError, match="expression `x`"):
+        render_prompt("{{x}}", input="i", outputs={})
 
 
 async def orphan(core, user_id: str, *, attempts: int) -> WorkflowRun:
@@ -344,7 +349,7 @@ async def orphan(core, user_id: str, *, attempts: int) -> WorkflowRun:
 async def test_an_orphaned_run_is_resumed_and_its_question_stays_open(core):
     user = await auth.register(core, user_name="orphan", password="password-123")
     run = await orphan(core, user.id, attempts=1)
-    await engine_of(core).start()
+    await core.engine.start()
     await wait_for_kind(core, run.trace_id, "run_resumed")
     resumed = (await events(core, run.trace_id))[-1]
     assert resumed.data["attempt"] == 2 and resumed.data["restarted_steps"] == []
@@ -362,7 +367,7 @@ async def test_an_orphaned_run_is_resumed_and_its_question_stays_open(core):
 async def test_a_run_claimed_too_often_ends_interrupted(core):
     user = await auth.register(core, user_name="orphan", password="password-123")
     run = await orphan(core, user.id, attempts=core.settings.run_max_attempts)
-    await engine_of(core).start()
+    await core.engine.start()
     run = await wait_status(core, run.trace_id, "interrupted")
     last = (await events(core, run.trace_id))[-1]
     assert last.kind == "run_failed" and last.data["status"] == "interrupted"

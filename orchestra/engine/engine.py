@@ -1,0 +1,187 @@
+"""The run engine's public face: `Engine` starts and stops, takes submitted runs, and
+answers replies and cancels from any process.
+
+`Engine` is composed of parts, one module each: `claims` (claim and lease loops),
+`run_task` (a run's lifecycle), `scheduler` (DAG scheduling), `agent_step` (model
+turns and tool calls), `questions` (human questions and replies). A run's own writes go
+through its `RunWriter`, in order. The engine is given what it needs — an agent
+resolver, the tool registry, a file reader, the signals — by the composition root
+(`orchestra.core.Core.engine`); it imports nothing from services.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+from orchestra.db.models import WorkflowRun
+from orchestra.db.signals import Signals
+from orchestra.engine.agent_step import AgentSteps
+from orchestra.engine.claims import ClaimLoops
+from orchestra.engine.containers import Containers
+from orchestra.engine.feed import Feeds
+from orchestra.engine.live import LiveRun
+from orchestra.engine.log import EventLog
+from orchestra.engine.ownership import Ownership, process_identity
+from orchestra.engine.questions import HumanQuestions
+from orchestra.engine.run_task import RunLifecycle
+from orchestra.engine.scheduler import Scheduler
+from orchestra.engine.tools import ToolRegistry
+from orchestra.engine.vocabulary import ACTIVE, RunStatus
+
+CANCEL_WAIT_SECONDS = 5.0  # how long a cancel waits for another process's owner to end the run
+
+
+class AgentResolver(Protocol):
+    """What the engine asks for an agent step's configuration (services' AgentCache)."""
+
+    async def worker(self, worker_id: str) -> Any: ...
+
+    async def node(self, name: str) -> Any: ...
+
+
+class Engine(ClaimLoops, RunLifecycle, Scheduler, Containers, AgentSteps, HumanQuestions):
+    """Owns this process's run tasks, its claims and leases, and its live event feeds."""
+
+    def __init__(
+        self,
+        core: Any,
+        *,
+        agents: AgentResolver,
+        registry: ToolRegistry,
+        read_upload: Callable[[str, str], Awaitable[str]],
+        signals: Signals,
+        exclusive: bool,
+        token_interval: float = 0.05,
+        retry_base_delay: float = 0.5,
+    ) -> None:
+        self.core = core
+        self.db = core.db
+        self.settings = core.settings
+        self.agents = agents
+        self.registry = registry
+        self.read_upload = read_upload
+        self.signals = signals
+        self.exclusive = exclusive  # one process serves this store (SQLite)
+        self.log = EventLog(core.db)
+        self.feeds = Feeds(self.log, signals)
+        self.ownership = Ownership(
+            core.db, me=process_identity(), lease_seconds=self.settings.run_lease_seconds
+        )
+        self.token_interval = token_interval
+        self.retry_base_delay = retry_base_delay
+        self.runs: dict[str, LiveRun] = {}
+        self._clients: dict[tuple, Any] = {}
+        self._clients_lock = asyncio.Lock()
+        self._loops: list[asyncio.Task] = []
+        self._wake: asyncio.Event | None = None
+        self._started: asyncio.Future | None = None
+        self.stopping = False
+
+    def is_live(self, trace_id: str) -> bool:
+        return trace_id in self.runs
+
+    async def start(self) -> None:
+        """Listen for signals and start claiming and renewing (once; later calls wait)."""
+        if self._started is not None:
+            return await asyncio.shield(self._started)
+        self._started = asyncio.get_running_loop().create_future()
+        try:
+            self._wake = asyncio.Event()
+            self.signals.on("control", self._control)
+            self.signals.on_resync(self._resync)
+            await self.signals.start()
+            if self.exclusive:  # the last owner of any unfinished run is certainly gone
+                await self.ownership.expire_all()
+                await self.log.release()
+            self._loops = [
+                asyncio.get_running_loop().create_task(self._claim_loop(), name="run-claims"),
+                asyncio.get_running_loop().create_task(self._lease_loop(), name="run-leases"),
+            ]
+            self._started.set_result(None)
+        except BaseException as exc:
+            self._started.set_exception(exc)
+            raise
+
+    @property
+    def room(self) -> int:
+        return 0 if self.stopping else self.settings.max_runs - len(self.runs)
+
+    async def submit(self, trace_id: str) -> None:
+        """A run was stored `queued`: take it here if there is room, else wake the others."""
+        await self.start()
+        if self.room > 0:
+            run = await self.ownership.claim(trace_id)
+            await self.log.release()
+            if run is not None:
+                self._launch(run)
+                return
+        await self.signals.notify("control", f"wake:{trace_id}")
+
+    async def stop(self, *, grace: float | None = None) -> None:
+        """Stop claiming; let in-flight steps finish for `grace` seconds; hand every run
+        still here back to the store (its lease ends now) so another process goes on."""
+        self.stopping = True
+        grace = self.settings.shutdown_grace_seconds if grace is None else grace
+        for live in self.runs.values():
+            live.poke()
+        tasks = [live.task for live in self.runs.values() if live.task is not None]
+        if tasks:
+            await asyncio.wait(tasks, timeout=grace)
+        rest = [live for live in self.runs.values() if live.task is not None and not live.task.done()]
+        for live in rest:
+            self._stop_local(live, "handback", "")
+        if rest:
+            await asyncio.wait([live.task for live in rest], timeout=10)
+        for task in self._loops:
+            task.cancel()
+        await asyncio.gather(*self._loops, return_exceptions=True)
+        self._loops = []
+        if self._started is not None and self._started.done() and not self._started.exception():
+            try:
+                await self.signals.notify("control", "wake:")
+            except Exception:  # noqa: BLE001 - others find the runs on their next scan
+                pass
+        for client in self._clients.values():
+            try:
+                await client.aclose()
+            except Exception:  # noqa: BLE001 - closing is best effort
+                pass
+        self._clients.clear()
+
+    async def cancel(self, trace_id: str, *, reason: str = "The run was cancelled by request.") -> None:
+        """Cancel an unfinished run wherever it executes, and wait (a little) for its end."""
+        await self.db.aexecute(
+            WorkflowRun.update(cancel_requested=True).where(
+                (WorkflowRun.trace_id == trace_id) & WorkflowRun.status.in_(list(ACTIVE))
+            )
+        )
+        live = self.runs.get(trace_id)
+        if live is None and not self.stopping:
+            run = await self.ownership.claim(trace_id)  # nobody holds it: end it here
+            if run is not None:
+                live = self._launch(run)  # it sees cancel_requested and ends at once
+        await self.log.release()
+        if live is not None:
+            self._stop_local(live, RunStatus.CANCELLED, reason)
+            await asyncio.wait({live.task}, timeout=CANCEL_WAIT_SECONDS * 2)
+            return
+        await self.signals.notify("control", f"cancel:{trace_id}")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + CANCEL_WAIT_SECONDS
+        while loop.time() < deadline:
+            last = await self.log.last_event(trace_id)
+            await self.log.release()
+            if last is None or last.terminal:
+                return
+            await asyncio.sleep(0.05)
+
+    async def cancel_owner(self, user_id: str, *, reason: str) -> None:
+        """Stop every live run of a user (the user is being deleted), all at once."""
+        lives = [r for r in self.runs.values() if r.owner_id == user_id and r.task is not None]
+        await self.log.release()
+        for live in lives:
+            self._stop_local(live, RunStatus.CANCELLED, reason)
+        if lives:
+            await asyncio.wait([live.task for live in lives], timeout=10)

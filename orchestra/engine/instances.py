@@ -1,0 +1,143 @@
+"""Step instances (SPEC §8): their paths, and what a run has already finished.
+
+Everything that runs in a run is an *instance* with a path unique in the run:
+
+- a top-level step: `review`;
+- a foreach item: `research[3]` (item 3, counted from 0); for a foreach with inner steps
+  the item's steps are `research[3].fetch`, `research[3].summarise`;
+- a loop iteration: `improve#2` (counted from 1), its steps `improve#2.draft`;
+- nested: `research[3].improve#1.draft`.
+
+A container (`research`, `improve`) is an instance too, and so is every item and every
+iteration: each is one stored `run_step` row. `Finished` is the run's stored rows read
+back; a scheduler asks it, for any path, whether that instance already succeeded and
+with what output, so resume, retry and take-over redo only what had not succeeded —
+the plan of a run is a pure function of its template and these records.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+MAX_DEPTH = 3  # foreach and loop nest this many levels at most (SPEC §8)
+_SEGMENT = re.compile(r"(?P<id>[A-Za-z0-9_-]{1,64})(?:\[(?P<item>\d+)\]|#(?P<iteration>\d+))?")
+
+
+def item_path(container: str, index: int) -> str:
+    """`research[3]`: item `index` (from 0) of the foreach at path `container`."""
+    return f"{container}[{index}]"
+
+
+def iteration_path(container: str, iteration: int) -> str:
+    """`improve#2`: iteration `iteration` (from 1) of the loop at path `container`."""
+    return f"{container}#{iteration}"
+
+
+def inside(path: str) -> str:
+    """The prefix of the steps inside an item or an iteration: `research[3].`."""
+    return f"{path}."
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """One part of a path: a step id, with the item or iteration it names if any."""
+
+    step_id: str
+    item: int | None = None
+    iteration: int | None = None
+
+
+def parse(path: str) -> list[Segment]:
+    """`research[3].improve#1.draft` → its segments; ValueError for a malformed path."""
+    segments = []
+    for part in path.split("."):
+        match = _SEGMENT.fullmatch(part)
+        if match is None:
+            raise ValueError(f"not an instance path: {path!r}")
+        item, iteration = match.group("item"), match.group("iteration")
+        segments.append(Segment(
+            match.group("id"),
+            None if item is None else int(item),
+            None if iteration is None else int(iteration),
+        ))
+    return segments
+
+
+def kind_of(step: dict[str, Any]) -> str:
+    """'foreach', 'loop' or 'step' (one agent or human call)."""
+    if step.get("foreach") is not None:
+        return "foreach"
+    if step.get("loop") is not None:
+        return "loop"
+    return "step"
+
+
+def inner_steps(step: dict[str, Any]) -> list[dict[str, Any]]:
+    """The small workflow a container runs per item or iteration ([] for a plain step or
+    a foreach of one agent or human step per item)."""
+    if step.get("loop") is not None:
+        return list(step["loop"].get("steps") or [])
+    if step.get("foreach") is not None:
+        return list(step.get("steps") or [])
+    return []
+
+
+def walk(steps: list[dict[str, Any]], depth: int = 0, where: str = "steps") -> Iterator[
+        tuple[dict[str, Any], int, str]]:
+    """Every step of a template, inner ones included: (step, container depth, field path).
+    Depth 0 is a top-level step; a step inside one container has depth 1."""
+    for n, step in enumerate(steps):
+        if not isinstance(step, dict):
+            continue
+        here = f"{where}.{n}"
+        yield step, depth, here
+        if step.get("loop") is not None and isinstance(step["loop"], dict):
+            yield from walk(step["loop"].get("steps") or [], depth + 1, f"{here}.loop.steps")
+        elif step.get("foreach") is not None and isinstance(step.get("steps"), list):
+            yield from walk(step["steps"], depth + 1, f"{here}.steps")
+
+
+def nesting(step: dict[str, Any]) -> int:
+    """Container levels of a step: 0 for a plain step, 1 for a foreach or loop of plain
+    steps, 2 for one holding another, …"""
+    if kind_of(step) == "step":
+        return 0
+    return 1 + max((nesting(s) for s in inner_steps(step) if isinstance(s, dict)), default=0)
+
+
+@dataclass(slots=True)
+class Record:
+    """One stored instance, as far as scheduling needs it."""
+
+    status: str
+    output: Any = None
+
+
+class Finished:
+    """The run's stored instances by path: what a resumed or retried run need not redo."""
+
+    __slots__ = ("records",)
+
+    def __init__(self, records: dict[str, Record] | None = None) -> None:
+        self.records: dict[str, Record] = records or {}
+
+    def succeeded(self, path: str) -> bool:
+        record = self.records.get(path)
+        return record is not None and record.status == "succeeded"
+
+    def output(self, path: str) -> Any:
+        return self.records[path].output
+
+    def status(self, path: str) -> str | None:
+        record = self.records.get(path)
+        return None if record is None else record.status
+
+    def set(self, path: str, status: str, output: Any = None) -> None:
+        self.records[path] = Record(status, output)
+
+    def under(self, prefix: str) -> Iterator[str]:
+        """Paths stored below `prefix` (`research[3].`)."""
+        return (path for path in self.records if path.startswith(prefix))

@@ -1,0 +1,23 @@
+"""Prompt rendering: `{{ expr }}` filled from a run's state (SPEC §4, §7).
+
+`{{input}}` and `{{steps.<id>.output}}` keep their v1 meaning; anything else between the
+braces is a CEL expression (`orchestra.engine.language.expressions`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from orchestra.engine.language.expressions import PLACEHOLDER, Scope, render
+
+__all__ = ["PLACEHOLDER", "render_prompt"]
+
+
+def render_prompt(template: str, *, input: Any, outputs: dict[str, Any] | None = None,
+                  scope: Scope | None = None) -> str:
+    """Fill every `{{ … }}` of a validated prompt. `scope` (input and step states) is
+    shared with the step's other expressions; `outputs` ({id: output}) builds one."""
+    if scope is None:
+        states = {sid: {"output": out, "status": "succeeded"} for sid, out in (outputs or {}).items()}
+        scope = Scope({"input": input, "steps": states})
+    return render(template, scope)

@@ -1,0 +1,64 @@
+"""The engine's words: run and step statuses and event kinds, as string enums.
+
+Each member *is* its string (StrEnum), so it is stored, compared and sent as JSON
+exactly as the bare literal was; the enums give those strings one home and a name a
+reader (and a type checker) can follow. SPEC §4 lists them.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class RunStatus(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    WAITING_REPLY = "waiting_reply"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    INTERRUPTED = "interrupted"
+
+
+class StepStatus(StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    WAITING_REPLY = "waiting_reply"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    INTERRUPTED = "interrupted"
+    SKIPPED = "skipped"
+
+
+class EventKind(StrEnum):
+    RUN_STARTED = "run_started"
+    STEP_STARTED = "step_started"
+    TOKEN = "token"
+    TOOL_CALL = "tool_call"
+    TOOL_RESULT = "tool_result"
+    REPLY_REQUESTED = "reply_requested"
+    REPLY_RECEIVED = "reply_received"
+    STEP_FINISHED = "step_finished"
+    STEP_FAILED = "step_failed"
+    STEP_SKIPPED = "step_skipped"  # SPEC §7: `when` false, or every dependency skipped
+    STEP_RETRYING = "step_retrying"  # SPEC §7: a failed attempt runs again after a delay
+    REPLY_TIMED_OUT = "reply_timed_out"  # SPEC §7: a human step's default became its output
+    RUN_RESUMED = "run_resumed"
+    RUN_FINISHED = "run_finished"
+    RUN_FAILED = "run_failed"
+    RUN_CANCELLED = "run_cancelled"
+
+
+#: A run that is not over: someone holds it, or will claim it.
+ACTIVE: tuple[RunStatus, ...] = (RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.WAITING_REPLY)
+#: A run that is over; nothing more is appended to it.
+FINISHED: tuple[RunStatus, ...] = (
+    RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.INTERRUPTED,
+)
+#: The events that end a run's stream.
+TERMINAL: frozenset[EventKind] = frozenset(
+    {EventKind.RUN_FINISHED, EventKind.RUN_FAILED, EventKind.RUN_CANCELLED}
+)
+#: Every kind, in the order SPEC lists them.
+KINDS: tuple[EventKind, ...] = tuple(EventKind)
