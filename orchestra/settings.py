@@ -57,6 +57,12 @@ class Settings:
     metrics: bool = False  # GET /metrics (Prometheus)
     metrics_token: str = ""  # when set, GET /metrics needs it as a bearer token
     run_retention_days: int = 0  # ended runs older than this are deleted hourly (0: keep all)
+    mcp_stdio_commands: str = ""  # comma-separated base names of commands a stdio MCP server may run
+
+    @property
+    def mcp_stdio_allowed(self) -> frozenset[str]:
+        """The base names in ORCHESTRA_MCP_STDIO_COMMANDS (empty: no stdio server may start)."""
+        return frozenset(part.strip() for part in self.mcp_stdio_commands.split(",") if part.strip())
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None, **overrides: Any) -> "Settings":
@@ -197,6 +203,9 @@ SETTING_DOCS: dict[str, SettingDoc] = {
     "metrics": SettingDoc("serve Prometheus metrics at `GET /metrics` (off: 404)"),
     "metrics_token": SettingDoc(
         "when set, `GET /metrics` needs `Authorization: Bearer <token>` (401 without)", "empty (no token)"),
+    "mcp_stdio_commands": SettingDoc(
+        "comma-separated base names of commands a stdio MCP server may run (e.g. `mcp-server-time,uvx`); "
+        "checked when a server is saved and again at every start of its process", "empty (no stdio servers)"),
 }
 
 TABLE_START = "<!-- settings-table:start (generated: python -m orchestra.settings --write-readme) -->"

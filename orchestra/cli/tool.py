@@ -1,4 +1,5 @@
-"""`orchestra tool list`: the built-in tool catalog, from `/api/v1/resource/tool`."""
+"""`orchestra tool list`: the tool catalog (built-ins and MCP servers' tools), from
+`/api/v1/resource/tool`."""
 
 from __future__ import annotations
 

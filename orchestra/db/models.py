@@ -242,6 +242,31 @@ class RunEvent(BaseModel):
         indexes = ((("run", "seq"), True),)
 
 
+class McpServer(NamedModel):
+    """An MCP server whose tools join the catalog (SPEC §9). Header and env values are
+    secrets: stored only as one SecretBox ciphertext of the JSON object, plus masked
+    hints (`…abcd`) for display. `tools` is what the last refresh listed."""
+
+    id = CharField(primary_key=True, max_length=36, default=new_id)
+    name = CharField(max_length=64, unique=True)
+    name_key = CharField(max_length=256, unique=True)
+    transport = CharField(max_length=32)  # streamable_http | stdio
+    url = CharField(max_length=1024, null=True)
+    command = CharField(max_length=1024, null=True)
+    args = JSONField(default=list)
+    headers_encrypted = TextField(null=True)
+    headers_hint = JSONField(default=dict)
+    env_encrypted = TextField(null=True)
+    env_hint = JSONField(default=dict)
+    timeout_seconds = DoubleField(default=30.0)
+    tools = JSONField(default=list)  # [{name, description, parameters}]
+    last_error = TextField(null=True)
+    refreshed_at = DateTimeField(null=True)
+    created_by = ForeignKeyField(User, null=True, on_delete="SET NULL")
+    created_at = DateTimeField(default=utcnow)
+    updated_at = DateTimeField(default=utcnow)
+
+
 ALL_MODELS = [
     User,
     RefreshToken,
@@ -254,4 +279,5 @@ ALL_MODELS = [
     WorkflowRun,
     RunStep,
     RunEvent,
+    McpServer,
 ]

@@ -59,7 +59,8 @@ class AgentSteps:
             )
         registry = self.registry
         try:
-            tools = registry.specs(config.tools)
+            await registry.load()  # the MCP servers' tools, when their copy is stale
+            tools, catalog_names = registry.offer(config.tools)
             client = await self._client_for(config)
         except (ToolError, LLMError) as exc:
             raise StepFailure(exc.message) from None
@@ -79,6 +80,7 @@ class AgentSteps:
             ask_user=lambda question: self._ask(
                 live, step["id"], question, earlier=live.take_earlier(step["id"], question)
             ),
+            mcp=live.mcp_sessions(self.settings.mcp_stdio_allowed),
         )
         usage = {"prompt_tokens": 0, "completion_tokens": 0}
         rounds = self.settings.llm_max_tool_rounds
@@ -114,7 +116,8 @@ class AgentSteps:
             tool_rounds += 1
             messages.append(ChatMessage("assistant", result.text or None, tool_calls=result.tool_calls))
             for call in result.tool_calls:
-                content = await self._tool(live, step["id"], registry, call, ctx)
+                name = catalog_names.get(call.name, call.name)  # the model may use an encoded name
+                content = await self._tool(live, step["id"], registry, call, ctx, name)
                 messages.append(
                     ChatMessage("tool", content, tool_call_id=call.id, name=call.name)
                 )
@@ -124,28 +127,30 @@ class AgentSteps:
             live.writes.submit(self.log.append, live.trace_id, EventKind.TOKEN,
                                live.tagged(sid, {"text": text}), step_id=sid)
 
-    async def _tool(self, live: LiveRun, sid: str, registry, call, ctx: ToolContext) -> str:
-        """Run one tool call; a failing tool becomes an error result for the model."""
+    async def _tool(self, live: LiveRun, sid: str, registry, call, ctx: ToolContext, name: str) -> str:
+        """Run one tool call (`name`: its catalog name); a failing tool becomes an error
+        result for the model."""
         live.writes.submit(
             self.log.append,
             live.trace_id,
             EventKind.TOOL_CALL,
-            live.tagged(sid, {"call_id": call.id, "name": call.name, "arguments": call.arguments}),
+            live.tagged(sid, {"call_id": call.id, "name": name, "arguments": call.arguments}),
             step_id=sid,
         )
         result: str | None = None
         error: str | None = None
         try:
+            await self.log.release()  # no pooled connection held while a tool (an MCP server) works
             result = await observe.observed_tool(
-                call.name, registry.run(call.name, call.arguments, ctx), known=call.name in registry)
+                name, registry.run(name, call.arguments, ctx), known=name in registry)
         except ToolError as exc:
             error = exc.message
         except (asyncio.CancelledError, RunGone, StepFailure):
             raise
         except Exception as exc:  # noqa: BLE001 - a broken tool must not end the step
-            logger.warning("tool %s raised %r", call.name, exc)
-            error = f"The tool {call.name} failed: {type(exc).__name__}: {exc}"
-        data: dict[str, Any] = {"call_id": call.id, "name": call.name, "result": result}
+            logger.warning("tool %s raised %r", name, exc)
+            error = f"The tool {name} failed: {type(exc).__name__}: {exc}"
+        data: dict[str, Any] = {"call_id": call.id, "name": name, "result": result}
         if error is not None:
             data["error"] = error
         live.writes.submit(self.log.append, live.trace_id, EventKind.TOOL_RESULT,

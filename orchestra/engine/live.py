@@ -10,6 +10,7 @@ from orchestra.engine.instances import Finished
 from orchestra.engine.questions import Question
 from orchestra.engine.vocabulary import RunStatus
 from orchestra.engine.writer import RunWriter
+from orchestra.engine.tools.mcp.sessions import RunSessions
 
 
 class StepAt(str):
@@ -80,6 +81,13 @@ class LiveRun:
     stop_asked: bool = False
     stop_status: str = RunStatus.CANCELLED  # or "interrupted", "handback", "lost"
     stop_reason: str = "The run was cancelled."
+    mcp: RunSessions | None = None  # its MCP sessions, opened at their first call
+
+    def mcp_sessions(self, allowed: frozenset[str]) -> RunSessions:
+        """The run's MCP sessions (none is opened until a tool of a server is called)."""
+        if self.mcp is None:
+            self.mcp = RunSessions(allowed)
+        return self.mcp
 
     def poke(self) -> None:
         for wake in list(self.wakes):

@@ -99,6 +99,8 @@ class RunLifecycle:
             await self._end(live, RunStatus.FAILED, EventKind.RUN_FAILED,
                             f"Internal error: {type(exc).__name__}: {exc}"[:500])
         finally:
+            if live.mcp is not None:  # ended, failed, cancelled or handed back: close them
+                await live.mcp.aclose()
             await writes.settle()
             for question in live.questions.values():
                 if question.future is not None and not question.future.done():

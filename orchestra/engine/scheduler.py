@@ -225,13 +225,12 @@ class Scheduler:
                     await self._stored(live, stored)
                 raise
         structured = "output_schema" in step
-        writes.submit(
-            self._set_step, trace_id, path, status=StepStatus.SUCCEEDED, usage=usage,
-            finished_at=utcnow(), **output_fields(output, structured),
-        )
         last_tokens = [(EventKind.TOKEN, live.tagged(sid, {"text": pending_text}), sid)] if pending_text else []
         finished = (EventKind.STEP_FINISHED, live.tagged(sid, {"output": output, "usage": usage}), sid)
-        stored = writes.submit(self.log.append_many, trace_id, last_tokens + [finished])
+        stored = writes.submit(self._store_instance, (
+            path, None, {"status": StepStatus.SUCCEEDED, "usage": usage, "finished_at": utcnow(),
+                         **output_fields(output, structured)},
+            last_tokens + [finished]), trace_id)
         live.finished.set(path, StepStatus.SUCCEEDED, output)
         if durable:
             await self._stored(live, stored)
@@ -253,11 +252,9 @@ class Scheduler:
             values: dict[str, Any] = {"status": StepStatus.RUNNING, "attempt": attempt}
             if attempt == 1:
                 values["started_at"] = utcnow()
-            writes.submit(self._put_instance, trace_id, sid.path, str(sid), **values)
-            writes.submit(
-                self.log.append, trace_id, EventKind.STEP_STARTED,
-                live.tagged(sid, {"agent": step["agent"], "prompt": prompt}), step_id=sid,
-            )
+            writes.submit(self._store_instance, (sid.path, str(sid), values, [
+                (EventKind.STEP_STARTED, live.tagged(sid, {"agent": step["agent"], "prompt": prompt}), sid)]),
+                trace_id)
         timeout = step.get("timeout_seconds")
         try:
             async with asyncio.timeout(timeout):
@@ -271,6 +268,20 @@ class Scheduler:
                 return step["default"], None, ""
             raise StepFailure(f"timed out after {timeout} s") from None
 
+    async def _store_instance(self, change: tuple, trace_id: str) -> None:
+        """An instance's row change (the row created when a step id is given, else
+        updated) and its events, in one transaction: one store round per start and end."""
+        path, step_id, values, events = change
+
+        async def store() -> list:
+            if step_id is None:
+                await self._set_step(trace_id, path, **values)
+            else:
+                await self._put_instance(trace_id, path, step_id, **values)
+            return await self.log.insert(trace_id, events)
+
+        await self._store_with_events(trace_id, store)
+
     async def _stored(self, live: LiveRun, write: asyncio.Future | None = None) -> None:
         """Wait until `write` (else everything submitted so far) is stored; a failed write
         raises its error (the run ends as for any failed write)."""
@@ -282,21 +293,17 @@ class Scheduler:
     # -- a container's own row and events (containers.py) --------------------------------
     def _instance_started(self, live: LiveRun, step: dict[str, Any], path: str,
                           data: dict[str, Any]) -> None:
-        writes = live.writes
-        writes.submit(self._put_instance, live.trace_id, path, step["id"],
-                      status=StepStatus.RUNNING, started_at=utcnow())
-        writes.submit(self.log.append, live.trace_id, EventKind.STEP_STARTED, data,
-                      step_id=StepAt(step["id"], path))
+        live.writes.submit(self._store_instance, (
+            path, step["id"], {"status": StepStatus.RUNNING, "started_at": utcnow()},
+            [(EventKind.STEP_STARTED, data, StepAt(step["id"], path))]), live.trace_id)
 
     def _instance_succeeded(self, live: LiveRun, step: dict[str, Any], path: str, output: Any,
                             data: dict[str, Any]) -> asyncio.Future:
         """Store a container's (an item's, an iteration's) end; the future of its last write."""
-        writes = live.writes
-        writes.submit(self._set_step, live.trace_id, path, status=StepStatus.SUCCEEDED,
-                      finished_at=utcnow(), **output_fields(output))
         live.finished.set(path, StepStatus.SUCCEEDED, output)
-        return writes.submit(self.log.append, live.trace_id, EventKind.STEP_FINISHED,
-                             {"output": output, **data}, step_id=StepAt(step["id"], path))
+        return live.writes.submit(self._store_instance, (
+            path, None, {"status": StepStatus.SUCCEEDED, "finished_at": utcnow(), **output_fields(output)},
+            [(EventKind.STEP_FINISHED, {"output": output, **data}, StepAt(step["id"], path))]), live.trace_id)
 
     def _instance_failed(self, live: LiveRun, step: dict[str, Any], path: str, message: str) -> None:
         writes = live.writes

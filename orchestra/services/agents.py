@@ -17,7 +17,7 @@ from peewee import IntegrityError
 
 from orchestra.core import Core
 from orchestra.db.models import Provider, Skill, SystemNode, Worker, iso, name_key, storable, utcnow
-from orchestra.engine.tools import REGISTRY, ToolRegistry
+from orchestra.engine.tools import ToolRegistry, default_registry
 from orchestra.errors import ConflictError, NotFoundError, ValidationError
 from orchestra.services.paging import DEFAULT_LIMIT, Page, keyset_page
 from orchestra.services.providers import (
@@ -37,13 +37,22 @@ PROMPT_MAX = 100_000
 
 
 def tool_registry(core: Core) -> ToolRegistry:
-    """The one tool registry (the engine may install its own in core.extras["tool_registry"])."""
-    return core.extras.get("tool_registry") or REGISTRY
+    """The one tool registry of this Core: the built-ins, then the MCP servers' tools
+    (a test may install its own in core.extras["tool_registry"])."""
+    registry = core.extras.get("tool_registry")
+    if registry is None:
+        from orchestra.services.mcp import mcp_catalog  # mcp imports this package's peers
+
+        registry = core.extras["tool_registry"] = default_registry()
+        registry.add_source(mcp_catalog(core))
+    return registry
 
 
-def list_tools(core: Core) -> list[dict[str, Any]]:
-    """`[{name, description, parameters}]` of every tool a worker may use."""
-    return tool_registry(core).catalog()
+async def list_tools(core: Core) -> list[dict[str, Any]]:
+    """`[{name, description, parameters, source}]` of every tool a worker may use."""
+    registry = tool_registry(core)
+    await registry.load()
+    return registry.catalog()
 
 
 # --- system nodes: built in, only provider and model are editable ------------------------------
@@ -412,6 +421,7 @@ async def _check_references(
         problems.append({"field": "provider_id", "problem": f"unknown provider '{provider_id}'"})
     if tools is not _UNSET:
         registry = tool_registry(core)
+        await registry.load()
         tools = list(dict.fromkeys(tools))
         for index, name in enumerate(tools):
             if name not in registry:

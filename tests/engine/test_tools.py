@@ -152,7 +152,8 @@ def test_catalog_shape():
     catalog = default_registry().catalog()
     assert [t["name"] for t in catalog] == ["calculator", "current_time", "read_upload", "ask_user"]
     for entry in catalog:
-        assert set(entry) == {"name", "description", "parameters"}
+        assert set(entry) == {"name", "description", "parameters", "source"}
+        assert entry["source"] == "builtin"
         assert entry["description"]
         assert entry["parameters"]["type"] == "object"
         assert isinstance(entry["parameters"]["properties"], dict)
@@ -224,3 +225,20 @@ async def test_custom_tools_can_be_registered():
     assert await registry.run("shout", {"text": "hi"}, CTX) == "HI"
     with pytest.raises(ValueError):
         registry.register(Shout())
+
+
+def test_wire_names_fit_every_provider_and_lead_back():
+    """MCP tools' catalog names (`server.tool`) are offered under names providers accept
+    (`[A-Za-z0-9_-]{1,64}`); built-in names are offered as they are (SPEC §9)."""
+    import re
+
+    from orchestra.engine.tools import wire_name
+
+    assert wire_name("calculator") == "calculator"
+    names = ["time.get_current_time", "time_get.current_time", "a" * 60 + ".tool", "srv.naïve tool"]
+    wires = [wire_name(n) for n in names]
+    assert all(re.fullmatch(r"[A-Za-z0-9_-]{1,64}", w) for w in wires)
+    assert len(set(wires)) == len(wires)
+    assert wires[0].startswith("time__get_current_time_")
+    specs, back = default_registry().offer(["calculator"])
+    assert [s.name for s in specs] == ["calculator"] and back == {"calculator": "calculator"}

@@ -142,7 +142,10 @@ async def test_enums_and_length_rules(doc):
     password = body_schema(doc, "/api/v1/auth/register", "post")["properties"]["password"]
     assert (password["minLength"], password["maxLength"]) == (8, 256)
     worker = body_schema(doc, "/api/v1/agent/worker", "post")["properties"]
-    assert set(worker["tools"]["items"]["enum"]) >= {"calculator", "current_time", "read_upload", "ask_user"}
+    builtin, mcp_tool = worker["tools"]["items"]["anyOf"]  # a built-in, or <server>.<tool> (SPEC §9)
+    assert set(builtin["enum"]) >= {"calculator", "current_time", "read_upload", "ask_user"}
+    assert re.search(mcp_tool["pattern"], "time.get_current_time")
+    assert not re.search(mcp_tool["pattern"], "calculator") and not re.search(mcp_tool["pattern"], ".x")
     template = body_schema(doc, "/api/v1/workflow/template", "post")["properties"]
     assert (template["steps"]["minItems"], template["steps"]["maxItems"]) == (1, 50)
 
@@ -178,7 +181,8 @@ async def test_success_statuses_and_media_types(doc):
     ops = {(p, m): op for p, m, op in operations(doc)}
     created = {("/api/v1/auth/register", "post"), ("/api/v1/provider", "post"),
                ("/api/v1/agent/worker", "post"), ("/api/v1/resource/skill", "post"),
-               ("/api/v1/workflow/template", "post"), ("/api/v1/adapter/client/upload", "post")}
+               ("/api/v1/workflow/template", "post"), ("/api/v1/adapter/client/upload", "post"),
+               ("/api/v1/resource/mcp", "post")}
     for key, op in ops.items():
         success = [s for s in op["responses"] if s.startswith("2")]
         started = {("/api/v1/workflow/run", "post"), ("/api/v1/workflow/run/{trace_id}/retry", "post")}

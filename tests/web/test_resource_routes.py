@@ -27,7 +27,8 @@ async def test_tool_catalog_for_any_user(client, user):
     names = {t["name"] for t in data["tools"]}
     assert {"calculator", "current_time", "read_upload", "ask_user"} <= names
     for tool in data["tools"]:
-        assert set(tool) == {"name", "description", "parameters"}
+        assert set(tool) == {"name", "description", "parameters", "source"}
+        assert tool["source"] == "builtin"
         assert tool["parameters"]["type"] == "object"
 
 

@@ -9,9 +9,11 @@ else a tool raises is a bug (or a cancellation) and propagates unchanged.
 from __future__ import annotations
 
 import copy
+import hashlib
+import re
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from orchestra.engine.llm.base import ToolSpec
 
@@ -38,14 +40,17 @@ class ToolContext:
     step_id: str | None = None
     read_upload: Callable[[str], Awaitable[str]] | None = None
     ask_user: Callable[[str], Awaitable[str]] | None = None
+    mcp: Any = None  # the run's MCP sessions (engine/tools/mcp/sessions.RunSessions)
 
 
 class Tool:
-    """Base class for tools: set the three class attributes and implement `run`."""
+    """Base class for tools: set the three class attributes and implement `run`.
+    `source` is what the catalog shows: "builtin", or `{"mcp": server_id}`."""
 
     name: ClassVar[str]
     description: ClassVar[str]
     parameters: ClassVar[dict[str, Any]]
+    source: ClassVar[Any] = "builtin"
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> str:
         raise NotImplementedError
@@ -95,11 +100,37 @@ def validate_args(schema: dict[str, Any], args: Any) -> None:
             raise ToolError(f"Argument {key!r} must be one of {prop['enum']}.")
 
 
-class ToolRegistry:
-    """Tools by name, in registration order."""
+class ToolSource(Protocol):
+    """Tools that come and go (MCP servers): read from the store by `load()`, then looked
+    up without waiting."""
 
-    def __init__(self, tools: Iterable[Tool] = ()) -> None:
+    async def load(self) -> None: ...
+
+    def tools(self) -> list[Tool]: ...
+
+    def get(self, name: str) -> Tool | None: ...
+
+
+WIRE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # what every provider accepts as a tool name
+
+
+def wire_name(name: str) -> str:
+    """A tool name as providers accept it (`[A-Za-z0-9_-]{1,64}`): itself when it fits,
+    else `.` as `__`, other characters as `_`, cut to fit, with a short hash of the
+    catalog name so that two names never meet."""
+    if WIRE_NAME.match(name):
+        return name
+    clean = re.sub(r"[^A-Za-z0-9_-]", "_", name.replace(".", "__"))
+    digest = hashlib.sha256(name.encode()).hexdigest()[:6]
+    return f"{clean[:57]}_{digest}"
+
+
+class ToolRegistry:
+    """Tools by name, in registration order, then those of its sources (MCP servers)."""
+
+    def __init__(self, tools: Iterable[Tool] = (), *, sources: Iterable[ToolSource] = ()) -> None:
         self._tools: dict[str, Tool] = {}
+        self._sources: list[ToolSource] = list(sources)
         for tool in tools:
             self.register(tool)
 
@@ -108,32 +139,62 @@ class ToolRegistry:
             raise ValueError(f"tool {tool.name!r} is already registered")
         self._tools[tool.name] = tool
 
+    def add_source(self, source: ToolSource) -> None:
+        self._sources.append(source)
+
+    async def load(self) -> None:
+        """Bring the sources' tools up to date (a store read when their copy is stale)."""
+        for source in self._sources:
+            await source.load()
+
     def get(self, name: str) -> Tool | None:
-        return self._tools.get(name)
+        tool = self._tools.get(name)
+        if tool is None:
+            for source in self._sources:
+                tool = source.get(name)
+                if tool is not None:
+                    break
+        return tool
 
     def __contains__(self, name: object) -> bool:
-        return name in self._tools
+        return isinstance(name, str) and self.get(name) is not None
+
+    def _all(self) -> list[Tool]:
+        tools = list(self._tools.values())
+        for source in self._sources:
+            tools.extend(t for t in source.tools() if t.name not in self._tools)
+        return tools
 
     def names(self) -> list[str]:
-        return list(self._tools)
+        return [t.name for t in self._all()]
 
     def catalog(self) -> list[dict[str, Any]]:
-        """`[{name, description, parameters}]`, as `GET /api/v1/resource/tool` returns it."""
+        """`[{name, description, parameters, source}]`, as `GET /api/v1/resource/tool`
+        returns it (call `load()` first for the sources' current tools)."""
         return [
             {
                 "name": t.name,
                 "description": t.description,
                 "parameters": copy.deepcopy(t.parameters),
+                "source": copy.deepcopy(t.source),
             }
-            for t in self._tools.values()
+            for t in self._all()
         ]
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._tools
 
     def specs(self, names: Iterable[str]) -> list[ToolSpec]:
         """The `ToolSpec`s to offer a model; an unknown name raises `ToolError`."""
         return [self._require(name).spec() for name in names]
+
+    def offer(self, names: Iterable[str]) -> tuple[list[ToolSpec], dict[str, str]]:
+        """The specs to offer a model under names it accepts (`wire_name`), and the way
+        back: `{name the model uses: catalog name}`. Unknown names raise `ToolError`."""
+        specs, back = [], {}
+        for name in names:
+            spec = self._require(name).spec()
+            wire = wire_name(name)
+            back[wire] = name
+            specs.append(ToolSpec(wire, spec.description, spec.parameters))
+        return specs, back
 
     async def run(self, name: str, args: dict[str, Any], ctx: ToolContext) -> str:
         """Validate `args` against the tool's schema and run it."""
@@ -142,14 +203,14 @@ class ToolRegistry:
         return await tool.run(args, ctx)
 
     def _require(self, name: str) -> Tool:
-        tool = self._tools.get(name)
+        tool = self.get(name)
         if tool is None:
-            raise ToolError(f"Unknown tool {name!r}. Available: {', '.join(self._tools)}.")
+            raise ToolError(f"Unknown tool {name!r}. Available: {', '.join(self.names())}.")
         return tool
 
 
 def default_registry() -> ToolRegistry:
-    """A registry holding the built-in tools."""
+    """A registry holding the built-in tools (MCP servers are added as a source)."""
     from orchestra.engine.tools.ask_user import AskUserTool
     from orchestra.engine.tools.calculator import CalculatorTool
     from orchestra.engine.tools.current_time import CurrentTimeTool
@@ -166,6 +227,8 @@ __all__ = [
     "ToolContext",
     "ToolError",
     "ToolRegistry",
+    "ToolSource",
     "default_registry",
+    "wire_name",
     "validate_args",
 ]

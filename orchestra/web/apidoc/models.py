@@ -111,13 +111,50 @@ class ProviderCheck(Success):
 
 
 class Tool(Shape):
-    name: str
+    name: str = Field(description="A built-in name, or `<server name>.<tool name>` for an MCP tool.")
     description: str
     parameters: dict[str, Any] = Field(description="A JSON Schema of the tool's arguments.")
+    source: Literal["builtin"] | dict[str, str] = Field(
+        description='"builtin", or {"mcp": server_id} for a tool of an MCP server.'
+    )
 
 
 class ToolList(Success):
     tools: list[Tool]
+
+
+class McpTool(Shape):
+    name: str = Field(description="The catalog name: `<server name>.<tool name>`.")
+    tool: str = Field(description="The tool's own name on its server.")
+    description: str
+    parameters: dict[str, Any] = Field(description="A JSON Schema of the tool's arguments.")
+
+
+class McpServerView(Shape):
+    server_id: str
+    id: str = Field(description="The same as server_id.")
+    name: str
+    transport: Literal["streamable_http", "stdio"]
+    url: str | None
+    headers: dict[str, str] = Field(description="Header names with masked values (…abcd).")
+    command: str | None
+    args: list[str]
+    env: dict[str, str] = Field(description="Variable names with masked values (…abcd).")
+    timeout_seconds: float
+    tools: list[McpTool] = Field(description="What the last successful listing found.")
+    last_error: str | None = Field(description="Why the last connection failed; null after a success.")
+    refreshed_at: Timestamp | None
+    created_at: Timestamp
+    updated_at: Timestamp
+
+
+class McpServer(Success):
+    server_id: str
+    server: McpServerView
+
+
+class McpServerList(Success):
+    servers: list[McpServerView]
 
 
 class SkillView(Shape):

@@ -24,7 +24,11 @@ def _tools(default):
     return rule(
         default,
         description="Names from GET /resource/tool (duplicates dropped).",
-        items={"enum": REGISTRY.names()},
+        items={"anyOf": [
+            {"enum": REGISTRY.names()},
+            {"type": "string", "pattern": r"^[A-Za-z0-9_-]{1,64}\.",
+             "description": "A tool of an MCP server: <server name>.<tool name>."},
+        ]},
     )
 
 

@@ -36,7 +36,7 @@ class SkillUpdateBody(ClosedBody):
 @documented("The tool catalog", response=out.ToolList)
 @protected(Role.USER)
 async def tools(request: Request):
-    return json({"message": SUCCESS, "tools": agents.list_tools(request.app.ctx.core)})
+    return json({"message": SUCCESS, "tools": await agents.list_tools(request.app.ctx.core)})
 
 
 @bp.post("/skill")

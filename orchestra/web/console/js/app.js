@@ -4,6 +4,7 @@ import { html, render, useState, useEffect } from './html.js';
 import { currentSession, onSession, signOut, isAdmin, isSuperAdmin } from './api.js';
 import { SignIn, Register } from './pages/auth.js';
 import { Providers } from './pages/providers.js';
+import { McpServers } from './pages/mcp.js';
 import { Workers } from './pages/workers.js';
 import { Templates, TemplateEditor } from './pages/templates.js';
 import { Runs } from './pages/runs.js';
@@ -48,6 +49,7 @@ const NAV = [
   ['templates', 'Templates', () => true],
   ['workers', 'Workers', () => true],
   ['providers', 'Providers', isAdmin],
+  ['mcp', 'MCP servers', () => true],
   ['users', 'Users', isSuperAdmin],
 ];
 
@@ -56,6 +58,7 @@ function Page({ route }) {
   switch (page) {
     case 'providers': return isAdmin() ? html`<${Providers} />` : html`<${Forbidden} />`;
     case 'workers': return html`<${Workers} />`;
+    case 'mcp': return html`<${McpServers} />`;
     case 'templates': return arg ? html`<${TemplateEditor} key=${arg} templateId=${arg} />` : html`<${Templates} />`;
     case 'run': return html`<${RunView} key=${arg} traceId=${arg} />`;
     case 'users': return isSuperAdmin() ? html`<${Users} />` : html`<${Forbidden} />`;

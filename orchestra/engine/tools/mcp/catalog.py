@@ -1,0 +1,101 @@
+"""MCP servers as a tool source: their tools, as the last refresh listed them, named
+`<server name>.<tool name>`, read from the store and kept until a change anywhere (a
+cache hint) or `max_age` seconds. The catalog holds decrypted secrets in memory only."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from typing import Any
+
+from orchestra.db.models import McpServer
+from orchestra.engine.tools import Tool, ToolContext, ToolError
+from orchestra.engine.tools.mcp.client import McpServerConfig
+
+logger = logging.getLogger("orchestra.mcp")
+
+
+class McpTool(Tool):
+    """One tool of one MCP server; runs through the calling run's session to it."""
+
+    def __init__(self, config: McpServerConfig, tool: dict[str, Any]) -> None:
+        self.config = config
+        self.tool_name = str(tool["name"])
+        self.name = f"{config.name}.{self.tool_name}"  # type: ignore[misc]
+        self.description = str(tool.get("description") or "")  # type: ignore[misc]
+        self.parameters = tool.get("parameters") or {"type": "object", "properties": {}}  # type: ignore[misc]
+        self.source = {"mcp": config.server_id}  # type: ignore[misc]
+
+    async def run(self, args: dict[str, Any], ctx: ToolContext) -> str:
+        if ctx.mcp is None:
+            raise ToolError(f"The MCP tool {self.name} can only be called inside a run.")
+        return await ctx.mcp.call(self.config, self.tool_name, args)
+
+
+def server_config(row: McpServer, decrypt: Any) -> McpServerConfig:
+    """The engine's view of a stored server; `decrypt` is the SecretBox's decrypt."""
+
+    def secrets(ciphertext: str | None) -> dict[str, str]:
+        return json.loads(decrypt(ciphertext)) if ciphertext else {}
+
+    return McpServerConfig(
+        server_id=row.id,
+        name=row.name,
+        transport=row.transport,
+        url=row.url,
+        headers=secrets(row.headers_encrypted),
+        command=row.command,
+        args=tuple(row.args or ()),
+        env=secrets(row.env_encrypted),
+        timeout_seconds=float(row.timeout_seconds),
+    )
+
+
+class McpCatalog:
+    """The MCP tools of every server, by catalog name (a `ToolSource`)."""
+
+    def __init__(self, db: Any, decrypt: Any, *, max_age: float = 30.0) -> None:
+        self._db = db
+        self._decrypt = decrypt
+        self._max_age = max_age
+        self._tools: dict[str, McpTool] = {}
+        self._loaded_at: float | None = None
+        self._generation = 0
+        self._lock: asyncio.Lock | None = None
+
+    def invalidate(self) -> None:
+        self._generation += 1
+        self._loaded_at = None
+
+    def tools(self) -> list[Tool]:
+        return list(self._tools.values())
+
+    def get(self, name: str) -> Tool | None:
+        return self._tools.get(name)
+
+    def _fresh(self) -> bool:
+        return self._loaded_at is not None and time.monotonic() - self._loaded_at < self._max_age
+
+    async def load(self) -> None:
+        if self._fresh():
+            return
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            while not self._fresh():
+                generation = self._generation
+                rows = await self._db.list(McpServer.select().order_by(McpServer.name_key))
+                tools: dict[str, McpTool] = {}
+                for row in rows:
+                    try:
+                        config = server_config(row, self._decrypt)
+                    except ValueError:
+                        logger.warning("secrets of MCP server %s cannot be decrypted", row.name)
+                        continue
+                    for tool in row.tools or []:
+                        item = McpTool(config, tool)
+                        tools[item.name] = item
+                if generation == self._generation:  # not invalidated while reading
+                    self._tools, self._loaded_at = tools, time.monotonic()

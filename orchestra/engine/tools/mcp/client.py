@@ -1,0 +1,159 @@
+"""Talking to one MCP server with the official SDK: how to connect (streamable HTTP, or a
+stdio process the operator allowed, with a minimal environment), list its tools, and
+turn a call's result into what the model reads.
+
+Nothing here touches the store. Every wait is bounded by the server's `timeout_seconds`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from orchestra.engine.tools import ToolError
+
+STDIO_SETTING = "ORCHESTRA_MCP_STDIO_COMMANDS"
+STDIO_INHERITED = ("PATH", "HOME")  # all a stdio server gets from us, besides its own env
+RESULT_MAX_CHARS = 200_000  # what one call may hand the model
+
+
+@dataclass(frozen=True)
+class McpServerConfig:
+    """One server as the engine uses it: secrets decrypted, in memory only."""
+
+    server_id: str
+    name: str
+    transport: str  # "streamable_http" | "stdio"
+    url: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    command: str | None = None
+    args: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    timeout_seconds: float = 30.0
+
+
+_sdk_loaded = False
+
+
+def _import_sdk() -> None:
+    import httpx2  # noqa: F401
+    from mcp import Client  # noqa: F401
+    from mcp.client.stdio import StdioServerParameters  # noqa: F401
+    from mcp.client.streamable_http import streamable_http_client  # noqa: F401
+
+
+async def load_sdk() -> None:
+    """Import the SDK in a thread the first time: it takes one to three seconds of CPU,
+    which must not stall the event loop (and every request and run on it)."""
+    global _sdk_loaded
+    if not _sdk_loaded:
+        await asyncio.to_thread(_import_sdk)
+        _sdk_loaded = True
+
+
+class McpServerError(ToolError):
+    """The server could not be reached, timed out, or went away (shown to the model)."""
+
+
+def command_base_name(command: str) -> str:
+    return os.path.basename(command.strip())
+
+
+def stdio_refusal(command: str, allowed: frozenset[str]) -> str | None:
+    """Why `command` may not start as a stdio server, or None when it may."""
+    base = command_base_name(command)
+    if base and base in allowed:
+        return None
+    listed = ", ".join(sorted(allowed)) or "nothing"
+    return (f"The command '{base}' is not allowed for stdio MCP servers: {STDIO_SETTING} "
+            f"lists {listed}.")
+
+
+def _stdio_parameters(config: McpServerConfig, allowed: frozenset[str]) -> Any:
+    """The SDK's spawn parameters. The SDK adds a few variables of ours (LOGNAME, SHELL,
+    TERM, USER) to every child; `env -u` takes them away again, so the server sees only
+    PATH, HOME and its own env (no secret value ever appears on a command line)."""
+    from mcp.client.stdio import DEFAULT_INHERITED_ENV_VARS, StdioServerParameters
+
+    refusal = stdio_refusal(config.command or "", allowed)
+    if refusal:
+        raise McpServerError(refusal)
+    env = {k: os.environ[k] for k in STDIO_INHERITED if k in os.environ}
+    env.update(config.env)
+    unset = [name for name in DEFAULT_INHERITED_ENV_VARS if name not in env]
+    program = shutil.which(config.command or "", path=env.get("PATH"))
+    if program is None:
+        raise McpServerError(f"The command '{config.command}' was not found on PATH.")
+    env_tool = shutil.which("env") or "/usr/bin/env"
+    args = [f"-u{name}" for name in unset] + ["--", program, *config.args]
+    return StdioServerParameters(command=env_tool, args=args, env=env)
+
+
+@asynccontextmanager
+async def connect(config: McpServerConfig, allowed: frozenset[str]) -> AsyncIterator[Any]:
+    """An initialised `mcp.Client` for the server; the caller bounds the time it takes."""
+    from mcp import Client
+
+    if config.transport == "stdio":
+        target: Any = _stdio_parameters(config, allowed)
+        async with Client(target, cache=None, read_timeout_seconds=config.timeout_seconds) as client:
+            yield client
+        return
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    timeout = httpx2.Timeout(config.timeout_seconds, read=max(config.timeout_seconds, 300.0))
+    async with httpx2.AsyncClient(headers=dict(config.headers), timeout=timeout) as http:
+        transport = streamable_http_client(config.url or "", http_client=http)
+        async with Client(transport, cache=None,
+                          read_timeout_seconds=config.timeout_seconds) as client:
+            yield client
+
+
+async def list_tools(client: Any) -> list[dict[str, Any]]:
+    """Every tool the server lists (all pages): `[{name, description, parameters}]`."""
+    tools: list[dict[str, Any]] = []
+    cursor: str | None = None
+    for _ in range(100):  # a server paging forever is cut off
+        page = await client.list_tools(cursor=cursor)
+        for tool in page.tools:
+            schema = tool.input_schema if isinstance(tool.input_schema, dict) else {}
+            tools.append({
+                "name": tool.name,
+                "description": tool.description or tool.title or "",
+                "parameters": schema or {"type": "object", "properties": {}},
+            })
+        cursor = page.next_cursor
+        if not cursor:
+            break
+    return tools
+
+
+def result_text(result: Any) -> str:
+    """What the model reads: the text parts joined (other parts named by their type);
+    structured content, as JSON, when the server sent no text. An error result raises
+    ToolError with the server's message."""
+    parts: list[str] = []
+    for item in result.content or []:
+        kind = getattr(item, "type", "")
+        if kind == "text":
+            parts.append(item.text)
+        elif kind == "resource" and getattr(item.resource, "text", None) is not None:
+            parts.append(item.resource.text)
+        else:
+            parts.append(f"[{kind or 'unknown'} content]")
+    text = "\n".join(parts)
+    if result.is_error:
+        raise ToolError(text or "The MCP tool reported an error.")
+    structured = getattr(result, "structured_content", None)
+    if structured is not None and not any(getattr(i, "type", "") == "text" for i in result.content or []):
+        text = json.dumps(structured, ensure_ascii=False, separators=(",", ":"))
+    if len(text) > RESULT_MAX_CHARS:
+        text = text[:RESULT_MAX_CHARS] + "\n[cut: the result was longer]"
+    return text

@@ -1,0 +1,448 @@
+"""MCP servers (SPEC §9): register, list, replace, delete and refresh; their tools join
+the catalog as `<server name>.<tool name>`.
+
+A server is shared (administrators manage it). Header and env values are secrets: the
+store keeps one SecretBox ciphertext of each object and masked hints (`…abcd`); a PUT
+that sends a hint back keeps the stored value. A stdio server runs only a command whose
+base name ORCHESTRA_MCP_STDIO_COMMANDS lists. Saving or refreshing connects to the
+server and lists its tools, holding no store connection meanwhile; a server that cannot
+be reached is saved with its `last_error` and keeps the tools it listed before.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import unicodedata
+from typing import Any
+from urllib.parse import urlparse
+
+from peewee import OP, Expression, IntegrityError, Value
+
+from orchestra.core import Core
+from orchestra.db.database import release_connection
+from orchestra.db.models import McpServer, Worker, iso, name_key, storable, utcnow
+from orchestra.engine.tools import ToolError
+from orchestra.engine.tools.mcp.catalog import McpCatalog, server_config
+from orchestra.engine.tools.mcp.client import STDIO_SETTING, McpServerConfig, stdio_refusal
+from orchestra.engine.tools.mcp.sessions import McpSession
+from orchestra.errors import ConflictError, NotFoundError, ValidationError
+
+TRANSPORTS = ("streamable_http", "stdio")
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+URL_MAX = 1024
+COMMAND_MAX = 1024
+ARGS_MAX, ARG_MAX = 64, 4096
+SECRETS_MAX, SECRET_MAX = 64, 8192
+HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,256}$")  # an RFC 9110 token
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,255}$")
+TIMEOUT_MAX = 3600.0
+DEFAULT_TIMEOUT = 30.0
+MASK = "…"
+ERROR_MAX = 1000
+SAVE_PROBE_SECONDS = 10.0  # a save waits at most this long for the listing (refresh: the timeout)
+
+_CACHE_TABLES = frozenset({"mcp_server"})
+
+
+# --- the catalog of this process ---------------------------------------------------------
+
+
+def mcp_catalog(core: Core) -> McpCatalog:
+    """The one McpCatalog of this Core: dropped on a change anywhere (the PostgreSQL
+    trigger's `cache` hint, or this process's own writes) and after a lost LISTEN."""
+    catalog = core.extras.get("mcp_catalog")
+    if catalog is None:
+        catalog = core.extras["mcp_catalog"] = McpCatalog(core.db, core.secrets.decrypt)
+        core.signals.on("cache", lambda table: table in _CACHE_TABLES and catalog.invalidate())
+        core.signals.on_resync(catalog.invalidate)
+    return catalog
+
+
+def _invalidate(core: Core) -> None:
+    mcp_catalog(core).invalidate()
+
+
+# --- field rules ----------------------------------------------------------------------------
+
+
+def mask_secret(value: str) -> str:
+    """`…abcd`: the last four characters of a value of 12 or more, else nothing of it."""
+    return MASK + value[-4:] if len(value) >= 12 else MASK
+
+
+def clean_server_name(value: str) -> str:
+    name = unicodedata.normalize("NFKC", value).strip()
+    if not NAME_PATTERN.match(name):
+        raise ValidationError.field(
+            "name", "must be 1 to 64 letters, digits, '_' or '-' (it prefixes the tool names)"
+        )
+    return name
+
+
+def clean_transport(value: str) -> str:
+    if value not in TRANSPORTS:
+        raise ValidationError.field("transport", f"must be one of {', '.join(TRANSPORTS)}")
+    return value
+
+
+def clean_url(value: str | None) -> str:
+    url = (value or "").strip()
+    try:
+        parsed = urlparse(url)
+        host = parsed.hostname
+        parsed.port  # noqa: B018 - raises for a bad port
+    except ValueError:
+        parsed, host = None, None
+    bad = any(ch.isspace() or unicodedata.category(ch)[0] == "C" for ch in url)
+    if not url or len(url) > URL_MAX or bad or parsed is None or parsed.scheme not in ("http", "https") \
+            or not host:
+        raise ValidationError.field("url", "must be an http:// or https:// URL with a host")
+    return url
+
+
+def clean_timeout(value: float | None) -> float:
+    timeout = DEFAULT_TIMEOUT if value is None else float(value)
+    if not 0 < timeout <= TIMEOUT_MAX:
+        raise ValidationError.field("timeout_seconds", f"must be more than 0 and at most {TIMEOUT_MAX:g}")
+    return timeout
+
+
+def clean_command(value: str | None, allowed: frozenset[str]) -> str:
+    command = (value or "").strip()
+    if not command or len(command) > COMMAND_MAX or not storable(command) or "\n" in command:
+        raise ValidationError.field("command", f"must be 1 to {COMMAND_MAX} characters, one line")
+    refusal = stdio_refusal(command, allowed)
+    if refusal:
+        raise ValidationError(refusal, detail=[{"field": "command", "problem": refusal,
+                                                "setting": STDIO_SETTING}])
+    return command
+
+
+def clean_args(value: list[str] | None) -> list[str]:
+    args = list(value or [])
+    if len(args) > ARGS_MAX:
+        raise ValidationError.field("args", f"must have at most {ARGS_MAX} items")
+    for index, arg in enumerate(args):
+        if not isinstance(arg, str) or len(arg) > ARG_MAX or "\x00" in arg:
+            raise ValidationError.field(f"args.{index}", f"must be text of at most {ARG_MAX} characters, without NUL")
+    return args
+
+
+def _clean_secrets(
+    field: str, value: dict[str, str] | None, stored: dict[str, str], hints: dict[str, str],
+    name_rule: re.Pattern, header: bool,
+) -> dict[str, str]:
+    """The new secret object: a value equal to the stored hint of its key keeps the
+    stored value; any other masked value is refused."""
+    items = dict(value or {})
+    if len(items) > SECRETS_MAX:
+        raise ValidationError.field(field, f"must have at most {SECRETS_MAX} entries")
+    result: dict[str, str] = {}
+    for key, secret in items.items():
+        where = f"{field}.{key}"
+        if not name_rule.match(key):
+            kind = "an HTTP header name" if header else "an environment variable name (letters, digits, _)"
+            raise ValidationError.field(where, f"must be {kind}")
+        if not isinstance(secret, str):
+            raise ValidationError.field(where, "must be text")
+        if secret.startswith(MASK):
+            if key in stored and hints.get(key) == secret:
+                result[key] = stored[key]
+                continue
+            raise ValidationError.field(where, "is a masked value that does not match the stored one; send the value itself")
+        if len(secret) > SECRET_MAX or "\x00" in secret:
+            raise ValidationError.field(where, f"must be at most {SECRET_MAX} characters, without NUL")
+        if header and not all(" " <= ch <= "~" or ch == "\t" for ch in secret):
+            raise ValidationError.field(where, "must be printable ASCII (it travels in an HTTP header)")
+        result[key] = secret
+    return result
+
+
+def _seal(core: Core, secrets: dict[str, str]) -> tuple[str | None, dict[str, str]]:
+    if not secrets:
+        return None, {}
+    return (core.secrets.encrypt(json.dumps(secrets)),
+            {key: mask_secret(value) for key, value in secrets.items()})
+
+
+def _open(core: Core, ciphertext: str | None, what: str, server: McpServer) -> dict[str, str]:
+    if not ciphertext:
+        return {}
+    try:
+        return json.loads(core.secrets.decrypt(ciphertext))
+    except ValueError:
+        raise ValidationError.field(
+            what, f"the stored {what} of '{server.name}' cannot be decrypted (the server secret "
+            "changed); send the values themselves",
+        ) from None
+
+
+# --- views ------------------------------------------------------------------------------------
+
+
+def server_view(server: McpServer) -> dict[str, Any]:
+    """The API shape of a server; header and env values only ever masked."""
+    stdio = server.transport == "stdio"
+    return {
+        "server_id": server.id,
+        "id": server.id,
+        "name": server.name,
+        "transport": server.transport,
+        "url": None if stdio else server.url,
+        "headers": {} if stdio else dict(server.headers_hint or {}),
+        "command": server.command if stdio else None,
+        "args": list(server.args or []) if stdio else [],
+        "env": dict(server.env_hint or {}) if stdio else {},
+        "timeout_seconds": server.timeout_seconds,
+        "tools": [
+            {"name": f"{server.name}.{t['name']}", "tool": t["name"],
+             "description": t.get("description", ""), "parameters": t.get("parameters", {})}
+            for t in server.tools or []
+        ],
+        "last_error": server.last_error,
+        "refreshed_at": iso(server.refreshed_at),
+        "created_at": iso(server.created_at),
+        "updated_at": iso(server.updated_at),
+    }
+
+
+# --- listing a server's tools ---------------------------------------------------------------
+
+
+async def probe(
+    core: Core, config: McpServerConfig, *, limit: float | None = None
+) -> tuple[list[dict[str, Any]] | None, str | None]:
+    """Connect, list the tools, close: `(tools, None)` or `(None, error)`. Bounded by the
+    server's timeout (or `limit`, if lower); no store connection is held meanwhile."""
+    if limit is not None and limit < config.timeout_seconds:
+        config = dataclasses.replace(config, timeout_seconds=limit)
+    await release_connection(core.db)
+    session = McpSession(config, core.settings.mcp_stdio_allowed)
+    try:
+        await session.open()
+        return await session.list_tools(), None
+    except ToolError as exc:
+        return None, exc.message[:ERROR_MAX]
+    except TimeoutError:
+        return None, f"The MCP server '{config.name}' did not list its tools within {config.timeout_seconds:g} s."
+    except Exception as exc:  # noqa: BLE001 - any protocol failure is the server's error
+        return None, f"The MCP server '{config.name}' failed to list its tools: {exc}"[:ERROR_MAX]
+    finally:
+        await session.close()
+
+
+def _valid_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Tools with a usable name (no '.'-free check needed: the server name prefixes)."""
+    seen: dict[str, dict[str, Any]] = {}
+    for tool in tools:
+        name = str(tool.get("name") or "")
+        if name and len(name) <= 128 and storable(name) and name not in seen:
+            seen[name] = tool
+    return list(seen.values())
+
+
+# --- operations -----------------------------------------------------------------------------
+
+
+def _name_taken(name: str) -> ConflictError:
+    return ConflictError(f"An MCP server named '{name}' already exists (names ignore case).")
+
+
+async def _ensure_name_free(core: Core, name: str, *, except_id: str | None = None) -> None:
+    query = McpServer.select(McpServer.id).where(McpServer.name_key == name_key(name))
+    if except_id is not None:
+        query = query.where(McpServer.id != except_id)
+    if await core.db.exists(query):
+        raise _name_taken(name)
+
+
+def _shape(
+    core: Core, *, transport: str, url: str | None, headers: dict[str, str] | None,
+    command: str | None, args: list[str] | None, env: dict[str, str] | None,
+    stored: McpServer | None = None,
+) -> dict[str, Any]:
+    """The checked fields of a server (secrets in plain text, to be sealed)."""
+    transport = clean_transport(transport)
+    if transport == "streamable_http":
+        for field, value in (("command", command), ("args", args), ("env", env)):
+            if value:
+                raise ValidationError.field(field, "is only for a stdio server")
+        old = _open(core, stored.headers_encrypted, "headers", stored) if stored else {}
+        hints = dict(stored.headers_hint or {}) if stored else {}
+        return {"url": clean_url(url), "headers": _clean_secrets("headers", headers, old, hints, HEADER_NAME, True),
+                "command": None, "args": [], "env": {}}
+    for field, value in (("url", url), ("headers", headers)):
+        if value:
+            raise ValidationError.field(field, "is only for a streamable_http server")
+    old = _open(core, stored.env_encrypted, "env", stored) if stored else {}
+    hints = dict(stored.env_hint or {}) if stored else {}
+    return {"url": None, "headers": {}, "command": clean_command(command, core.settings.mcp_stdio_allowed),
+            "args": clean_args(args), "env": _clean_secrets("env", env, old, hints, ENV_NAME, False)}
+
+
+def _apply(core: Core, server: McpServer, fields: dict[str, Any]) -> McpServerConfig:
+    server.url, server.command, server.args = fields["url"], fields["command"], fields["args"]
+    server.headers_encrypted, server.headers_hint = _seal(core, fields["headers"])
+    server.env_encrypted, server.env_hint = _seal(core, fields["env"])
+    return McpServerConfig(
+        server_id=server.id, name=server.name, transport=server.transport, url=server.url,
+        headers=fields["headers"], command=server.command, args=tuple(server.args),
+        env=fields["env"], timeout_seconds=server.timeout_seconds,
+    )
+
+
+def _record_probe(server: McpServer, tools: list[dict[str, Any]] | None, error: str | None) -> None:
+    if tools is not None:
+        server.tools = _valid_tools(tools)
+        server.last_error = None
+    else:
+        server.last_error = error
+    server.refreshed_at = utcnow()
+
+
+async def create_server(
+    core: Core,
+    *,
+    name: str,
+    transport: str,
+    url: str | None = None,
+    headers: dict[str, str] | None = None,
+    command: str | None = None,
+    args: list[str] | None = None,
+    env: dict[str, str] | None = None,
+    timeout_seconds: float | None = None,
+    created_by: str | None = None,
+) -> McpServer:
+    """Register a server and list its tools; 422 for a bad field (stdio: a command the
+    operator did not allow), 409 for a taken name."""
+    name = clean_server_name(name)
+    fields = _shape(core, transport=transport, url=url, headers=headers, command=command,
+                    args=args, env=env)
+    server = McpServer(name=name, transport=transport, timeout_seconds=clean_timeout(timeout_seconds),
+                       created_by=created_by, tools=[])
+    await _ensure_name_free(core, name)
+    config = _apply(core, server, fields)
+    _record_probe(server, *await probe(core, config, limit=SAVE_PROBE_SECONDS))
+    try:
+        await server.asave(force_insert=True)
+    except IntegrityError:
+        raise _name_taken(name) from None
+    _invalidate(core)
+    return server
+
+
+async def list_servers(core: Core) -> list[McpServer]:
+    """Every server, by name."""
+    return await core.db.list(McpServer.select().order_by(McpServer.name_key, McpServer.id))
+
+
+async def get_server(core: Core, server_id: str) -> McpServer:
+    server = await McpServer.aget_or_none(McpServer.id == server_id) if storable(server_id) else None
+    if server is None:
+        raise NotFoundError(f"No MCP server has the id '{server_id}'.")
+    return server
+
+
+async def find_server(core: Core, name_or_id: str) -> McpServer:
+    """A server by id, or by name (case-insensitive)."""
+    if storable(name_or_id):
+        server = await McpServer.aget_or_none(McpServer.id == name_or_id)
+        if server is None:
+            server = await McpServer.aget_or_none(McpServer.name_key == name_key(name_or_id.strip()))
+        if server is not None:
+            return server
+    raise NotFoundError(f"No MCP server is named or has the id '{name_or_id}'.")
+
+
+async def _workers_using(core: Core, names: list[str]) -> list[Worker]:
+    """Workers (of any user) whose tools include one named `<name>.…` for a name given."""
+    if not names:
+        return []
+    prefixes = tuple(f"{n}." for n in names)
+    query = Worker.select(Worker.id, Worker.name, Worker.owner, Worker.tools)
+    condition = None
+    for n in names:
+        part = Expression(Worker.tools, OP.ILIKE, Value(f'%"{n}.%', converter=False))  # the JSON text
+        condition = part if condition is None else condition | part
+    rows = await core.db.list(query.where(condition).order_by(Worker.name))
+    return [w for w in rows if any(t.startswith(prefixes) for t in w.tools or [])]
+
+
+async def update_server(
+    core: Core,
+    *,
+    server_id: str,
+    name: str,
+    transport: str,
+    url: str | None = None,
+    headers: dict[str, str] | None = None,
+    command: str | None = None,
+    args: list[str] | None = None,
+    env: dict[str, str] | None = None,
+    timeout_seconds: float | None = None,
+) -> McpServer:
+    """Replace a server's fields (a masked secret sent back keeps the stored one) and list
+    its tools again; a rename carries the workers using its tools along."""
+    server = await get_server(core, server_id)
+    old_name = server.name
+    name = clean_server_name(name)
+    fields = _shape(core, transport=transport, url=url, headers=headers, command=command,
+                    args=args, env=env, stored=server if server.transport == transport else None)
+    await _ensure_name_free(core, name, except_id=server.id)
+    server.name, server.transport = name, transport
+    server.timeout_seconds = clean_timeout(timeout_seconds)
+    config = _apply(core, server, fields)
+    _record_probe(server, *await probe(core, config, limit=SAVE_PROBE_SECONDS))
+    server.updated_at = utcnow()
+    async with core.write_transaction():
+        try:
+            await server.asave()
+        except IntegrityError:
+            raise _name_taken(name) from None
+        if name != old_name:
+            for worker in await _workers_using(core, [old_name]):
+                tools = [f"{name}.{t[len(old_name) + 1:]}" if t.startswith(f"{old_name}.") else t
+                         for t in worker.tools]
+                await core.db.aexecute(Worker.update(tools=tools).where(Worker.id == worker.id))
+    _invalidate(core)
+    if name != old_name:
+        from orchestra.services.agents import agent_cache
+
+        agent_cache(core).invalidate()
+    return server
+
+
+async def delete_server(core: Core, *, server_id: str) -> McpServer:
+    """Delete a server whose tools no worker uses; 409 naming the workers otherwise."""
+    async with core.write_transaction():
+        server = await get_server(core, server_id)
+        workers = await _workers_using(core, [server.name])
+        if workers:
+            names = ", ".join(f"'{w.name}'" for w in workers)
+            raise ConflictError(
+                f"MCP server '{server.name}' has tools used by worker(s) {names}; "
+                "remove them from those workers first.",
+                detail={"workers": [{"worker_id": w.id, "name": w.name, "owner_id": w.owner_id}
+                                    for w in workers]},
+            )
+        await core.db.aexecute(McpServer.delete().where(McpServer.id == server.id))
+    _invalidate(core)
+    return server
+
+
+async def refresh_server(core: Core, *, server_id: str) -> McpServer:
+    """Connect and list the tools again; the outcome (tools, or last_error) is stored."""
+    server = await get_server(core, server_id)
+    try:
+        config = server_config(server, core.secrets.decrypt)
+        tools, error = await probe(core, config)
+    except ValueError:
+        tools, error = None, "The stored headers or env cannot be decrypted (the server secret changed)."
+    values: dict[Any, Any] = {McpServer.refreshed_at: utcnow(), McpServer.last_error: error}
+    if tools is not None:
+        values[McpServer.tools] = _valid_tools(tools)
+    await core.db.aexecute(McpServer.update(values).where(McpServer.id == server.id))
+    _invalidate(core)
+    return await get_server(core, server_id)

@@ -1,0 +1,80 @@
+"""`orchestra mcp add | list | show | refresh | remove` through a real server and a real
+MCP server (the SDK-built streamable-HTTP one on loopback), checked against what the API
+then holds; exit codes and one-line errors (SPEC §5, §9)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from orchestra.cli.console import ExitCode
+from orchestra.testing.fake_mcp import FakeMcpProcess
+from tests.cli.cli_harness import api_world, one_error_line
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    with api_world(tmp_path_factory) as info, FakeMcpProcess() as fake:
+        info["mcp"] = fake
+        yield info
+
+
+def test_add_list_show_refresh_remove(world):
+    cli, api, fake = world["cli"], world["api"], world["mcp"]
+    done = cli("mcp", "add", "fake", "--url", fake.url, "--header", "Authorization", "--timeout", "9",
+               input="Bearer cli-secret-value-5678\n")
+    assert done.returncode == 0, done.stderr
+    server_id = done.stdout.strip()
+    stored = api.get(f"/resource/mcp/{server_id}").json()["server"]
+    assert stored["name"] == "fake" and stored["headers"] == {"Authorization": "…5678"}
+    assert stored["last_error"] is None, stored["last_error"]
+    assert stored["timeout_seconds"] == 9 and "fake.echo" in {t["name"] for t in stored["tools"]}
+    assert "added MCP server fake" in done.stderr
+
+    listed = cli("mcp", "list", "--json")
+    assert listed.returncode == 0 and [s["server_id"] for s in json.loads(listed.stdout)] == [server_id]
+    table = cli("mcp", "list")
+    assert table.returncode == 0 and "fake" in table.stdout and "ok" in table.stdout
+
+    shown = cli("mcp", "show", "fake")
+    assert shown.returncode == 0 and "…5678" in shown.stdout and "fake.echo" in shown.stdout
+    assert "cli-secret" not in shown.stdout
+    shown_json = json.loads(cli("mcp", "show", server_id, "--json").stdout)
+    assert shown_json == api.get(f"/resource/mcp/{server_id}").json()["server"]
+
+    refreshed = cli("mcp", "refresh", "fake", "--json")
+    assert refreshed.returncode == 0, refreshed.stderr
+    assert json.loads(refreshed.stdout)["last_error"] is None
+
+    removed = cli("mcp", "remove", "fake", "--yes")
+    assert removed.returncode == 0, removed.stderr
+    assert api.get(f"/resource/mcp/{server_id}").status_code == 404
+
+
+def test_refresh_of_an_unreachable_server_exits_6(world):
+    cli, fake = world["cli"], world["mcp"]
+    other = FakeMcpProcess().start()
+    try:
+        assert cli("mcp", "add", "gone", "--url", other.url, "--timeout", "3").returncode == 0
+    finally:
+        other.stop()
+    done = cli("mcp", "refresh", "gone")
+    assert done.returncode == ExitCode.UNAVAILABLE
+    assert "could not be reached" in done.stderr
+    assert cli("mcp", "remove", "gone", "--yes").returncode == 0
+
+
+def test_errors_are_one_line_with_their_exit_codes(world):
+    cli, fake = world["cli"], world["mcp"]
+    done = cli("mcp", "add", "shell", "--command", "/bin/sh", "--arg", "-c")
+    assert done.returncode == ExitCode.USAGE
+    assert "ORCHESTRA_MCP_STDIO_COMMANDS" in one_error_line(done)
+    done = cli("mcp", "add", "both", "--url", fake.url, "--command", "x")
+    assert done.returncode == ExitCode.USAGE and "either --url" in one_error_line(done)
+    done = cli("mcp", "show", "nope")
+    assert done.returncode == ExitCode.NOT_FOUND and "unknown MCP server 'nope'" in one_error_line(done)
+    done = cli("mcp", "add", "hdr", "--url", fake.url, "--header", "Authorization=Bearer x")
+    assert done.returncode == ExitCode.USAGE and "NAME only" in one_error_line(done)
+    done = cli("mcp", "add", "hdr", "--url", fake.url, "--header", "Authorization", input="")
+    assert done.returncode == ExitCode.USAGE and "no value on stdin" in one_error_line(done)
