@@ -436,7 +436,7 @@ async def retry_run(
     if from_step is not None and from_step not in ids:
         raise ValidationError.field("from_step", f"unknown step '{from_step}'; steps: {', '.join(ids)}")
     again = _descendants(old.steps, from_step) if from_step else set()
-    rows = {r.step_id: r for r in await core.db.list(RunStep.select().where(RunStep.run == old.trace_id))}
+    rows = {r.path or r.step_id: r for r in await core.db.list(RunStep.select().where(RunStep.run == old.trace_id))}
     async with core.db.atomic():
         run = await WorkflowRun.acreate(
             owner=old.owner_id, template=old.template_id, template_name=old.template_name,
@@ -456,7 +456,24 @@ async def retry_run(
             else:
                 new_rows.append({"run": run.trace_id, "step_id": sid, "path": sid,
                                  "status": StepStatus.PENDING})
-        if new_rows:
+        reruns = {r["step_id"] for r in new_rows if r["status"] == StepStatus.PENDING} - again
+        for path, row in rows.items():  # SPEC §8: a step that runs again reuses its finished items and iterations
+            if path in ids or row.status != StepStatus.SUCCEEDED:
+                continue
+            try:
+                top = instances.parse(path)[0].step_id
+            except ValueError:
+                continue
+            if top in reruns:
+                new_rows.append({
+                    "run": run.trace_id, "step_id": row.step_id, "path": path, "status": StepStatus.SUCCEEDED,
+                    "reused": True, "attempt": row.attempt, "output": row.output,
+                    "output_value": row.output_value, "usage": row.usage,
+                    "started_at": row.started_at, "finished_at": row.finished_at,
+                })
+        if new_rows:  # insert_many takes its columns from the first row: give every row all of them
+            new_rows = [{"reused": False, "attempt": 1, "output": None, "output_value": None, "usage": None,
+                         "started_at": None, "finished_at": None, **row} for row in new_rows]
             await core.db.aexecute(RunStep.insert_many(new_rows))
     await core.engine.submit(run.trace_id)
     return run

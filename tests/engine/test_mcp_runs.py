@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+from orchestra.db.models import WorkflowRun
+
 from orchestra.engine.tools import wire_name
 from orchestra.services import mcp as mcp_service
 from tests.engine.test_engine import (
@@ -205,3 +207,32 @@ async def test_the_assistant_fake_calls_an_mcp_tool_its_prompt_names(core, fake_
     assert call["name"] == "demo.echo" and call["arguments"] == {"text": "Use demo.echo on the moon"}
     assert results(evs)[0]["result"] == "Use demo.echo on the moon"
     assert "Use demo.echo on the moon" in (await steps_of(core, trace_id))["a"].output
+
+
+async def test_hand_back_closes_the_sessions_and_the_resumed_run_opens_its_own(core, fake_llm, fake_mcp):
+    """SIGTERM's hand-back closes the run's MCP sessions; whoever resumes the run (here a
+    new engine on the same store, as after a restart) opens a session of its own."""
+    await http_server(core, fake_mcp)
+    who = await setup_agent(core, fake_llm, tools=("fake.echo", "ask_user"))
+    fake_llm.script_tool_call(wire_name("fake.echo"), {"text": "before"})
+    fake_llm.script_tool_call("ask_user", {"question": "Go on?"})
+    trace_id = await start(core, who, [worker_step(who)])
+    await wait_status(core, trace_id, "waiting_reply")
+    sessions = core.engine.runs[trace_id].mcp
+    assert sessions.opened == 1 and not sessions.closed
+    before = fake_mcp.stats()["connects"]
+    await core.engine.stop(grace=0.2)
+    assert sessions.closed and not sessions._sessions
+    assert (await WorkflowRun.aget(WorkflowRun.trace_id == trace_id)).owner_process is None
+    # the next engine resumes the run: the step starts again and calls the tool again
+    stopped = core.extras.pop("engine")
+    core.extras["on_close"] = [hook for hook in core.extras.get("on_close", [])
+                               if getattr(hook, "__self__", None) is not stopped]
+    fake_llm.script_tool_call(wire_name("fake.echo"), {"text": "after"})
+    fake_llm.script_text("Resumed.")
+    await core.engine.start()
+    run = await wait_status(core, trace_id, "succeeded", "failed", timeout=20)
+    assert run.status == "succeeded", run.error
+    assert fake_mcp.stats()["connects"] == before + 1
+    echoes = [r["result"] for r in results(await events(core, trace_id)) if r["name"] == "fake.echo"]
+    assert echoes == ["before", "after"]
