@@ -1,4 +1,5 @@
-"""MCP tools in real runs: a worker calls tools of a real streamable-HTTP MCP server (the
+"""MCP tools in real runs, on SQLite and PostgreSQL: a worker calls tools of a real
+streamable-HTTP MCP server (the
 SDK's server side, in a child process on loopback) and of a stdio server installed from
 PyPI (`mcp-server-time`), on the fake model. SPEC §9."""
 
@@ -25,6 +26,11 @@ from tests.fakes.fake_llm import FakeLLM, fake_llm  # noqa: F401 - fixture
 from tests.fakes.fake_mcp import FakeMcpProcess, fake_mcp  # noqa: F401 - fixture
 
 PYTHON = sys.executable
+
+
+@pytest.fixture
+def database_url(both_stores):
+    return both_stores
 
 
 @pytest.fixture
