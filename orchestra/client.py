@@ -203,6 +203,18 @@ class Client:
     def get(self, path: str, **kwargs: Any) -> dict[str, Any]:
         return self.request("GET", path, **kwargs)
 
+    def get_all(self, path: str, key: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        """Every item of a paged list (`GET path`, items under `key`), following
+        `next_cursor` from page to page."""
+        items: list[dict[str, Any]] = []
+        params = {**(params or {}), "limit": 1000}
+        while True:
+            page = self.get(path, params=params)
+            items += page.get(key, [])
+            if not page.get("next_cursor"):
+                return items
+            params["cursor"] = page["next_cursor"]
+
     def post(self, path: str, **kwargs: Any) -> dict[str, Any]:
         return self.request("POST", path, **kwargs)
 

@@ -57,6 +57,7 @@ class Settings:
     log_format: str = "text"  # "text" or "json" (one object a line)
     metrics: bool = False  # GET /metrics (Prometheus)
     metrics_token: str = ""  # when set, GET /metrics needs it as a bearer token
+    run_retention_days: int = 0  # ended runs older than this are deleted hourly (0: keep all)
     mcp_stdio_commands: str = ""  # comma-separated base names of commands a stdio MCP server may run
 
     @property
@@ -180,6 +181,10 @@ SETTING_DOCS: dict[str, SettingDoc] = {
     "sse_ping_seconds": SettingDoc("seconds between `: ping` comments on a quiet event stream"),
     "sse_send_timeout": SettingDoc("seconds a stream reader may take no bytes before it is disconnected"),
     "run_lease_seconds": SettingDoc("a run's owner renews its lease; when it dies, others take the run over after this"),
+    "run_retention_days": SettingDoc(
+        "runs that ended more than this many days ago are deleted with their steps and events, "
+        "at start and hourly, by one process at a time (`0` keeps every run; "
+        "`orchestra db prune` does it by hand)"),
     "run_max_attempts": SettingDoc("claims of one run before it ends `interrupted`"),
     "max_runs": SettingDoc("runs one process executes at once; the rest wait `queued`"),
     "db_pool_size": SettingDoc(

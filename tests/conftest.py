@@ -35,6 +35,51 @@ OPEN_LIMITS = {"rate_limit_register": "10000/minute", "rate_limit_login": "10000
 
 Sanic.test_mode = True
 
+# --- markers: a fast loop and a strict CI ------------------------------------------------
+#
+# `e2e` marks tests that start real server processes, browsers or several PostgreSQL
+# clients: `pytest -m "not e2e"` is the fast loop, plain `pytest` (CI) runs everything.
+# Every test under tests/e2e/, the console's browser tests and any test using the
+# `server` fixture is marked here; others that start a server carry the mark themselves,
+# and ServerProcess.start() refuses to run in a test without it, so the mark cannot rot.
+E2E_PATHS = ("tests/e2e/", "tests/console/test_console_browser.py")
+E2E_FIXTURES = {"server", "chromium", "world", "short_lived", "upload_server"}
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    root = Path(str(config.rootpath))
+    for item in items:
+        path = Path(str(item.path)).relative_to(root).as_posix() if str(item.path).startswith(str(root)) else ""
+        if path.startswith(E2E_PATHS) or E2E_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.e2e)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item) -> None:
+    # In the environment, not a global: tests import this file as `tests.conftest`, a
+    # second copy of the module pytest loaded as `conftest`.
+    os.environ["ORCHESTRA_TEST_CURRENT"] = ("e2e " if item.get_closest_marker("e2e") else "") + item.nodeid
+
+
+# ORCHESTRA_TEST_REQUIRE_ALL=1 (set by .ci/run): a skipped test fails the session, so CI
+# cannot go green while a promised family (PostgreSQL, Redis, Chromium, schemathesis)
+# quietly did not run.
+_skipped: list[str] = []
+
+
+def pytest_runtest_logreport(report) -> None:
+    if report.skipped and not hasattr(report, "wasxfail"):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        _skipped.append(f"{report.nodeid}: {reason}")
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    if os.environ.get("ORCHESTRA_TEST_REQUIRE_ALL") == "1" and _skipped and exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        print("\nORCHESTRA_TEST_REQUIRE_ALL=1 and these tests were skipped:", file=sys.stderr)
+        for line in _skipped[:50]:
+            print(f"  {line}", file=sys.stderr)
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -212,6 +257,9 @@ class ServerProcess:
         )
 
     def start(self, timeout: float = 30.0) -> "ServerProcess":
+        current = os.environ.get("ORCHESTRA_TEST_CURRENT", "e2e (outside a test)")
+        if not current.startswith("e2e "):
+            raise RuntimeError(f"{current} starts a server: mark it @pytest.mark.e2e")
         self.home.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(

@@ -51,7 +51,7 @@ def list_files(ctx: typer.Context, server: Optional[str] = SERVER, token: Option
     from rich.table import Table
 
     with connect(ctx, server, token) as client:
-        files = client.get(UPLOADS).get("files", [])
+        files = client.get_all(UPLOADS, "files")
     if json_output:
         print_json(files)
         return

@@ -126,7 +126,7 @@ def resolve_named(client: "Client", path: str, key: str, id_field: str, ref: str
                   missing: ExitCode = ExitCode.NOT_FOUND) -> str:
     """The id of the item of `GET path` (a list under `key`) whose id or exact,
     case-sensitive name is `ref`; none → one line and exit `missing`."""
-    items = client.get(path).get(key, [])
+    items = client.get_all(path, key)
     for item in items:
         if ref in (item.get(id_field), item.get("id")):
             return str(item.get(id_field) or item.get("id"))

@@ -67,7 +67,7 @@ def list_templates(ctx: typer.Context, server: Optional[str] = SERVER, token: Op
     from rich.table import Table
 
     with connect(ctx, server, token) as client:
-        templates = client.get(PATH).get("templates", [])
+        templates = client.get_all(PATH, "templates")
     if json_output:
         print_json(templates)
         return

@@ -37,7 +37,7 @@ def list_(
     from rich.table import Table
 
     with connect(ctx, server, token) as client:
-        workers = client.get("/agent/worker").get("workers", [])
+        workers = client.get_all("/agent/worker", "workers")
     if json_output:
         print_json(workers)
         return

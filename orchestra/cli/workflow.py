@@ -50,6 +50,7 @@ def list_(
     what: str = typer.Argument("all", help="all, templates or runs."),
     all_users: bool = typer.Option(False, "--all", help="Runs of every user (ADMINISTRATOR and above)."),
     limit: Optional[int] = typer.Option(None, "--limit", min=1, max=1000, help="At most this many runs (100)."),
+    cursor: Optional[str] = typer.Option(None, "--cursor", help="Runs after an earlier list's 'more' cursor."),
     server: Optional[str] = SERVER, token: Optional[str] = TOKEN, json_output: bool = JSON,
 ) -> None:
     """List workflow templates and your runs (newest runs first)."""
@@ -57,12 +58,15 @@ def list_(
 
     if what not in WHATS:
         fail(f"unknown list {what!r}; use one of {', '.join(WHATS)}", ExitCode.USAGE)
-    result: dict[str, list] = {}
+    result: dict[str, Any] = {}
     with connect(ctx, server, token) as client:
         if what in ("all", "templates"):
-            result["templates"] = client.get("/workflow/template").get("templates", [])
+            result["templates"] = client.get_all("/workflow/template", "templates")
         if what in ("all", "runs"):
-            result["runs"] = client.get("/workflow/run", params=_run_params(all_users, limit)).get("runs", [])
+            page = client.get("/workflow/run", params=_run_params(all_users, limit, cursor))
+            result["runs"] = page.get("runs", [])
+            if page.get("next_cursor"):
+                result["next_cursor"] = page["next_cursor"]
     if json_output:
         print_json(result)
         return
@@ -78,6 +82,9 @@ def list_(
             table.add_row(_id(r, "trace_id", "id"), str(r.get("template_name") or r.get("template_id") or ""),
                           str(r.get("status", "")), str(r.get("created_at") or ""))
         out.print(table)
+    if result.get("next_cursor"):
+        err.print(f"more runs: orchestra workflow list runs --cursor {result['next_cursor']}",
+                  highlight=False, markup=False)
 
 
 @app.command()
@@ -245,14 +252,21 @@ def events(
     server: Optional[str] = SERVER, token: Optional[str] = TOKEN,
 ) -> None:
     """Print a run's stored events as JSON (`[{seq, kind, data}]`), without waiting for more."""
+    events: list[dict[str, Any]] = []
     with connect(ctx, server, token) as client:
-        print_json(client.get(f"/workflow/run/{trace_id}/events", params={"after": after}).get("events", []))
+        while after is not None:  # page by page (at most 1,000 events each)
+            page = client.get(f"/workflow/run/{trace_id}/events", params={"after": after})
+            events += page.get("events", [])
+            after = page.get("next_after")
+    print_json(events)
 
 
-def _run_params(all_users: bool, limit: int | None) -> dict[str, Any]:
+def _run_params(all_users: bool, limit: int | None, cursor: str | None) -> dict[str, Any]:
     params: dict[str, Any] = {"all": "1"} if all_users else {}
     if limit is not None:
         params["limit"] = limit
+    if cursor:
+        params["cursor"] = cursor
     return params
 
 

@@ -139,14 +139,20 @@ def postgres_params(url: str) -> dict:
     return {k: v for k, v in params.items() if v is not None}
 
 
+def sqlite_path(url: str) -> str:
+    """The file of a sqlite:// URL (as in SQLAlchemy and peewee: sqlite:///rel/path.db,
+    sqlite:////abs/path.db)."""
+    path = unquote(url.split("://", 1)[1])[1:].split("?", 1)[0]
+    if not path:
+        raise DatabaseUrlError("sqlite URL needs a file path: sqlite:////abs/path.db")
+    return path
+
+
 def make_database(url: str, *, pool_size: int = 8):
     parsed = urlparse(url)
     scheme = parsed.scheme.split("+")[0]
     if scheme == "sqlite":
-        # As in SQLAlchemy and peewee: sqlite:///rel/path.db, sqlite:////abs/path.db.
-        path = unquote(url.split("://", 1)[1])[1:].split("?", 1)[0]
-        if not path:
-            raise DatabaseUrlError("sqlite URL needs a file path: sqlite:////abs/path.db")
+        path = sqlite_path(url)
         if path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         return SettlingSqliteDatabase(path, pragmas=SQLITE_PRAGMAS, pool_size=pool_size)

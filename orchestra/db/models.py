@@ -103,7 +103,7 @@ class RefreshToken(BaseModel):
     user = ForeignKeyField(User, on_delete="CASCADE", index=True)
     used_at = DateTimeField(null=True)
     revoked = BooleanField(default=False)
-    expires_at = DateTimeField()
+    expires_at = DateTimeField(index=True)
     created_at = DateTimeField(default=utcnow)
 
 
@@ -196,7 +196,7 @@ class WorkflowRun(BaseModel):
     error = TextField(null=True)
     created_at = DateTimeField(default=utcnow, index=True)
     started_at = DateTimeField(null=True)
-    finished_at = DateTimeField(null=True)
+    finished_at = DateTimeField(null=True, index=True)
     # Ownership (see engine/ownership.py): the process holding the run and until when
     # (epoch seconds), how many times it was claimed, and a cancel asked from anywhere.
     owner_process = CharField(max_length=128, null=True)

@@ -217,9 +217,10 @@ class EventLog:
         return int(rows[0]["m"] or 0) if rows else 0
 
     async def stored(
-        self, trace_id: str, *, after: int = 0, upto: int | None = None
+        self, trace_id: str, *, after: int = 0, upto: int | None = None, limit: int | None = None
     ) -> list[Event]:
-        """Events with `after < seq <= upto`, in order (the JSON text left unparsed)."""
+        """Events with `after < seq <= upto`, in order, at most `limit` (the JSON text left
+        unparsed)."""
         raw = fn.COALESCE(RunEvent.data, "").coerce(False).alias("raw")
         query = RunEvent.select(RunEvent.seq, RunEvent.kind, raw).where(
             (RunEvent.run == trace_id) & (RunEvent.seq > after)
@@ -227,6 +228,8 @@ class EventLog:
         if upto is not None:
             query = query.where(RunEvent.seq <= upto)
         query = query.order_by(RunEvent.seq)
+        if limit is not None:
+            query = query.limit(limit)
         return [Event(seq, kind, raw=text) for seq, kind, text in await self.db.list(query.tuples())]
 
     async def page(self, trace_id: str, *, after: int) -> list[Event]:

@@ -19,6 +19,7 @@ from orchestra.core import Core
 from orchestra.db.models import Provider, Skill, SystemNode, Worker, iso, name_key, storable, utcnow
 from orchestra.engine.tools import ToolRegistry, default_registry
 from orchestra.errors import ConflictError, NotFoundError, ValidationError
+from orchestra.services.paging import DEFAULT_LIMIT, Page, keyset_page
 from orchestra.services.providers import (
     clean_model,
     clean_name,
@@ -506,10 +507,13 @@ async def create_worker(
     return worker
 
 
-async def list_workers(core: Core, *, owner_id: str) -> list[Worker]:
-    """The owner's workers, oldest first."""
-    return await core.db.list(
-        Worker.select().where(Worker.owner == owner_id).order_by(Worker.created_at, Worker.id)
+async def list_workers(
+    core: Core, *, owner_id: str, limit: int = DEFAULT_LIMIT, cursor: str | None = None
+) -> Page[Worker]:
+    """A page of the owner's workers, oldest first."""
+    return await keyset_page(
+        core.db, Worker.select().where(Worker.owner == owner_id), kind="worker",
+        at=Worker.created_at, key=Worker.id, limit=limit, cursor=cursor,
     )
 
 

@@ -37,6 +37,7 @@ from python_multipart.multipart import MultipartParser, parse_options_header
 from orchestra.core import Core
 from orchestra.db.models import Upload, iso, new_id, storable
 from orchestra.errors import BadRequestError, NotFoundError, PayloadTooLargeError, ValidationError
+from orchestra.services.paging import DEFAULT_LIMIT, Page, keyset_page
 
 FIELD = "file"
 MAX_FILES = 20  # file parts in one request
@@ -441,10 +442,14 @@ async def get_upload(core: Core, *, owner_id: str, file_id: str) -> Upload:
     return upload
 
 
-async def list_uploads(core: Core, *, owner_id: str) -> list[Upload]:
-    """The owner's files, oldest first."""
-    query = Upload.select().where(Upload.owner == owner_id).order_by(Upload.created_at, Upload.id)
-    return await core.db.list(query)
+async def list_uploads(
+    core: Core, *, owner_id: str, limit: int = DEFAULT_LIMIT, cursor: str | None = None
+) -> Page[Upload]:
+    """A page of the owner's files, oldest first."""
+    return await keyset_page(
+        core.db, Upload.select().where(Upload.owner == owner_id), kind="file",
+        at=Upload.created_at, key=Upload.id, limit=limit, cursor=cursor,
+    )
 
 
 async def open_upload(core: Core, *, owner_id: str, file_id: str) -> tuple[Upload, BinaryIO]:

@@ -32,7 +32,9 @@ from orchestra.engine.language.validate import check_template as check_template_
 from orchestra.engine.log import Event
 from orchestra.engine.vocabulary import FINISHED, RunStatus, StepStatus
 from orchestra.errors import ConflictError, NotFoundError, PermissionDeniedError, ValidationError
+from orchestra.services.paging import DEFAULT_LIMIT, Page, keyset_page
 
+EVENTS_MAX = 1000  # events in one page of GET /run/{id}/events
 OPTION_FIELDS = ("input_schema", "limits", "output")  # template-level language options
 
 
@@ -152,12 +154,16 @@ async def create_template(
     return await _save_template(template, create=True)
 
 
-async def list_templates(core: Core, *, user_id: str) -> list[WorkflowTemplate]:
-    """The caller's templates and every shared one, oldest first."""
-    return await core.db.list(
-        WorkflowTemplate.select()
-        .where((WorkflowTemplate.owner == user_id) | (WorkflowTemplate.shared == True))  # noqa: E712
-        .order_by(WorkflowTemplate.created_at, WorkflowTemplate.id)
+async def list_templates(
+    core: Core, *, user_id: str, limit: int = DEFAULT_LIMIT, cursor: str | None = None
+) -> Page[WorkflowTemplate]:
+    """A page of the caller's templates and every shared one, oldest first."""
+    query = WorkflowTemplate.select().where(
+        (WorkflowTemplate.owner == user_id) | (WorkflowTemplate.shared == True)  # noqa: E712
+    )
+    return await keyset_page(
+        core.db, query, kind="template", at=WorkflowTemplate.created_at, key=WorkflowTemplate.id,
+        limit=limit, cursor=cursor,
     )
 
 
@@ -278,15 +284,19 @@ async def start_run(
 
 
 async def list_runs(
-    core: Core, *, user_id: str, is_admin: bool, all_users: bool = False, limit: int = 100
-) -> list[WorkflowRun]:
-    """The caller's runs, newest first (`all_users`: everyone's, administrators only)."""
+    core: Core, *, user_id: str, is_admin: bool, all_users: bool = False,
+    limit: int = DEFAULT_LIMIT, cursor: str | None = None,
+) -> Page[WorkflowRun]:
+    """A page of the caller's runs, newest first (`all_users`: everyone's, administrators only)."""
     if all_users and not is_admin:
         raise PermissionDeniedError("Only an ADMINISTRATOR or above may list every user's runs.")
-    query = WorkflowRun.select().order_by(WorkflowRun.created_at.desc(), WorkflowRun.trace_id)
+    query = WorkflowRun.select()
     if not all_users:
         query = query.where(WorkflowRun.owner == user_id)
-    return await core.db.list(query.limit(limit))
+    return await keyset_page(
+        core.db, query, kind="run", at=WorkflowRun.created_at, key=WorkflowRun.trace_id,
+        limit=limit, cursor=cursor, newest_first=True,
+    )
 
 
 async def get_run(core: Core, *, user_id: str, is_admin: bool, trace_id: str) -> WorkflowRun:
@@ -426,7 +436,7 @@ async def retry_run(
     if from_step is not None and from_step not in ids:
         raise ValidationError.field("from_step", f"unknown step '{from_step}'; steps: {', '.join(ids)}")
     again = _descendants(old.steps, from_step) if from_step else set()
-    rows = {r.step_id: r for r in await core.db.list(RunStep.select().where(RunStep.run == old.trace_id))}
+    rows = {r.path or r.step_id: r for r in await core.db.list(RunStep.select().where(RunStep.run == old.trace_id))}
     async with core.db.atomic():
         run = await WorkflowRun.acreate(
             owner=old.owner_id, template=old.template_id, template_name=old.template_name,
@@ -446,7 +456,24 @@ async def retry_run(
             else:
                 new_rows.append({"run": run.trace_id, "step_id": sid, "path": sid,
                                  "status": StepStatus.PENDING})
-        if new_rows:
+        reruns = {r["step_id"] for r in new_rows if r["status"] == StepStatus.PENDING} - again
+        for path, row in rows.items():  # SPEC §8: a step that runs again reuses its finished items and iterations
+            if path in ids or row.status != StepStatus.SUCCEEDED:
+                continue
+            try:
+                top = instances.parse(path)[0].step_id
+            except ValueError:
+                continue
+            if top in reruns:
+                new_rows.append({
+                    "run": run.trace_id, "step_id": row.step_id, "path": path, "status": StepStatus.SUCCEEDED,
+                    "reused": True, "attempt": row.attempt, "output": row.output,
+                    "output_value": row.output_value, "usage": row.usage,
+                    "started_at": row.started_at, "finished_at": row.finished_at,
+                })
+        if new_rows:  # insert_many takes its columns from the first row: give every row all of them
+            new_rows = [{"reused": False, "attempt": 1, "output": None, "output_value": None, "usage": None,
+                         "started_at": None, "finished_at": None, **row} for row in new_rows]
             await core.db.aexecute(RunStep.insert_many(new_rows))
     await core.engine.submit(run.trace_id)
     return run
@@ -468,8 +495,13 @@ async def open_stream(
 
 
 async def list_events(
-    core: Core, *, user_id: str, is_admin: bool, trace_id: str, after: int = 0
-) -> list[Event]:
-    """The stored events of a run after `after` (a JSON alternative to the stream)."""
+    core: Core, *, user_id: str, is_admin: bool, trace_id: str, after: int = 0,
+    limit: int = EVENTS_MAX,
+) -> tuple[list[Event], int | None]:
+    """Up to `limit` stored events of a run after `after` (a JSON alternative to the
+    stream), and the `after` of the next page (None when these were the last)."""
     await get_run(core, user_id=user_id, is_admin=is_admin, trace_id=trace_id)
-    return await core.engine.log.stored(trace_id, after=after)
+    events = await core.engine.log.stored(trace_id, after=after, limit=limit + 1)
+    if len(events) <= limit:
+        return events, None
+    return events[:limit], events[limit - 1].seq

@@ -7,7 +7,8 @@ encoding, so the real OpenAI SDK and `OpenAICompatClient` run against it unchang
 Tests queue scripted replies (text, tool calls, HTTP errors, a stream cut mid-way);
 with nothing queued it answers deterministically: `echo` mode replies
 "Echo: <last user message>", `assistant` mode also calls `calculator` when offered and
-asked for a calculation. A request with `response_format` `json_schema` (structured
+asked for a calculation, and an offered MCP tool the prompt names (`demo.echo`). A
+request with `response_format` `json_schema` (structured
 output) is answered with a small value of that schema (`schema_instance`: the enum value
 the prompt mentions, `true` for booleans, …); `script_json` queues a chosen (or wrong) one. Every request is recorded. Run standalone with
 `python -m orchestra.testing.fake_llm --port 9999`.
@@ -113,7 +114,8 @@ _CALCULATION = re.compile(r"[-+(]*\d[\d.\s]*(?:[-+*/^%×÷]+[\s(]*[\d.]+[\s)]*)+
 
 
 def _friendly_reply(body: dict[str, Any]) -> ScriptedReply:
-    """`assistant` mode: call `calculator` for a calculation, else reply in words."""
+    """`assistant` mode: call `calculator` for a calculation, or an MCP tool the prompt
+    names (its required arguments filled from the prompt), else reply in words."""
     messages = body.get("messages") or []
     tools = {t.get("function", {}).get("name") for t in body.get("tools") or []}
     last = messages[-1] if messages else {}
@@ -126,7 +128,20 @@ def _friendly_reply(body: dict[str, Any]) -> ScriptedReply:
         expression = match.group(0).strip().replace("×", "*").replace("÷", "/")
         call = ("calculator", {"expression": expression})
         return ScriptedReply(kind="tool_calls", tool_calls=[call])
+    for tool in body.get("tools") or []:  # an MCP tool the prompt names, e.g. "demo.echo"
+        function = tool.get("function", {})
+        wire = function.get("name") or ""
+        catalog = _MCP_WIRE.sub("", wire).replace("__", ".", 1)
+        if "." in catalog and catalog in prompt:
+            schema = function.get("parameters") or {}
+            kinds = {"string": prompt[:200], "number": 1, "integer": 1, "boolean": True}
+            args = {key: kinds.get((schema.get("properties") or {}).get(key, {}).get("type"), prompt[:200])
+                    for key in schema.get("required", [])}
+            return ScriptedReply(kind="tool_calls", tool_calls=[(wire, args)])
     return ScriptedReply(text=f'Here is a short answer to "{prompt[:200]}": done.')
+
+
+_MCP_WIRE = re.compile(r"_[0-9a-f]{6}$")  # the hash orchestra appends to an MCP tool's name
 
 
 def requested_schema(body: dict[str, Any]) -> dict[str, Any] | None:

@@ -11,6 +11,7 @@ from sanic import Sanic
 from sanic_ext import Config
 
 from orchestra.core import Core
+from orchestra.services.retention import RetentionTimer
 from orchestra.db.database import end_task_store_work, release_connection
 from orchestra.services.uploads import sweep_stray_files
 from orchestra.settings import Settings
@@ -119,9 +120,14 @@ def create_app(settings: Settings | None = None, *, name: str | None = None) -> 
         # The engine listens for signals, resumes runs left without a live owner, and
         # claims queued ones from now on.
         await app.ctx.core.engine.start()
+        # Retention: ended runs past ORCHESTRA_RUN_RETENTION_DAYS and expired refresh
+        # tokens, now and hourly (services/retention.py).
+        app.ctx.retention = RetentionTimer(app.ctx.core)
+        app.ctx.retention.start()
 
     @app.before_server_stop
     async def hand_back_runs(app: Sanic) -> None:
+        await app.ctx.retention.stop()
         # Stop claiming, let in-flight steps finish for the grace period, then hand the
         # runs back so another process goes on at once (before streams are closed).
         await app.ctx.core.engine.stop()

@@ -7,6 +7,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from tests.conftest import free_port
 
 
@@ -95,6 +97,7 @@ def test_a_home_that_cannot_be_used_names_orchestra_home(tmp_path):
     assert "ORCHESTRA_HOME" in done.stderr
 
 
+@pytest.mark.e2e
 def test_listening_is_announced_only_once_the_port_is_bound(tmp_path):
     port = free_port()
     log = tmp_path / "serve.log"

@@ -207,6 +207,7 @@ def test_bad_token_is_refused_readably(world):
     assert len(done.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.e2e
 def test_expired_access_token_is_refreshed_and_kept(llm, tmp_path):
     server = ServerProcess(tmp_path / "srv", env={"ORCHESTRA_ACCESS_TTL": "1"}).start()
     try:

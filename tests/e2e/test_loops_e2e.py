@@ -128,6 +128,22 @@ def test_foreach_max_concurrency_bounds_items_in_flight(world):
                 open_items.discard(data["path"])
             most = max(most, len(open_items))
     assert most == 2
+    default = world.template([{"id": "m", "foreach": {"items": "input"},  # max_concurrency: 4
+                               "agent": world.worker, "prompt": "{{item}} is a word of several parts"}],
+                             **LIST_INPUT)
+    assert most_in_flight(world.events(world.run(default, list("abcde")))) == 4  # at most 5 items here
+
+
+def most_in_flight(events) -> int:
+    open_items, most = set(), 0
+    for _, kind, data in events:
+        if data.get("path", "").startswith("m["):
+            if kind == "step_started":
+                open_items.add(data["path"])
+            elif kind in ("step_finished", "step_failed"):
+                open_items.discard(data["path"])
+            most = max(most, len(open_items))
+    return most
 
 
 def test_foreach_on_error_continue_gives_null_for_the_failed_item(world):
@@ -313,3 +329,64 @@ def test_save_time_rules(world):
     problems = world.refused([level])
     assert any("three levels" in p["problem"] for p in problems), problems
     world.template([level["steps"][0]])  # three levels are fine
+
+
+def example(world: World, name: str) -> str:
+    """An examples/templates file as examples/README.md uses it: WORKER_ID replaced."""
+    import json
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "examples" / "templates" / name).read_text()
+    body = json.loads(text.replace("WORKER_ID", world.worker["worker"]))
+    made = world.http.post("/workflow/template", json=body)
+    assert made.status_code == 201, made.text
+    return made.json()["template_id"]
+
+
+def test_the_two_examples_run_on_the_fake_model(world):
+    research = example(world, "research_each_topic.json")
+    events = world.events(world.run(research, {"topics": ["owls", "moss", "tides", "bees"]}))
+    assert events[-1][1] == "run_finished", events[-1]
+    findings = by_path(events, "step_finished")["research"]["output"]
+    assert findings == [f"Echo: Research topic {n}: {t}. Answer in two sentences."
+                        for n, t in enumerate(["owls", "moss", "tides", "bees"])]
+    assert events[-1][2]["output"].startswith("Echo: Summarise these 4 findings")
+
+    review = example(world, "review_until_approved.json")
+    trace = world.run(review, "tea")
+    answers = iter(["more detail, please", "Approve"])
+    with world.http.stream("GET", f"/workflow/sse/{trace}") as response:
+        frames = []
+        for frame in sse_frames(response):
+            frames.append(frame)
+            if frame[1] == "reply_requested":
+                sent = world.http.post(f"/workflow/reply/{trace}", json={
+                    "content": next(answers), "request_id": frame[2]["request_id"]})
+                assert sent.status_code == 200, sent.text
+    assert frames[-1][1] == "run_finished", frames[-1]
+    started, finished = by_path(frames, "step_started"), by_path(frames, "step_finished")
+    assert "Feedback on the last draft: more detail, please" in started["improve#2.draft"]["prompt"]
+    assert finished["improve"]["iterations"] == 2 and finished["improve"]["exhausted"] is False
+    assert frames[-1][2]["output"] == finished["improve#2.draft"]["output"]
+
+
+def test_a_retried_run_reuses_the_items_that_succeeded(world):
+    world.fake.script(
+        ScriptedReply(text="first"),
+        ScriptedReply(kind="error", status=400, body={"error": {"message": "bad item", "type": "x"}}),
+    )
+    tid = world.template([{"id": "m", "foreach": {"items": "input", "max_concurrency": 1},
+                           "agent": world.worker, "prompt": "{{item}}"}], **LIST_INPUT)
+    failed = world.run(tid, ["x", "y", "z"])
+    assert world.events(failed)[-1][1] == "run_failed"
+    retried = world.http.post(f"/workflow/run/{failed}/retry")
+    assert retried.status_code == 202, retried.text
+    trace = retried.json()["trace_id"]
+    events = world.events(trace)
+    assert events[-1][1] == "run_finished", events[-1]
+    assert events[-1][2]["output"] == ["first", "Echo: y", "Echo: z"]
+    assert world.prompts() == Counter({"x": 1, "y": 2, "z": 1})  # x is reused, never called again
+    assert "m[0]" not in by_path(events, "step_started")
+    rows = {s["path"]: s for s in world.detail(trace)["steps"]}
+    assert rows["m[0]"]["reused"] is True and rows["m[0]"]["output"] == "first"
+    assert rows["m[1]"]["reused"] is False and rows["m"]["reused"] is False

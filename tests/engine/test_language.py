@@ -207,3 +207,11 @@ def test_run_output_defaults_to_the_last_step():
     states = {"a": {"output": {"n": 2}, "status": "succeeded"}, "b": {"output": "text", "status": "succeeded"}}
     assert policies.run_output(None, steps, states, "x") == "text"
     assert policies.run_output({"output": "steps.a.output.n * 2"}, steps, states, "x") == 4
+
+
+def test_nested_comprehensions_are_refused_on_save():
+    _, problems = ex.check("input.a.map(x, input.a.map(y, x + y))")
+    assert "inside another is not allowed" in problems[0]
+    assert ex.check("input.a.map(x, x * 2).filter(y, y > 2)") == (ex.compile_expression(
+        "input.a.map(x, x * 2).filter(y, y > 2)"), [])  # chained, not nested: linear
+    assert ex.check("input.a.exists(x, x == '.map(')")[1] == []  # inside a string literal

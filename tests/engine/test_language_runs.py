@@ -13,6 +13,12 @@ from orchestra.services import workflows as wf
 from tests.engine.test_engine import events, kinds, setup_agent, steps_of, wait_status, worker_step
 from tests.fakes.fake_llm import FakeLLM, fake_llm  # noqa: F401 - fixture
 
+@pytest.fixture
+def database_url(both_stores: str) -> str:
+    """Every rule on SQLite and on PostgreSQL (skipped without ORCHESTRA_TEST_POSTGRES_URL)."""
+    return both_stores
+
+
 VERDICT = {"type": "object", "required": ["approved"],
            "properties": {"approved": {"type": "boolean"}, "notes": {"type": "string"}}}
 

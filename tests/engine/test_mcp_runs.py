@@ -1,6 +1,6 @@
-"""MCP tools in real runs: a worker calls tools of a real streamable-HTTP MCP server (the
-SDK's server side, in a child process on loopback) and of a stdio server installed from
-PyPI (`mcp-server-time`), on the fake model. SPEC §9."""
+"""MCP tools in real runs, on SQLite and PostgreSQL: a worker calls tools of a real
+streamable-HTTP MCP server (the SDK's server side, in a child process on loopback) and of
+a stdio server installed from PyPI (`mcp-server-time`), on the fake model. SPEC §9."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ import asyncio
 import sys
 
 import pytest
+
+from orchestra.db.models import WorkflowRun
 
 from orchestra.engine.tools import wire_name
 from orchestra.services import mcp as mcp_service
@@ -23,6 +25,11 @@ from tests.fakes.fake_llm import FakeLLM, fake_llm  # noqa: F401 - fixture
 from tests.fakes.fake_mcp import FakeMcpProcess, fake_mcp  # noqa: F401 - fixture
 
 PYTHON = sys.executable
+
+
+@pytest.fixture
+def database_url(both_stores):
+    return both_stores
 
 
 @pytest.fixture
@@ -188,3 +195,75 @@ async def test_a_stdio_server_from_pypi_in_a_run(core, fake_llm):
     assert run.status == "succeeded", run.error
     out = results(await events(core, trace_id))
     assert '"timezone": "Europe/Paris"' in out[0]["result"] or '"timezone":"Europe/Paris"' in out[0]["result"]
+
+
+async def test_the_assistant_fake_calls_an_mcp_tool_its_prompt_names(core, fake_mcp):
+    """What examples/README.md shows: the fake model in `assistant` mode calls the MCP tool
+    a step's prompt names, and answers with its result."""
+    await http_server(core, fake_mcp, name="demo")
+    with FakeLLM(behavior="assistant") as llm:
+        who = await setup_agent(core, llm, tools=("calculator", "demo.echo"))
+        trace_id = await start(core, who, [worker_step(who, prompt="Use demo.echo on {{input}}")],
+                               input="the moon")
+        run = await wait_status(core, trace_id, "succeeded", "failed")
+    assert run.status == "succeeded", run.error
+    evs = await events(core, trace_id)
+    call = next(e.data for e in evs if e.kind == "tool_call")
+    assert call["name"] == "demo.echo" and call["arguments"] == {"text": "Use demo.echo on the moon"}
+    assert results(evs)[0]["result"] == "Use demo.echo on the moon"
+    assert "Use demo.echo on the moon" in (await steps_of(core, trace_id))["a"].output
+
+
+async def test_hand_back_closes_the_sessions_and_the_resumed_run_opens_its_own(core, fake_llm, fake_mcp):
+    """SIGTERM's hand-back closes the run's MCP sessions; whoever resumes the run (here a
+    new engine on the same store, as after a restart) opens a session of its own."""
+    await http_server(core, fake_mcp)
+    who = await setup_agent(core, fake_llm, tools=("fake.echo", "ask_user"))
+    fake_llm.script_tool_call(wire_name("fake.echo"), {"text": "before"})
+    fake_llm.script_tool_call("ask_user", {"question": "Go on?"})
+    trace_id = await start(core, who, [worker_step(who)])
+    await wait_status(core, trace_id, "waiting_reply")
+    sessions = core.engine.runs[trace_id].mcp
+    assert sessions.opened == 1 and not sessions.closed
+    before = fake_mcp.stats()["connects"]
+    await core.engine.stop(grace=0.2)
+    assert sessions.closed and not sessions._sessions
+    assert (await WorkflowRun.aget(WorkflowRun.trace_id == trace_id)).owner_process is None
+    # the next engine resumes the run: the step starts again and calls the tool again
+    stopped = core.extras.pop("engine")
+    core.extras["on_close"] = [hook for hook in core.extras.get("on_close", [])
+                               if getattr(hook, "__self__", None) is not stopped]
+    fake_llm.script_tool_call(wire_name("fake.echo"), {"text": "after"})
+    fake_llm.script_text("Resumed.")
+    await core.engine.start()
+    run = await wait_status(core, trace_id, "succeeded", "failed", timeout=20)
+    assert run.status == "succeeded", run.error
+    assert fake_mcp.stats()["connects"] == before + 1
+    echoes = [r["result"] for r in results(await events(core, trace_id)) if r["name"] == "fake.echo"]
+    assert echoes == ["before", "after"]
+
+
+async def test_runs_waiting_on_mcp_calls_hold_no_store_connection(core, fake_llm, fake_mcp):
+    """More runs than the pool has connections (8) wait on a hanging MCP tool at once; the
+    store still answers other work meanwhile, which it could not if each waiting run held
+    a pooled connection (a read would wait for the pool's timeout and fail)."""
+    await http_server(core, fake_mcp, timeout=120)
+    who = await setup_agent(core, fake_llm, tools=("fake.hang",))
+    runs = 10
+    for _ in range(runs):
+        fake_llm.script_tool_call(wire_name("fake.hang"), {"seconds": 60})
+    traces = [await start(core, who, [worker_step(who)]) for _ in range(runs)]
+    for _ in range(1500):  # every run is inside its call
+        if fake_mcp.stats()["calls"] == runs:
+            break
+        await asyncio.sleep(0.02)
+    assert fake_mcp.stats()["calls"] == runs
+
+    async def read() -> int:
+        return len(await core.db.list(WorkflowRun.select().where(WorkflowRun.trace_id.in_(traces))))
+
+    assert await asyncio.wait_for(asyncio.gather(*(read() for _ in range(12))), timeout=30) == [runs] * 12
+    for trace_id in traces:
+        await core.engine.cancel(trace_id)
+    for trace_id in traces:
+        assert (await wait_status(core, trace_id, "cancelled", timeout=20)).status == "cancelled"

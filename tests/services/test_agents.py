@@ -119,8 +119,8 @@ async def test_worker_rules(core, owner, provider):
     assert {d["field"] for d in info.value.detail} == {"tools.0", "bound_skill"}
     with pytest.raises(ValidationError):
         await agents.update_worker(core, owner_id=owner.id, worker_id=worker.id, owner="x")
-    assert [w.id for w in await agents.list_workers(core, owner_id=owner.id)] == [worker.id]
-    assert await agents.list_workers(core, owner_id=other.id) == []
+    assert [w.id for w in (await agents.list_workers(core, owner_id=owner.id)).rows] == [worker.id]
+    assert (await agents.list_workers(core, owner_id=other.id)).rows == []
 
 
 async def test_skill_rules(core, owner, provider):

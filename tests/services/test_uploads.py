@@ -195,8 +195,8 @@ async def test_read_text_delete_and_ownership(core, owner):
         for odd in ("a\x00b", "x" * 500, ""):  # never a store error, on PostgreSQL too
             with pytest.raises(NotFoundError):
                 await call(core, owner_id=owner, file_id=odd)
-    assert [u.id for u in await uploads.list_uploads(core, owner_id=other)] == []
-    assert [u.id for u in await uploads.list_uploads(core, owner_id=owner)] == [stored.id]
+    assert [u.id for u in (await uploads.list_uploads(core, owner_id=other)).rows] == []
+    assert [u.id for u in (await uploads.list_uploads(core, owner_id=owner)).rows] == [stored.id]
 
     await uploads.delete_upload(core, owner_id=owner, file_id=stored.id)
     assert files_on_disk(core, owner) == []

@@ -121,7 +121,7 @@ async def test_sharing_and_visibility(core, world):
         await wf.get_template(core, template_id=private.id, **bob)
     with pytest.raises(PermissionDeniedError):
         await wf.delete_template(core, template_id=shared.id, **bob)
-    listed = {t.id for t in await wf.list_templates(core, user_id=world["bob"])}
+    listed = {t.id for t in (await wf.list_templates(core, user_id=world["bob"])).rows}
     assert listed == {shared.id}
     with pytest.raises(ConflictError):
         await wf.create_template(core, owner_id=world["alice"], is_admin=False, name="P", steps=human)
@@ -153,5 +153,5 @@ async def test_runs_are_private_to_owner_and_admins(core, world):
                            files=["not-an-upload"])
     with pytest.raises(PermissionDeniedError):
         await wf.list_runs(core, user_id=world["bob"], is_admin=False, all_users=True)
-    assert [r.trace_id for r in await wf.list_runs(core, user_id=world["alice"], is_admin=False)] == [run.trace_id]
+    assert [r.trace_id for r in (await wf.list_runs(core, user_id=world["alice"], is_admin=False)).rows] == [run.trace_id]
     await wf.cancel_run(core, user_id=world["alice"], is_admin=False, trace_id=run.trace_id)

@@ -118,12 +118,34 @@ def compile_expression(source: str) -> Compiled:
     )
 
 
+_MACRO_CALL = re.compile(r"\.\s*(?:all|exists|exists_one|map|filter)\s*\(")
+
+
+def nested_comprehension(source: str) -> bool:
+    """Whether a comprehension (all, exists, exists_one, map, filter) sits inside another:
+    over lists as large as a run's input that is quadratic work on the event loop, so the
+    language allows one level (linear) only."""
+    code = _STRINGS.sub('""', source)
+    for match in _MACRO_CALL.finditer(code):
+        depth, i = 1, match.end()
+        while i < len(code) and depth:
+            depth += {"(": 1, ")": -1}.get(code[i], 0)
+            i += 1
+        if _MACRO_CALL.search(code, match.end(), i):
+            return True
+    return False
+
+
 def check(source: str, *, allowed: frozenset[str] = VARIABLES) -> tuple[Compiled | None, list[str]]:
-    """Save-time problems of one expression: parse errors, length, unknown variables."""
+    """Save-time problems of one expression: parse errors, length, unknown variables,
+    nested comprehensions."""
     try:
         compiled = compile_expression(source)
     except ExpressionError as exc:
         return None, [str(exc)]
+    if nested_comprehension(source):
+        return compiled, [f"expression `{source[:120]}`: a comprehension (map, filter, all, "
+                          "exists, exists_one) inside another is not allowed (quadratic work)"]
     unknown = sorted(compiled.variables - allowed)
     problems = [
         f"expression `{source[:120]}`: unknown variable '{name}'; known: {', '.join(sorted(allowed))}"

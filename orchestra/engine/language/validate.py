@@ -384,7 +384,7 @@ def _check_expression(source: str, where: str, visible: set[str], ids: set[str],
         refs: tuple[str, ...] = (legacy.group(1),) if legacy.group(1) else ()
     else:
         compiled, problems = expressions.check(source, allowed=allowed)
-        if placeholder and compiled is not None and problems:
+        if placeholder and compiled is not None and problems and "unknown variable" in problems[0]:
             problems = [
                 f"unknown placeholder {{{{{source}}}}}; use {{{{input}}}}, {{{{steps.<id>.output}}}} "
                 "or a CEL expression over "

@@ -45,6 +45,10 @@ class Success(Shape):
     message: Literal["success"]
 
 
+def NextCursor() -> Any:  # noqa: N802 - reads as the field's type
+    return Field(description="Pass as ?cursor= for the next page; null on the last page.")
+
+
 # --- auth --------------------------------------------------------------------------------
 
 
@@ -196,6 +200,7 @@ class Worker(Success, WorkerView):
 
 class WorkerList(Success):
     workers: list[WorkerView]
+    next_cursor: str | None = NextCursor()
 
 
 class NodeView(Shape):
@@ -242,6 +247,7 @@ class Uploaded(Success):
 
 class FileList(Success):
     files: list[StoredFile]
+    next_cursor: str | None = NextCursor()
 
 
 class UploadForm(BaseModel):
@@ -276,6 +282,7 @@ class Template(Success):
 
 class TemplateList(Success):
     templates: list[TemplateView]
+    next_cursor: str | None = NextCursor()
 
 
 class Problem(Shape):
@@ -316,6 +323,7 @@ class RunSummary(Shape):
 
 class RunList(Success):
     runs: list[RunSummary]
+    next_cursor: str | None = NextCursor()
 
 
 class Usage(Shape):
@@ -369,6 +377,8 @@ class StoredEvent(Shape):
 
 class EventList(Success):
     events: list[StoredEvent]
+    next_after: int | None = Field(
+        description="Pass as ?after= for the next page; null when no more events are stored yet.", ge=1)
 
 
 class Cancelled(Success):

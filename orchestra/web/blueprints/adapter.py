@@ -21,6 +21,7 @@ from orchestra.services.roles import Role
 from orchestra.web.apidoc import models as out
 from orchestra.web.apidoc.operation import Link, documented
 from orchestra.web.auth import protected
+from orchestra.web.paging import PAGE_ERRORS, page_args, page_params
 from orchestra.web.responses import SUCCESS
 
 bp = Blueprint("adapter", url_prefix="/adapter")
@@ -94,13 +95,21 @@ async def upload(request: Request):
 
 
 @bp.get(PATH)
-@documented("List your files, oldest first", response=out.FileList)
+@documented(
+    "List your files, oldest first (paged)", response=out.FileList,
+    errors={422: PAGE_ERRORS}, params=page_params("files"),
+)
 @protected(Role.USER)
 async def list_files(request: Request):
-    files = await upload_service.list_uploads(
-        request.app.ctx.core, owner_id=request.ctx.principal.user_id
+    limit, cursor = page_args(request)
+    page = await upload_service.list_uploads(
+        request.app.ctx.core, owner_id=request.ctx.principal.user_id, limit=limit, cursor=cursor
     )
-    return json({"message": SUCCESS, "files": [upload_service.describe(f) for f in files]})
+    return json({
+        "message": SUCCESS,
+        "files": [upload_service.describe(f) for f in page.rows],
+        "next_cursor": page.next_cursor,
+    })
 
 
 @bp.get(f"{PATH}/<file_id:str>")

@@ -12,6 +12,7 @@ from orchestra.web.apidoc import models as out
 from orchestra.web.apidoc.operation import Link, documented
 from orchestra.web.apidoc.rules import model_rule, name_rule, rule, text_rule
 from orchestra.web.auth import protected
+from orchestra.web.paging import PAGE_ERRORS, page_args, page_params
 from orchestra.web.responses import SUCCESS
 from orchestra.web.validation import Body, ClosedBody, parse_body
 
@@ -101,12 +102,22 @@ async def create_worker(request: Request):
 
 
 @bp.get("/worker")
-@documented("List your workers", response=out.WorkerList)
+@documented(
+    "List your workers, oldest first (paged)", response=out.WorkerList,
+    errors={422: PAGE_ERRORS}, params=page_params("workers"),
+)
 @protected(Role.USER)
 async def list_workers(request: Request):
     core = request.app.ctx.core
-    rows = await agents.list_workers(core, owner_id=request.ctx.principal.user_id)
-    return json({"message": SUCCESS, "workers": await agents.worker_views(core, rows)})
+    limit, cursor = page_args(request)
+    page = await agents.list_workers(
+        core, owner_id=request.ctx.principal.user_id, limit=limit, cursor=cursor
+    )
+    return json({
+        "message": SUCCESS,
+        "workers": await agents.worker_views(core, page.rows),
+        "next_cursor": page.next_cursor,
+    })
 
 
 @bp.get("/worker/<worker_id:str>")

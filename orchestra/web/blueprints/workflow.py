@@ -18,6 +18,7 @@ from orchestra.web.apidoc.operation import Link, documented, header, query
 from orchestra.engine.language.model import EXPRESSION_MAX, Step, TemplateLimits
 from orchestra.web.apidoc.rules import NO_NUL, free_text, rule, stripped
 from orchestra.web.auth import protected
+from orchestra.web.paging import PAGE_ERRORS, count_arg, page_args, page_params
 from orchestra.web.responses import SUCCESS
 from orchestra.web.sse import parse_last_event_id, send_stream
 from orchestra.web.validation import Body, ClosedBody, parse_body
@@ -158,11 +159,21 @@ async def check_template(request: Request):
 
 
 @bp.get("/template")
-@documented("List your templates and the shared ones, oldest first", response=out.TemplateList)
+@documented(
+    "List your templates and the shared ones, oldest first (paged)", response=out.TemplateList,
+    errors={422: PAGE_ERRORS}, params=page_params("templates"),
+)
 @protected(Role.USER)
 async def list_templates(request: Request):
-    rows = await service.list_templates(request.app.ctx.core, user_id=request.ctx.principal.user_id)
-    return json({"message": SUCCESS, "templates": [service.template_view(t) for t in rows]})
+    limit, cursor = page_args(request)
+    page = await service.list_templates(
+        request.app.ctx.core, user_id=request.ctx.principal.user_id, limit=limit, cursor=cursor
+    )
+    return json({
+        "message": SUCCESS,
+        "templates": [service.template_view(t) for t in page.rows],
+        "next_cursor": page.next_cursor,
+    })
 
 
 @bp.get("/template/<template_id:str>")
@@ -241,25 +252,28 @@ async def start_run(request: Request):
 
 @bp.get("/run")
 @documented(
-    "List your runs, newest first", response=out.RunList,
+    "List your runs, newest first (paged)", response=out.RunList,
     errors={
         403: "PermissionDeniedError: all=true is for ADMINISTRATOR and above.",
-        422: "ValidationError: limit or all out of range.",
+        422: "ValidationError: limit or all out of range, or a cursor this list did not give.",
     },
     params=(
-        query("limit", "How many runs (default 100).", type="integer", minimum=1, maximum=1000),
+        *page_params("runs"),
         query("all", "Every user's runs (ADMINISTRATOR and above).", type="boolean"),
     ),
 )
 @protected(Role.USER)
 async def list_runs(request: Request):
-    raw_limit = request.args.get("limit") or "100"
-    if not raw_limit.isdigit() or not 1 <= int(raw_limit) <= 1000:
-        raise ValidationError.field("limit", "must be an integer from 1 to 1000")
-    runs = await service.list_runs(
-        request.app.ctx.core, all_users=_flag(request, "all"), limit=int(raw_limit), **_who(request)
+    limit, cursor = page_args(request)
+    page = await service.list_runs(
+        request.app.ctx.core, all_users=_flag(request, "all"), limit=limit, cursor=cursor,
+        **_who(request),
     )
-    return json({"message": SUCCESS, "runs": [service.run_summary(r) for r in runs]})
+    return json({
+        "message": SUCCESS,
+        "runs": [service.run_summary(r) for r in page.rows],
+        "next_cursor": page.next_cursor,
+    })
 
 
 @bp.get("/run/<trace_id:str>")
@@ -274,19 +288,24 @@ async def get_run(request: Request, trace_id: str):
 
 @bp.get("/run/<trace_id:str>/events")
 @documented(
-    "A run's stored events as JSON", response=out.EventList,
-    errors={422: "ValidationError: after is not a non-negative integer."},
-    params=(query("after", "Only events with a greater seq (default 0).", **_AFTER),),
+    "A run's stored events as JSON, oldest first (paged by seq)", response=out.EventList,
+    errors={422: "ValidationError: after is not a non-negative integer, or limit is out of range."},
+    params=(
+        query("after", "Only events with a greater seq (default 0): the next_after of the previous page.",
+              **_AFTER),
+        query("limit", f"At most this many events (default and maximum {service.EVENTS_MAX}).",
+              type="integer", minimum=1, maximum=service.EVENTS_MAX),
+    ),
 )
 @protected(Role.USER)
 async def list_events(request: Request, trace_id: str):
-    raw = (request.args.get("after") or "0").strip()
-    if not raw.isdigit() or len(raw) > 18:
-        raise ValidationError.field("after", "must be a non-negative integer")
-    events = await service.list_events(
-        request.app.ctx.core, trace_id=trace_id, after=min(int(raw), SEQ_MAX), **_who(request)
+    after = count_arg(request, "after", default=0, low=0, high=10**18 - 1)
+    limit = count_arg(request, "limit", default=service.EVENTS_MAX, low=1, high=service.EVENTS_MAX)
+    events, next_after = await service.list_events(
+        request.app.ctx.core, trace_id=trace_id, after=min(after, SEQ_MAX), limit=limit,
+        **_who(request),
     )
-    return json({"message": SUCCESS, "events": [e.as_dict() for e in events]})
+    return json({"message": SUCCESS, "events": [e.as_dict() for e in events], "next_after": next_after})
 
 
 @bp.post("/run/<trace_id:str>/retry")

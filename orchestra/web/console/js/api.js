@@ -175,6 +175,20 @@ export async function api(method, path, body) {
   return response.status === 204 ? {} : response.json();
 }
 
+/** Every item of a paged list (`GET path`, items under `key`), following `next_cursor`;
+ * resolves to `{ [key]: items }`, the shape of one unpaged answer. */
+export async function apiAll(path, key) {
+  const items = [];
+  let cursor = null;
+  do {
+    const sep = path.includes('?') ? '&' : '?';
+    const page = await api('GET', `${path}${sep}limit=1000${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`);
+    items.push(...page[key]);
+    cursor = page.next_cursor;
+  } while (cursor);
+  return { [key]: items };
+}
+
 /** Unauthenticated calls (register, login): same errors, no token. */
 export async function publicApi(method, path, body) {
   const response = await send(method, path, body);

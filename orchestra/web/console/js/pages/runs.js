@@ -1,6 +1,6 @@
 // Runs: start one (input, files uploaded with progress), and the run list with a filter.
 import { html, useState, useEffect } from '../html.js';
-import { api, upload, isAdmin } from '../api.js';
+import { api, apiAll, upload, isAdmin } from '../api.js';
 import { TextArea, Select, ErrorBox, useLoad, when, duration, StatusBadge, go, useId } from '../ui.js';
 
 const STATUSES = ['queued', 'running', 'waiting_reply', 'succeeded', 'failed', 'cancelled', 'interrupted'];
@@ -54,7 +54,7 @@ export function Runs({ query }) {
   const [status, setStatus] = useState('');
   const [text, setText] = useState('');
   const [runs, runsError, reload] = useLoad(() => api('GET', `/workflow/run?limit=200${all ? '&all=1' : ''}`), [all]);
-  const [templates, templatesError] = useLoad(() => api('GET', '/workflow/template'));
+  const [templates, templatesError] = useLoad(() => apiAll('/workflow/template', 'templates'));
   const filterId = useId('filter');
   const live = !!runs && runs.runs.some((r) => !r.finished_at);
   useEffect(() => {  // while a run is going, its row follows without a click on Refresh
@@ -89,5 +89,6 @@ export function Runs({ query }) {
         </tr>`)}
       </tbody>
     </table></div>
+    ${runs && runs.next_cursor && html`<p class="more">Showing the newest ${runs.runs.length} runs; older ones are listed by <code>orchestra workflow list runs --cursor ${runs.next_cursor}</code>.</p>`}
   </section>`;
 }

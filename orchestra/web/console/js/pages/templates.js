@@ -1,7 +1,7 @@
 // Templates: the list, and an editor with two faces (a step editor and raw JSON) that
 // shows every 422 problem next to the step and field it names, and the step graph.
 import { html, useState, useMemo } from '../html.js';
-import { api, isAdmin } from '../api.js';
+import { api, apiAll, isAdmin } from '../api.js';
 import { TextField, TextArea, Select, ErrorBox, Notice, useLoad, when, go, useId, ConfirmButton, setFlash, takeFlash, attempt } from '../ui.js';
 import { StepGraph, stages } from '../graph.js';
 
@@ -22,7 +22,7 @@ function StepsInStages({ steps }) {
 }
 
 export function Templates() {
-  const [data, error] = useLoad(() => api('GET', '/workflow/template'));
+  const [data, error] = useLoad(() => apiAll('/workflow/template', 'templates'));
   return html`<section>
     <h1>Templates</h1>
     <p><a class="button primary" href="#/templates/new">New template</a></p>
@@ -205,7 +205,7 @@ function missingWorkers(steps) {
 
 async function loadEditor(templateId) {
   const [workers, template] = await Promise.all([
-    api('GET', '/agent/worker'),
+    apiAll('/agent/worker', 'workers'),
     templateId === 'new' ? null : api('GET', `/workflow/template/${encodeURIComponent(templateId)}`),
   ]);
   return { workers: workers.workers, template: template && template.template };

@@ -1,7 +1,7 @@
 // Workers: the caller's own, created and edited with tools from /resource/tool, a skill,
 // a provider and a model. Administrators also manage skills and the system nodes.
 import { html, useState } from '../html.js';
-import { api, isAdmin } from '../api.js';
+import { api, apiAll, isAdmin } from '../api.js';
 import { TextField, TextArea, Select, ErrorBox, Notice, useLoad, problemsByField, ConfirmButton, attempt } from '../ui.js';
 import { NODE_TEXT } from './templates.js';
 
@@ -121,7 +121,7 @@ function NodeRow({ node, providers, onChanged }) {
 
 async function loadCatalog() {
   const [workers, providers, tools, skills, nodes] = await Promise.all([
-    api('GET', '/agent/worker'), api('GET', '/provider'), api('GET', '/resource/tool'),
+    apiAll('/agent/worker', 'workers'), api('GET', '/provider'), api('GET', '/resource/tool'),
     api('GET', '/resource/skill'), api('GET', '/agent/node'),
   ]);
   return { workers: workers.workers, providers: providers.providers, tools: tools.tools,

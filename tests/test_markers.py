@@ -1,0 +1,58 @@
+"""The fast loop and the strict CI (tests/conftest.py): a test that starts a server must
+be marked e2e, and with ORCHESTRA_TEST_REQUIRE_ALL=1 any skipped test fails the session."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+CONFTEST = Path(__file__).with_name("conftest.py")
+
+
+def run_pytest(folder: Path, body: str, **env: str) -> subprocess.CompletedProcess:
+    (folder / "tests").mkdir()
+    (folder / "tests" / "conftest.py").write_text(CONFTEST.read_text())
+    (folder / "tests" / "test_it.py").write_text(body)
+    (folder / "pytest.ini").write_text("[pytest]\npythonpath = .\nasyncio_default_fixture_loop_scope = function\nmarkers =\n    e2e: real servers\n")
+    environ = {k: v for k, v in os.environ.items() if k != "ORCHESTRA_TEST_REQUIRE_ALL"}
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"],
+        cwd=folder, env={**environ, **env}, capture_output=True, text=True, timeout=120,
+    )
+
+
+SKIPPING = "import pytest\n\ndef test_skips():\n    pytest.skip('no chromium here')\n\ndef test_runs():\n    pass\n"
+
+
+def test_a_skip_is_a_failure_when_every_family_is_required(tmp_path):
+    done = run_pytest(tmp_path, SKIPPING, ORCHESTRA_TEST_REQUIRE_ALL="1")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "test_it.py::test_skips: Skipped: no chromium here" in done.stderr
+
+
+def test_a_skip_is_only_reported_otherwise(tmp_path):
+    done = run_pytest(tmp_path, SKIPPING)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "1 passed, 1 skipped" in done.stdout
+
+
+@pytest.mark.parametrize(("mark", "expected"), [
+    ("", "starts a server: mark it @pytest.mark.e2e"),
+    ("@pytest.mark.e2e\n", "server exited early"),  # allowed to start; its bad setting stops it
+])
+def test_starting_a_server_needs_the_e2e_mark(tmp_path, mark, expected):
+    body = (
+        "import pytest\nfrom tests.conftest import ServerProcess\n\n"
+        f"{mark}def test_starts(tmp_path):\n"
+        "    server = ServerProcess(tmp_path / 'home', env={'ORCHESTRA_RATE_LIMIT_LOGIN': 'lots'})\n"
+        "    with pytest.raises(RuntimeError) as caught:\n"
+        "        server.start(timeout=60)\n"
+        f"    assert {expected!r} in str(caught.value)\n"
+    )
+    done = run_pytest(tmp_path, body)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "1 passed" in done.stdout
