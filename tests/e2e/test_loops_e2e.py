@@ -128,6 +128,22 @@ def test_foreach_max_concurrency_bounds_items_in_flight(world):
                 open_items.discard(data["path"])
             most = max(most, len(open_items))
     assert most == 2
+    default = world.template([{"id": "m", "foreach": {"items": "input"},  # max_concurrency: 4
+                               "agent": world.worker, "prompt": "{{item}} is a word of several parts"}],
+                             **LIST_INPUT)
+    assert most_in_flight(world.events(world.run(default, list("abcde")))) == 4  # at most 5 items here
+
+
+def most_in_flight(events) -> int:
+    open_items, most = set(), 0
+    for _, kind, data in events:
+        if data.get("path", "").startswith("m["):
+            if kind == "step_started":
+                open_items.add(data["path"])
+            elif kind in ("step_finished", "step_failed"):
+                open_items.discard(data["path"])
+            most = max(most, len(open_items))
+    return most
 
 
 def test_foreach_on_error_continue_gives_null_for_the_failed_item(world):

@@ -1,7 +1,6 @@
 """MCP tools in real runs, on SQLite and PostgreSQL: a worker calls tools of a real
-streamable-HTTP MCP server (the
-SDK's server side, in a child process on loopback) and of a stdio server installed from
-PyPI (`mcp-server-time`), on the fake model. SPEC §9."""
+streamable-HTTP MCP server (the SDK's server side, in a child process on loopback) and of
+a stdio server installed from PyPI (`mcp-server-time`), on the fake model. SPEC §9."""
 
 from __future__ import annotations
 
@@ -242,3 +241,29 @@ async def test_hand_back_closes_the_sessions_and_the_resumed_run_opens_its_own(c
     assert fake_mcp.stats()["connects"] == before + 1
     echoes = [r["result"] for r in results(await events(core, trace_id)) if r["name"] == "fake.echo"]
     assert echoes == ["before", "after"]
+
+
+async def test_runs_waiting_on_mcp_calls_hold_no_store_connection(core, fake_llm, fake_mcp):
+    """More runs than the pool has connections (8) wait on a hanging MCP tool at once; the
+    store still answers other work meanwhile, which it could not if each waiting run held
+    a pooled connection (a read would wait for the pool's timeout and fail)."""
+    await http_server(core, fake_mcp, timeout=120)
+    who = await setup_agent(core, fake_llm, tools=("fake.hang",))
+    runs = 10
+    for _ in range(runs):
+        fake_llm.script_tool_call(wire_name("fake.hang"), {"seconds": 60})
+    traces = [await start(core, who, [worker_step(who)]) for _ in range(runs)]
+    for _ in range(1500):  # every run is inside its call
+        if fake_mcp.stats()["calls"] == runs:
+            break
+        await asyncio.sleep(0.02)
+    assert fake_mcp.stats()["calls"] == runs
+
+    async def read() -> int:
+        return len(await core.db.list(WorkflowRun.select().where(WorkflowRun.trace_id.in_(traces))))
+
+    assert await asyncio.wait_for(asyncio.gather(*(read() for _ in range(12))), timeout=30) == [runs] * 12
+    for trace_id in traces:
+        await core.engine.cancel(trace_id)
+    for trace_id in traces:
+        assert (await wait_status(core, trace_id, "cancelled", timeout=20)).status == "cancelled"
