@@ -365,9 +365,14 @@ class Client:
                         if self._expired(response):
                             continue
                         raise APIError.from_response(response)
+                    planned_end = False
                     for sse in EventSource(response).iter_sse():
                         if sse.retry is not None:
                             delay = max(sse.retry / 1000.0, 0.0)
+                            # a data-less retry: the server's stream deadline, a planned end
+                            planned_end = not sse.data
+                            if planned_end:
+                                continue
                         event = _event(sse.id, sse.event, sse.data)
                         if event is None or (last is not None and event.seq <= last):
                             continue
@@ -382,6 +387,9 @@ class Client:
                         f"cannot reach the server at {self.server}: {_reason(exc)}") from None
                 reason = _reason(exc)
             else:
+                if planned_end:  # the server's stream deadline: resume at once, no failure
+                    time.sleep(delay)
+                    continue
                 reason = "the stream ended before the run did"
             failures += 1
             if failures > max_retries:

@@ -43,6 +43,7 @@ class Settings:
     schema_repairs: int = 2  # repair rounds of a structured answer that does not fit its schema
     sse_ping_seconds: float = 15.0
     sse_send_timeout: float = 30.0  # a stream reader that takes no bytes this long is closed
+    sse_max_seconds: float = 0.0  # a stream ends (to be resumed) after this long; 0: never
     run_lease_seconds: float = 15.0  # a run's owner renews its lease; past it, others take over
     run_max_attempts: int = 3  # claims of one run before it ends `interrupted`
     max_runs: int = 100  # runs one process executes at once; the rest wait `queued`
@@ -180,6 +181,9 @@ SETTING_DOCS: dict[str, SettingDoc] = {
     ),
     "sse_ping_seconds": SettingDoc("seconds between `: ping` comments on a quiet event stream"),
     "sse_send_timeout": SettingDoc("seconds a stream reader may take no bytes before it is disconnected"),
+    "sse_max_seconds": SettingDoc(
+        "an event stream ends after this many seconds with a `retry:` line, and the client resumes "
+        "it with `Last-Event-ID` (for proxies that cap connection lifetimes; `0`: never)"),
     "run_lease_seconds": SettingDoc("a run's owner renews its lease; when it dies, others take the run over after this"),
     "run_retention_days": SettingDoc(
         "runs that ended more than this many days ago are deleted with their steps and events, "

@@ -7,9 +7,9 @@ API key is stored only as SecretBox ciphertext plus a masked hint (`sk-…abcd`)
 from __future__ import annotations
 
 import asyncio
+import re
 import unicodedata
 from typing import Any
-from urllib.parse import urlparse
 
 from peewee import IntegrityError
 
@@ -68,21 +68,48 @@ def clean_model(value: str, field: str = "model_id") -> str:
     return model
 
 
+# The host of a base URL, stated exactly (the OpenAPI document publishes this pattern):
+# an IPv4 address, a bracketed IPv6 address, or an ASCII name of letters, digits, "-" and
+# "_" labels. A name that HTTP clients would read as a malformed IPv4 address (four runs of
+# digits) and labels reserved by IDNA ("ab--…", the xn-- form included) are refused:
+# the clients refuse them later (a 500 once), and international names are not supported.
+_OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])"
+_IPV4 = rf"{_OCTET}(?:\.{_OCTET}){{3}}"
+_H16 = r"[0-9A-Fa-f]{1,4}"
+_LS32 = rf"(?:{_H16}:{_H16}|{_IPV4})"
+_IPV6 = "(?:" + "|".join([  # RFC 3986's IPv6address
+    rf"(?:{_H16}:){{6}}{_LS32}",
+    rf"::(?:{_H16}:){{5}}{_LS32}",
+    rf"(?:{_H16})?::(?:{_H16}:){{4}}{_LS32}",
+    rf"(?:(?:{_H16}:){{0,1}}{_H16})?::(?:{_H16}:){{3}}{_LS32}",
+    rf"(?:(?:{_H16}:){{0,2}}{_H16})?::(?:{_H16}:){{2}}{_LS32}",
+    rf"(?:(?:{_H16}:){{0,3}}{_H16})?::{_H16}:{_LS32}",
+    rf"(?:(?:{_H16}:){{0,4}}{_H16})?::{_LS32}",
+    rf"(?:(?:{_H16}:){{0,5}}{_H16})?::{_H16}",
+    rf"(?:(?:{_H16}:){{0,6}}{_H16})?::",
+]) + ")"
+_LABEL = r"(?![A-Za-z0-9_]{2}--)[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
+_NOT_DOTTED_DIGITS = r"(?![0-9]+[^0-9][0-9]+[^0-9][0-9]+[^0-9][0-9]+(?:[:/?#\s]|$))"
+_NAME = rf"{_NOT_DOTTED_DIGITS}{_LABEL}(?:\.{_LABEL})*\.?"
+_PORT = r"(?:6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[0-9]{1,4})"
+_WS = r"[\s\u001c-\u001f\u0085]"
+_REST = r"[^\s\u0000-\u001f\u007f-\u009f]"
+BASE_URL_PATTERN = (
+    rf"^{_WS}*(?:[hH][tT][tT][pP][sS]?://(?:{_IPV4}(?=[:/?#]|{_WS}*$)|\[{_IPV6}\]|{_NAME})"
+    rf"(?::{_PORT})?(?:[/?#]{_REST}*)?)?{_WS}*$"
+)
+BASE_URL = re.compile(BASE_URL_PATTERN)
+
+
 def clean_base_url(value: str | None) -> str | None:
+    """A provider's base URL (None for blank): see BASE_URL_PATTERN; 422 otherwise."""
     if value is None or not value.strip():
         return None
-    url = value.strip()
-    try:
-        parsed = urlparse(url)
-        host = parsed.hostname
-        parsed.port  # noqa: B018 - raises for a port that is not a number from 0 to 65535
-    except ValueError:  # an unclosed IPv6 bracket, a bad port
-        parsed, host = None, None
-    # White space or control characters inside are no URL (HTTP clients refuse them later).
-    bad_char = any(ch.isspace() or unicodedata.category(ch)[0] == "C" for ch in url)
-    if len(url) > URL_MAX or bad_char or parsed is None or parsed.scheme not in ("http", "https") or not host:
-        raise ValidationError.field("base_url", "must be an http:// or https:// URL with a host")
-    return url.rstrip("/")
+    if len(value) > URL_MAX or BASE_URL.search(value) is None:
+        raise ValidationError.field(
+            "base_url", "must be an http:// or https:// URL whose host is an IP address or an "
+            "ASCII host name (letters, digits, - and _), with an optional port up to 65535")
+    return value.strip().rstrip("/")
 
 
 def clean_api_key(value: str | None) -> str | None:
@@ -297,6 +324,15 @@ async def check_provider(core: Core, *, provider_id: str) -> list[str]:
         raise ProviderError(
             f"Provider '{provider.name}' answered: {err.message}",
             detail={"provider_id": provider.id, "status": err.status, "provider_message": err.message},
+        ) from None
+    except Exception as err:  # a base_url stored before hosts were checked: InvalidURL of
+        # httpx or of the SDK's own HTTP package, or idna's ValueError
+        if not (isinstance(err, ValueError) or type(err).__name__ == "InvalidURL"):
+            raise
+        raise ProviderError(
+            f"Provider '{provider.name}' cannot be reached: its base_url is not a usable URL "
+            f"({err}); update the base_url.",
+            detail={"provider_id": provider.id, "status": None, "provider_message": str(err)},
         ) from None
     finally:
         if client is not None:

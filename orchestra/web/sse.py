@@ -25,6 +25,9 @@ from orchestra.web.sanic_stream import direct_writer, event_chunk
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 PING_FRAME = b": ping\n\n"
 HELLO_FRAME = b": connected\n\n"  # a comment: flushes the headers at once, ignored by readers
+# Sent when the stream's deadline (ORCHESTRA_SSE_MAX_SECONDS) ends it: no event, only a
+# reconnection delay, which tells a client the end was planned (resume at once).
+DEADLINE_FRAME = b"retry: 100\n\n"
 SEND_SLICE = 64 * 1024
 
 
@@ -33,9 +36,11 @@ class SlowReader(Exception):
 
 
 async def send_stream(
-    request: Request, trace_id: str, events: AsyncIterator[Event | None], *, send_timeout: float
+    request: Request, trace_id: str, events: AsyncIterator[Event | None], *, send_timeout: float,
+    max_seconds: float = 0.0,
 ) -> None:
-    """Write `events` (PING = keep-alive) as an event stream, ending after the last one."""
+    """Write `events` (PING = keep-alive) as an event stream, ending after the last one, or
+    after `max_seconds` (if not 0) with DEADLINE_FRAME."""
     response = await request.respond(
         status=200, headers=dict(SSE_HEADERS), content_type="text/event-stream; charset=utf-8"
     )
@@ -56,8 +61,14 @@ async def send_stream(
         write = direct_writer(request, response)
         if write is not None and hasattr(events, "sink"):
             events.sink = lambda event: write(event_chunk(trace_id, event))
-        async for item in events:
-            await send(PING_FRAME if item is PING else item.frame())
+        try:
+            async with asyncio.timeout(max_seconds or None):
+                async for item in events:
+                    await send(PING_FRAME if item is PING else item.frame())
+        except TimeoutError:
+            if hasattr(events, "sink"):
+                events.sink = None  # the feed writes no more live events to this socket
+            await send(DEADLINE_FRAME)
         await response.eof()
     except SlowReader:
         abort = getattr(request.transport, "abort", None)
@@ -71,14 +82,18 @@ async def send_stream(
 
 
 def parse_last_event_id(request: Request) -> int:
-    """`Last-Event-ID` header, else `?last_event_id=`; 0 when absent; 422 when not a count."""
+    """`Last-Event-ID` header, else `?last_event_id=`; 0 when absent; 422 when not a count.
+
+    An empty header is absent (a browser's EventSource sends none until it has an id); an
+    empty `?last_event_id=` is a 422, like any other value that is not a count."""
     from orchestra.errors import ValidationError
+    from orchestra.web.paging import raw_arg
 
     raw = request.headers.get("last-event-id")
     field = "Last-Event-ID"
     if raw is None or not raw.strip():
-        raw, field = request.args.get("last_event_id"), "last_event_id"
-    if raw is None or not str(raw).strip():
+        raw, field = raw_arg(request, "last_event_id"), "last_event_id"
+    if raw is None:
         return 0
     raw = str(raw).strip()
     if not (raw.isascii() and raw.isdigit()) or len(raw) > 18:  # "５" is a digit to isdigit()

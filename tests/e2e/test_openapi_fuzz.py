@@ -36,7 +36,9 @@ def fuzz_server(request, tmp_path):
     the store the test names: SQLite, or PostgreSQL when ORCHESTRA_TEST_POSTGRES_URL is set."""
     store = request.node.callspec.params["store"]
     database_url = request.getfixturevalue("postgres_url") if store == "postgres" else None
-    server = ServerProcess(tmp_path / "home", database_url=database_url).start()
+    # Streams end after 2 s (a run waiting for a reply would hold one until the request timeout).
+    server = ServerProcess(tmp_path / "home", database_url=database_url,
+                           env={"ORCHESTRA_SSE_MAX_SECONDS": "2"}).start()
     created = server.cli("user", "create", "root", "--role", "SUPER_ADMINISTRATOR", "--password-stdin",
                          input=PASSWORD + "\n")
     assert created.returncode == 0, created.stderr

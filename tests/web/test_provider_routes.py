@@ -76,6 +76,14 @@ async def test_gemini_is_422_naming_the_supported_kinds(client, admin):
         ({"base_url": "http://ho\x02st"}, "base_url"),  # a control character (was a 500 at check)
         ({"base_url": "http://a b"}, "base_url"),
         ({"base_url": "http://["}, "base_url"),
+        # hosts the HTTP clients refuse (each was a 500 at check): IDNA, malformed IPv4
+        ({"base_url": "http://xn--zz.com/v1"}, "base_url"),
+        ({"base_url": "http://\u0378.com"}, "base_url"),
+        ({"base_url": "http://a\u0300b.example"}, "base_url"),
+        ({"base_url": "http://999.1.1.1/v1"}, "base_url"),
+        ({"base_url": "http://1a2b3c4"}, "base_url"),
+        ({"base_url": "http://a..b"}, "base_url"),
+        ({"base_url": "http://[:::1]"}, "base_url"),
         ({"provider": None}, "provider"),
     ],
 )
@@ -198,3 +206,36 @@ async def test_check_of_an_unreachable_provider_is_502(client, admin):
     pid = (await register(client, admin, provider="ollama", base_url=url, api_key=None))["provider_id"]
     response = await client.post(f"{URL}/{pid}/check", headers=admin["headers"])
     assert response.status_code == 502 and response.json()["error"] == "ProviderError"
+
+
+@pytest.mark.parametrize("url", [
+    "http://127.0.0.1:9/v1", "https://api.example.com/v1", "http://[::1]:11434", "http://[2001:db8::1]/v1",
+    "HTTP://local_host:65535/x?y#z", "http://10.0.0.1.", "  http://host/v1/  ",
+])
+async def test_usable_base_urls_are_kept(client, admin, url):
+    import httpx
+
+    response = await client.post(URL, json=body(base_url=url), headers=admin["headers"])
+    assert response.status_code == 201, response.text
+    kept = response.json()["base_url"]
+    assert kept == url.strip().rstrip("/")
+    httpx.URL(kept)  # the HTTP clients read it
+
+
+async def test_update_to_an_unusable_host_is_422_and_keeps_the_old_url(client, admin):
+    pid = (await register(client, admin, provider="ollama", base_url="http://127.0.0.1:9/v1"))["provider_id"]
+    response = await client.put(f"{URL}/{pid}", json={"base_url": "http://xn--zz.com"}, headers=admin["headers"])
+    assert response.status_code == 422 and response.json()["detail"][0]["field"] == "base_url"
+    assert (await client.get(f"{URL}/{pid}", headers=admin["headers"])).json()["base_url"] == "http://127.0.0.1:9/v1"
+
+
+async def test_check_of_a_stored_unusable_host_is_502_not_500(client, admin):
+    """A base_url stored before hosts were checked: the check answers ProviderError."""
+    from orchestra.db.models import Provider
+
+    pid = (await register(client, admin, provider="ollama", base_url="http://127.0.0.1:9/v1"))["provider_id"]
+    await Provider.update(base_url="http://\u0378.com/v1").where(Provider.id == pid).aexecute()
+    client.app.ctx.core.extras.pop("providers", None)
+    response = await client.post(f"{URL}/{pid}/check", headers=admin["headers"])
+    assert response.status_code == 502, response.text
+    assert response.json()["error"] == "ProviderError"

@@ -114,3 +114,28 @@ async def test_an_orphaned_run_stream_shows_its_end(client, users):
     frames = parse(response.text)
     assert [f[1] for f in frames] == ["run_started", "run_failed"]
     assert frames[-1][2]["status"] == "interrupted"
+
+async def test_an_empty_last_event_id_query_is_422_and_an_empty_header_is_absent(client, finished):
+    alice, trace_id = finished
+    empty = await client.get(f"{API}/sse/{trace_id}?last_event_id=", headers=alice["headers"])
+    assert empty.status_code == 422, empty.text
+    assert empty.json()["detail"][0]["field"] == "last_event_id"
+    header = await client.get(f"{API}/sse/{trace_id}", headers={**alice["headers"], "Last-Event-ID": ""})
+    assert header.status_code == 200 and parse(header.text)[0][0] == 1
+
+
+@pytest.mark.parametrize("settings_overrides", [{"sse_max_seconds": 0.5}])
+async def test_a_stream_ends_at_its_deadline_with_a_retry_line(client, users, settings_overrides):
+    """A run waiting for a reply: the stream stops at ORCHESTRA_SSE_MAX_SECONDS, says
+    `retry:` and keeps the events it sent; the run goes on waiting."""
+    alice = await users.make("alice")
+    h = alice["headers"]
+    steps = [{"id": "h", "agent": {"human": True}, "prompt": "Name?"}]
+    tid = (await client.post(f"{API}/template", headers=h, json={"name": "t", "steps": steps})).json()["template_id"]
+    trace_id = (await client.post(f"{API}/run", headers=h, json={"template_id": tid})).json()["trace_id"]
+    response = await asyncio.wait_for(client.get(f"{API}/sse/{trace_id}", headers=h), 30)
+    assert response.status_code == 200
+    assert response.text.endswith("retry: 100\n\n")
+    kinds = [kind for _, kind, _ in parse(response.text.removesuffix("retry: 100\n\n"))]
+    assert kinds[0] == "run_started" and "run_finished" not in kinds
+    assert (await client.get(f"{API}/run/{trace_id}", headers=h)).json()["status"] in ("running", "waiting_reply")

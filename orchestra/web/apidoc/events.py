@@ -38,3 +38,37 @@ def stream_description() -> str:
         "events from its second attempt on carry `attempt` (a client resets that step's text).\n\n"
         "| kind | fields |\n|---|---|\n" + rows
     )
+
+
+def event_schema() -> dict:
+    """One event of the stream, as an SSE client parses it (`{event, id, data}`; comments
+    and the data-less `retry:` of a stream deadline are no events). `data` is the text of a
+    JSON object; `contentSchema` says which (OpenAPI 3.1 reads `schema` of an event stream
+    as the schema of each event)."""
+    return {
+        "type": "object",
+        "required": ["event", "id", "data"],
+        "properties": {
+            "event": {"type": "string", "enum": list(EVENT_FIELDS),
+                      "description": "The event kind (see the table above)."},
+            "id": {"type": "string", "pattern": "^[1-9][0-9]{0,17}$",
+                   "description": "The event's seq: send it back as Last-Event-ID to resume."},
+            "data": {
+                "type": "string",
+                "contentMediaType": "application/json",
+                "contentSchema": {
+                    "type": "object",
+                    "required": ["trace_id", "seq", "ts"],
+                    "properties": {
+                        "trace_id": {"type": "string"},
+                        "seq": {"type": "integer", "minimum": 1},
+                        "ts": {"type": "string", "format": "date-time"},
+                        "step_id": {"type": "string"},
+                    },
+                },
+                "pattern": r'^\{[\s\S]*"seq":',
+                "description": "A JSON object: trace_id, seq, ts (step_id for step events) and the kind's fields.",
+            },
+            "retry": {"type": "integer", "minimum": 0},
+        },
+    }

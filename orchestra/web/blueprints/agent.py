@@ -80,6 +80,7 @@ def _changes(body) -> dict:
 @bp.post("/worker")
 @documented(
     "Create one of your workers", body=WorkerBody, response=out.Worker, status=201,
+    errors={409: "ConflictError: you have a worker of that name (ignoring case and width)."},
     links={
         "Read": Link("agent.read_worker", {"worker_id": "$response.body#/worker_id"}),
         "Update": Link("agent.update_worker", {"worker_id": "$response.body#/worker_id"}),
@@ -133,7 +134,10 @@ async def read_worker(request: Request, worker_id: str):
 
 
 @bp.put("/worker/<worker_id:str>")
-@documented("Change one of your workers (only the fields sent)", body=WorkerUpdateBody, response=out.Worker)
+@documented(
+    "Change one of your workers (only the fields sent)", body=WorkerUpdateBody, response=out.Worker,
+    errors={409: "ConflictError: you have another worker of that name (ignoring case and width)."},
+)
 @protected(Role.USER)
 async def update_worker(request: Request, worker_id: str):
     body = parse_body(request, WorkerUpdateBody)

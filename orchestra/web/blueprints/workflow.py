@@ -13,7 +13,7 @@ from orchestra.observability import tracing
 from orchestra.services import workflows as service
 from orchestra.services.roles import Role
 from orchestra.web.apidoc import models as out
-from orchestra.web.apidoc.events import stream_description
+from orchestra.web.apidoc.events import event_schema, stream_description
 from orchestra.web.apidoc.operation import Link, documented, header, query
 from orchestra.engine.language.model import EXPRESSION_MAX, Step, TemplateLimits
 from orchestra.web.apidoc.rules import NO_NUL, free_text, rule, stripped
@@ -367,12 +367,13 @@ async def reply(request: Request, trace_id: str):
 @documented(
     "Follow a run's events (Server-Sent Events)",
     description=stream_description(),
-    response_content={"text/event-stream": {"schema": {"type": "string"}}},
+    response_content={"text/event-stream": {"schema": event_schema()}},
     extra_responses={204: "Last-Event-ID is already the terminal event: nothing more will come."},
     errors={422: "ValidationError: Last-Event-ID is not a non-negative integer."},
     params=(
-        header("Last-Event-ID", "Resume after this event seq.", **_AFTER),
-        query("last_event_id", "Resume after this seq, when the header cannot be set.", **_AFTER),
+        header("Last-Event-ID", "Resume after this event seq (empty: from the start).", **_AFTER),
+        query("last_event_id", "Resume after this seq, when the header cannot be set "
+              "(leave it out to start from the beginning: an empty value is a 422).", **_AFTER),
     ),
 )
 @protected(Role.USER, allow_query=True)
@@ -385,4 +386,5 @@ async def stream(request: Request, trace_id: str):
     events = core.engine.feeds.follow(
         trace_id, after=after, ping_every=core.settings.sse_ping_seconds
     )
-    await send_stream(request, trace_id, events, send_timeout=core.settings.sse_send_timeout)
+    await send_stream(request, trace_id, events, send_timeout=core.settings.sse_send_timeout,
+                      max_seconds=core.settings.sse_max_seconds)
