@@ -108,7 +108,12 @@ def _fill(path: str, ids: dict[str, str]) -> str:
 
 
 def _comparable(headers: httpx.Headers) -> dict[str, str]:
-    return {k: v for k, v in headers.items() if k not in {"connection", "keep-alive"}}
+    """The headers HEAD must share with GET: all but the per-connection ones and the
+    request id, which is new for every request (its presence is still compared)."""
+    kept = {k: v for k, v in headers.items() if k not in {"connection", "keep-alive"}}
+    if "x-request-id" in kept:
+        kept["x-request-id"] = "<present>"
+    return kept
 
 
 def _get_head(http: httpx.Client, url: str) -> tuple[httpx.Response, httpx.Response]:
@@ -141,6 +146,9 @@ def _world(server: ServerProcess) -> tuple[httpx.Client, dict[str, str]]:
     assert run.status_code == 202, run.text
     upload = http.post(f"{api}/adapter/client/upload", files={"file": ("a.txt", b"hello head", "text/plain")})
     assert upload.status_code == 201, upload.text
+    mcp = http.post(f"{api}/resource/mcp", json={"name": "m", "transport": "streamable_http",
+                                                 "url": "http://127.0.0.1:9/mcp", "timeout_seconds": 2})
+    assert mcp.status_code == 201, mcp.text
     ids = {
         "provider_id": provider.json()["provider_id"],
         "worker_id": worker.json()["worker_id"],
@@ -148,6 +156,7 @@ def _world(server: ServerProcess) -> tuple[httpx.Client, dict[str, str]]:
         "template_id": template.json()["template_id"],
         "trace_id": run.json()["trace_id"],  # waiting for a reply: its stream stays open
         "file_id": upload.json()["files"][0]["file_id"],
+        "server_id": mcp.json()["server_id"],
         "name": "planner",
         "user_id": admin["claims"]["sub"],
         "relative": "console.css",  # the web console's files
