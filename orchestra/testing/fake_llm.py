@@ -51,7 +51,9 @@ class ScriptedReply:
     sent verbatim (to script invalid JSON). `error` answers `status` with `body` and
     `headers`. `cut` sends `cut_after` chunks of the text and then drops the connection
     (or, with `clean_cut`, ends the HTTP body properly but without `finish_reason` and
-    `[DONE]`, as a misbehaving proxy might).
+    `[DONE]`, as a misbehaving proxy might). With `wait_for_requests` N the answer is
+    held until the fake has received N chat requests in all (at most 10 s; then it is
+    answered 400, which no client retries): a test of concurrency that needs no clock.
     """
 
     kind: ReplyKind = "text"
@@ -67,6 +69,7 @@ class ScriptedReply:
     clean_cut: bool = False
     finish_reason: str | None = None
     usage: tuple[int, int] | None = None
+    wait_for_requests: int = 0
 
 
 @dataclass
@@ -295,6 +298,9 @@ class _Handler(BaseHTTPRequestHandler):
         if not self._authorised():
             return
         reply = fake._next_reply(body)
+        if reply.wait_for_requests and not fake._await_requests(reply.wait_for_requests):
+            reply = ScriptedReply(kind="error", status=400, body={"error": {
+                "message": f"fake: fewer than {reply.wait_for_requests} requests arrived"}})
         fake._sleep(reply.initial_delay)
         try:
             if reply.kind == "error":
@@ -549,6 +555,7 @@ class FakeLLM:
         initial_delay: float = 0.0,
         finish_reason: str | None = None,
         usage: tuple[int, int] | None = None,
+        wait_for_requests: int = 0,
     ) -> FakeLLM:
         """Queue a text reply streamed in `chunks` pieces (None: one per word)."""
         return self.script(
@@ -559,6 +566,7 @@ class FakeLLM:
                 initial_delay=initial_delay,
                 finish_reason=finish_reason,
                 usage=usage,
+                wait_for_requests=wait_for_requests,
             )
         )
 
@@ -679,6 +687,14 @@ class FakeLLM:
             reply = _schema_reply(body, schema)
         reply.delay = self.chunk_delay
         return reply
+
+    def _await_requests(self, count: int, timeout: float = 10.0) -> bool:
+        """Wait until `count` chat requests were received; False past `timeout`."""
+        deadline = time.monotonic() + timeout
+        while len(self.chat_requests) < count:
+            if time.monotonic() > deadline or self._stopping.wait(0.01):
+                return False
+        return True
 
     def _sleep(self, seconds: float) -> None:
         if seconds > 0 and not self.zero_latency:
