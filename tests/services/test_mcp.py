@@ -63,10 +63,11 @@ async def test_delete_names_the_workers_of_every_user(core, fake_mcp):
     assert await McpServer.aget_or_none(McpServer.id == server.id) is not None
 
 
+@pytest.mark.parametrize("both_stores", ["postgres"], indirect=True)  # PostgreSQL only, never a skip
 async def test_a_changed_server_reaches_another_process(core, fake_mcp, database_url):
-    """On PostgreSQL, the trigger's `cache` hint drops another process's catalog at once."""
-    if not core.is_postgres:
-        pytest.skip("one process serves a SQLite store: its own writes drop its catalog")
+    """On PostgreSQL, the trigger's `cache` hint drops another process's catalog at once
+    (one process serves a SQLite store: its own writes drop its catalog)."""
+    assert core.is_postgres
     from orchestra.db.database import postgres_params
 
     other = dataclasses.replace(core, signals=PostgresSignals(postgres_params(database_url)), extras={})
