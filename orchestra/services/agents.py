@@ -7,9 +7,7 @@ agents only through `agent_cache(core)`, which every write here invalidates.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +15,7 @@ from peewee import IntegrityError
 
 from orchestra.core import Core
 from orchestra.db.models import Provider, Skill, SystemNode, Worker, iso, name_key, storable, utcnow
+from orchestra.db.snapshot import StoreSnapshot
 from orchestra.engine.tools import ToolRegistry, default_registry
 from orchestra.errors import ConflictError, NotFoundError, ValidationError
 from orchestra.services.paging import DEFAULT_LIMIT, Page, keyset_page
@@ -124,27 +123,23 @@ class AgentCache:
 
     def __init__(self, core: Core, *, max_age: float = 30.0) -> None:
         self._core = core
-        self._max_age = max_age
-        self._workers: dict[str, AgentConfig] = {}
-        self._nodes: dict[str, AgentConfig] = {}
-        self._loaded_at: float | None = None
-        self._generation = 0
-        self._lock: asyncio.Lock | None = None
+        self._snapshot: StoreSnapshot[tuple[dict[str, AgentConfig], dict[str, AgentConfig]]] = (
+            StoreSnapshot(self._read, ({}, {}), max_age=max_age)
+        )
 
     def invalidate(self) -> None:
         """Forget everything; the next lookup reads the store again."""
-        self._generation += 1
-        self._loaded_at = None
+        self._snapshot.invalidate()
 
     async def reload(self) -> dict[str, int]:
         """Drop the cached state and read it again; returns `{workers, nodes}` counts."""
         self.invalidate()
-        await self._ensure_loaded()
-        return {"workers": len(self._workers), "nodes": len(self._nodes)}
+        workers, nodes = await self._snapshot.current()
+        return {"workers": len(workers), "nodes": len(nodes)}
 
     async def worker(self, worker_id: str) -> AgentConfig | None:
-        await self._ensure_loaded()
-        config = self._workers.get(worker_id)
+        workers, _ = await self._snapshot.current()
+        config = workers.get(worker_id)
         if config is None and storable(worker_id):
             row = await Worker.aget_or_none(Worker.id == worker_id)
             if row is not None:
@@ -152,26 +147,12 @@ class AgentCache:
         return config
 
     async def node(self, name: str) -> AgentConfig | None:
-        await self._ensure_loaded()
-        return self._nodes.get(name)
+        _, nodes = await self._snapshot.current()
+        return nodes.get(name)
 
-    def _fresh(self) -> bool:
-        return self._loaded_at is not None and time.monotonic() - self._loaded_at < self._max_age
-
-    async def _ensure_loaded(self) -> None:
-        if self._fresh():
-            return
-        if self._lock is None:
-            self._lock = asyncio.Lock()
-        async with self._lock:
-            while not self._fresh():
-                generation = self._generation
-                workers = await self._core.db.list(Worker.select())
-                worker_configs = await _worker_configs(self._core, workers)
-                node_configs = await _node_configs(self._core)
-                if generation == self._generation:  # not invalidated while reading
-                    self._workers, self._nodes = worker_configs, node_configs
-                    self._loaded_at = time.monotonic()
+    async def _read(self) -> tuple[dict[str, AgentConfig], dict[str, AgentConfig]]:
+        workers = await self._core.db.list(Worker.select())
+        return await _worker_configs(self._core, workers), await _node_configs(self._core)
 
 
 AGENT_TABLES = frozenset({"provider", "worker", "skill", "system_node", "agents"})

@@ -78,7 +78,7 @@ async def test_a_changed_server_reaches_another_process(core, fake_mcp, database
         assert catalog.tools() == []
         await svc.create_server(core, name="fake", transport="streamable_http", url=fake_mcp.url)
         for _ in range(250):  # the hint arrives on the other LISTEN connection
-            if not catalog._fresh():
+            if not catalog.snapshot.fresh():
                 break
             await asyncio.sleep(0.02)
         await catalog.load()

@@ -4,13 +4,12 @@ cache hint) or `max_age` seconds. The catalog holds decrypted secrets in memory 
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
-import time
 from typing import Any
 
 from orchestra.db.models import McpServer
+from orchestra.db.snapshot import StoreSnapshot
 from orchestra.engine.tools import Tool, ToolContext, ToolError
 from orchestra.engine.tools.mcp.client import McpServerConfig
 
@@ -59,43 +58,30 @@ class McpCatalog:
     def __init__(self, db: Any, decrypt: Any, *, max_age: float = 30.0) -> None:
         self._db = db
         self._decrypt = decrypt
-        self._max_age = max_age
-        self._tools: dict[str, McpTool] = {}
-        self._loaded_at: float | None = None
-        self._generation = 0
-        self._lock: asyncio.Lock | None = None
+        self.snapshot: StoreSnapshot[dict[str, McpTool]] = StoreSnapshot(self._read, {}, max_age=max_age)
 
     def invalidate(self) -> None:
-        self._generation += 1
-        self._loaded_at = None
+        self.snapshot.invalidate()
 
     def tools(self) -> list[Tool]:
-        return list(self._tools.values())
+        return list(self.snapshot.value.values())
 
     def get(self, name: str) -> Tool | None:
-        return self._tools.get(name)
-
-    def _fresh(self) -> bool:
-        return self._loaded_at is not None and time.monotonic() - self._loaded_at < self._max_age
+        return self.snapshot.value.get(name)
 
     async def load(self) -> None:
-        if self._fresh():
-            return
-        if self._lock is None:
-            self._lock = asyncio.Lock()
-        async with self._lock:
-            while not self._fresh():
-                generation = self._generation
-                rows = await self._db.list(McpServer.select().order_by(McpServer.name_key))
-                tools: dict[str, McpTool] = {}
-                for row in rows:
-                    try:
-                        config = server_config(row, self._decrypt)
-                    except ValueError:
-                        logger.warning("secrets of MCP server %s cannot be decrypted", row.name)
-                        continue
-                    for tool in row.tools or []:
-                        item = McpTool(config, tool)
-                        tools[item.name] = item
-                if generation == self._generation:  # not invalidated while reading
-                    self._tools, self._loaded_at = tools, time.monotonic()
+        await self.snapshot.current()
+
+    async def _read(self) -> dict[str, McpTool]:
+        rows = await self._db.list(McpServer.select().order_by(McpServer.name_key))
+        tools: dict[str, McpTool] = {}
+        for row in rows:
+            try:
+                config = server_config(row, self._decrypt)
+            except ValueError:
+                logger.warning("secrets of MCP server %s cannot be decrypted", row.name)
+                continue
+            for tool in row.tools or []:
+                item = McpTool(config, tool)
+                tools[item.name] = item
+        return tools
