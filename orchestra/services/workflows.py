@@ -26,7 +26,7 @@ from orchestra.db.models import (
 )
 from orchestra.engine import instances
 from orchestra.engine.language import schemas
-from orchestra.engine.language.model import MAX_STEPS, NAME_MAX, PROMPT_MAX, STEP_ID
+from orchestra.engine.language.model import NAME_MAX, PROMPT_MAX
 from orchestra.engine.language.validate import Checked
 from orchestra.engine.language.validate import check_template as check_template_language
 from orchestra.engine.log import Event

@@ -9,8 +9,11 @@ from __future__ import annotations
 from sanic import Request
 
 from orchestra.errors import ValidationError
-from orchestra.services.paging import DEFAULT_LIMIT, MAX_LIMIT
+from typing import Any
+
+from orchestra.services.paging import DEFAULT_LIMIT, MAX_LIMIT, Page
 from orchestra.web.apidoc.operation import Param, query
+from orchestra.web.responses import SUCCESS
 
 CURSOR_PATTERN = r"^[A-Za-z0-9_-]{1,512}$"
 
@@ -52,3 +55,8 @@ def page_params(what: str, default: int = DEFAULT_LIMIT) -> tuple[Param, Param]:
 
 
 PAGE_ERRORS = "ValidationError: limit out of range, or a cursor this list did not give."
+
+
+def page_body(key: str, items: list[Any], page: Page) -> dict[str, Any]:
+    """A paged list's answer: this page's `items` under `key`, and where the next starts."""
+    return {"message": SUCCESS, key: items, "next_cursor": page.next_cursor}

@@ -53,7 +53,7 @@ def test_add_list_show_refresh_remove(world):
 
 
 def test_refresh_of_an_unreachable_server_exits_6(world):
-    cli, fake = world["cli"], world["mcp"]
+    cli = world["cli"]
     other = FakeMcpProcess().start()
     try:
         assert cli("mcp", "add", "gone", "--url", other.url, "--timeout", "3").returncode == 0

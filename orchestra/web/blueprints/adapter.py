@@ -21,7 +21,7 @@ from orchestra.services.roles import Role
 from orchestra.web.apidoc import models as out
 from orchestra.web.apidoc.operation import Link, documented
 from orchestra.web.auth import protected
-from orchestra.web.paging import PAGE_ERRORS, page_args, page_params
+from orchestra.web.paging import PAGE_ERRORS, page_args, page_body, page_params
 from orchestra.web.responses import SUCCESS
 
 bp = Blueprint("adapter", url_prefix="/adapter")
@@ -105,11 +105,7 @@ async def list_files(request: Request):
     page = await upload_service.list_uploads(
         request.app.ctx.core, owner_id=request.ctx.principal.user_id, limit=limit, cursor=cursor
     )
-    return json({
-        "message": SUCCESS,
-        "files": [upload_service.describe(f) for f in page.rows],
-        "next_cursor": page.next_cursor,
-    })
+    return json(page_body("files", [upload_service.describe(f) for f in page.rows], page))
 
 
 @bp.get(f"{PATH}/<file_id:str>")

@@ -12,7 +12,7 @@ from orchestra.web.apidoc import models as out
 from orchestra.web.apidoc.operation import Link, documented
 from orchestra.web.apidoc.rules import model_rule, name_rule, rule, text_rule
 from orchestra.web.auth import protected
-from orchestra.web.paging import PAGE_ERRORS, page_args, page_params
+from orchestra.web.paging import PAGE_ERRORS, page_args, page_body, page_params
 from orchestra.web.responses import SUCCESS
 from orchestra.web.validation import Body, ClosedBody, parse_body
 
@@ -114,11 +114,7 @@ async def list_workers(request: Request):
     page = await agents.list_workers(
         core, owner_id=request.ctx.principal.user_id, limit=limit, cursor=cursor
     )
-    return json({
-        "message": SUCCESS,
-        "workers": await agents.worker_views(core, page.rows),
-        "next_cursor": page.next_cursor,
-    })
+    return json(page_body("workers", await agents.worker_views(core, page.rows), page))
 
 
 @bp.get("/worker/<worker_id:str>")

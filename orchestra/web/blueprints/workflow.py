@@ -15,13 +15,13 @@ from orchestra.services.roles import Role
 from orchestra.web.apidoc import models as out
 from orchestra.web.apidoc.events import event_schema, stream_description
 from orchestra.web.apidoc.operation import Link, documented, header, query
-from orchestra.engine.language.model import EXPRESSION_MAX, Step, TemplateLimits
-from orchestra.web.apidoc.rules import NO_NUL, free_text, rule, stripped
+from orchestra.engine.language.model import EXPRESSION_MAX, MAX_STEPS, Step, TemplateLimits
+from orchestra.web.apidoc.rules import free_text, rule, stripped
 from orchestra.web.auth import protected
-from orchestra.web.paging import PAGE_ERRORS, count_arg, page_args, page_params
+from orchestra.web.paging import PAGE_ERRORS, count_arg, page_args, page_body, page_params
 from orchestra.web.responses import SUCCESS
 from orchestra.web.sse import parse_last_event_id, send_stream
-from orchestra.web.validation import Body, ClosedBody, parse_body
+from orchestra.web.validation import Body, parse_body
 
 bp = Blueprint("workflow", url_prefix="/workflow")
 
@@ -36,7 +36,7 @@ class TemplateBody(Body):
     steps: list[Any] = rule(
         description="The steps; checked by the template service with the Step model, so that "
         "one 422 lists every problem with its path (steps.2.when).",
-        minItems=1, maxItems=service.MAX_STEPS, items=Step,
+        minItems=1, maxItems=MAX_STEPS, items=Step,
     )
     shared: bool | None = rule(None, description="Readable and runnable by every user (ADMINISTRATOR+).")
     input_schema: dict[str, Any] | None = rule(
@@ -169,11 +169,7 @@ async def list_templates(request: Request):
     page = await service.list_templates(
         request.app.ctx.core, user_id=request.ctx.principal.user_id, limit=limit, cursor=cursor
     )
-    return json({
-        "message": SUCCESS,
-        "templates": [service.template_view(t) for t in page.rows],
-        "next_cursor": page.next_cursor,
-    })
+    return json(page_body("templates", [service.template_view(t) for t in page.rows], page))
 
 
 @bp.get("/template/<template_id:str>")
@@ -269,11 +265,7 @@ async def list_runs(request: Request):
         request.app.ctx.core, all_users=_flag(request, "all"), limit=limit, cursor=cursor,
         **_who(request),
     )
-    return json({
-        "message": SUCCESS,
-        "runs": [service.run_summary(r) for r in page.rows],
-        "next_cursor": page.next_cursor,
-    })
+    return json(page_body("runs", [service.run_summary(r) for r in page.rows], page))
 
 
 @bp.get("/run/<trace_id:str>")
