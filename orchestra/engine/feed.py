@@ -112,6 +112,7 @@ class Feed:
         self._scheduled = False
         self._reading: asyncio.Task | None = None
         self._wanted = 0  # the highest seq signalled but not yet read
+        self._asked = 0  # grows with every `want`: a read that began earlier may miss it
 
     def deliver(self, events: list[Event]) -> None:
         """Events just stored (here, or read after a signal), ascending."""
@@ -128,6 +129,7 @@ class Feed:
         if seq <= self.last:
             return
         self._wanted = max(self._wanted, seq)
+        self._asked += 1
         if self._reading is None or self._reading.done():
             self._reading = asyncio.get_running_loop().create_task(self._read())
 
@@ -135,10 +137,14 @@ class Feed:
         log = self.feeds.log
         try:
             while self._wanted > self.last and self.subs:
+                asked = self._asked
                 events = await log.page(self.trace_id, after=self.last)
                 await log.release()
                 if not events:
-                    break
+                    if asked == self._asked:  # no signal came during the read: all is read
+                        self._wanted = self.last
+                        break
+                    continue  # a signal came while the read ran: it may not have seen that event
                 for event in events:
                     if event.seq == self.last + 1:
                         self._publish(event)

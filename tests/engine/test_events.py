@@ -148,6 +148,34 @@ async def test_follow_reads_events_stored_by_another_process_once_per_signal(cor
     assert len(reads) <= 4  # per signal one feed read (and one empty), not one per reader
 
 
+async def test_a_signal_that_comes_while_the_feed_reads_is_not_lost(core, run_id):
+    """An event is stored elsewhere and signalled while the feed's read of the store is
+    under way and began too early to see it: the feed reads again instead of waiting
+    for a signal that will not come (the reader would hang until the run's next event)."""
+    signals = Signals()
+    here = EventLog(core.db)
+    feeds = Feeds(here, signals)
+    elsewhere = EventLog(core.db)
+    await elsewhere.append(run_id, "run_started", None)
+    original = here.page
+    reads_after_1 = []
+
+    async def racing_page(trace_id, *, after):
+        result = await original(trace_id, after=after)
+        if after == 1:
+            reads_after_1.append(result)
+            if len(reads_after_1) == 2:  # the feed's own read (the first was the catch-up's)
+                event = await elsewhere.append(run_id, "run_failed", {"status": "interrupted"})
+                await signals.notify("events", f"{run_id}:{event.seq}")
+                await asyncio.sleep(0)  # the signal is handled while this read is still out
+        return result
+
+    here.page = racing_page
+    got = await collect(feeds.follow(run_id), timeout=3)
+    assert [e.kind for e in got] == ["run_started", "run_failed"]
+    assert reads_after_1[:2] == [[], []]  # both reads of seq 2 began before it was stored
+
+
 async def test_catch_up_reads_bounded_pages(core, run_id):
     log = EventLog(core.db)
     big = "x" * (PAGE_BYTES // 3)
