@@ -129,9 +129,9 @@ def test_a_reader_that_takes_nothing_is_disconnected_after_the_send_timeout(tmp_
 
 
 def test_a_crashed_run_task_still_ends_with_a_terminal_event(tmp_path, store):
-    """The store fails under a running step (SQLite: locked past its busy timeout;
-    PostgreSQL: the event table away for a few seconds): the run ends `failed`, with the
-    reason in a stored `run_failed`, and its stream ends."""
+    """The store fails under a running step, not by an outage (the event table is away
+    for a few seconds): the run ends `failed`, with the reason in a stored `run_failed`,
+    and its stream ends."""
     with FakeLLM() as fake:
         server = ServerProcess(tmp_path / "home", database_url=store).start()
         try:
@@ -158,11 +158,7 @@ def test_a_crashed_run_task_still_ends_with_a_terminal_event(tmp_path, store):
             while not any(f[1] == "token" for f in frames) and time.monotonic() < deadline:
                 time.sleep(0.05)
             if store is None:
-                locker = sqlite3.connect(server.home / "orchestra.db", timeout=30)
-                locker.execute("BEGIN EXCLUSIVE")
-                time.sleep(12)  # past the store's 10 s busy timeout: writes fail
-                locker.rollback()
-                locker.close()
+                hide_the_sqlite_event_table(server.home / "orchestra.db", seconds=4)
             else:
                 asyncio.run(hide_the_event_table(store, seconds=4))
             reader.join(90)
@@ -173,6 +169,63 @@ def test_a_crashed_run_task_still_ends_with_a_terminal_event(tmp_path, store):
             assert run["status"] == "failed" and run["error"] == frames[-1][2]["error"]
         finally:
             server.stop()
+
+
+def test_a_sqlite_store_locked_past_its_busy_timeout_is_waited_out(tmp_path):
+    """Another program holds the SQLite file locked for longer than the store's 10 s busy
+    timeout under a running step: that is an outage (SPEC §6), so the run waits and then
+    succeeds, and its stream is whole and in order."""
+    with FakeLLM() as fake:
+        server = ServerProcess(tmp_path / "home").start()
+        try:
+            admin = login(server, "admin", "ADMINISTRATOR")
+            http = httpx.Client(base_url=server.base_url + "/api/v1", headers=admin, timeout=60)
+            provider = http.post("/provider", json={"name": "fake", "provider": "openai_compatible",
+                                                    "model_id": "m", "api_key": "k",
+                                                    "base_url": fake.base_url}).json()["provider_id"]
+            worker = http.post("/agent/worker", json={"name": "w", "provider_id": provider,
+                                                      "tools": []}).json()["worker_id"]
+            template = http.post("/workflow/template", json={"name": "slow", "steps": [
+                {"id": "s", "agent": {"worker": worker}, "prompt": "go"}]}).json()["template_id"]
+            fake.script_text("word " * 100, chunks=100, delay=0.1)
+            trace_id = http.post("/workflow/run", json={"template_id": template}).json()["trace_id"]
+            frames: list = []
+
+            def read() -> None:
+                with http.stream("GET", f"/workflow/sse/{trace_id}") as response:
+                    frames.extend(sse_frames(response))
+
+            reader = threading.Thread(target=read, daemon=True)
+            reader.start()
+            deadline = time.monotonic() + 10
+            while not any(f[1] == "token" for f in frames) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert any(f[1] == "token" for f in frames)
+            locker = sqlite3.connect(server.home / "orchestra.db", timeout=30)
+            locker.execute("BEGIN EXCLUSIVE")
+            time.sleep(12)  # past the store's 10 s busy timeout: writes fail meanwhile
+            locker.rollback()
+            locker.close()
+            reader.join(90)
+            assert frames and frames[-1][1] == "run_finished", [f[1] for f in frames][-5:]
+            assert frames[-1][2]["status"] == "succeeded"
+            assert [f[0] for f in frames] == list(range(1, len(frames) + 1))
+            assert "".join(f[2]["text"] for f in frames if f[1] == "token") == "word " * 100
+            run = http.get(f"/workflow/run/{trace_id}").json()
+            assert run["status"] == "succeeded" and run["error"] is None
+            assert "run_resumed" not in [f[1] for f in frames]  # waited out in place, not taken over
+        finally:
+            server.stop()
+
+
+def hide_the_sqlite_event_table(path, *, seconds: float) -> None:
+    conn = sqlite3.connect(path, timeout=30, isolation_level=None)
+    try:
+        conn.execute("ALTER TABLE run_event RENAME TO run_event_away")
+        time.sleep(seconds)
+        conn.execute("ALTER TABLE run_event_away RENAME TO run_event")
+    finally:
+        conn.close()
 
 
 async def hide_the_event_table(url: str, *, seconds: float) -> None:

@@ -77,7 +77,8 @@ def test_a_run_keeps_its_trace_across_a_take_over(tmp_path, store_url):
     assert len(runs) == 2, [s.name for s in spans]
     assert {s.trace_id for s in runs} == {CLIENT_TRACE}
     assert {s.parent_id for s in runs} == {start[0].span_id}
-    assert [s.attributes["orchestra.attempt"] for s in sorted(runs, key=lambda s: s.attributes["orchestra.attempt"])] == [1, 2]
+    # A hand-back on SIGTERM is not an attempt (SPEC §6): both spans are of attempt 1.
+    assert [s.attributes["orchestra.attempt"] for s in runs] == [1, 1]
     assert len({s.resource["process.pid"] for s in runs}) == 2  # two processes, one trace
     assert {s.attributes["orchestra.trace_id"] for s in runs} == {trace_id}
     assert sorted(s.attributes["orchestra.outcome"] for s in runs) == ["handback", "succeeded"]
