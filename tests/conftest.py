@@ -43,7 +43,7 @@ Sanic.test_mode = True
 # `server` fixture is marked here; others that start a server carry the mark themselves,
 # and ServerProcess.start() refuses to run in a test without it, so the mark cannot rot.
 E2E_PATHS = ("tests/e2e/", "tests/console/test_console_browser.py")
-E2E_FIXTURES = {"server", "chromium", "world", "short_lived", "upload_server"}
+E2E_FIXTURES = {"server", "chromium", "world", "upload_server"}
 
 
 def pytest_collection_modifyitems(config, items) -> None:
@@ -286,6 +286,19 @@ class ServerProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+
+    def expired(self, token: str) -> str:
+        """The same token (user, role, type) as this server would have issued it an hour
+        ago, signed with its secret: expired now, without waiting on the clock."""
+        import jwt
+
+        from orchestra.services.tokens import TokenService
+
+        claims = jwt.decode(token, options={"verify_signature": False})
+        past = TokenService(secret=self.env["ORCHESTRA_SECRET_KEY"], access_ttl=60, refresh_ttl=60,
+                            clock=lambda: time.time() - 3600)
+        return past.issue(user_id=claims["sub"], name=claims["name"], role=claims["role"],
+                          token_type=claims["type"]).token
 
     def kill(self) -> None:
         """kill -9: no shutdown listeners run."""

@@ -7,7 +7,6 @@ import os
 import socket
 import stat
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -32,21 +31,13 @@ def make_user(server: ServerProcess, name: str, role: str = "SUPER_ADMINISTRATOR
     assert done.returncode == 0, done.stderr
 
 
-@pytest.fixture
-def short_lived(tmp_path):
-    """A server whose access tokens live one second."""
-    proc = ServerProcess(tmp_path / "srv", env={"ORCHESTRA_ACCESS_TTL": "1"}).start()
-    yield proc
-    proc.stop()
-
-
-def test_expired_access_token_is_refreshed_transparently(short_lived):
-    make_user(short_lived, "root")
+def test_expired_access_token_is_refreshed_transparently(server):
+    make_user(server, "root")
     kept: list[tuple[str, str]] = []
-    with Client(short_lived.base_url, on_tokens=lambda a, r: kept.append((a, r))) as client:
+    with Client(server.base_url, on_tokens=lambda a, r: kept.append((a, r))) as client:
         client.login("root", PASSWORD)
-        first_access, first_refresh = client.access_token, client.refresh_token
-        time.sleep(2.1)
+        first_refresh = client.refresh_token
+        client.access_token = first_access = server.expired(client.access_token)
         users = client.get("/auth/list")["users"]
     assert [u["user_name"] for u in users] == ["root"]
     assert len(kept) == 1
@@ -54,25 +45,24 @@ def test_expired_access_token_is_refreshed_transparently(short_lived):
     assert client.access_token != first_access and client.refresh_token != first_refresh
 
 
-def test_expired_token_without_refresh_token_is_an_error(short_lived):
-    make_user(short_lived, "root")
-    with Client(short_lived.base_url) as client:
-        access = client.login("root", PASSWORD)["access_token"]
-    time.sleep(2.1)
-    with Client(short_lived.base_url, access_token=access) as client:
+def test_expired_token_without_refresh_token_is_an_error(server):
+    make_user(server, "root")
+    with Client(server.base_url) as client:
+        access = server.expired(client.login("root", PASSWORD)["access_token"])
+    with Client(server.base_url, access_token=access) as client:
         with pytest.raises(APIError) as caught:
             client.get("/auth/list")
     assert caught.value.status == 401 and caught.value.error == "TokenExpiredError"
 
 
-def test_used_refresh_token_ends_the_session_with_a_readable_error(short_lived):
-    make_user(short_lived, "root")
-    with Client(short_lived.base_url) as client:
+def test_used_refresh_token_ends_the_session_with_a_readable_error(server):
+    make_user(server, "root")
+    with Client(server.base_url) as client:
         client.login("root", PASSWORD)
         stale = client.refresh_token
         client.refresh()  # rotates: `stale` is now used
-    time.sleep(2.1)
-    with Client(short_lived.base_url, access_token=client.access_token, refresh_token=stale) as again:
+    expired = server.expired(client.access_token)
+    with Client(server.base_url, access_token=expired, refresh_token=stale) as again:
         with pytest.raises(APIError) as caught:
             again.get("/auth/list")
     assert caught.value.error == "TokenInvalidError"

@@ -207,23 +207,31 @@ def test_bad_token_is_refused_readably(world):
     assert len(done.stderr.strip().splitlines()) == 1
 
 
+def expire_kept_access_token(cli, server) -> dict:
+    """Replace the CLI's kept access token by an expired copy; the kept login as it was."""
+    kept = cli.kept()
+    cli.credentials.write_text(json.dumps({**kept, "access_token": server.expired(kept["access_token"])}))
+    return kept
+
+
 @pytest.mark.e2e
 def test_expired_access_token_is_refreshed_and_kept(llm, tmp_path):
-    server = ServerProcess(tmp_path / "srv", env={"ORCHESTRA_ACCESS_TTL": "1"}).start()
+    server = ServerProcess(tmp_path / "srv").start()
     try:
         world = setup_world(server, llm.base_url)
         cli = ClientCLI(tmp_path / "client")
         assert cli("login", "--server", server.base_url, "--user", "root", "--password-stdin",
                    input=PASSWORD + "\n").returncode == 0
-        before = cli.kept()
-        time.sleep(2.1)
+        before = expire_kept_access_token(cli, server)
         done = cli("workflow", "list", "templates", "--json")
         assert done.returncode == 0, done.stderr
         assert len(json.loads(done.stdout)["templates"]) == 2
         after = cli.kept()
         assert after["access_token"] != before["access_token"]
         assert after["refresh_token"] != before["refresh_token"]
-        time.sleep(2.1)  # the kept (rotated) pair works again: the old one would be refused
+        # The kept (rotated) pair works again once its access token expires: the old
+        # refresh token would be refused.
+        expire_kept_access_token(cli, server)
         done = cli("workflow", "run", world["templates"]["three_step"]["template_id"], "--input", "x",
                    "--watch")
         assert done.returncode == 0, done.stderr

@@ -14,15 +14,28 @@ from orchestra.services.tokens import ACCESS, REFRESH, TokenService
 SECRET = "cache-secret-" + "q" * 32
 
 
-def _service(access_ttl: int = 900) -> TokenService:
-    return TokenService(secret=SECRET, access_ttl=access_ttl, refresh_ttl=3600)
+class Clock:
+    """A clock the test moves: unix seconds."""
+
+    def __init__(self) -> None:
+        self.now = float(int(time.time()))  # whole seconds, as `iat` and `exp` are
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _service(access_ttl: int = 900, clock=time.time) -> TokenService:
+    return TokenService(secret=SECRET, access_ttl=access_ttl, refresh_ttl=3600, clock=clock)
 
 
 def test_a_remembered_token_still_expires():
-    service = _service(access_ttl=1)
+    clock = Clock()
+    service = _service(access_ttl=1, clock=clock)
     token = service.issue(user_id="u1", name="ann", role="USER", token_type=ACCESS).token
     assert service.decode(token, expected_type=ACCESS)["sub"] == "u1"
-    time.sleep(2.1)
+    clock.now += 0.5
+    assert service.decode(token, expected_type=ACCESS)["sub"] == "u1"  # remembered, still valid
+    clock.now += 1.5
     with pytest.raises(TokenExpiredError):
         service.decode(token, expected_type=ACCESS)
     with pytest.raises(TokenExpiredError):  # and stays expired on the slow path
