@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+from collections import Counter
 import sys
 import threading
 import time
@@ -148,6 +149,7 @@ def load(count: int, max_runs: int) -> None:
                 prober = threading.Thread(target=probe, daemon=True)
                 prober.start()
                 codes: list[int] = []
+                errors: list[str] = []
                 ids: list[str] = []
                 lock = threading.Lock()
 
@@ -157,6 +159,8 @@ def load(count: int, max_runs: int) -> None:
                                                                 "input": f"r{i}"})
                     with lock:
                         codes.append(answer.status_code)
+                        if answer.status_code >= 400:
+                            errors.append(f"{answer.status_code} {answer.json().get('error')}")
                         if answer.status_code == 202:
                             ids.append(answer.json()["trace_id"])
 
@@ -180,7 +184,8 @@ def load(count: int, max_runs: int) -> None:
     p99 = ordered[int(len(ordered) * 0.99) - 1] if ordered else float("nan")
     print(f"{count} runs at once on one process (ORCHESTRA_MAX_RUNS {max_runs}), "
           "200 tokens 20 ms apart each:")
-    print(f"  POST /run answers         {sorted(set(codes))}; 5xx: {sum(c >= 500 for c in codes)}")
+    print(f"  POST /run answers         {sorted(set(codes))}; 5xx: {sum(c >= 500 for c in codes)}"
+          + (f" ({', '.join(f'{n}x {e}' for e, n in Counter(errors).items())})" if errors else ""))
     print(f"  runs failed               {failed} of {len(ids)}  (all ended in {took:.1f} s)")
     print(f"  claims lost               {log.count('held by another process')}")
     print(f"  GET /auth/list meanwhile  p50 {statistics.median(ordered) * 1000:.0f} ms, "

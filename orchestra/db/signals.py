@@ -129,6 +129,7 @@ class PostgresSignals(Signals):
         import asyncpg
 
         delay = 0.1
+        lost_at: float | None = None  # when the connection went; one line then, one when back
         while True:
             try:
                 conn = await asyncpg.connect(
@@ -142,12 +143,24 @@ class PostgresSignals(Signals):
                 self.generation += 1
                 self._ready.set()
                 delay = 0.1
+                if lost_at is not None:
+                    logger.warning("LISTEN connection back after %.1f s",
+                                   asyncio.get_running_loop().time() - lost_at)
+                    lost_at = None
                 self._resynced()
                 await self._watch(conn, lost)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - any failure: reconnect
-                logger.warning("LISTEN connection lost (%s); reconnecting", exc)
+                # An outage retries every few seconds: a line when it starts, not per try.
+                if lost_at is None:
+                    lost_at = asyncio.get_running_loop().time()
+                    logger.warning("LISTEN connection lost (%s); reconnecting", exc)
+                else:
+                    logger.debug("LISTEN connection still down (%s)", exc)
+            else:
+                lost_at = asyncio.get_running_loop().time()
+                logger.warning("LISTEN connection lost; reconnecting")
             self.connected = False
             await self._close()
             await asyncio.sleep(delay)

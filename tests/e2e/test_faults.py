@@ -209,6 +209,9 @@ def test_a_store_outage_past_the_lease_is_waited_out_in_few_log_lines(tmp_path, 
         noisy = [line for line in lines if "HTTP/1.1" not in line and line.strip()]
         assert len(noisy) <= 20 * max(1.0, OUTAGE / 60) + 2, "\n".join(noisy)
         assert not [line for line in noisy if "Traceback" in line], "\n".join(noisy)
+        # One line when the LISTEN connection goes and one when it is back, not one per retry.
+        assert sum("LISTEN connection lost" in line for line in noisy) == 1, "\n".join(noisy)
+        assert sum("LISTEN connection back" in line for line in noisy) == 1, "\n".join(noisy)
         for trace_id in ids:
             assert_gapless_one_end(world.events(trace_id))
     finally:
