@@ -107,6 +107,15 @@ class SettlingSqliteDatabase(AsyncSqliteDatabase):
         return await pool.initialize()
 
 
+async def _keep_session(conn) -> None:
+    """asyncpg's pool resets every connection it gets back (`pg_advisory_unlock_all(); CLOSE
+    ALL; UNLISTEN *; RESET ALL`): a round trip, and a transaction of its own, on each of the
+    thousands of releases a busy process makes (a run's writer gives its connection back
+    after every write). Our pooled connections keep no session state — no session advisory
+    locks, cursors, LISTEN or SET (LISTEN has a connection of its own; an open transaction
+    is rolled back by the pool before this) — so there is nothing to reset."""
+
+
 def is_postgres_url(url: str) -> bool:
     """Whether `url` names a PostgreSQL store (`postgres://` or `postgresql://`)."""
     return url.startswith(("postgres://", "postgresql://"))
@@ -158,7 +167,8 @@ def make_database(url: str, *, pool_size: int = 8):
         return SettlingSqliteDatabase(path, pragmas=SQLITE_PRAGMAS, pool_size=pool_size)
     if scheme in ("postgres", "postgresql"):
         params = postgres_params(url)
-        return AsyncPostgresqlDatabase(params.pop("database"), pool_size=pool_size, **params)
+        return AsyncPostgresqlDatabase(params.pop("database"), pool_size=pool_size,
+                                       reset=_keep_session, **params)
     raise DatabaseUrlError(
         f"unsupported database URL {url!r}: use sqlite:///path/to/file.db or postgresql://host/db"
     )

@@ -39,6 +39,7 @@ class ClaimLoops:
         )
         live.renewed_at = asyncio.get_running_loop().time()
         live.writes.retry = self._write_failed
+        live.writes.release = self.log.release
         if run.cancel_requested:
             live.stop_asked, live.stop_reason = True, "The run was cancelled by request."
         self.runs[run.trace_id] = live

@@ -23,6 +23,10 @@ class RunWriter:
         # Asked about a failed write: True to try it again (the store is away for a
         # moment: the engine waits with backoff), False to fail the writer.
         self.retry: Callable[[BaseException, int], Awaitable[bool]] | None = None
+        # Gives the writing task's pooled connection back. Called after every write: a run
+        # streaming without pause would otherwise keep one connection for its whole burst,
+        # and a hundred such runs starve requests past the pool's acquire timeout.
+        self.release: Callable[[], Awaitable[None]] | None = None
         self._queue: deque[tuple[asyncio.Future, Callable[..., Awaitable], tuple, dict]] = deque()
         self._task: asyncio.Task | None = None
         self.error: BaseException | None = None
@@ -53,6 +57,8 @@ class RunWriter:
                         continue  # kept, and written when the store is back
                     if self.error is None:
                         self.error = exc
+            if self.release is not None:
+                await self.release()
             if future.done():  # its waiter went away; the write happened all the same
                 continue
             if self.error is not None:
