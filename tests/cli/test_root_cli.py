@@ -26,8 +26,14 @@ def test_version(flag):
 def test_shell_completion_is_offered_and_completes_commands():
     helped = orchestra("--help")
     assert "--install-completion" in helped.stdout and "--show-completion" in helped.stdout
-    shown = orchestra("--show-completion", "bash")
-    assert shown.returncode == 0 and "_ORCHESTRA_COMPLETE" in shown.stdout
+    # --show-completion takes no value: it names the shell it finds among its parent
+    # processes, as a user's terminal has one. A bash parent that does not exec it (the
+    # test's own ancestry may have no shell: a job started with `( … &)` from one).
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("ORCHESTRA_")}
+    shown = subprocess.run(["bash", "-c", '"$@"; exit $?', "bash", sys.executable, "-m", "orchestra",
+                            "--show-completion"], env=clean, capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0 and "_ORCHESTRA_COMPLETE" in shown.stdout, shown.stderr
+    assert "complete -o default -F _orchestra_completion orchestra" in shown.stdout  # bash's script
     completed = orchestra(_ORCHESTRA_COMPLETE="complete_bash", COMP_WORDS="orchestra temp", COMP_CWORD="1")
     assert completed.returncode == 0 and "template" in completed.stdout.split()
 

@@ -205,6 +205,11 @@ def test_a_store_outage_past_the_lease_is_waited_out_in_few_log_lines(tmp_path, 
         assert unavailable and all(
             r.json()["error"] == "StoreUnavailableError" and int(r.headers["Retry-After"]) > 0
             for r in unavailable)
+        # The LISTEN connection retries with a backoff of up to 5 s: the runs may end first.
+        deadline = time.monotonic() + 15
+        while "LISTEN connection back" not in world.servers[0].log_path.read_text(errors="replace"):
+            assert time.monotonic() < deadline, "the LISTEN connection did not come back"
+            time.sleep(0.2)
         lines = world.servers[0].log_path.read_text(errors="replace").splitlines()[before:]
         noisy = [line for line in lines if "HTTP/1.1" not in line and line.strip()]
         assert len(noisy) <= 20 * max(1.0, OUTAGE / 60) + 2, "\n".join(noisy)
