@@ -90,6 +90,7 @@ def create_app(settings: Settings | None = None, *, name: str | None = None) -> 
             http_auto_trace=False,
         )
     )
+    head.install_last(app)  # after sanic-ext's start-up listeners
     app.ctx.settings = settings
     app.blueprint(all_blueprints())
     app.blueprint(apidoc_ui.bp)
