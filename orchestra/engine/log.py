@@ -150,12 +150,17 @@ class EventLog:
         self, trace_id: str, items: list[tuple[str, dict[str, Any] | None, str | None]], *,
         last: int | None = None,
     ) -> list[Event]:
-        """One try at storing items after `last` (read from the store when None), in one
-        statement: IntegrityError when another writer took one of those seqs. Publishes
-        nothing: inside a caller's transaction, the caller calls `published` after commit."""
+        """One try at storing items after `last` (by default the last seq this process
+        stored, else read from the store), in one statement: IntegrityError when another
+        writer took one of those seqs (the caller forgets the cached seq and tries again;
+        a cached seq is never ahead of the store, so a stale one can only collide, never
+        leave a gap). Publishes nothing: inside a caller's transaction, the caller calls
+        `remember` and `published` after the commit."""
         for kind, _, _ in items:
             if kind not in KINDS:
                 raise ValueError(f"unknown event kind {kind!r}")
+        if last is None:
+            last = self._last.get(trace_id)
         if last is None:
             last = await self.max_seq(trace_id)
         rows = self._rows(trace_id, last, items)
@@ -164,6 +169,15 @@ class EventLog:
         else:
             await self.db.aexecute(RunEvent.insert_many(rows))
         return [Event(row["seq"], row["kind"], row["data"]) for row in rows]
+
+    def remember(self, trace_id: str, events: list[Event]) -> None:
+        """After a commit: `events` are stored, the next append follows the last of them."""
+        if not events:
+            return
+        if events[-1].terminal:
+            self.forget(trace_id)
+        else:
+            self._last[trace_id] = events[-1].seq
 
     def published(self, trace_id: str, events: list[Event]) -> None:
         """Hand events just stored (by this process) to the `on_stored` callbacks."""

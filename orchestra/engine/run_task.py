@@ -256,10 +256,11 @@ class RunLifecycle:
                     events = await store()
                 break
             except IntegrityError:  # a seq taken meanwhile, or the run deleted
+                self.log.forget(trace_id)  # read the last seq from the store next time
                 if await WorkflowRun.aget_or_none(WorkflowRun.trace_id == trace_id) is None:
                     raise RunGone(f"run {trace_id} no longer exists") from None
                 await asyncio.sleep(0.005)
-        self.log.forget(trace_id)  # this process's cached seq is behind now
+        self.log.remember(trace_id, events)
         self.log.published(trace_id, events)
         return events
 
