@@ -270,18 +270,20 @@ def _run_params(all_users: bool, limit: int | None, cursor: str | None) -> dict[
     return params
 
 
-def paced(events: Iterable[Event], speed: float, sleep=time.sleep) -> Iterator[Event]:
-    """Yield events spaced as their `ts` values were, `speed` times faster (0: no waits)."""
+def paced(events: Iterable[Event], speed: float, sleep=time.sleep,
+          clock=time.monotonic) -> Iterator[Event]:
+    """Yield events spaced as their `ts` values were, `speed` times faster (0: no waits).
+    `sleep` and `clock` are the waits and the time it reads (tests pass their own)."""
     from orchestra.cli.render import parse_ts
 
     first: float | None = None
-    began = time.monotonic()
+    began = clock()
     for event in events:
         ts = parse_ts(event.data.get("ts"))
         if speed > 0 and ts is not None:
             if first is None:
-                first, began = ts, time.monotonic()
-            wait = (ts - first) / speed - (time.monotonic() - began)
+                first, began = ts, clock()
+            wait = (ts - first) / speed - (clock() - began)
             if wait > 0:
                 sleep(wait)
         yield event

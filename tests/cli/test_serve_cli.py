@@ -125,6 +125,7 @@ def test_listening_is_announced_only_once_the_port_is_bound(tmp_path):
             proc.wait()
 
 
+@pytest.mark.e2e
 def test_on_a_terminal_the_banner_names_the_console_and_no_sanic_flags(tmp_path):
     """On a terminal Sanic would add "consider using '--debug' or '--dev'": flags that
     `orchestra serve` does not have. The banner names the console and the API instead."""

@@ -257,20 +257,28 @@ def test_paced_keeps_the_recorded_spacing(world):
     span = stamps[-1] - stamps[0]
     assert span > 0.3, span
 
-    def timed(speed: float) -> tuple[float, list[float]]:
-        began, seen = time.monotonic(), []
-        for _ in paced(events, speed):
-            seen.append(time.monotonic() - began)
-        return time.monotonic() - began, seen
+    class Clock:
+        """Time that passes only when the replay sleeps."""
 
-    elapsed, seen = timed(1)
-    assert span * 0.95 <= elapsed <= span + 0.5
-    for offset, stamp in zip(seen, stamps):  # every event at its recorded moment
-        assert offset >= (stamp - stamps[0]) - 0.01
-    elapsed, _ = timed(4)
-    assert span / 4 * 0.95 <= elapsed <= span / 4 + 0.3
-    elapsed, _ = timed(0)
-    assert elapsed < 0.05
+        now = 0.0
+
+        def __call__(self) -> float:
+            return self.now
+
+        def sleep(self, seconds: float) -> None:
+            assert seconds > 0
+            self.now += seconds
+
+    def timed(speed: float) -> list[float]:
+        clock, seen = Clock(), []
+        for _ in paced(events, speed, sleep=clock.sleep, clock=clock):
+            seen.append(clock.now)
+        return seen
+
+    offsets = [stamp - stamps[0] for stamp in stamps]
+    assert timed(1) == pytest.approx(offsets, abs=1e-9)  # every event at its recorded moment
+    assert timed(4) == pytest.approx([o / 4 for o in offsets], abs=1e-9)
+    assert timed(0) == [0.0] * len(events)  # no waits at all
 
 
 def test_terminal_view_asks_the_question_at_the_prompt_and_replies(world):

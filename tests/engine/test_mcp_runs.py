@@ -5,6 +5,7 @@ a stdio server installed from PyPI (`mcp-server-time`), on the fake model. SPEC 
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 
 import pytest
@@ -194,7 +195,7 @@ async def test_a_stdio_server_from_pypi_in_a_run(core, fake_llm):
     run = await wait_status(core, trace_id, "succeeded", "failed", timeout=30)
     assert run.status == "succeeded", run.error
     out = results(await events(core, trace_id))
-    assert '"timezone": "Europe/Paris"' in out[0]["result"] or '"timezone":"Europe/Paris"' in out[0]["result"]
+    assert json.loads(out[0]["result"])["timezone"] == "Europe/Paris"
 
 
 async def test_the_assistant_fake_calls_an_mcp_tool_its_prompt_names(core, fake_mcp):

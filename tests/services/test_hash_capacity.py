@@ -26,7 +26,10 @@ async def test_overloaded_login_is_503_before_the_user_is_looked_up(core):
     with pytest.raises(UserNotExistError):  # not overloaded: the ordinary answer
         await auth.login(core, user_name="nobody_here", password="password-123")
     busy = asyncio.ensure_future(auth.login(core, user_name="known_user", password="password-123"))
-    await asyncio.sleep(0.05)  # the first login is hashing now
+    deadline = asyncio.get_running_loop().time() + 10
+    while not core.passwords._in_flight:  # until the first login holds the one hashing slot
+        assert not busy.done() and asyncio.get_running_loop().time() < deadline
+        await asyncio.sleep(0.001)
     with pytest.raises(OverloadedError) as refused:
         await auth.login(core, user_name="nobody_here", password="password-123")
     assert refused.value.headers["Retry-After"] == "1"

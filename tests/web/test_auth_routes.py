@@ -603,14 +603,13 @@ class TestHashingPool:
                 await asyncio.sleep(0.001)
 
         task = asyncio.create_task(ticker())
-        started = time.perf_counter()
         response = await login(client, "alice")
-        elapsed = time.perf_counter() - started
         done.set()
         await task
         assert response.status_code == 200
-        # A blocked loop would tick once or twice; a free one ticks about once a millisecond.
-        assert ticks >= max(3, int(elapsed * 1000 * 0.2)), (ticks, elapsed)
+        # A blocked loop ticks once or twice (before and after the hash); a free one keeps
+        # ticking through this slow hash (tens of milliseconds at time cost 3, 16 MiB).
+        assert ticks >= 3, ticks
 
 
 async def test_two_super_administrators_demoting_each_other_at_once_leave_one(client, users):
