@@ -70,7 +70,7 @@ class ClaimLoops:
 
     async def _claim_some(self) -> None:
         for trace_id in await self.ownership.candidates(self.room):
-            if self.room <= 0:
+            if self.room <= 0 or self.stopping:
                 break
             if trace_id in self.runs:
                 continue
@@ -78,8 +78,15 @@ class ClaimLoops:
             # outage, not a crash: that claim is not an attempt.
             outage = self.outage.recently_down(self.settings.run_lease_seconds * 2)
             run = await self.ownership.claim(trace_id, attempt=not outage)
-            if run is not None:
-                self._launch(run)
+            if run is None:
+                continue
+            if self.stopping:
+                # SIGTERM came while this claim was in flight: a run launched now could
+                # miss the hand-back and be left to its lease, and its next claim would
+                # count as an attempt. Give it back at once instead.
+                await self.ownership.hand_back(trace_id, run.owner_process)
+                continue
+            self._launch(run)
 
     async def _write_failed(self, exc: BaseException, tries: int) -> bool:
         """A run's write failed: while the store is unreachable, wait (capped backoff

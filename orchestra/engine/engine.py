@@ -12,6 +12,7 @@ resolver, the tool registry, a file reader, the signals — by the composition r
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
@@ -31,6 +32,8 @@ from orchestra.engine.run_task import RunLifecycle
 from orchestra.engine.scheduler import Scheduler
 from orchestra.engine.tools import ToolRegistry
 from orchestra.engine.vocabulary import ACTIVE, RunStatus
+
+logger = logging.getLogger("orchestra.engine")
 
 CANCEL_WAIT_SECONDS = 5.0  # how long a cancel waits for another process's owner to end the run
 
@@ -141,6 +144,15 @@ class Engine(ClaimLoops, RunLifecycle, Scheduler, Containers, AgentSteps, HumanQ
             self._stop_local(live, "handback", "")
         if rest:  # handing back is one statement each; bounded so SIGTERM exits in time
             await asyncio.wait([live.task for live in rest], timeout=2)
+            # Tasks that could not hand back in time (a busy store, writes still settling):
+            # all at once here, on the lease connection, rather than leaving them to their
+            # leases — a run found with a lapsed lease is counted as a crash.
+            late = [live.claim for live in rest if not live.task.done() and live.claim]
+            if late:
+                try:
+                    await self.ownership.hand_back_many(late, db=self.lease_db)
+                except Exception:  # noqa: BLE001 - then their leases run out, as after a crash
+                    logger.warning("could not hand back %d run(s) at shutdown", len(late))
         for task in self._loops:
             task.cancel()
         await asyncio.gather(*self._loops, return_exceptions=True)

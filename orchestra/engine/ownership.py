@@ -121,6 +121,17 @@ class Ownership:
         )
         return bool(changed)
 
+    async def hand_back_many(self, tokens: list[str], *, db: Any = None) -> int:
+        """`hand_back` for every run still held by one of these claims, in one statement
+        (a stopping process whose run tasks did not finish handing back in time)."""
+        if not tokens:
+            return 0
+        return await (db or self.db).aexecute(
+            WorkflowRun.update(owner_process=None, lease_until=None).where(
+                WorkflowRun.owner_process.in_(tokens) & WorkflowRun.status.in_(list(ACTIVE))
+            )
+        )
+
     async def expire_all(self) -> int:
         """Make every unfinished run claimable now: only for a store that just one
         process can serve (SQLite), at that process's start — the last owner is gone."""

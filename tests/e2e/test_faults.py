@@ -18,7 +18,7 @@ import pytest
 
 from tests.conftest import ServerProcess
 from tests.e2e.pgcluster import PgCluster, missing_reason
-from tests.e2e.test_workflow_e2e import login
+from tests.e2e.test_workflow_e2e import fake_worker, login
 from tests.fakes.fake_llm import FakeLLM
 
 pytestmark = [
@@ -82,15 +82,7 @@ class World:
         self.servers = [ServerProcess(tmp_path / f"s{i}", database_url=url, env=ENV).start()
                         for i in range(count)]
         self.headers = login(self.servers[0], "admin", "ADMINISTRATOR")
-        http = self.http(0)
-        provider = http.post("/provider", json={
-            "name": "fake", "provider": "openai_compatible", "model_id": "fake-model",
-            "api_key": "k", "base_url": fake.base_url})
-        assert provider.status_code == 201, provider.text
-        worker = http.post("/agent/worker", json={
-            "name": "w", "provider_id": provider.json()["provider_id"], "tools": []})
-        assert worker.status_code == 201, worker.text
-        self.worker = worker.json()["worker_id"]
+        self.worker = fake_worker(self.http(0), fake)
         self.statuses: list[int] = []  # every answer the pollers got
 
     def http(self, i: int) -> httpx.Client:

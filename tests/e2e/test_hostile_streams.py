@@ -128,6 +128,35 @@ def test_a_reader_that_takes_nothing_is_disconnected_after_the_send_timeout(tmp_
             server.stop()
 
 
+def slow_run_being_read(server: ServerProcess, fake: FakeLLM, words: int):
+    """A one-step run streaming `words` words 0.1 s apart, read by a thread into `frames`;
+    returns (http, trace_id, frames, reader) once the first token has arrived."""
+    admin = login(server, "admin", "ADMINISTRATOR")
+    http = httpx.Client(base_url=server.base_url + "/api/v1", headers=admin, timeout=60)
+    provider = http.post("/provider", json={"name": "fake", "provider": "openai_compatible",
+                                            "model_id": "m", "api_key": "k",
+                                            "base_url": fake.base_url}).json()["provider_id"]
+    worker = http.post("/agent/worker", json={"name": "w", "provider_id": provider,
+                                              "tools": []}).json()["worker_id"]
+    template = http.post("/workflow/template", json={"name": "slow", "steps": [
+        {"id": "s", "agent": {"worker": worker}, "prompt": "go"}]}).json()["template_id"]
+    fake.script_text("word " * words, chunks=words, delay=0.1)
+    trace_id = http.post("/workflow/run", json={"template_id": template}).json()["trace_id"]
+    frames: list = []
+
+    def read() -> None:
+        with http.stream("GET", f"/workflow/sse/{trace_id}") as response:
+            frames.extend(sse_frames(response))
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 10
+    while not any(f[1] == "token" for f in frames):
+        assert time.monotonic() < deadline, "no token within 10 s"
+        time.sleep(0.05)
+    return http, trace_id, frames, reader
+
+
 def test_a_crashed_run_task_still_ends_with_a_terminal_event(tmp_path, store):
     """The store fails under a running step, not by an outage (the event table is away
     for a few seconds): the run ends `failed`, with the reason in a stored `run_failed`,
@@ -135,28 +164,7 @@ def test_a_crashed_run_task_still_ends_with_a_terminal_event(tmp_path, store):
     with FakeLLM() as fake:
         server = ServerProcess(tmp_path / "home", database_url=store).start()
         try:
-            admin = login(server, "admin", "ADMINISTRATOR")
-            http = httpx.Client(base_url=server.base_url + "/api/v1", headers=admin, timeout=60)
-            provider = http.post("/provider", json={"name": "fake", "provider": "openai_compatible",
-                                                    "model_id": "m", "api_key": "k",
-                                                    "base_url": fake.base_url}).json()["provider_id"]
-            worker = http.post("/agent/worker", json={"name": "w", "provider_id": provider,
-                                                      "tools": []}).json()["worker_id"]
-            template = http.post("/workflow/template", json={"name": "slow", "steps": [
-                {"id": "s", "agent": {"worker": worker}, "prompt": "go"}]}).json()["template_id"]
-            fake.script_text("word " * 200, chunks=200, delay=0.1)
-            trace_id = http.post("/workflow/run", json={"template_id": template}).json()["trace_id"]
-            frames: list = []
-
-            def read() -> None:
-                with http.stream("GET", f"/workflow/sse/{trace_id}") as response:
-                    frames.extend(sse_frames(response))
-
-            reader = threading.Thread(target=read, daemon=True)
-            reader.start()
-            deadline = time.monotonic() + 10
-            while not any(f[1] == "token" for f in frames) and time.monotonic() < deadline:
-                time.sleep(0.05)
+            http, trace_id, frames, reader = slow_run_being_read(server, fake, 200)
             if store is None:
                 hide_the_sqlite_event_table(server.home / "orchestra.db", seconds=4)
             else:
@@ -178,29 +186,7 @@ def test_a_sqlite_store_locked_past_its_busy_timeout_is_waited_out(tmp_path):
     with FakeLLM() as fake:
         server = ServerProcess(tmp_path / "home").start()
         try:
-            admin = login(server, "admin", "ADMINISTRATOR")
-            http = httpx.Client(base_url=server.base_url + "/api/v1", headers=admin, timeout=60)
-            provider = http.post("/provider", json={"name": "fake", "provider": "openai_compatible",
-                                                    "model_id": "m", "api_key": "k",
-                                                    "base_url": fake.base_url}).json()["provider_id"]
-            worker = http.post("/agent/worker", json={"name": "w", "provider_id": provider,
-                                                      "tools": []}).json()["worker_id"]
-            template = http.post("/workflow/template", json={"name": "slow", "steps": [
-                {"id": "s", "agent": {"worker": worker}, "prompt": "go"}]}).json()["template_id"]
-            fake.script_text("word " * 100, chunks=100, delay=0.1)
-            trace_id = http.post("/workflow/run", json={"template_id": template}).json()["trace_id"]
-            frames: list = []
-
-            def read() -> None:
-                with http.stream("GET", f"/workflow/sse/{trace_id}") as response:
-                    frames.extend(sse_frames(response))
-
-            reader = threading.Thread(target=read, daemon=True)
-            reader.start()
-            deadline = time.monotonic() + 10
-            while not any(f[1] == "token" for f in frames) and time.monotonic() < deadline:
-                time.sleep(0.05)
-            assert any(f[1] == "token" for f in frames)
+            http, trace_id, frames, reader = slow_run_being_read(server, fake, 100)
             locker = sqlite3.connect(server.home / "orchestra.db", timeout=30)
             locker.execute("BEGIN EXCLUSIVE")
             time.sleep(12)  # past the store's 10 s busy timeout: writes fail meanwhile

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from tests.conftest import ServerProcess
-from tests.e2e.test_workflow_e2e import login
+from tests.e2e.test_workflow_e2e import fake_worker, login
 from tests.fakes.fake_llm import FakeLLM
 
 pytestmark = pytest.mark.e2e
@@ -31,15 +31,7 @@ class Fleet:
         self.tmp_path, self.url, self.env = tmp_path, url, env
         self.servers = [self.new_server(i) for i in range(count)]
         self.headers = login(self.servers[0], "root", "SUPER_ADMINISTRATOR")
-        http = self.http()
-        provider = http.post("/provider", json={
-            "name": "fake", "provider": "openai_compatible", "model_id": "fake-model",
-            "api_key": "k", "base_url": fake.base_url})
-        assert provider.status_code == 201, provider.text
-        worker = http.post("/agent/worker", json={
-            "name": "w", "provider_id": provider.json()["provider_id"], "tools": []})
-        assert worker.status_code == 201, worker.text
-        self.worker = worker.json()["worker_id"]
+        self.worker = fake_worker(self.http(0), fake)
 
     def new_server(self, i: int) -> ServerProcess:
         return ServerProcess(self.tmp_path / f"s{i}", database_url=self.url, env=self.env).start()

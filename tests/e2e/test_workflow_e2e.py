@@ -42,6 +42,18 @@ def login(server: ServerProcess, name: str, role: str = "USER") -> dict:
     return {"Authorization": f"Bearer {response.json()['access_token']}"}
 
 
+def fake_worker(http: httpx.Client, fake: FakeLLM) -> str:
+    """A provider on the fake model and a worker without tools on it: the worker's id."""
+    provider = http.post("/provider", json={
+        "name": "fake", "provider": "openai_compatible", "model_id": "fake-model",
+        "api_key": "k", "base_url": fake.base_url})
+    assert provider.status_code == 201, provider.text
+    worker = http.post("/agent/worker", json={
+        "name": "w", "provider_id": provider.json()["provider_id"], "tools": []})
+    assert worker.status_code == 201, worker.text
+    return worker.json()["worker_id"]
+
+
 @pytest.fixture
 def live(tmp_path):
     fake = FakeLLM()
