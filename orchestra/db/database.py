@@ -8,10 +8,12 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from playhouse.pwasyncio import (
+    AsyncPostgresqlConnection,
     AsyncPostgresqlDatabase,
     AsyncSqliteConnection,
     AsyncSqliteDatabase,
     AsyncSqlitePool,
+    CursorAdapter,
 )
 
 from orchestra.db.models import database_proxy
@@ -116,6 +118,35 @@ async def _keep_session(conn) -> None:
     is rolled back by the pool before this) — so there is nothing to reset."""
 
 
+class _CachedStatementConnection(AsyncPostgresqlConnection):
+    """playhouse.pwasyncio prepares every statement afresh (`Connection.prepare` skips
+    asyncpg's statement cache): a Parse round trip before each Bind/Execute, outside a
+    transaction an implicit transaction of its own, and a Close for the statement later.
+    Here a statement runs through asyncpg's own execute path, which keeps each
+    connection's statements prepared (an LRU of 100) and prepares again by itself when a
+    migration changed a table under a cached statement outside a transaction."""
+
+    async def _execute(self, sql, params=None):
+        if params:
+            sql = self._translate_placeholders(sql)
+        records, status, _ = await self.conn._execute(sql, params or (), 0, None, return_status=True)
+        description = [(k,) for k in records[0].keys()] if records else []
+        # The command status tail: "UPDATE 3", "DELETE 2", "INSERT 0 3".
+        tail = (status.decode() if isinstance(status, bytes) else status or "").rsplit(" ", 1)
+        rowcount = int(tail[1]) if len(tail) == 2 and tail[1].isdigit() else len(records)
+        return CursorAdapter(records, rowcount=rowcount, description=description)
+
+
+class CachedStatementPostgresqlDatabase(AsyncPostgresqlDatabase):
+    """`AsyncPostgresqlDatabase` whose connections reuse prepared statements (see
+    `_CachedStatementConnection`): half the round trips per statement, and no transaction
+    spent on preparing one."""
+
+    async def _pool_acquire(self, pool):
+        conn = await asyncio.wait_for(pool.acquire(), timeout=self._acquire_timeout)
+        return _CachedStatementConnection(conn)
+
+
 def is_postgres_url(url: str) -> bool:
     """Whether `url` names a PostgreSQL store (`postgres://` or `postgresql://`)."""
     return url.startswith(("postgres://", "postgresql://"))
@@ -167,7 +198,7 @@ def make_database(url: str, *, pool_size: int = 8):
         return SettlingSqliteDatabase(path, pragmas=SQLITE_PRAGMAS, pool_size=pool_size)
     if scheme in ("postgres", "postgresql"):
         params = postgres_params(url)
-        return AsyncPostgresqlDatabase(params.pop("database"), pool_size=pool_size,
+        return CachedStatementPostgresqlDatabase(params.pop("database"), pool_size=pool_size,
                                        reset=_keep_session, **params)
     raise DatabaseUrlError(
         f"unsupported database URL {url!r}: use sqlite:///path/to/file.db or postgresql://host/db"

@@ -227,7 +227,7 @@ class Scheduler:
         structured = "output_schema" in step
         last_tokens = [(EventKind.TOKEN, live.tagged(sid, {"text": pending_text}), sid)] if pending_text else []
         finished = (EventKind.STEP_FINISHED, live.tagged(sid, {"output": output, "usage": usage}), sid)
-        stored = writes.submit(self._store_instance, (
+        stored = writes.submit_many(self._store_instances, (
             path, None, {"status": StepStatus.SUCCEEDED, "usage": usage, "finished_at": utcnow(),
                          **output_fields(output, structured)},
             last_tokens + [finished]), trace_id)
@@ -252,7 +252,7 @@ class Scheduler:
             values: dict[str, Any] = {"status": StepStatus.RUNNING, "attempt": attempt}
             if attempt == 1:
                 values["started_at"] = utcnow()
-            writes.submit(self._store_instance, (sid.path, str(sid), values, [
+            writes.submit_many(self._store_instances, (sid.path, str(sid), values, [
                 (EventKind.STEP_STARTED, live.tagged(sid, {"agent": step["agent"], "prompt": prompt}), sid)]),
                 trace_id)
         timeout = step.get("timeout_seconds")
@@ -268,16 +268,19 @@ class Scheduler:
                 return step["default"], None, ""
             raise StepFailure(f"timed out after {timeout} s") from None
 
-    async def _store_instance(self, change: tuple, trace_id: str) -> None:
-        """An instance's row change (the row created when a step id is given, else
-        updated) and its events, in one transaction: one store round per start and end."""
-        path, step_id, values, events = change
+    async def _store_instances(self, changes: list[tuple], trace_id: str) -> None:
+        """Instances' row changes (a row created when a step id is given, else updated)
+        and their events, in order, in one transaction: one store round for a step's
+        start or end, or for all the starts and ends that queued up together."""
 
         async def store() -> list:
-            if step_id is None:
-                await self._set_step(trace_id, path, **values)
-            else:
-                await self._put_instance(trace_id, path, step_id, **values)
+            events = []
+            for path, step_id, values, step_events in changes:
+                if step_id is None:
+                    await self._set_step(trace_id, path, **values)
+                else:
+                    await self._put_instance(trace_id, path, step_id, **values)
+                events += step_events
             return await self.log.insert(trace_id, events)
 
         await self._store_with_events(trace_id, store)
@@ -293,7 +296,7 @@ class Scheduler:
     # -- a container's own row and events (containers.py) --------------------------------
     def _instance_started(self, live: LiveRun, step: dict[str, Any], path: str,
                           data: dict[str, Any]) -> None:
-        live.writes.submit(self._store_instance, (
+        live.writes.submit_many(self._store_instances, (
             path, step["id"], {"status": StepStatus.RUNNING, "started_at": utcnow()},
             [(EventKind.STEP_STARTED, data, StepAt(step["id"], path))]), live.trace_id)
 
@@ -301,7 +304,7 @@ class Scheduler:
                             data: dict[str, Any]) -> asyncio.Future:
         """Store a container's (an item's, an iteration's) end; the future of its last write."""
         live.finished.set(path, StepStatus.SUCCEEDED, output)
-        return live.writes.submit(self._store_instance, (
+        return live.writes.submit_many(self._store_instances, (
             path, None, {"status": StepStatus.SUCCEEDED, "finished_at": utcnow(), **output_fields(output)},
             [(EventKind.STEP_FINISHED, {"output": output, **data}, StepAt(step["id"], path))]), live.trace_id)
 

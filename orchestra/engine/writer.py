@@ -9,6 +9,9 @@ from typing import Any
 
 from orchestra.engine.log import RunGone
 
+GROUP_LIMIT = 100  # writes applied together at most: a transaction stays short
+_SINGLE = object()  # the queue entry of a plain `submit`
+
 
 class RunWriter:
     """One live run's store writes (event appends, row updates), applied strictly in the
@@ -17,6 +20,11 @@ class RunWriter:
     The run submits and goes on, so a step's writes overlap the next provider call; it
     waits only where it must (`await submit(...)`, `drain()`). The first failing write
     (RunGone, a store error) skips every later one; `check()` and `drain()` raise it.
+
+    Group commit: writes submitted with `submit_many` that wait next to each other in the
+    queue (twenty parallel steps starting at once, or ending while an earlier write is in
+    flight) are applied by one call of their function, in one transaction: the run pays
+    one commit, and other processes one notification, for the whole group.
     """
 
     def __init__(self) -> None:
@@ -27,24 +35,51 @@ class RunWriter:
         # streaming without pause would otherwise keep one connection for its whole burst,
         # and a hundred such runs starve requests past the pool's acquire timeout.
         self.release: Callable[[], Awaitable[None]] | None = None
-        self._queue: deque[tuple[asyncio.Future, Callable[..., Awaitable], tuple, dict]] = deque()
+        # (future, fn, args, kwargs, item): `item` is _SINGLE for `submit`, else one of a
+        # group `fn([item, ...], *args)` applies together.
+        self._queue: deque[tuple[asyncio.Future, Callable[..., Awaitable], tuple, dict, Any]] = deque()
         self._task: asyncio.Task | None = None
         self.error: BaseException | None = None
 
     def submit(self, fn: Callable[..., Awaitable], *args: Any, **kwargs: Any) -> asyncio.Future:
         """Queue `await fn(*args, **kwargs)`; the returned future has its result."""
+        return self._enqueue(fn, args, kwargs, _SINGLE)
+
+    def submit_many(self, fn: Callable[..., Awaitable], item: Any, *args: Any) -> asyncio.Future:
+        """Queue `item` for `await fn([item, ...], *args)`, applied together with the items
+        queued right before or after it for the same `fn` and `args`; the returned future
+        is done (result None) once the group is stored."""
+        return self._enqueue(fn, args, {}, item)
+
+    def _enqueue(self, fn: Callable[..., Awaitable], args: tuple, kwargs: dict, item: Any) -> asyncio.Future:
         self.check()
         loop = asyncio.get_running_loop()
         future = loop.create_future()
-        self._queue.append((future, fn, args, kwargs))
+        self._queue.append((future, fn, args, kwargs, item))
         if self._task is None or self._task.done():
             # A task per burst: pwasyncio gives its pooled connection back when it ends.
             self._task = loop.create_task(self._work())
         return future
 
+    def _next_group(self) -> tuple[list[asyncio.Future], Callable[..., Awaitable], tuple, dict, bool]:
+        """The next queued write: one `submit`, or the run of `submit_many` items that wait
+        together for the same function (applied as one call)."""
+        future, fn, args, kwargs, item = self._queue.popleft()
+        if item is _SINGLE:
+            return [future], fn, args, kwargs, False
+        futures, items = [future], [item]
+        queue = self._queue
+        while queue and len(items) < GROUP_LIMIT:
+            _, next_fn, next_args, _, next_item = queue[0]
+            if next_item is _SINGLE or next_fn != fn or next_args != args:
+                break
+            futures.append(queue.popleft()[0])
+            items.append(next_item)
+        return futures, fn, (items, *args), kwargs, True
+
     async def _work(self) -> None:
         while self._queue:
-            future, fn, args, kwargs = self._queue.popleft()
+            futures, fn, args, kwargs, grouped = self._next_group()
             result = None
             tries = 0
             while self.error is None:
@@ -59,13 +94,16 @@ class RunWriter:
                         self.error = exc
             if self.release is not None:
                 await self.release()
-            if future.done():  # its waiter went away; the write happened all the same
-                continue
-            if self.error is not None:
-                future.set_exception(self.error)
-                future.exception()  # fire-and-forget writes: raised by check()/drain() instead
-            else:
-                future.set_result(result)
+            if grouped:
+                result = None
+            for future in futures:
+                if future.done():  # its waiter went away; the write happened all the same
+                    continue
+                if self.error is not None:
+                    future.set_exception(self.error)
+                    future.exception()  # fire-and-forget writes: raised by check()/drain() instead
+                else:
+                    future.set_result(result)
 
     def abandon(self) -> None:
         """Skip every write not yet applied (the run is held by another process now)."""

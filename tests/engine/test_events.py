@@ -338,6 +338,29 @@ async def test_run_writer_stops_at_the_first_failed_write_and_raises_it(core, ru
         writes.submit(log.append, run_id, "token", {"text": "y"})
 
 
+async def test_run_writer_applies_writes_waiting_together_as_one_group(core, run_id):
+    """Group commit: `submit_many` items queued next to each other reach their function in
+    one call, in order; a plain write between them splits the group; each future is done
+    once its group is stored."""
+    log, writes, calls = EventLog(core.db), RunWriter(), []
+
+    async def store(items, trace_id):
+        calls.append(list(items))
+        await log.append_many(trace_id, [("token", {"text": text}, "s") for text in items])
+
+    first = writes.submit_many(store, "a", run_id)
+    writes.submit_many(store, "b", run_id)
+    writes.submit(log.append, run_id, "token", {"text": "between"})
+    writes.submit_many(store, "c", run_id)
+    last = writes.submit_many(store, "d", run_id)
+    await writes.drain()
+    assert calls == [["a", "b"], ["c", "d"]]
+    assert first.result() is None and last.result() is None
+    rows = await core.db.list(RunEvent.select().where(RunEvent.run == run_id).order_by(RunEvent.seq))
+    assert [(r.seq, r.data["text"]) for r in rows] == [
+        (1, "a"), (2, "b"), (3, "between"), (4, "c"), (5, "d")]
+
+
 async def test_a_large_fan_out_is_written_in_slices_and_in_order(core, run_id):
     log = EventLog(core.db)
     feeds = Feeds(log)

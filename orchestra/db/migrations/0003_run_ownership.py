@@ -4,7 +4,7 @@ and whether a cancel was asked for. On PostgreSQL, triggers send the cross-proce
 workers, skills and system nodes) so that no process has to poll.
 """
 
-from peewee import BooleanField, CharField, DoubleField, IntegerField
+from peewee import BooleanField, CharField, DoubleField, IntegerField, PostgresqlDatabase
 
 TRIGGERS = (  # one statement each: the driver prepares statements
     """CREATE OR REPLACE FUNCTION orchestra_notify_events() RETURNS trigger AS $$
@@ -35,7 +35,7 @@ def up(migrator, db):
         migrator.add_column("workflow_run", "cancel_requested", BooleanField(default=False)),
         migrator.add_index("workflow_run", ("status", "lease_until")),
     )
-    if db.__class__.__name__.startswith(("Postgres", "AsyncPostgres")):
+    if isinstance(db, PostgresqlDatabase):
         for statement in TRIGGERS:
             db.execute_sql(statement)
         for table in CACHED_TABLES:
@@ -46,7 +46,7 @@ def up(migrator, db):
 
 
 def down(migrator, db):
-    if db.__class__.__name__.startswith(("Postgres", "AsyncPostgres")):
+    if isinstance(db, PostgresqlDatabase):
         for table in CACHED_TABLES:
             db.execute_sql(f'DROP TRIGGER IF EXISTS {table}_notify ON "{table}"')
         db.execute_sql("DROP TRIGGER IF EXISTS run_event_notify ON run_event")

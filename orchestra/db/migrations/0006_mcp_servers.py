@@ -10,7 +10,7 @@ import datetime as dt
 import json
 import uuid
 
-from peewee import CharField, DateTimeField, DoubleField, Model, TextField
+from peewee import CharField, DateTimeField, DoubleField, Model, PostgresqlDatabase, TextField
 
 
 def utcnow():
@@ -56,7 +56,7 @@ class McpServer(Model):
 
 
 def _postgres(db):
-    return db.__class__.__name__.startswith(("Postgres", "AsyncPostgres"))
+    return isinstance(db, PostgresqlDatabase)
 
 
 def up(migrator, db):
