@@ -68,7 +68,7 @@ def register(app: typer.Typer) -> None:
         tune_allocator()  # before the server starts its threads; see engine/memory.py
         from orchestra.engine.llm.factory import preload
 
-        preload()  # the provider SDK, before the first run needs it
+        preload()  # the OpenAI-compatible client, before the first run needs it
         raise_open_file_limit()  # every connection is a file descriptor
         metrics_dir = shared_metrics_dir(settings)  # before any worker imports prometheus-client
         loader = AppLoader(factory=partial(serving_app, settings, line))

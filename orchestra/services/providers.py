@@ -312,7 +312,7 @@ async def check_provider(core: Core, *, provider_id: str) -> list[str]:
         ) from None
     timeout = min(core.settings.llm_timeout, CHECK_TIMEOUT)
     # The provider may take CHECK_TIMEOUT seconds: hold no store connection meanwhile,
-    # and build the SDK client (seconds of imports and TLS set-up) off the event loop.
+    # and build the client (imports and TLS set-up) off the event loop.
     await release_connection(core.db)
     client = None
     try:
@@ -326,7 +326,7 @@ async def check_provider(core: Core, *, provider_id: str) -> list[str]:
             detail={"provider_id": provider.id, "status": err.status, "provider_message": err.message},
         ) from None
     except Exception as err:  # a base_url stored before hosts were checked: InvalidURL of
-        # httpx or of the SDK's own HTTP package, or idna's ValueError
+        # httpx (or of the anthropic SDK's own HTTP package), or idna's ValueError
         if not (isinstance(err, ValueError) or type(err).__name__ == "InvalidURL"):
             raise
         raise ProviderError(

@@ -2,7 +2,7 @@
 
 It is a real HTTP/1.1 server on loopback (standard library only, one thread per
 connection) that streams genuine `data: {...}` SSE chunks with chunked transfer
-encoding, so the real OpenAI SDK and `OpenAICompatClient` run against it unchanged.
+encoding, so `OpenAICompatClient` (or any OpenAI SDK) runs against it unchanged.
 
 Tests queue scripted replies (text, tool calls, HTTP errors, a stream cut mid-way);
 with nothing queued it answers deterministically: `echo` mode replies

@@ -30,8 +30,8 @@ def make_client(
 
 
 def preload() -> None:
-    """Import the OpenAI-compatible client's SDK now (~1 s of CPU). Done by `orchestra
-    serve` before it listens: imported on first use instead, even in a thread, the
-    import holds the interpreter long enough to stall every request for a moment (the
-    Anthropic SDK, used by one kind only, still loads on first use, in a thread)."""
+    """Import the OpenAI-compatible client now. Done by `orchestra serve` before it
+    listens: a large import on first use, even in a thread, holds the interpreter long
+    enough to stall every request for a moment (the Anthropic SDK, used by one kind
+    only, still loads on first use, in a thread)."""
     import orchestra.engine.llm.openai_compat  # noqa: F401
