@@ -1,0 +1,155 @@
+"""The workflow language in the console, in Chromium against a real server and the fake
+LLM: a run started from a form made of the template's `input_schema` (a 422 shown at the
+field); a human step with an `output_schema` answered through a form (the server's 422 at
+the field, then the stored reply); a foreach of 300 items grouped under its container,
+counted by status, collapsed and paged (never 300 rows in the page)."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+
+from tests.console.conftest import PASSWORD, Console
+
+expect = pytest.importorskip(
+    "playwright.sync_api", reason="browser tests need Playwright for Python: pip install -e '.[test]'"
+).expect
+
+
+def api(console: Console, user_name: str = "root") -> httpx.Client:
+    token = httpx.post(f"{console.server.base_url}/api/v1/auth/login",
+                       json={"user_name": user_name, "password": PASSWORD}).json()["access_token"]
+    return httpx.Client(base_url=console.server.base_url + "/api/v1",
+                        headers={"Authorization": f"Bearer {token}"}, timeout=30)
+
+
+def make_worker(http: httpx.Client, fake_url: str) -> str:
+    provider = http.post("/provider", json={"name": "fake", "provider": "openai_compatible", "model_id": "fake-model",
+                                            "base_url": fake_url, "api_key": "any-key"})
+    assert provider.status_code == 201, provider.text
+    worker = http.post("/agent/worker", json={"name": "researcher", "provider_id": provider.json()["provider_id"]})
+    assert worker.status_code == 201, worker.text
+    return worker.json()["worker_id"]
+
+
+def all_events(http: httpx.Client, trace_id: str) -> list[dict]:
+    events, after = [], 0
+    while True:
+        page = http.get(f"/workflow/run/{trace_id}/events", params={"after": after}).json()
+        events += page["events"]
+        if not page["events"] or page.get("next_after") is None:
+            return events
+        after = page["next_after"]
+
+
+REVIEW_SCHEMA = {
+    "type": "object", "required": ["approved", "score"],
+    "properties": {
+        "approved": {"type": "boolean"},
+        "score": {"type": "integer", "minimum": 0, "maximum": 10},
+        "level": {"enum": ["low", "high"]},
+        "note": {"type": "string"},
+    },
+}
+
+
+def test_input_form_and_a_human_reply_through_a_form_from_the_schema(console: Console):
+    page = console.page
+    http = api(console)
+    made = http.post("/workflow/template", json={
+        "name": "approve",
+        "input_schema": {"type": "object", "required": ["count", "topic"],
+                         "properties": {"count": {"type": "integer", "minimum": 1}, "topic": {"type": "string"}}},
+        "steps": [{"id": "review", "agent": {"human": True}, "prompt": "Approve {{ input.count }} on {{ input.topic }}?",
+                   "output_schema": REVIEW_SCHEMA}]})
+    assert made.status_code == 201, made.text
+    console.sign_in("root")
+    console.open("runs")
+    start = page.locator("form").filter(has=page.get_by_role("heading", name="Start a run"))
+    start.get_by_label("count").fill("0")
+    start.get_by_label("topic").fill("tides")
+    start.get_by_role("button", name="Start run").click()
+    # The server's 422 (`input.count`) at the field.
+    start.locator('[data-field="count"] .problem').get_by_text("minimum").wait_for()
+    assert http.get("/workflow/run").json()["runs"] == []
+    start.get_by_label("count").fill("2")
+    start.get_by_role("button", name="Start run").click()
+    page.wait_for_url("**/#/run/*")
+    trace_id = page.url.rsplit("/", 1)[1]
+    expect(page.locator("section.run")).to_contain_text('"topic": "tides"')
+
+    reply = page.locator("form.reply")
+    reply.get_by_text("review asks:").wait_for()
+    reply.get_by_label("approved").check()
+    reply.get_by_label("score").fill("11")
+    reply.get_by_label("level (optional)").select_option(label="high")
+    reply.get_by_label("note (optional)").fill("fine by me")
+    reply.get_by_role("button", name="Send reply").click()
+    # Refused by the server at `content.score`; the question stays open.
+    reply.locator('[data-field="score"] .problem').get_by_text("maximum").wait_for()
+    console.shot("language-reply-refused")
+    assert http.get(f"/workflow/run/{trace_id}").json()["status"] == "waiting_reply"
+    reply.get_by_label("score").fill("7")
+    reply.get_by_role("button", name="Send reply").click()
+    expect(page.locator("section.run")).to_have_attribute("data-status", "succeeded")
+    run = http.get(f"/workflow/run/{trace_id}").json()
+    (review,) = [s for s in run["steps"] if s["path"] == "review"]
+    assert review["output"] == {"approved": True, "score": 7, "level": "high", "note": "fine by me"}
+    assert run["input"] == {"count": 2, "topic": "tides"}
+    assert console.errors == []
+
+
+def test_a_foreach_of_300_items_is_grouped_counted_and_paged(console: Console, fake):
+    page = console.page
+    http = api(console)
+    worker = make_worker(http, fake.base_url)
+    # Every 100th item (7, 107, 207) has no topic: its prompt fails, and `continue` goes on.
+    items = [{"topic": f"topic {i}"} if i % 100 != 7 else {"other": i} for i in range(300)]
+    made = http.post("/workflow/template", json={
+        "name": "map", "input_schema": {"type": "object", "properties": {"items": {"type": "array"}}},
+        "steps": [{"id": "each", "foreach": {"items": "input.items", "max_concurrency": 16, "on_error": "continue"},
+                   "agent": {"worker": worker}, "prompt": "Research {{ item.topic }}"}]})
+    assert made.status_code == 201, made.text
+    console.sign_in("root")
+    console.open(f"runs?template={made.json()['template_id']}")
+    start = page.locator("form").filter(has=page.get_by_role("heading", name="Start a run"))
+    # An array property: the form falls back to JSON.
+    start.get_by_label("Input (JSON)").fill(json.dumps({"items": items}))
+    start.get_by_role("button", name="Start run").click()
+    page.wait_for_url("**/#/run/*")
+    trace_id = page.url.rsplit("/", 1)[1]
+    expect(page.locator("section.run")).to_have_attribute("data-status", "succeeded", timeout=120_000)
+
+    # What the server says: the container's output and its counts, and the failed items' events.
+    stored = {s["path"]: s for s in http.get(f"/workflow/run/{trace_id}").json()["steps"]}
+    assert [i for i, out in enumerate(stored["each"]["output"]) if out is None] == [7, 107, 207]
+    events = all_events(http, trace_id)
+    (summary,) = [e["data"]["items"] for e in events if e["kind"] == "step_finished" and e["data"]["path"] == "each"]
+    assert summary == {"total": 300, "succeeded": 297, "failed": 3}
+    assert sorted(e["data"]["path"] for e in events if e["kind"] == "step_failed") == ["each[107]", "each[207]", "each[7]"]
+    group = page.locator('.instances[data-container="each"]')
+    expect(group).to_have_attribute("data-total", "300")
+    expect(group.locator('button.count[data-status="succeeded"]')).to_have_text("succeeded 297")
+    expect(group.locator('button.count[data-status="failed"]')).to_have_text("failed 3")
+    # Collapsed by default: no item rows in the page until asked.
+    assert page.locator("li.instance").count() == 0
+    group.get_by_role("button", name="Show 300 items").click()
+    expect(group.locator("li.instance")).to_have_count(50)
+    expect(group.locator(".page-at")).to_have_text("items 1–50 of 300")
+    first = group.locator('li.instance[data-path="each[0]"]')
+    expect(first).to_contain_text("Echo: Research topic 0")
+    group.get_by_role("button", name="Next 50").click()
+    expect(group.locator(".page-at")).to_have_text("items 51–100 of 300")
+    expect(group.locator("li.instance").first).to_have_attribute("data-path", "each[50]")
+    expect(group.locator("li.instance")).to_have_count(50)
+    console.shot("language-foreach-paged")
+    # The failed ones, by their count.
+    group.locator('button.count[data-status="failed"]').click()
+    expect(group.locator("li.instance")).to_have_count(3)
+    assert group.locator("li.instance").evaluate_all("rows => rows.map((r) => r.dataset.path)") == \
+        ["each[7]", "each[107]", "each[207]"]
+    expect(group.locator('li.instance[data-path="each[107]"] .error')).to_contain_text("item.topic")
+    assert page.locator("li.instance").count() <= 50
+    assert console.errors == []
