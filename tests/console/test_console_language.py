@@ -153,3 +153,107 @@ def test_a_foreach_of_300_items_is_grouped_counted_and_paged(console: Console, f
     expect(group.locator('li.instance[data-path="each[107]"] .error')).to_contain_text("item.topic")
     assert page.locator("li.instance").count() <= 50
     assert console.errors == []
+
+
+def step(page, index: int):
+    return page.locator(f'fieldset[data-step-index="{index}"]')
+
+
+def field(scope, label: str):
+    """The `.field` block of the control labelled `label`: its problem is shown inside."""
+    return scope.locator(".field").filter(has=scope.page.get_by_label(label, exact=True))
+
+
+def test_the_editor_saves_when_timeout_retry_and_containers_and_shows_422s_at_their_fields(console: Console, fake):
+    page = console.page
+    http = api(console)
+    worker = make_worker(http, fake.base_url)
+    console.sign_in("root")
+    console.open("templates/new")
+    page.get_by_role("heading", name="New template").wait_for()
+    page.get_by_label("Name", exact=True).fill("guarded")
+    step(page, 0).get_by_label("Step id").fill("draft")
+    first = step(page, 0)
+    first.get_by_text("Conditions and policies").click()
+    first.get_by_label("Timeout (seconds)").fill("120")
+    first.get_by_label("Attempts").fill("50")  # more than 10: the server refuses it
+    first.get_by_label("Backoff (seconds)").fill("2")
+    first.get_by_label("On error").select_option("continue")
+    page.get_by_role("button", name="Add a step").click()
+    second = step(page, 1)
+    second.get_by_label("Step id").fill("approve")
+    second.get_by_label("Agent").select_option("human")
+    second.get_by_label("Prompt").fill("Approve {{steps.draft.output}}?")
+    second.get_by_text("Conditions and policies").click()
+    second.get_by_label("Run only when").fill("steps.draft.output != ''")
+    second.get_by_label("Timeout (seconds)").fill("60")
+    second.get_by_label("Output schema (JSON Schema)").fill(json.dumps(
+        {"type": "object", "required": ["approved"], "properties": {"approved": {"type": "boolean"}}}))
+    second.get_by_label("Default reply").fill('{"approved": false}')
+    page.get_by_role("button", name="Add a step").click()
+    third = step(page, 2)
+    third.get_by_label("Step id").fill("each")
+    third.get_by_label("Runs").select_option("foreach")
+    third.get_by_label("Items").fill("['a', 'b']")
+    third.get_by_label("At once").fill("2")
+    third.get_by_label("When an item fails").select_option("continue")
+    third.get_by_label("Prompt").fill("Research {{item}}")
+    page.get_by_text("Input, limits and output").click()
+    page.get_by_label("Max steps").fill("40")
+    page.get_by_label("Run output").fill("steps.each.output")
+
+    page.get_by_role("button", name="Save template").click()
+    # The 422 names `steps.0.retry.max_attempts`: shown at that step's Attempts field.
+    field(first, "Attempts").locator(".problem").get_by_text("less than or equal to 10").wait_for()
+    assert field(second, "Attempts").locator(".problem").count() == 0
+    console.shot("language-editor-422-retry")
+    first.get_by_label("Attempts").fill("3")
+    second.get_by_label("Run only when").fill("steps.draft.output ==")  # does not parse
+    page.get_by_role("button", name="Save template").click()
+    field(second, "Run only when").locator(".problem").wait_for()
+    assert field(first, "Attempts").locator(".problem").count() == 0
+    assert http.get("/workflow/template").json()["templates"] == []
+    second.get_by_label("Run only when").fill("steps.draft.output != ''")
+    page.get_by_role("button", name="Save template").click()
+    page.get_by_text("Template 'guarded' created.").wait_for()
+
+    (stored,) = http.get("/workflow/template").json()["templates"]
+    draft, approve, each = stored["steps"]
+    assert (draft["timeout_seconds"], draft["retry"], draft["on_error"]) == (120, {"max_attempts": 3, "backoff_seconds": 2}, "continue")
+    assert draft["agent"] == {"worker": worker}
+    assert approve["when"] == "steps.draft.output != ''" and approve["timeout_seconds"] == 60
+    assert approve["agent"] == {"human": True} and approve["depends_on"] == ["draft"]
+    assert approve["output_schema"]["properties"] == {"approved": {"type": "boolean"}}
+    assert approve["default"] == {"approved": False}
+    assert each["foreach"] == {"items": "['a', 'b']", "max_concurrency": 2, "on_error": "continue"}
+    assert each["prompt"] == "Research {{item}}" and each["depends_on"] == ["approve"]
+    assert stored["limits"] == {"max_steps": 40} and stored["output"] == "steps.each.output"
+
+    # The graph: the conditional step's arrow dashed, the foreach a box around its item step.
+    graph = page.locator("figure.graph")
+    expect(graph.locator('g.node.conditional[data-step="approve"]')).to_have_count(1)
+    expect(graph.locator("path.edge.conditional")).to_have_count(1)
+    expect(graph.locator('g.node.container[data-kind="foreach"][data-step="each"] g.node.item')).to_have_count(1)
+
+    # A loop, its steps as JSON: a problem inside them is shown at that text area.
+    page.get_by_role("button", name="Add a step").click()
+    fourth = step(page, 3)
+    fourth.get_by_label("Step id").fill("improve")
+    fourth.get_by_label("Runs").select_option("loop")
+    fourth.get_by_label("Max iterations").fill("2")
+    fourth.get_by_label("Until").fill("steps.polish.output != ''")
+    fourth.get_by_label("Steps of each iteration (JSON)").fill(json.dumps(
+        [{"id": "polish", "agent": {"worker": worker}, "prompt": "Polish {{ steps.nope.output }}"}]))
+    page.get_by_role("button", name="Save template").click()
+    field(fourth, "Steps of each iteration (JSON)").locator(".problem").get_by_text("nope").wait_for()
+    fourth.get_by_label("Steps of each iteration (JSON)").fill(json.dumps(
+        [{"id": "polish", "agent": {"worker": worker}, "prompt": "Polish {{ loop.iteration }}"}]))
+    page.get_by_role("button", name="Save template").click()
+    page.get_by_text("Template 'guarded' saved.").wait_for()
+    (stored,) = http.get("/workflow/template").json()["templates"]
+    improve = stored["steps"][3]
+    assert improve["loop"]["max_iterations"] == 2 and improve["loop"]["until"] == "steps.polish.output != ''"
+    assert improve["loop"]["steps"][0]["id"] == "polish" and "agent" not in improve
+    expect(graph.locator('g.node.container[data-kind="loop"][data-step="improve"] g.node[data-step="polish"]')).to_have_count(1)
+    console.shot("language-editor-saved")
+    assert console.errors == []

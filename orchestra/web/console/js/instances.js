@@ -3,7 +3,7 @@
 // grouped under their container with counts by status. A large group starts collapsed and
 // is shown a page at a time, so a 1,000-item run never puts 1,000 rows in the page.
 import { html, useState } from './html.js';
-import { StatusBadge } from './ui.js';
+import { StatusBadge, shown } from './ui.js';
 
 export const PAGE_SIZE = 50;
 const OPEN_UP_TO = 20;  // a group with more instances than this starts collapsed
@@ -39,10 +39,6 @@ export function childrenOf(paths) {
   return out;
 }
 
-/** A value as text: a string as it is, anything else as JSON. */
-export function shown(value) {
-  return typeof value === 'string' ? value : JSON.stringify(value, null, 2);
-}
 
 function label(path) {
   const tail = TAIL.exec(path);

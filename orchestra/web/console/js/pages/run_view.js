@@ -3,10 +3,10 @@
 // usage. Built only from the event stream, so a finished run opens as its replay.
 import { html, useEffect, useMemo, useReducer, useState } from '../html.js';
 import { api } from '../api.js';
-import { ErrorBox, StatusBadge, TextArea, useLoad, when, duration, attempt, problemsByField } from '../ui.js';
+import { ErrorBox, StatusBadge, TextArea, useLoad, when, duration, attempt, problemsByField, shown, LongValue } from '../ui.js';
 import { StepGraph } from '../graph.js';
 import { followRun } from '../stream.js';
-import { InstanceGroup, childrenOf, parentOf, shown } from '../instances.js';
+import { InstanceGroup, childrenOf, parentOf } from '../instances.js';
 import { SchemaFields, emptyDraft, draftValue } from '../schema_form.js';
 
 const LOG_SHOWN = 400;
@@ -225,13 +225,15 @@ function Run({ run, traceId }) {
     <${ErrorBox} error=${actionError || (connection.state === 'failed' ? connection.error : null)} />
     ${connection.state === 'reconnecting' && connection.error && html`<p class="notice">${connection.error.shown || connection.error.message}</p>`}
     ${state.notices.map((n) => html`<p class="notice resumed" role="status">${n}</p>`)}
-    ${state.input !== null && state.input !== undefined && state.input !== '' && html`<p><strong>Input:</strong> ${shown(state.input)}</p>`}
+    ${state.input !== null && state.input !== undefined && state.input !== '' && (shown(state.input).length > 600
+      ? html`<${LongValue} value=${state.input} label="Input" cls="run-input" />`
+      : html`<p><strong>Input:</strong> ${shown(state.input)}</p>`)}
     <${StepGraph} steps=${steps} statuses=${statuses} />
     <div class="steps">${state.order.map((id) => html`<${StepCard} key=${id} step=${state.steps[id]} traceId=${traceId}
         view=${view} questions=${open.filter((q) => q.path === id)} />`)}</div>
     ${ended && html`<section class=${`card outcome status-${state.status}`} aria-labelledby="outcome">
       <h2 id="outcome">Run ${state.status}</h2>
-      ${state.output !== null && state.output !== undefined && html`<pre class="output final-output">${shown(state.output)}</pre>`}
+      ${state.output !== null && state.output !== undefined && html`<${LongValue} value=${state.output} label="Output" cls="output final-output" />`}
       ${state.error && html`<p class="error">${state.error}</p>`}
       <p class="usage">Tokens: ${usage.prompt} prompt · ${usage.completion} completion · ${usage.prompt + usage.completion} total</p>
     </section>`}
