@@ -2,7 +2,11 @@
 LLM: a run started from a form made of the template's `input_schema` (a 422 shown at the
 field); a human step with an `output_schema` answered through a form (the server's 422 at
 the field, then the stored reply); a foreach of 300 items grouped under its container,
-counted by status, collapsed and paged (never 300 rows in the page)."""
+counted by status, collapsed and paged (never 300 rows in the page), and a loop's
+iterations with their inner steps, also at 390 px; the template editor's controls for
+when, timeout, retry, on_error, output_schema, default, input_schema, limits, output and
+foreach/loop containers, saved and read back through the API, with the server's 422s at
+their fields, and the graph's dashed conditional arrows and container boxes."""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ import httpx
 import pytest
 
 from tests.console.conftest import PASSWORD, Console
+from tests.console.test_console_first_hour import OVERFLOWING
 
 expect = pytest.importorskip(
     "playwright.sync_api", reason="browser tests need Playwright for Python: pip install -e '.[test]'"
@@ -110,7 +115,10 @@ def test_a_foreach_of_300_items_is_grouped_counted_and_paged(console: Console, f
     made = http.post("/workflow/template", json={
         "name": "map", "input_schema": {"type": "object", "properties": {"items": {"type": "array"}}},
         "steps": [{"id": "each", "foreach": {"items": "input.items", "max_concurrency": 16, "on_error": "continue"},
-                   "agent": {"worker": worker}, "prompt": "Research {{ item.topic }}"}]})
+                   "agent": {"worker": worker}, "prompt": "Research {{ item.topic }}"},
+                  {"id": "improve", "depends_on": ["each"], "loop": {
+                      "steps": [{"id": "polish", "agent": {"worker": worker}, "prompt": "Polish {{ loop.iteration }}"}],
+                      "until": "false", "max_iterations": 2}}]})
     assert made.status_code == 201, made.text
     console.sign_in("root")
     console.open(f"runs?template={made.json()['template_id']}")
@@ -134,7 +142,7 @@ def test_a_foreach_of_300_items_is_grouped_counted_and_paged(console: Console, f
     expect(group.locator('button.count[data-status="succeeded"]')).to_have_text("succeeded 297")
     expect(group.locator('button.count[data-status="failed"]')).to_have_text("failed 3")
     # Collapsed by default: no item rows in the page until asked.
-    assert page.locator("li.instance").count() == 0
+    assert group.locator("li.instance").count() == 0
     group.get_by_role("button", name="Show 300 items").click()
     expect(group.locator("li.instance")).to_have_count(50)
     expect(group.locator(".page-at")).to_have_text("items 1–50 of 300")
@@ -151,7 +159,25 @@ def test_a_foreach_of_300_items_is_grouped_counted_and_paged(console: Console, f
     assert group.locator("li.instance").evaluate_all("rows => rows.map((r) => r.dataset.path)") == \
         ["each[7]", "each[107]", "each[207]"]
     expect(group.locator('li.instance[data-path="each[107]"] .error')).to_contain_text("item.topic")
-    assert page.locator("li.instance").count() <= 50
+    assert group.locator("li.instance").count() <= 50
+    # The loop: two iterations, small enough to be open, each with its inner step's output.
+    loop = page.locator('.instances[data-container="improve"]')
+    expect(loop.locator('button.count[data-status="succeeded"]')).to_have_text("succeeded 2")
+    expect(loop.locator("li.instance[data-path='improve#2'] li.instance[data-path='improve#2.polish']")).to_contain_text(
+        "Echo: Polish 2")
+    expect(loop.locator("li.instance[data-path='improve#1']")).to_contain_text("iteration 1")
+    expect(page.locator('article[data-step="improve"]')).to_contain_text("Stopped after 2 iterations")
+    # At 390 px the run view's groups fit their cards.
+    page.set_viewport_size({"width": 390, "height": 844})
+    console.open(f"templates/{made.json()['template_id']}")
+    page.get_by_role("heading", name="Template map").wait_for()
+    page.locator('figure.graph g.node.container[data-step="improve"]').wait_for()
+    assert page.evaluate(OVERFLOWING) == []
+    console.open(f"run/{trace_id}")
+    group.get_by_role("button", name="Show 300 items").click()
+    expect(group.locator("li.instance")).to_have_count(50)
+    assert page.evaluate(OVERFLOWING) == []
+    console.shot("language-foreach-390")
     assert console.errors == []
 
 
