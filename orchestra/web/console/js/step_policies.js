@@ -3,8 +3,16 @@
 // container's `foreach` (items, max_concurrency, on_error; one agent per item or a small
 // workflow as JSON) or `loop` (its steps as JSON, until, max_iterations, output). Each
 // control shows the server's 422 problems for its field and the fields below it.
-import { html, useState } from './html.js';
+import { html, useRef } from './html.js';
 import { TextField, TextArea, Select } from './ui.js';
+
+/** Open when `wanted` is or ever was true: a disclosure that never folds up under the
+ * hands of someone fixing the problem that opened it (a user may still close it). */
+export function useStaysOpen(wanted) {
+  const ever = useRef(false);
+  if (wanted) ever.current = true;
+  return ever.current || undefined;
+}
 
 /** The problems of `field` and every field under it (`retry` → `retry.max_attempts: …`);
  * a field written `=retry` is that field alone. */
@@ -86,10 +94,10 @@ export function StepPolicies({ step, onChange, problems }) {
     setExtra('retry', Object.keys(next).length ? next : undefined);
   };
   const keys = ['when', 'timeout_seconds', 'retry', 'on_error', 'output_schema', 'default'];
-  const [open] = useState(() => keys.some((k) => extra[k] !== undefined) || !!step.schemaText || !!step.defaultText
+  const open = useStaysOpen(keys.some((k) => extra[k] !== undefined) || !!step.schemaText || !!step.defaultText
     || keys.some((k) => problemsAt(problems, k)));
   const human = step.kind === 'human' && usesAgent(step);
-  return html`<details class="policies" open=${open || keys.some((k) => problemsAt(problems, k)) || undefined}>
+  return html`<details class="policies" open=${open}>
     <summary>Conditions and policies</summary>
     <${TextField} label="Run only when" value=${extra.when || ''} onInput=${(v) => setExtra('when', v)}
                   problem=${problemsAt(problems, 'when')} class="code" spellcheck="false"

@@ -1,9 +1,9 @@
 // Template-level fields of the workflow language (SPEC §7): `input_schema` (a JSON Schema,
 // edited as JSON), `limits` {deadline_seconds, max_steps} and `output` (an expression),
 // each with the server's 422 problems for it.
-import { html, useState } from './html.js';
+import { html } from './html.js';
 import { TextField, TextArea } from './ui.js';
-import { problemsAt } from './step_policies.js';
+import { problemsAt, useStaysOpen } from './step_policies.js';
 
 /** The fields these controls own: their problems are shown here, not in the general list. */
 export const SETTINGS_FIELDS = ['input_schema', 'limits', 'output'];
@@ -20,9 +20,8 @@ export function TemplateSettings({ rest, setRest, schemaText, setSchemaText, pro
     const { output: _old, ...others } = rest;
     setRest(value ? { ...others, output: value } : others);
   };
-  const [open] = useState(() => !!(schemaText || rest.limits || rest.output));
-  const flagged = SETTINGS_FIELDS.some((f) => problemsAt(problems, f));
-  return html`<details class="template-settings" open=${open || flagged || undefined}>
+  const open = useStaysOpen(!!(schemaText || rest.limits || rest.output) || SETTINGS_FIELDS.some((f) => problemsAt(problems, f)));
+  return html`<details class="template-settings" open=${open}>
     <summary>Input, limits and output</summary>
     <${TextArea} label="Input schema (JSON Schema)" value=${schemaText} onInput=${setSchemaText} rows="4" class="code"
                  spellcheck="false" problem=${problemsAt(problems, 'input_schema')}

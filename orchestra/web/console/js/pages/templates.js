@@ -92,8 +92,11 @@ function renamed(steps, uid, to) {
   const inExpression = from ? new RegExp(`(^|[^\\w.])steps\\.${escapeRe(from)}(?=$|[^\\w-])`, 'g') : null;
   const carry = (s) => {
     if (!s.prompt.includes(from) && !JSON.stringify(s.extra || {}).includes(from)) return s;
-    const extra = Object.fromEntries(Object.entries(s.extra || {}).map(([key, value]) => [key,
-      typeof value === 'string' ? value.replace(inExpression, `$1steps.${to}`) : value]));
+    // Expression fields: `when`, `output`, and a container's `foreach.items`, `loop.until`, `loop.output`.
+    const follow = (value) => (typeof value === 'string' ? value.replace(inExpression, `$1steps.${to}`)
+      : value && typeof value === 'object' && !Array.isArray(value)
+        ? Object.fromEntries(Object.entries(value).map(([k, v]) => [k, follow(v)])) : value);
+    const extra = Object.fromEntries(Object.entries(s.extra || {}).map(([key, value]) => [key, key === 'steps' ? value : follow(value)]));
     const prompt = s.prompt.replace(/\{\{[^}]*\}\}/g, (inside) => inside.replace(inExpression, `$1steps.${to}`));
     return { ...s, extra, prompt };
   };
