@@ -6,7 +6,8 @@ counted by status, collapsed and paged (never 300 rows in the page), and a loop'
 iterations with their inner steps, also at 390 px; the template editor's controls for
 when, timeout, retry, on_error, output_schema, default, input_schema, limits, output and
 foreach/loop containers, saved and read back through the API, with the server's 422s at
-their fields, and the graph's dashed conditional arrows and container boxes."""
+their fields, and the graph's dashed conditional arrows and container boxes; a step run
+again by its `retry` (its second attempt's text only) and one skipped by its `when`."""
 
 from __future__ import annotations
 
@@ -282,4 +283,30 @@ def test_the_editor_saves_when_timeout_retry_and_containers_and_shows_422s_at_th
     assert improve["loop"]["steps"][0]["id"] == "polish" and "agent" not in improve
     expect(graph.locator('g.node.container[data-kind="loop"][data-step="improve"] g.node[data-step="polish"]')).to_have_count(1)
     console.shot("language-editor-saved")
+    assert console.errors == []
+
+
+def test_a_retried_step_and_a_skipped_one_say_so(console: Console, fake):
+    page = console.page
+    http = api(console)
+    worker = make_worker(http, fake.base_url)
+    fake.script_error(400, "The first attempt is refused")  # not retried by the client: the step's retry runs
+    made = http.post("/workflow/template", json={"name": "policies", "steps": [
+        {"id": "flaky", "agent": {"worker": worker}, "prompt": "{{input}}", "retry": {"max_attempts": 2}},
+        {"id": "never", "agent": {"worker": worker}, "prompt": "x", "depends_on": ["flaky"], "when": "input == 'other'"},
+        {"id": "after", "agent": {"worker": worker}, "prompt": "{{input}} again", "depends_on": ["flaky"]}]})
+    assert made.status_code == 201, made.text
+    trace_id = http.post("/workflow/run", json={"template_id": made.json()["template_id"], "input": "hello"}).json()["trace_id"]
+    console.sign_in("root")
+    console.open(f"run/{trace_id}")
+    expect(page.locator("section.run")).to_have_attribute("data-status", "succeeded")
+    steps = {s["path"]: s for s in http.get(f"/workflow/run/{trace_id}").json()["steps"]}
+    assert (steps["flaky"]["attempt"], steps["flaky"]["status"], steps["never"]["status"]) == (2, "succeeded", "skipped")
+    flaky = page.locator('article[data-step="flaky"]')
+    expect(flaky).to_contain_text("run 2 times")
+    expect(flaky.locator("pre.stream")).to_have_text("Echo: hello")  # the second attempt's text only
+    never = page.locator('article[data-step="never"]')
+    expect(never.locator(".badge")).to_have_text("skipped")
+    expect(never).to_contain_text("Skipped: its condition was false.")
+    expect(page.locator('figure.graph g.node.status-skipped[data-step="never"]')).to_have_count(1)
     assert console.errors == []
