@@ -173,7 +173,12 @@ def test_a_foreach_of_300_items_is_grouped_counted_and_paged(console: Console, f
     console.open(f"templates/{made.json()['template_id']}")
     page.get_by_role("heading", name="Template map").wait_for()
     page.locator('figure.graph g.node.container[data-step="improve"]').wait_for()
+    expect(page.get_by_label("Input schema (JSON Schema)")).to_be_visible()  # open: the template has one
+    for summary in page.locator("details.policies > summary").all():
+        summary.click()
+    expect(page.get_by_label("Output schema (JSON Schema)")).to_have_count(2)
     assert page.evaluate(OVERFLOWING) == []
+    console.shot("language-editor-390")
     console.open(f"run/{trace_id}")
     group.get_by_role("button", name="Show 300 items").click()
     expect(group.locator("li.instance")).to_have_count(50)
