@@ -7,7 +7,9 @@ iterations with their inner steps, also at 390 px; the template editor's control
 when, timeout, retry, on_error, output_schema, default, input_schema, limits, output and
 foreach/loop containers, saved and read back through the API, with the server's 422s at
 their fields, and the graph's dashed conditional arrows and container boxes; a step run
-again by its `retry` (its second attempt's text only) and one skipped by its `when`."""
+again by its `retry` (its second attempt's text only) and one skipped by its `when`; the
+questions of a foreach's human items answered in their rows, and a human step's default
+shown when its timeout passes."""
 
 from __future__ import annotations
 
@@ -314,4 +316,32 @@ def test_a_retried_step_and_a_skipped_one_say_so(console: Console, fake):
     expect(never.locator(".badge")).to_have_text("skipped")
     expect(never).to_contain_text("Skipped: its condition was false.")
     expect(page.locator('figure.graph g.node.status-skipped[data-step="never"]')).to_have_count(1)
+    assert console.errors == []
+
+
+def test_questions_of_foreach_items_are_answered_in_their_rows_and_a_timed_out_one_shows_its_default(console: Console):
+    page = console.page
+    http = api(console)
+    made = http.post("/workflow/template", json={
+        "name": "rate", "input_schema": {"type": "array", "items": {"type": "string"}},
+        "steps": [
+            {"id": "ask", "foreach": {"items": "input"}, "agent": {"human": True}, "prompt": "Rate {{item}}",
+             "output_schema": {"type": "object", "required": ["score"], "properties": {"score": {"type": "integer"}}}},
+            {"id": "late", "agent": {"human": True}, "prompt": "Anything else?", "depends_on": ["ask"],
+             "timeout_seconds": 1, "default": "nothing more"}]})
+    assert made.status_code == 201, made.text
+    trace_id = http.post("/workflow/run", json={"template_id": made.json()["template_id"], "input": ["tea", "coffee"]}).json()["trace_id"]
+    console.sign_in("root")
+    console.open(f"run/{trace_id}")
+    group = page.locator('.instances[data-container="ask"]')
+    for path, score in [("ask[1]", "4"), ("ask[0]", "2")]:
+        row = group.locator(f'li.instance[data-path="{path}"]')
+        row.locator("form.reply").get_by_label("score").fill(score)
+        row.get_by_role("button", name="Send reply").click()
+        expect(row.locator(".badge").first).to_have_text("succeeded")
+    expect(page.locator("section.run")).to_have_attribute("data-status", "succeeded")
+    steps = {s["path"]: s for s in http.get(f"/workflow/run/{trace_id}").json()["steps"]}
+    assert steps["ask"]["output"] == [{"score": 2}, {"score": 4}]
+    assert steps["late"]["output"] == "nothing more"
+    expect(page.locator('article[data-step="late"] .answer')).to_have_text("No reply in time; the default: nothing more")
     assert console.errors == []
