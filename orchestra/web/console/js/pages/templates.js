@@ -233,6 +233,7 @@ const OWN = ['name', 'description', 'shared', 'steps', 'input_schema', 'template
 const schemaTextOf = (template) => (template && template.input_schema !== undefined && template.input_schema !== null
   ? JSON.stringify(template.input_schema, null, 2) : '');
 const readJson = (text) => { try { return JSON.parse(text); } catch { return text; } };
+const unreadable = (text) => { try { JSON.parse(text); return ''; } catch (err) { return err.message; } };
 function templateRest(template) {
   return Object.fromEntries(Object.entries(template || {}).filter(([key]) => !OWN.includes(key)));
 }
@@ -286,8 +287,8 @@ function TemplateForm({ templateId, template, workers }) {
   const save = async (e) => {
     e.preventDefault();
     let payload;
-    const schemaProblem = mode === 'steps' && schemaText.trim() && typeof readJson(schemaText) === 'string'
-      && { status: 422, detail: [{ field: 'input_schema', problem: 'not JSON' }], message: 'The input schema is not JSON.' };
+    const schemaProblem = mode === 'steps' && schemaText.trim() && unreadable(schemaText)
+      && { status: 422, detail: [{ field: 'input_schema', problem: `not JSON: ${unreadable(schemaText)}` }], message: 'The input schema is not JSON.' };
     const missing = mode === 'steps' && (missingWorkers(steps) || unreadableJson(steps) || schemaProblem);
     if (missing) {
       setNotice('');
