@@ -131,3 +131,16 @@ export async function attempt(setError, action) {
     return false;
   }
 }
+
+/** A value as text: a string as it is, anything else as JSON. */
+export function shown(value) {
+  return typeof value === 'string' ? value : JSON.stringify(value, null, 2);
+}
+
+/** A value in a <pre>; a long one (a 300-item list) folded under a summary. */
+export function LongValue({ value, label, cls = 'output' }) {
+  const text = shown(value);
+  if (text.length <= 600) return html`<pre class=${cls}>${text}</pre>`;
+  return html`<details class="long-value"><summary>${label} (${text.length.toLocaleString()} characters)</summary>
+    <pre class=${cls}>${text}</pre></details>`;
+}

@@ -1,11 +1,13 @@
 // The live run view: the step graph with each step's status, streamed text per step, tool
 // calls and results, a reply box while a question is open, cancel, the output and token
 // usage. Built only from the event stream, so a finished run opens as its replay.
-import { html, useEffect, useReducer, useState } from '../html.js';
+import { html, useEffect, useMemo, useReducer, useState } from '../html.js';
 import { api } from '../api.js';
-import { ErrorBox, StatusBadge, TextArea, useLoad, when, duration, attempt } from '../ui.js';
+import { ErrorBox, StatusBadge, TextArea, useLoad, when, duration, attempt, problemsByField, shown, LongValue } from '../ui.js';
 import { StepGraph } from '../graph.js';
 import { followRun } from '../stream.js';
+import { InstanceGroup, childrenOf, parentOf } from '../instances.js';
+import { SchemaFields, emptyDraft, draftValue } from '../schema_form.js';
 
 const LOG_SHOWN = 400;
 
@@ -14,35 +16,40 @@ function freshStep(id, extra = {}) {
     output: null, error: null, usage: null, answer: null, attempt: 0, ...extra };
 }
 
+/** The run's top-level steps (its instances below containers come with the events). */
 function initialState(run) {
   const steps = {};
-  for (const s of run.steps) steps[s.step_id] = freshStep(s.step_id, { agent: s.agent, depends_on: s.depends_on });
-  return { status: 'queued', input: run.input, order: run.steps.map((s) => s.step_id), steps, questions: [],
+  const top = run.steps.filter((s) => parentOf(s.path || s.step_id) === null);
+  for (const s of top) steps[s.step_id] = freshStep(s.step_id, { agent: s.agent, depends_on: s.depends_on });
+  return { status: 'queued', input: run.input, order: top.map((s) => s.step_id), steps, questions: [],
     output: null, error: null, notices: [], log: [], count: 0, lastSeq: 0, startedTs: null, endedTs: null };
 }
 
+/** `id` is an instance path (`research[3]`; a top-level step's path is its id). */
 function withStep(state, id, change) {
   const step = state.steps[id] || freshStep(id);
-  const order = state.order.includes(id) ? state.order : [...state.order, id];
+  const order = state.order.includes(id) || parentOf(id) !== null ? state.order : [...state.order, id];
   return { ...state, order, steps: { ...state.steps, [id]: { ...step, ...change(step) } } };
 }
 
 /** One event applied to the view's state. */
 function apply(state, { kind, data, seq }) {
   state = { ...state, lastSeq: seq, count: state.count + 1, log: [...state.log.slice(-(LOG_SHOWN - 1)), { seq, kind, step: data.step_id }] };
-  const id = data.step_id;
+  const id = data.path || data.step_id;
   switch (kind) {
     case 'run_started':
       return { ...state, status: 'running', startedTs: state.startedTs || data.ts };
     case 'run_resumed':  // questions of the restarted steps died with the old process
       return { ...state, status: 'running',
-        questions: state.questions.filter((q) => !(data.restarted_steps || []).includes(q.step_id)),
+        questions: state.questions.filter((q) => !(data.restarted_steps || []).some((r) => r === q.step_id || r === q.path)),
         notices: [...state.notices,
         `The run was taken over after its server stopped (attempt ${data.attempt}); ${(data.restarted_steps || []).length
           ? `started again: ${data.restarted_steps.join(', ')}.` : 'no step had to start again.'}`] };
     case 'step_started':  // also after a resume: the step runs again, so its text starts again
-      return withStep({ ...state, status: 'running', questions: state.questions.filter((q) => q.step_id !== id) }, id, (s) => ({ status: 'running', text: '', tools: [], output: null,
-        error: null, usage: null, prompt: data.prompt, agent: data.agent || s.agent, attempt: s.attempt + 1 }));
+      return withStep({ ...state, status: 'running', questions: state.questions.filter((q) => q.path !== id) }, id, (s) => ({ status: 'running', text: '', tools: [], output: null,
+        error: null, usage: null, prompt: data.prompt, agent: data.agent || s.agent, attempt: Math.max(s.attempt + 1, data.attempt || 0),
+        container: data.items !== undefined ? 'foreach' : data.max_iterations !== undefined ? 'loop' : s.container,
+        retrying: null, skipped: null }));
     case 'token':
       return withStep(state, id, (s) => ({ text: s.text + data.text }));
     case 'tool_call':
@@ -52,7 +59,7 @@ function apply(state, { kind, data, seq }) {
         ? { ...t, result: data.result, error: data.error, done: true } : t)) }));
     case 'reply_requested':
       return withStep({ ...state, status: 'waiting_reply', questions: [...state.questions,
-        { request_id: data.request_id, step_id: id, prompt: data.prompt }] }, id, () => ({ status: 'waiting_reply' }));
+        { request_id: data.request_id, step_id: data.step_id, path: id, prompt: data.prompt, schema: data.schema || null }] }, id, () => ({ status: 'waiting_reply' }));
     case 'reply_received': {
       const questions = state.questions.filter((q) => q.request_id !== data.request_id);
       return withStep({ ...state, questions, status: questions.length ? 'waiting_reply' : 'running' }, id,
@@ -60,8 +67,19 @@ function apply(state, { kind, data, seq }) {
     }
     case 'reply_withdrawn':  // asked by an earlier attempt, not again: no longer answerable
       return { ...state, questions: state.questions.filter((q) => q.request_id !== data.request_id) };
+    case 'reply_timed_out': {  // no reply in time: the step's default is its output
+      const questions = state.questions.filter((q) => q.request_id !== data.request_id);
+      return withStep({ ...state, questions, status: questions.length ? 'waiting_reply' : 'running' }, id,
+        () => ({ answer: data.content, timedOut: true }));
+    }
     case 'step_finished':
-      return withStep(state, id, () => ({ status: 'succeeded', output: data.output, usage: data.usage }));
+      return withStep(state, id, () => ({ status: 'succeeded', output: data.output, usage: data.usage,
+        counts: data.items || null, iterations: data.iterations ?? null, exhausted: !!data.exhausted }));
+    case 'step_skipped':
+      return withStep(state, id, () => ({ status: 'skipped', output: null,
+        skipped: data.reason === 'when' ? 'its condition was false' : 'every dependency was skipped' }));
+    case 'step_retrying':
+      return withStep(state, id, () => ({ retrying: `Attempt ${data.attempt} failed (${data.error}); trying again in ${data.delay_seconds} s.` }));
     case 'step_failed':
       return withStep(state, id, () => ({ status: 'failed', error: data.error }));
     case 'run_finished':
@@ -111,12 +129,21 @@ function ToolCalls({ tools }) {
   </li>`)}</ul>`;
 }
 
+/** The answer box of one open question: text, or a form made from the step's `output_schema`
+ * (the server validates it; a 422 is shown at the field it names and the question stays open). */
 function ReplyBox({ traceId, question }) {
-  const [content, setContent] = useState('');
+  const [draft, setDraft] = useState(() => (question.schema ? emptyDraft(question.schema) : { kind: 'text', text: '' }));
   const [error, setError] = useState(null);
   const [busy, setBusy] = useState(false);
   const send = async (e) => {
     e.preventDefault();
+    let content;
+    try {
+      content = question.schema ? draftValue(question.schema, draft, 'content') : draft.text;
+    } catch (err) {
+      setError({ status: 422, message: err.message, detail: [{ field: err.field || 'content', problem: err.message }] });
+      return;
+    }
     setBusy(true);
     try {
       await api('POST', `/workflow/reply/${traceId}`, { content, request_id: question.request_id });
@@ -125,27 +152,39 @@ function ReplyBox({ traceId, question }) {
       setBusy(false);
     }
   };
-  return html`<form class="reply" onSubmit=${send}>
-    <p class="question"><strong>${question.step_id} asks:</strong> <span class="prompt-text">${question.prompt}</span></p>
-    <${TextArea} label="Your reply" value=${content} onInput=${setContent} rows="2" autofocus />
+  const empty = draft.kind !== 'form' && !draft.text;
+  return html`<form class="reply" onSubmit=${send} data-request=${question.request_id}>
+    <p class="question"><strong>${question.path || question.step_id} asks:</strong> <span class="prompt-text">${question.prompt}</span></p>
+    ${question.schema
+      ? html`<${SchemaFields} schema=${question.schema} draft=${draft} onDraft=${setDraft} prefix="content"
+                              label="Your reply" problems=${problemsByField(error)} />`
+      : html`<${TextArea} label="Your reply" value=${draft.text} onInput=${(text) => setDraft({ ...draft, text })} rows="2" autofocus />`}
     <${ErrorBox} error=${error} />
-    <button type="submit" class="primary" disabled=${busy || !content}>Send reply</button>
+    <button type="submit" class="primary" disabled=${busy || empty}>Send reply</button>
   </form>`;
 }
 
-function StepCard({ step, traceId, questions }) {
+function StepCard({ step, traceId, questions, view }) {
   const human = step.agent && step.agent.human;
+  const container = step.container || view.children.has(step.id);
   return html`<article class=${`step-card status-${step.status}`} data-step=${step.id} aria-labelledby=${`step-${step.id}`}>
     <header><h3 id=${`step-${step.id}`}>${step.id}</h3> <${StatusBadge} status=${step.status} />
+      ${step.container && html`<small class="kind">${step.container}</small>`}
       ${step.attempt > 1 && html`<small> run ${step.attempt} times</small>`}
       ${step.usage && html`<small class="usage">${step.usage.prompt_tokens} in · ${step.usage.completion_tokens} out tokens</small>`}
     </header>
     ${step.prompt && html`<details><summary>Prompt</summary><pre>${step.prompt}</pre></details>`}
+    ${step.skipped && html`<p class="notice">Skipped: ${step.skipped}.</p>`}
+    ${step.retrying && step.status === 'running' && html`<p class="notice retrying">${step.retrying}</p>`}
     <${ToolCalls} tools=${step.tools} />
     ${step.text && html`<pre class="stream" aria-live="polite">${step.text}</pre>`}
-    ${human && step.answer !== null && html`<p class="answer"><strong>Answer:</strong> <span class="text">${step.answer}</span></p>`}
-    ${!human && step.answer !== null && html`<p class="answer"><strong>You answered:</strong> <span class="text">${step.answer}</span></p>`}
-    ${step.output !== null && !step.text && !human && html`<pre class="output">${step.output}</pre>`}
+    ${human && step.answer !== null && html`<p class="answer"><strong>${step.timedOut ? 'No reply in time; the default:' : 'Answer:'}</strong> <span class="text">${shown(step.answer)}</span></p>`}
+    ${!human && step.answer !== null && html`<p class="answer"><strong>You answered:</strong> <span class="text">${shown(step.answer)}</span></p>`}
+    ${container && html`<${InstanceGroup} path=${step.id} view=${view} />`}
+    ${step.exhausted && html`<p class="notice">Stopped after ${step.iterations} iterations (max_iterations).</p>`}
+    ${step.output !== null && !step.text && !human && (container
+      ? html`<details class="container-output"><summary>Output</summary><pre class="output">${shown(step.output)}</pre></details>`
+      : html`<pre class="output">${shown(step.output)}</pre>`)}
     ${step.error && html`<p class="error">${step.error}</p>`}
     ${questions.map((q) => html`<${ReplyBox} key=${q.request_id} traceId=${traceId} question=${q} />`)}
   </article>`;
@@ -166,8 +205,13 @@ function Run({ run, traceId }) {
   }), [traceId]);
   const cancel = () => attempt(setActionError, () => api('POST', `/workflow/cancel/${traceId}`));
   const ended = ['succeeded', 'failed', 'cancelled', 'interrupted'].includes(state.status);
-  const statuses = Object.fromEntries(Object.values(state.steps).map((s) => [s.id, s.status]));
-  const steps = state.order.map((id) => ({ id, depends_on: state.steps[id].depends_on, agent: state.steps[id].agent }));
+  const statuses = Object.fromEntries(state.order.map((id) => [id, state.steps[id].status]));
+  const steps = state.order.map((id) => { const s = state.steps[id];
+    return { id, depends_on: s.depends_on, agent: s.agent, ...(s.container ? { [s.container]: {} } : {}) }; });
+  const children = useMemo(() => childrenOf(Object.keys(state.steps)), [state.steps]);
+  const open = ended ? [] : state.questions;
+  const view = { steps: state.steps, children,
+    renderQuestions: (path) => open.filter((q) => q.path === path).map((q) => html`<${ReplyBox} key=${q.request_id} traceId=${traceId} question=${q} />`) };
   const usage = usageTotal(state.steps);
   return html`<section class="run" data-status=${state.status}>
     <h1>Run of ${run.template_name} <${StatusBadge} status=${state.status} /></h1>
@@ -181,13 +225,15 @@ function Run({ run, traceId }) {
     <${ErrorBox} error=${actionError || (connection.state === 'failed' ? connection.error : null)} />
     ${connection.state === 'reconnecting' && connection.error && html`<p class="notice">${connection.error.shown || connection.error.message}</p>`}
     ${state.notices.map((n) => html`<p class="notice resumed" role="status">${n}</p>`)}
-    ${state.input && html`<p><strong>Input:</strong> ${state.input}</p>`}
+    ${state.input !== null && state.input !== undefined && state.input !== '' && (shown(state.input).length > 600
+      ? html`<${LongValue} value=${state.input} label="Input" cls="run-input" />`
+      : html`<p><strong>Input:</strong> ${shown(state.input)}</p>`)}
     <${StepGraph} steps=${steps} statuses=${statuses} />
     <div class="steps">${state.order.map((id) => html`<${StepCard} key=${id} step=${state.steps[id]} traceId=${traceId}
-        questions=${ended ? [] : state.questions.filter((q) => q.step_id === id)} />`)}</div>
+        view=${view} questions=${open.filter((q) => q.path === id)} />`)}</div>
     ${ended && html`<section class=${`card outcome status-${state.status}`} aria-labelledby="outcome">
       <h2 id="outcome">Run ${state.status}</h2>
-      ${state.output !== null && html`<pre class="output final-output">${state.output}</pre>`}
+      ${state.output !== null && state.output !== undefined && html`<${LongValue} value=${state.output} label="Output" cls="output final-output" />`}
       ${state.error && html`<p class="error">${state.error}</p>`}
       <p class="usage">Tokens: ${usage.prompt} prompt · ${usage.completion} completion · ${usage.prompt + usage.completion} total</p>
     </section>`}

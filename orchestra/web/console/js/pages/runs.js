@@ -1,13 +1,18 @@
 // Runs: start one (input, files uploaded with progress), and the run list with a filter.
 import { html, useState, useEffect } from '../html.js';
 import { api, apiAll, upload, isAdmin } from '../api.js';
-import { TextArea, Select, ErrorBox, useLoad, when, duration, StatusBadge, go, useId } from '../ui.js';
+import { TextArea, Select, ErrorBox, useLoad, when, duration, StatusBadge, go, useId, problemsByField } from '../ui.js';
+import { SchemaFields, emptyDraft, draftValue } from '../schema_form.js';
 
 const STATUSES = ['queued', 'running', 'waiting_reply', 'succeeded', 'failed', 'cancelled', 'interrupted'];
 
 function StartRun({ templates, preselected }) {
   const [templateId, setTemplateId] = useState(preselected || (templates[0] ? templates[0].template_id : ''));
   const [input, setInput] = useState('');
+  const chosen = templates.find((t) => t.template_id === templateId);
+  const schema = chosen && chosen.input_schema ? chosen.input_schema : null;
+  const [draft, setDraft] = useState({ for: null });  // the input as a form, under an input_schema
+  const current = draft.for === templateId ? draft.value : schema ? emptyDraft(schema) : null;
   const [files, setFiles] = useState([]);
   const [progress, setProgress] = useState(null);
   const [error, setError] = useState(null);
@@ -15,6 +20,15 @@ function StartRun({ templates, preselected }) {
   const fileId = useId('files');
   const start = async (e) => {
     e.preventDefault();
+    let value = input;
+    if (schema) {
+      try {
+        value = draftValue(schema, current, 'input');
+      } catch (err) {
+        setError({ status: 422, message: err.message, detail: [{ field: err.field || 'input', problem: err.message }] });
+        return;
+      }
+    }
     setBusy(true);
     setError(null);
     try {
@@ -23,7 +37,7 @@ function StartRun({ templates, preselected }) {
         setProgress(0);
         fileIds = (await upload(files, setProgress)).map((f) => f.file_id);
       }
-      const run = await api('POST', '/workflow/run', { template_id: templateId, input, files: fileIds });
+      const run = await api('POST', '/workflow/run', { template_id: templateId, input: value, files: fileIds });
       go(`run/${run.trace_id}`);
     } catch (err) {
       setError(err);
@@ -37,7 +51,10 @@ function StartRun({ templates, preselected }) {
     <h2 id="start-run">Start a run</h2>
     <${Select} label="Template" value=${templateId} onChange=${setTemplateId}
                options=${templates.map((t) => [t.template_id, t.name])} />
-    <${TextArea} label="Input" value=${input} onInput=${setInput} hint="fills {{input}} in the prompts" />
+    ${schema
+      ? html`<${SchemaFields} schema=${schema} draft=${current} onDraft=${(value) => setDraft({ for: templateId, value })}
+                              prefix="input" label="Input" problems=${problemsByField(error)} />`
+      : html`<${TextArea} label="Input" value=${input} onInput=${setInput} hint="fills {{input}} in the prompts" />`}
     <div class="field">
       <label for=${fileId}>Files</label>
       <input id=${fileId} type="file" multiple onChange=${(e) => setFiles([...e.target.files])} />

@@ -4,6 +4,8 @@ import { html, useState, useMemo } from '../html.js';
 import { api, apiAll, isAdmin } from '../api.js';
 import { TextField, TextArea, Select, ErrorBox, Notice, useLoad, when, go, useId, ConfirmButton, setFlash, takeFlash, attempt } from '../ui.js';
 import { StepGraph, stages } from '../graph.js';
+import { StepPolicies, ContainerControls, policyDraft, policyApi, usesAgent, unreadableJson } from '../step_policies.js';
+import { TemplateSettings, SETTINGS_FIELDS } from '../template_settings.js';
 
 const NODES = ['planner', 'reviewer', 'summarizer'];
 // What each system node does (its description in GET /agent/node; orchestra/services/agents.py).
@@ -45,12 +47,13 @@ export function Templates() {
 let nextUid = 0;
 
 /** One step as the editor holds it: a `uid` that survives renames, and `after`: the
- * steps it depends on, by uid (a string: an id no step has, shown so it can be removed). */
+ * steps it depends on, by uid (a string: an id no step has, shown so it can be removed);
+ * `extra`: its other fields (the language's, and any without a control, kept as they are),
+ * with the texts of its JSON fields alongside (js/step_policies.js). */
 function toEditable(step, uidOf) {
-  const { id: _id, agent: _agent, prompt: _prompt, depends_on: _deps, ...extra } = step;  // kept as they are
   const agent = step.agent || {};
   const kind = agent.human ? 'human' : agent.node ? 'node' : 'worker';
-  return { extra, uid: uidOf(step.id), id: step.id || '', named: step.id || '', kind, worker: agent.worker || '', node: agent.node || 'planner',
+  return { ...policyDraft(step), uid: uidOf(step.id), id: step.id || '', named: step.id || '', kind, worker: agent.worker || '', node: agent.node || 'planner',
     prompt: step.prompt || '', after: (step.depends_on || []).map((d) => uidOf(d, true)) };
 }
 
@@ -70,8 +73,8 @@ function idOf(steps, ref) {
 
 function toApi(step, steps) {
   const agent = step.kind === 'human' ? { human: true } : step.kind === 'node' ? { node: step.node } : { worker: step.worker };
-  return { ...(step.extra || {}), id: step.id, agent, prompt: step.prompt,
-    depends_on: step.after.map((r) => idOf(steps, r)) };
+  const call = usesAgent(step) ? { agent, prompt: step.prompt } : {};  // a loop, or a foreach of a small workflow, has neither
+  return { id: step.id, ...call, ...policyApi(step), depends_on: step.after.map((r) => idOf(steps, r)) };
 }
 
 const escapeRe = (text) => text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
@@ -89,8 +92,11 @@ function renamed(steps, uid, to) {
   const inExpression = from ? new RegExp(`(^|[^\\w.])steps\\.${escapeRe(from)}(?=$|[^\\w-])`, 'g') : null;
   const carry = (s) => {
     if (!s.prompt.includes(from) && !JSON.stringify(s.extra || {}).includes(from)) return s;
-    const extra = Object.fromEntries(Object.entries(s.extra || {}).map(([key, value]) => [key,
-      typeof value === 'string' ? value.replace(inExpression, `$1steps.${to}`) : value]));
+    // Expression fields: `when`, `output`, and a container's `foreach.items`, `loop.until`, `loop.output`.
+    const follow = (value) => (typeof value === 'string' ? value.replace(inExpression, `$1steps.${to}`)
+      : value && typeof value === 'object' && !Array.isArray(value)
+        ? Object.fromEntries(Object.entries(value).map(([k, v]) => [k, follow(v)])) : value);
+    const extra = Object.fromEntries(Object.entries(s.extra || {}).map(([key, value]) => [key, key === 'steps' ? value : follow(value)]));
     const prompt = s.prompt.replace(/\{\{[^}]*\}\}/g, (inside) => inside.replace(inExpression, `$1steps.${to}`));
     return { ...s, extra, prompt };
   };
@@ -148,6 +154,9 @@ function StepEditor({ step, index, steps, workers, problems, onChange, onRemove,
     <${Problems} list=${problems.step} />
     <div class="grid">
       <${TextField} label="Step id" value=${step.id} onInput=${set('id')} problem=${first('id')} />
+    </div>
+    <${ContainerControls} step=${step} onChange=${onChange} problems=${problems} />
+    ${usesAgent(step) && html`<div class="grid">
       <${Select} label="Agent" value=${step.kind} onChange=${set('kind')} problem=${first('agent')}
                  options=${[['worker', 'a worker'], ['node', 'a system node'], ['human', 'a human (asks you)']]} />
       ${step.kind === 'worker' && html`<${Select} label="Worker" value=${step.worker} onChange=${set('worker')}
@@ -158,7 +167,8 @@ function StepEditor({ step, index, steps, workers, problems, onChange, onRemove,
           hint=${`The ${step.node} ${NODE_TEXT[step.node] || ''}.`} />`}
     </div>
     <${TextArea} label="Prompt" value=${step.prompt} onInput=${set('prompt')} problem=${(problems.prompt || []).join(' ')}
-                 hint="Use {{input}} and {{steps.<id>.output}} of a step it depends on." />
+                 hint=${step.shape === 'foreach' ? 'Use {{item}}, {{index}}, {{input}} and {{ expressions }}.'
+                   : 'Use {{input}}, {{steps.<id>.output}} of a step it depends on, and {{ expressions }}.'} />`}
     <fieldset class=${'depends' + (problems.depends_on ? ' invalid' : '')}>
       <legend>Depends on</legend>
       ${others.length === 0 && unknown.length === 0 && html`<small>no other steps</small>`}
@@ -169,6 +179,7 @@ function StepEditor({ step, index, steps, workers, problems, onChange, onRemove,
                   onClick=${() => set('after')(step.after.filter((x) => x !== r))}>×</button></span>`; })}
       <${Problems} list=${problems.depends_on} />
     </fieldset>
+    <${StepPolicies} step=${step} onChange=${onChange} problems=${problems} />
     <div class="row">
       <button type="button" onClick=${() => onMove(-1)} disabled=${index === 0} aria-label=${`Move step ${index + 1} up`}>↑</button>
       <button type="button" onClick=${() => onMove(1)} disabled=${index === steps.length - 1} aria-label=${`Move step ${index + 1} down`}>↓</button>
@@ -198,7 +209,7 @@ function blankStep(steps, workers) {
 /** Problems the API would answer with a 422, found before sending: a worker step
  * without a worker (the API's "unknown worker ''"). Shaped like the API's 422. */
 function missingWorkers(steps) {
-  const detail = steps.flatMap((s, i) => (s.kind === 'worker' && !s.worker
+  const detail = steps.flatMap((s, i) => (s.kind === 'worker' && !s.worker && usesAgent(s)
     ? [{ field: `steps.${i}.agent.worker`, problem: 'choose a worker (or another agent)' }] : []));
   return detail.length ? { status: 422, detail, message: 'Choose a worker for every step done by a worker; none yet? Create one on the Workers page first.' } : null;
 }
@@ -218,14 +229,20 @@ export function TemplateEditor({ templateId }) {
   return html`<${TemplateForm} templateId=${templateId} template=${data.template} workers=${data.workers} />`;
 }
 
-const OWN = ['name', 'description', 'shared', 'steps', 'template_id', 'owner_id', 'created_at', 'updated_at'];
+const OWN = ['name', 'description', 'shared', 'steps', 'input_schema', 'template_id', 'owner_id', 'created_at', 'updated_at'];
+const schemaTextOf = (template) => (template && template.input_schema !== undefined && template.input_schema !== null
+  ? JSON.stringify(template.input_schema, null, 2) : '');
+const readJson = (text) => { try { return JSON.parse(text); } catch { return text; } };
+const unreadable = (text) => { try { JSON.parse(text); return ''; } catch (err) { return err.message; } };
 function templateRest(template) {
   return Object.fromEntries(Object.entries(template || {}).filter(([key]) => !OWN.includes(key)));
 }
 
 function TemplateForm({ templateId, template, workers }) {
-  // Template fields this editor has no control for (input_schema, limits, output, …): kept as they are.
+  // Template fields other than name, description, shared, steps and input_schema (limits,
+  // output, and any the editor has no control for, kept as they are).
   const [rest, setRest] = useState(() => templateRest(template));
+  const [schemaText, setSchemaText] = useState(() => schemaTextOf(template));
   const [name, setName] = useState(template ? template.name : '');
   const [description, setDescription] = useState(template ? template.description : '');
   const [shared, setShared] = useState(template ? template.shared : false);
@@ -237,7 +254,8 @@ function TemplateForm({ templateId, template, workers }) {
   const [notice, setNotice] = useState(takeFlash);
   const sharedId = useId('shared');
 
-  const body = () => ({ ...rest, name, description, shared, steps: steps.map((st) => toApi(st, steps)) });
+  const body = () => ({ ...rest, name, description, shared, ...(schemaText.trim() ? { input_schema: readJson(schemaText) } : {}),
+    steps: steps.map((st) => toApi(st, steps)) });
   const jsonBody = () => JSON.parse(jsonText);
   const switchMode = (next) => {
     if (next === mode) return;
@@ -249,6 +267,7 @@ function TemplateForm({ templateId, template, workers }) {
     try {
       const parsed = jsonBody();
       setRest(templateRest(parsed));
+      setSchemaText(schemaTextOf(parsed));
       setName(parsed.name || '');
       setDescription(parsed.description || '');
       setShared(!!parsed.shared);
@@ -268,7 +287,9 @@ function TemplateForm({ templateId, template, workers }) {
   const save = async (e) => {
     e.preventDefault();
     let payload;
-    const missing = mode === 'steps' && missingWorkers(steps);
+    const schemaProblem = mode === 'steps' && schemaText.trim() && unreadable(schemaText)
+      && { status: 422, detail: [{ field: 'input_schema', problem: `not JSON: ${unreadable(schemaText)}` }], message: 'The input schema is not JSON.' };
+    const missing = mode === 'steps' && (missingWorkers(steps) || unreadableJson(steps) || schemaProblem);
     if (missing) {
       setNotice('');
       setError(missing);
@@ -307,7 +328,8 @@ function TemplateForm({ templateId, template, workers }) {
     [next[i], next[i + delta]] = [next[i + delta], next[i]];
     setSteps(next);
   };
-  const generalList = Object.entries(general).filter(([f]) => !['name', 'description'].includes(f));
+  const settingsOwn = (f) => SETTINGS_FIELDS.some((s) => f === s || f.startsWith(`${s}.`));
+  const generalList = Object.entries(general).filter(([f]) => !['name', 'description'].includes(f) && (mode === 'json' || !settingsOwn(f)));
   return html`<section>
     <h1>${templateId === 'new' ? 'New template' : `Template ${name}`}</h1>
     <${Notice} text=${notice} />
@@ -323,6 +345,7 @@ function TemplateForm({ templateId, template, workers }) {
         </div>
         ${isAdmin() && html`<label class="check" for=${sharedId}><input id=${sharedId} type="checkbox" checked=${shared}
             onChange=${(e) => setShared(e.target.checked)} /> Shared with every user</label>`}
+        <${TemplateSettings} rest=${rest} setRest=${setRest} schemaText=${schemaText} setSchemaText=${setSchemaText} problems=${general} />
         ${steps.map((s, i) => html`<${StepEditor} key=${s.uid} step=${s} index=${i} steps=${steps} workers=${workers}
             problems=${byStep[i] || {}} onChange=${changeStep(i)} onMove=${moveStep(i)}
             onRemove=${() => setSteps(removed(steps, i))} />`)}
