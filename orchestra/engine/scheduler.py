@@ -216,10 +216,11 @@ class Scheduler:
                         await asyncio.sleep(delay)
                     attempt += 1
                     continue
-                writes.submit(self._set_step, trace_id, path, status=StepStatus.FAILED,
-                              error=failure.message, finished_at=utcnow())
-                stored = writes.submit(self.log.append, trace_id, EventKind.STEP_FAILED,
-                                       live.tagged(sid, {"error": failure.message}), step_id=sid)
+                # An upsert: an item that failed before it started (its prompt) has no row yet.
+                stored = writes.submit_many(self._store_instances, (
+                    path, str(sid), {"status": StepStatus.FAILED, "error": failure.message,
+                                     "finished_at": utcnow()},
+                    [(EventKind.STEP_FAILED, live.tagged(sid, {"error": failure.message}), sid)]), trace_id)
                 live.finished.set(path, StepStatus.FAILED)
                 if durable:
                     await self._stored(live, stored)
@@ -309,11 +310,10 @@ class Scheduler:
             [(EventKind.STEP_FINISHED, {"output": output, **data}, StepAt(step["id"], path))]), live.trace_id)
 
     def _instance_failed(self, live: LiveRun, step: dict[str, Any], path: str, message: str) -> None:
-        writes = live.writes
-        writes.submit(self._set_step, live.trace_id, path, status=StepStatus.FAILED, error=message,
-                      finished_at=utcnow())
-        writes.submit(self.log.append, live.trace_id, EventKind.STEP_FAILED, {"error": message},
-                      step_id=StepAt(step["id"], path))
+        sid = StepAt(step["id"], path)
+        live.writes.submit_many(self._store_instances, (
+            path, str(sid), {"status": StepStatus.FAILED, "error": message, "finished_at": utcnow()},
+            [(EventKind.STEP_FAILED, {"error": message}, sid)]), live.trace_id)
         live.finished.set(path, StepStatus.FAILED)
 
 

@@ -168,6 +168,22 @@ def test_foreach_on_error_continue_gives_null_for_the_failed_item(world):
     assert rows["m[1]"]["status"] == "failed" and rows["m"]["status"] == "succeeded"
 
 
+def test_an_item_that_fails_before_it_starts_has_its_own_failed_row(world):
+    """An item whose prompt cannot be rendered never starts (no model call), yet it is an
+    instance like the others: its row in the run detail says failed, with the reason."""
+    tid = world.template([{"id": "m", "foreach": {"items": "input", "on_error": "continue"},
+                           "agent": world.worker, "prompt": "{{ item.topic }}"}], **LIST_INPUT)
+    trace = world.run(tid, [{"topic": "tides"}, {"title": "no topic"}])
+    events = world.events(trace)
+    assert events[-1][1] == "run_finished", events[-1]
+    assert list(by_path(events, "step_failed")) == ["m[1]"]
+    assert "m[1]" not in by_path(events, "step_started")
+    rows = {s["path"]: s for s in world.detail(trace)["steps"]}
+    assert rows["m[1]"]["status"] == "failed" and "topic" in rows["m[1]"]["error"]
+    assert rows["m[0]"]["status"] == "succeeded" and rows["m"]["status"] == "succeeded"
+    assert world.prompts() == Counter({"tides": 1})
+
+
 def test_foreach_on_error_fail_fails_the_run_naming_the_item(world):
     world.fake.script(
         ScriptedReply(text="first"),
