@@ -74,12 +74,14 @@ class ScriptedReply:
 
 @dataclass
 class RecordedRequest:
-    """A request the fake received: header names lower-cased, `body` parsed JSON (or None)."""
+    """A request the fake received: header names lower-cased, `body` parsed JSON (or None),
+    `client_port` the port of the connection that carried it (one per TCP connection)."""
 
     method: str
     path: str
     headers: dict[str, str]
     body: Any
+    client_port: int = 0
 
 
 def split_text(text: str, chunks: int | None) -> list[str]:
@@ -273,7 +275,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     # -- routes ---------------------------------------------------------------------
     def do_GET(self) -> None:
-        self.server.fake._record(self.command, self.path, dict(self.headers), None)
+        self.server.fake._record(self.command, self.path, dict(self.headers), None, self.client_address[1])
         if self.path.rstrip("/") != "/v1/models":
             self._send_json(404, {"error": {"message": f"Unknown path {self.path}"}})
             return
@@ -288,7 +290,7 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         body = self._read_body()
         fake = self.server.fake
-        fake._record(self.command, self.path, dict(self.headers), body)
+        fake._record(self.command, self.path, dict(self.headers), body, self.client_address[1])
         if self.path.rstrip("/") != "/v1/chat/completions":
             self._send_json(404, {"error": {"message": f"Unknown path {self.path}"}})
             return
@@ -671,10 +673,10 @@ class FakeLLM:
         with self._lock:
             (self._conns.add if opened else self._conns.discard)(conn)
 
-    def _record(self, method: str, path: str, headers: dict[str, str], body: Any) -> None:
+    def _record(self, method: str, path: str, headers: dict[str, str], body: Any, client_port: int) -> None:
         lowered = {name.lower(): value for name, value in headers.items()}
         with self._lock:
-            self._requests.append(RecordedRequest(method, path, lowered, body))
+            self._requests.append(RecordedRequest(method, path, lowered, body, client_port))
 
     def _next_reply(self, body: dict[str, Any]) -> ScriptedReply:
         with self._lock:

@@ -92,6 +92,17 @@ async def test_default_reply_echoes_with_usage(fake_llm, llm_client):
 
 
 @pytest.mark.asyncio
+async def test_streamed_calls_one_after_another_reuse_one_connection(fake_llm, llm_client):
+    """The answer is read to its end after `[DONE]`, so its connection goes back to the
+    pool: three calls in a row ride one TCP connection (a closed, half-read connection
+    would cost a handshake per call)."""
+    for _ in range(3):
+        assert (await collect(llm_client.stream_chat(model="m", messages=HELLO, tools=[]))).text
+    ports = [r.client_port for r in fake_llm.requests if r.path.endswith("/chat/completions")]
+    assert len(ports) == 3 and len(set(ports)) == 1 and ports[0] > 0
+
+
+@pytest.mark.asyncio
 async def test_tool_calls_are_assembled_from_fragments(fake_llm, llm_client):
     fake_llm.script_tool_calls(
         [("calculator", {"expression": "2 + 2"}), ("current_time", {"timezone": "UTC"})],

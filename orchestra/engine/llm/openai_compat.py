@@ -143,20 +143,26 @@ def stream_error(error: Any) -> LLMError:
 
 
 async def sse_data(response: httpx.Response) -> AsyncIterator[str]:
-    """The `data` of each server-sent event of a streamed answer, until `[DONE]`."""
+    """The `data` of each server-sent event of a streamed answer, until `[DONE]`. The
+    rest of the body is still read, so the connection goes back to the pool for the
+    next call instead of being closed half-read."""
     data: list[str] = []
+    done = False
     async for line in response.aiter_lines():
+        if done:
+            continue
         if not line:  # an event ends at a blank line
             if data:
                 joined = "\n".join(data)
                 data.clear()
                 if joined == "[DONE]":
-                    return
+                    done = True
+                    continue
                 yield joined
             continue
         if line.startswith("data:"):
             data.append(line[6:] if line.startswith("data: ") else line[5:])
-    if data and "\n".join(data) != "[DONE]":
+    if data and not done and "\n".join(data) != "[DONE]":
         yield "\n".join(data)
 
 
