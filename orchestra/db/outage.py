@@ -33,7 +33,8 @@ _TEXT = (
 def is_unreachable(exc: BaseException) -> bool:
     """Whether `exc` (or its cause) says the store could not be reached or is restarting,
     rather than that a statement was wrong: refused and reset connections, a server
-    shutting down or starting, a pool acquire that timed out, SQLite locked/busy."""
+    shutting down or starting, a pool acquire that timed out, SQLite locked/busy, a
+    cached statement outdated by another process's migration."""
     seen = 0
     while exc is not None and seen < 5:
         seen += 1
@@ -47,6 +48,10 @@ def is_unreachable(exc: BaseException) -> bool:
             "AdminShutdownError", "CrashShutdownError", "ConnectionFailureError",
             "TooManyConnectionsError", "InternalClientError", "PostgresConnectionError",
             "ClientCannotConnectError", "ConnectionRejectionError",
+            # A migration (a rolling upgrade's new version) changed a table under a
+            # prepared statement this connection cached: asyncpg has dropped its caches,
+            # and the same work tried again prepares afresh.
+            "InvalidCachedStatementError", "OutdatedSchemaCacheError",
         ):
             return True
         if isinstance(exc, sqlite3.OperationalError) or name == "OperationalError":
