@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from datetime import datetime
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +37,7 @@ class Question:
     future: asyncio.Future | None = None
     answered: bool = False  # an answer (or a timeout's default) is stored
     path: str = ""  # the instance that asked (SPEC §8); a top-level step's is its id
+    asked_at: float | None = None  # when it was asked (epoch seconds), as stored
 
     def __post_init__(self) -> None:
         self.path = self.path or getattr(self.step_id, "path", None) or self.step_id
@@ -56,13 +58,24 @@ async def read_questions(db: Any, trace_id: str) -> list[Question]:
         request_id = row.data.get("request_id")
         if row.kind == EventKind.REPLY_REQUESTED:
             asked[request_id] = Question(request_id, row.data.get("step_id"), row.data.get("prompt"),
-                                         path=row.data.get("path") or "")
+                                         path=row.data.get("path") or "",
+                                         asked_at=epoch(row.data.get("ts")))
         elif row.kind == EventKind.REPLY_WITHDRAWN:
             asked.pop(request_id, None)  # asked by an earlier attempt, and not again
         elif request_id in asked and not asked[request_id].answered:
             asked[request_id].answered = True
             asked[request_id].answer = row.data.get("content", "")
     return list(asked.values())
+
+
+def epoch(ts: Any) -> float | None:
+    """An event's `ts` (ISO 8601, UTC) in epoch seconds; None when absent or unreadable."""
+    if not isinstance(ts, str):
+        return None
+    try:
+        return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
 
 
 def check_reply(steps: list[dict[str, Any]], step_id: str, content: Any) -> None:

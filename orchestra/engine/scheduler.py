@@ -19,6 +19,7 @@ template and the stored instances only.
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 from orchestra.db.models import utcnow
@@ -27,6 +28,7 @@ from orchestra.engine.language import policies
 from orchestra.engine.language.expressions import ExpressionError, Scope
 from orchestra.engine.live import HandBack, LimitReached, LiveRun, RunFailed, StepAt, StepFailure
 from orchestra.engine.prompts import render_prompt
+from orchestra.engine.questions import Question
 from orchestra.engine.vocabulary import EventKind, StepStatus
 from orchestra.observability import runs as observe
 
@@ -258,7 +260,7 @@ class Scheduler:
                 trace_id)
         timeout = step.get("timeout_seconds")
         try:
-            async with asyncio.timeout(timeout):
+            async with asyncio.timeout(remaining(timeout, earlier)):
                 if human:
                     return await self._ask(live, sid, prompt, earlier=earlier,
                                            schema=step.get("output_schema")), None, ""
@@ -315,6 +317,14 @@ class Scheduler:
             path, str(sid), {"status": StepStatus.FAILED, "error": message, "finished_at": utcnow()},
             [(EventKind.STEP_FAILED, {"error": message}, sid)]), live.trace_id)
         live.finished.set(path, StepStatus.FAILED)
+
+
+def remaining(timeout: float | None, earlier: Question | None) -> float | None:
+    """What is left of a step's `timeout_seconds`: a question asked before a take-over or
+    a restart has been waiting since it was asked (its stored time), not since now."""
+    if timeout is None or earlier is None or earlier.asked_at is None:
+        return timeout
+    return max(0.0, timeout - (time.time() - earlier.asked_at))
 
 
 async def _nothing() -> None:
