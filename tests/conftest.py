@@ -30,7 +30,6 @@ from sanic import Sanic
 
 from orchestra.core import Core
 from orchestra.settings import Settings
-from orchestra.testing.fake_mcp import FakeMcpProcess
 from orchestra.web.app import create_app
 
 # Cheap argon2 parameters: the tests exercise the real hasher, not its cost.
@@ -333,6 +332,8 @@ def both_stores(request) -> str:
 def _fake_mcp_process():
     """The session's fake MCP server process, started on first use; tests reach it
     through the `fake_mcp` fixture of tests/fakes/fake_mcp.py."""
+    from orchestra.testing.fake_mcp import FakeMcpProcess  # here: importing the MCP SDK takes ~0.7 s
+
     server = FakeMcpProcess()
     try:
         yield server
