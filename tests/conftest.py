@@ -144,7 +144,8 @@ def _with_database(base: str, name: str) -> str:
 
 
 # What a test could change in a database besides its rows: tables, columns, indexes,
-# sequences, functions and triggers of the public schema. A database whose shape a test
+# constraints, sequences, functions and triggers of the public schema, the applied
+# migrations, schemas, extensions and the database's own settings. A database whose shape a test
 # changed is dropped, not reused.
 _PG_SHAPE = """
 SELECT md5(coalesce(string_agg(item, E'\n' ORDER BY item), '')) FROM (
@@ -161,6 +162,11 @@ SELECT md5(coalesce(string_agg(item, E'\n' ORDER BY item), '')) FROM (
   UNION ALL SELECT 'trg ' || tgname || ' ' || tgrelid::regclass::text || ' ' || tgenabled::text
     FROM pg_trigger WHERE NOT tgisinternal
   UNION ALL SELECT 'mig ' || name FROM schema_migration
+  UNION ALL SELECT 'ext ' || extname FROM pg_extension
+  UNION ALL SELECT 'db ' || datconnlimit::text || ' ' || datallowconn::text FROM pg_database
+    WHERE datname = current_database()
+  UNION ALL SELECT 'set ' || array_to_string(setconfig, ',') FROM pg_db_role_setting
+    WHERE setdatabase = (SELECT oid FROM pg_database WHERE datname = current_database())
   UNION ALL SELECT 'nsp ' || nspname FROM pg_namespace
     WHERE nspname NOT LIKE 'pg\\_%' AND nspname NOT IN ('information_schema', 'public')
 ) AS shape(item)
