@@ -1,8 +1,10 @@
 """Shared fixtures: settings on a temp home, stores (SQLite file, PostgreSQL database),
 the in-process app client, and a real `orchestra serve` process for end-to-end tests.
 
-PostgreSQL tests use ORCHESTRA_TEST_POSTGRES_URL (e.g. postgresql://postgres@127.0.0.1:5432/test):
-each test creates and drops its own database. Without the variable they skip and say
+Each test gets a fresh, migrated, empty store. SQLite: a copy of one file migrated once per
+session. PostgreSQL, with ORCHESTRA_TEST_POSTGRES_URL (e.g. postgresql://postgres@127.0.0.1:5432/test):
+a database of the session's, migrated once and emptied after each test (`PostgresStores`),
+all dropped when the session ends. Without the variable they skip and say
 why; with it set, an unreachable server FAILS them, so CI cannot go green by losing
 every PostgreSQL variant (likewise ORCHESTRA_TEST_REDIS_URL for the Redis tests).
 """
@@ -10,7 +12,9 @@ every PostgreSQL variant (likewise ORCHESTRA_TEST_REDIS_URL for the Redis tests)
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -34,6 +38,39 @@ FAST_HASH = {"argon2_time_cost": 1, "argon2_memory_cost": 1024, "argon2_parallel
 OPEN_LIMITS = {"rate_limit_register": "10000/minute", "rate_limit_login": "10000/minute"}
 
 Sanic.test_mode = True
+
+
+def _cache_route_code() -> None:
+    """Most tests build an app of their own, and ~3/4 of building one (~60 of ~80 ms) is
+    sanic-routing turning each router's generated `find_route` source into code (parse,
+    unparse, compile), five times per app, for the same few sources every time. Here
+    that code is compiled once per source text and reused: what the routers run is the
+    same; only the debugging attribute `find_route_src_compiled` is not set."""
+    import sanic_routing.router as routing
+
+    original = routing.BaseRouter._render
+    compiled: dict[str, object] = {}
+
+    def _render(self, do_compile: bool = True, do_optimize: bool = False) -> None:
+        if not do_compile or do_optimize:
+            return original(self, do_compile, do_optimize)
+        original(self, do_compile=False)  # sets self.find_route_src
+        code = compiled.get(self.find_route_src)
+        if code is None:
+            try:
+                code = compile(self.find_route_src, "", "exec")
+            except SyntaxError:  # the library's own error, worded its way
+                return original(self, do_compile, do_optimize)
+            compiled[self.find_route_src] = code
+        names: dict = {}
+        exec(code, vars(routing), names)  # as the library does: its module's globals
+        self._find_route = names["find_route"]
+        self._matchers = names.get("matchers")
+
+    routing.BaseRouter._render = _render
+
+
+_cache_route_code()
 
 # --- markers: a fast loop and a strict CI ------------------------------------------------
 #
@@ -90,9 +127,35 @@ def free_port() -> int:
 # --- stores ---------------------------------------------------------------------------
 
 
+def _migrate(url: str, home: Path) -> None:
+    """Apply every migration to the (empty) store at `url`, as `Core.open` does."""
+
+    async def go() -> None:
+        core = await Core.open(make_settings(home, url))
+        await core.close()
+
+    asyncio.run(go())
+
+
+@pytest.fixture(scope="session")
+def _sqlite_template(tmp_path_factory) -> Path:
+    """One SQLite store migrated once per session; each test gets a copy of the file."""
+    folder = tmp_path_factory.mktemp("sqlite-template")
+    path = folder / "store" / "orchestra.db"
+    _migrate(f"sqlite:///{path}", folder / "home")
+    for suffix in ("-wal", "-shm"):  # closed cleanly: everything is in the main file
+        assert not path.with_name(path.name + suffix).exists() or not path.with_name(path.name + suffix).stat().st_size
+    return path
+
+
 @pytest.fixture
-def sqlite_url(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path / 'store' / 'orchestra.db'}"
+def sqlite_url(tmp_path: Path, _sqlite_template: Path) -> str:
+    """A fresh SQLite store for one test: a copy of the session's migrated, empty file
+    (what migrating a new file gives, at a file copy's cost)."""
+    path = tmp_path / "store" / "orchestra.db"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(_sqlite_template, path)
+    return f"sqlite:///{path}"
 
 
 def _postgres_base_url() -> str | None:
@@ -109,23 +172,190 @@ async def _pg_admin(url: str, statement: str) -> None:
         await conn.close()
 
 
-@pytest.fixture
-def postgres_url():
-    """A fresh PostgreSQL database for one test, dropped afterwards."""
+def _with_database(base: str, name: str) -> str:
+    return urlunparse(urlparse(base)._replace(path=f"/{name}"))
+
+
+# What a test could change in a database besides its rows: tables, columns, indexes,
+# constraints, sequences, functions and triggers of the public schema, the applied
+# migrations, schemas, extensions and the database's own settings. A database whose shape a test
+# changed is dropped, not reused.
+_PG_SHAPE = """
+SELECT md5(coalesce(string_agg(item, E'\n' ORDER BY item), '')) FROM (
+  SELECT 'rel ' || c.relname || ' ' || c.relkind::text FROM pg_class c
+    JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'public'
+  UNION ALL SELECT 'col ' || table_name || '.' || column_name || ' ' || data_type || ' '
+    || is_nullable || ' ' || coalesce(column_default, '')
+    FROM information_schema.columns WHERE table_schema = 'public'
+  UNION ALL SELECT 'idx ' || indexdef FROM pg_indexes WHERE schemaname = 'public'
+  UNION ALL SELECT 'con ' || conname || ' ' || pg_get_constraintdef(oid) FROM pg_constraint
+    WHERE connamespace = 'public'::regnamespace
+  UNION ALL SELECT 'fn ' || p.proname || ' ' || md5(p.prosrc) FROM pg_proc p
+    WHERE p.pronamespace = 'public'::regnamespace
+  UNION ALL SELECT 'trg ' || tgname || ' ' || tgrelid::regclass::text || ' ' || tgenabled::text
+    FROM pg_trigger WHERE NOT tgisinternal
+  UNION ALL SELECT 'mig ' || name FROM schema_migration
+  UNION ALL SELECT 'ext ' || extname FROM pg_extension
+  UNION ALL SELECT 'db ' || datconnlimit::text || ' ' || datallowconn::text FROM pg_database
+    WHERE datname = current_database()
+  UNION ALL SELECT 'set ' || array_to_string(setconfig, ',') FROM pg_db_role_setting
+    WHERE setdatabase = (SELECT oid FROM pg_database WHERE datname = current_database())
+  UNION ALL SELECT 'nsp ' || nspname FROM pg_namespace
+    WHERE nspname NOT LIKE 'pg\\_%' AND nspname NOT IN ('information_schema', 'public')
+) AS shape(item)
+"""
+
+
+class PostgresStores:
+    """Fresh PostgreSQL stores for the tests of one session.
+
+    `CREATE DATABASE` costs ~0.4 s here whatever it copies (the server writes and syncs
+    the new database's catalogs), and migrating it ~0.15 s more: most of the fast loop
+    once. So the session migrates one database, and a test's store is a database that
+    holds that schema and no rows: a spare one (a copy of the migrated one, made once),
+    or one an earlier test used, emptied when that test ended: its other connections
+    ended, every table but `schema_migration` emptied, its sequences restarted. A
+    database whose shape (tables, columns, indexes, constraints, functions, triggers)
+    differs from the migrated one's afterwards is dropped instead. Each database is
+    dropped when the session ends."""
+
+    def __init__(self, base: str, home: Path) -> None:
+        self.base = base
+        self.home = home
+        self.session = uuid.uuid4().hex[:8]
+        self.template = f"orchestra_test_{self.session}_template"
+        self.spare: list[str] = []  # empty, migrated, ready for a test
+        self.made: set[str] = set()
+        self.shape: str | None = None
+        self.tables: list[str] = []
+        self.sequences: list[tuple[str, int, bool]] = []  # name, last_value, is_called
+        self.numbers = itertools.count(1)
+
+    async def _connect(self, name: str | None = None):
+        import asyncpg
+
+        return await asyncpg.connect(self.base if name is None else _with_database(self.base, name), timeout=5)
+
+    def start(self) -> None:
+        asyncio.run(_pg_admin(self.base, f'CREATE DATABASE "{self.template}"'))
+        self.made.add(self.template)
+        _migrate(_with_database(self.base, self.template), self.home)
+
+        async def describe() -> None:
+            conn = await self._connect(self.template)
+            try:
+                self.shape = await conn.fetchval(_PG_SHAPE)
+                self.tables = [r[0] for r in await conn.fetch(
+                    "SELECT tablename FROM pg_tables WHERE schemaname = 'public' "
+                    "AND tablename <> 'schema_migration' ORDER BY tablename")]
+                self.sequences = []
+                for (sequence,) in await conn.fetch(
+                        "SELECT sequencename FROM pg_sequences WHERE schemaname = 'public' "
+                        "AND sequencename <> 'schema_migration_id_seq' ORDER BY sequencename"):
+                    row = await conn.fetchrow(f'SELECT last_value, is_called FROM "{sequence}"')
+                    self.sequences.append((sequence, row["last_value"], row["is_called"]))
+                assert not await conn.fetchval(
+                    "SELECT count(*) FROM (" + " UNION ALL ".join(
+                        f'SELECT 1 FROM "{t}"' for t in self.tables) + ") AS rows"), "migrations left rows"
+            finally:
+                await conn.close()
+
+        asyncio.run(describe())
+        if not asyncio.run(self._disconnect(self.template)):
+            raise RuntimeError(f"connections to {self.template} did not end")
+
+    async def _disconnect(self, name: str) -> bool:
+        """End every connection to `name` (as DROP DATABASE ... WITH (FORCE) does)."""
+        admin = await self._connect()
+        try:
+            await admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = $1 AND pid <> pg_backend_pid()", name)
+            for _ in range(250):
+                if not await admin.fetchval(
+                        "SELECT count(*) FROM pg_stat_activity WHERE datname = $1", name):
+                    return True
+                await asyncio.sleep(0.02)
+            return False
+        finally:
+            await admin.close()
+
+    def take(self) -> str:
+        if self.spare:
+            return self.spare.pop()
+        name = f"orchestra_test_{self.session}_{next(self.numbers)}"
+        asyncio.run(_pg_admin(self.base, f'CREATE DATABASE "{name}" TEMPLATE "{self.template}"'))
+        self.made.add(name)
+        return name
+
+    def give_back(self, name: str) -> None:
+        """Empty `name` for the next test, or drop it if it cannot be made like new."""
+        if asyncio.run(self._empty(name)):
+            self.spare.append(name)
+        else:
+            asyncio.run(_pg_admin(self.base, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+            self.made.discard(name)
+
+    async def _empty(self, name: str) -> bool:
+        if not await self._disconnect(name):  # what the test's processes and pools left
+            return False
+        conn = await self._connect(name)
+        try:
+            if await conn.fetchval(_PG_SHAPE) != self.shape:
+                return False
+            if await conn.fetchval("SELECT count(*) FROM pg_prepared_xacts WHERE database = $1", name):
+                return False
+            async with conn.transaction():
+                # Every table at once, so no foreign key or trigger runs (DELETE rather
+                # than TRUNCATE: TRUNCATE makes new files, which costs as much as a new
+                # database here).
+                await conn.execute("SET LOCAL session_replication_role = replica")
+                for table in self.tables:
+                    await conn.execute(f'DELETE FROM "{table}"')
+                # setval, not ALTER SEQUENCE ... RESTART (a new file again)
+                for sequence, last_value, is_called in self.sequences:
+                    await conn.execute("SELECT setval($1::regclass, $2, $3)",
+                                       f'"{sequence}"', last_value, is_called)
+            return True
+        except Exception:  # noqa: BLE001 - not like new: the next test gets another
+            return False
+        finally:
+            await conn.close()
+
+    def close(self) -> None:
+        for name in sorted(self.made, key=lambda made: made == self.template):  # the template last
+            asyncio.run(_pg_admin(self.base, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        self.made.clear()
+        self.spare.clear()
+
+
+@pytest.fixture(scope="session")
+def _postgres_stores(tmp_path_factory):
     base = _postgres_base_url()
     if base is None:
         pytest.skip("PostgreSQL tests need ORCHESTRA_TEST_POSTGRES_URL (see .ci/run)")
-    name = f"orchestra_test_{uuid.uuid4().hex[:12]}"
+    stores = PostgresStores(base, tmp_path_factory.mktemp("postgres-template"))
     try:
-        asyncio.run(_pg_admin(base, f'CREATE DATABASE "{name}"'))
+        stores.start()
     except Exception as exc:  # noqa: BLE001 - configured but unusable: a failure, not a skip
+        try:
+            stores.close()
+        except Exception:  # noqa: BLE001 - the failure below says why
+            pass
         pytest.fail(
             f"ORCHESTRA_TEST_POSTGRES_URL is set but PostgreSQL at {base} cannot be used: {exc!r}",
             pytrace=False,
         )
-    parsed = urlparse(base)
-    yield urlunparse(parsed._replace(path=f"/{name}"))
-    asyncio.run(_pg_admin(base, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    yield stores
+    stores.close()
+
+
+@pytest.fixture
+def postgres_url(_postgres_stores: PostgresStores):
+    """A fresh PostgreSQL store for one test: migrated, no rows (see `PostgresStores`)."""
+    name = _postgres_stores.take()
+    yield _with_database(_postgres_stores.base, name)
+    _postgres_stores.give_back(name)
 
 
 @pytest.fixture
@@ -138,6 +368,19 @@ def database_url(sqlite_url: str) -> str:
 def both_stores(request) -> str:
     """Parametrise a test (or, by overriding `database_url`, a module) over both stores."""
     return request.getfixturevalue(f"{request.param}_url")
+
+
+@pytest.fixture(scope="session")
+def _fake_mcp_process():
+    """The session's fake MCP server process, started on first use; tests reach it
+    through the `fake_mcp` fixture of tests/fakes/fake_mcp.py."""
+    from orchestra.testing.fake_mcp import FakeMcpProcess  # here: importing the MCP SDK takes ~0.7 s
+
+    server = FakeMcpProcess()
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 # --- settings, core, app --------------------------------------------------------------

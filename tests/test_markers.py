@@ -19,8 +19,11 @@ def run_pytest(folder: Path, body: str, **env: str) -> subprocess.CompletedProce
     (folder / "tests" / "test_it.py").write_text(body)
     (folder / "pytest.ini").write_text("[pytest]\npythonpath = .\nasyncio_default_fixture_loop_scope = function\nmarkers =\n    e2e: real servers\n")
     environ = {k: v for k, v in os.environ.items() if k != "ORCHESTRA_TEST_REQUIRE_ALL"}
+    # Only the plugin conftest.py needs: loading every installed one (schemathesis and
+    # hypothesis) costs more than the run itself.
+    environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "pytest_asyncio.plugin", "tests"],
         cwd=folder, env={**environ, **env}, capture_output=True, text=True, timeout=120,
     )
 

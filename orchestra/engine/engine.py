@@ -133,6 +133,8 @@ class Engine(ClaimLoops, RunLifecycle, Scheduler, Containers, AgentSteps, HumanQ
         """Stop claiming; let in-flight steps finish for `grace` seconds; hand every run
         still here back to the store (its lease ends now) so another process goes on."""
         self.stopping = True
+        if self._wake is not None:  # the claim loop ends now, not after its next wait
+            self._wake.set()
         grace = self.settings.shutdown_grace_seconds if grace is None else grace
         for live in self.runs.values():
             live.poke()

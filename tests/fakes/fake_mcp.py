@@ -1,19 +1,57 @@
 """Real MCP servers for tests: `fake_mcp`, the SDK-built streamable-HTTP server of
 `orchestra.testing.fake_mcp` in a child process on loopback. Import the fixture into a
-test module (or conftest) to use it."""
+test module (or conftest) to use it; the process it shares is tests/conftest.py's
+`_fake_mcp_process`.
+
+Starting that process costs ~0.5-2 s (it imports the MCP SDK and uvicorn), so the
+session shares one: each test sees it through a `FakeMcpView`, whose `stats()` counts
+only what happened since the test began (or since the test itself restarted it). A test
+may still `stop()` it or make it `die`: the next test then gets a new process."""
 
 from __future__ import annotations
-
-from collections.abc import Iterator
 
 import pytest
 
 from orchestra.testing.fake_mcp import FakeMcpProcess
 
-__all__ = ["FakeMcpProcess", "fake_mcp"]
+__all__ = ["FakeMcpProcess", "FakeMcpView", "fake_mcp"]
+
+
+class FakeMcpView:
+    """One test's view of the session's `FakeMcpProcess`: the same `url`, `start()` and
+    `stop()`, and counters that start at zero for this test."""
+
+    def __init__(self, process: FakeMcpProcess) -> None:
+        self.process = process
+        if process.process is None or process.process.poll() is not None:
+            process.start()  # first use, or an earlier test stopped it or made it die
+        self._zero = process.stats()
+
+    @property
+    def port(self) -> int:
+        return self.process.port
+
+    @property
+    def base(self) -> str:
+        return self.process.base
+
+    @property
+    def url(self) -> str:
+        return self.process.url
+
+    def stats(self) -> dict[str, int]:
+        now = self.process.stats()
+        return {key: value - self._zero.get(key, 0) for key, value in now.items()}
+
+    def start(self, timeout: float = 30.0) -> "FakeMcpView":
+        self.process.start(timeout)
+        self._zero = {}  # a new process counts from zero
+        return self
+
+    def stop(self) -> None:
+        self.process.stop()
 
 
 @pytest.fixture
-def fake_mcp() -> Iterator[FakeMcpProcess]:
-    with FakeMcpProcess() as server:
-        yield server
+def fake_mcp(_fake_mcp_process: FakeMcpProcess) -> FakeMcpView:
+    return FakeMcpView(_fake_mcp_process)
