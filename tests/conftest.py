@@ -39,39 +39,6 @@ OPEN_LIMITS = {"rate_limit_register": "10000/minute", "rate_limit_login": "10000
 
 Sanic.test_mode = True
 
-
-def _cache_route_code() -> None:
-    """Most tests build an app of their own, and ~3/4 of building one (~60 of ~80 ms) is
-    sanic-routing turning each router's generated `find_route` source into code (parse,
-    unparse, compile), five times per app, for the same few sources every time. Here
-    that code is compiled once per source text and reused: what the routers run is the
-    same; only the debugging attribute `find_route_src_compiled` is not set."""
-    import sanic_routing.router as routing
-
-    original = routing.BaseRouter._render
-    compiled: dict[str, object] = {}
-
-    def _render(self, do_compile: bool = True, do_optimize: bool = False) -> None:
-        if not do_compile or do_optimize:
-            return original(self, do_compile, do_optimize)
-        original(self, do_compile=False)  # sets self.find_route_src
-        code = compiled.get(self.find_route_src)
-        if code is None:
-            try:
-                code = compile(self.find_route_src, "", "exec")
-            except SyntaxError:  # the library's own error, worded its way
-                return original(self, do_compile, do_optimize)
-            compiled[self.find_route_src] = code
-        names: dict = {}
-        exec(code, vars(routing), names)  # as the library does: its module's globals
-        self._find_route = names["find_route"]
-        self._matchers = names.get("matchers")
-
-    routing.BaseRouter._render = _render
-
-
-_cache_route_code()
-
 # --- markers: a fast loop and a strict CI ------------------------------------------------
 #
 # `e2e` marks tests that start real server processes, browsers or several PostgreSQL
