@@ -59,7 +59,7 @@ def test_missing_asyncpg_names_the_postgres_extra(tmp_path):
     hidden.mkdir(parents=True)
     (hidden / "__init__.py").write_text("raise ImportError('No module named asyncpg (hidden by a test)')\n")
     done = serve(tmp_path, "--db", "postgresql://postgres@127.0.0.1:5432/test", "serve",
-                 PYTHONPATH=str(hidden.parent))
+                 "--port", str(free_port()), PYTHONPATH=str(hidden.parent))  # 8000 may be taken
     assert_one_error_line(done, "pip install 'orchestra[postgres]' (the postgres extra)")
 
 
