@@ -326,6 +326,17 @@ def postgres_url(_postgres_stores: PostgresStores):
 
 
 @pytest.fixture
+def blank_postgres_url(_postgres_stores: PostgresStores):
+    """A new PostgreSQL database with no tables at all, dropped afterwards: for a test of
+    what the migrations do to a store (`postgres_url` gives one already migrated)."""
+    base = _postgres_stores.base
+    name = f"orchestra_test_{_postgres_stores.session}_blank_{next(_postgres_stores.numbers)}"
+    asyncio.run(_pg_admin(base, f'CREATE DATABASE "{name}"'))
+    yield _with_database(base, name)
+    asyncio.run(_pg_admin(base, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+@pytest.fixture
 def database_url(sqlite_url: str) -> str:
     """The store of a test; modules that run on both stores override this fixture."""
     return sqlite_url

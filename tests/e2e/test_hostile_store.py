@@ -44,7 +44,7 @@ SAME = ["Same", "same", "SAME", "sAmE", "ＳＡＭＥ"]  # the last in full widt
 def store_url(request, tmp_path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'store' / 'orchestra.db'}"
-    return request.getfixturevalue("postgres_url")
+    return request.getfixturevalue("blank_postgres_url")  # migrated by the server, or by the test
 
 
 class World:
