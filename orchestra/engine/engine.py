@@ -123,6 +123,9 @@ class Engine(ClaimLoops, RunLifecycle, Scheduler, Containers, AgentSteps, HumanQ
         await self.start()
         if self.room > 0:
             run = await self.ownership.claim(trace_id)
+            if run is not None and self.stopping:  # SIGTERM came meanwhile: as in _claim_some
+                await self.ownership.hand_back(trace_id, run.owner_process)
+                run = None
             await self.log.release()
             if run is not None:
                 self._launch(run)
