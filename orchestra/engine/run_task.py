@@ -267,7 +267,10 @@ class RunLifecycle:
     async def _hand_back(self, live: LiveRun) -> None:
         await live.writes.settle()
         try:
-            await self.ownership.hand_back(live.trace_id, live.claim)
+            if not await self.ownership.hand_back(live.trace_id, live.claim):
+                # Nothing to give back: ended meanwhile, handed back in bulk by `stop`, or
+                # no longer held by this claim. Logged to tell the last case apart later.
+                logger.info("run %s: hand-back found it not held by claim %s", live.trace_id, live.claim)
             observe.run_outcome(live.trace_id, "handback")
         except Exception:  # noqa: BLE001 - the lease runs out on its own
             logger.exception("could not hand back run %s", live.trace_id)
