@@ -15,7 +15,6 @@ import json
 import sys
 import time
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import TYPE_CHECKING, Any, TextIO
 
 from rich.console import Console, Group
@@ -27,21 +26,10 @@ from rich.panel import Panel
 from rich.text import Text
 
 from orchestra.engine.vocabulary import EventKind
+from orchestra.timestamps import parse_ts
 
 if TYPE_CHECKING:
     from orchestra.client import Event
-
-
-def parse_ts(value: Any) -> float | None:
-    """An event's `ts` (epoch seconds, or an ISO 8601 string) as epoch seconds."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    if isinstance(value, str) and value:
-        try:
-            return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-        except ValueError:
-            return None
-    return None
 
 
 def _pick(data: dict[str, Any], *names: str, default: Any = None) -> Any:

@@ -274,7 +274,7 @@ def paced(events: Iterable[Event], speed: float, sleep=time.sleep,
           clock=time.monotonic) -> Iterator[Event]:
     """Yield events spaced as their `ts` values were, `speed` times faster (0: no waits).
     `sleep` and `clock` are the waits and the time it reads (tests pass their own)."""
-    from orchestra.cli.render import parse_ts
+    from orchestra.timestamps import parse_ts
 
     first: float | None = None
     began = clock()

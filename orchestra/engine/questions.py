@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from datetime import datetime
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +20,7 @@ from orchestra.engine.log import Event
 from orchestra.engine.vocabulary import FINISHED, EventKind, RunStatus, StepStatus
 from orchestra.engine.language.schemas import describe, violations
 from orchestra.errors import ConflictError, NotFoundError, ValidationError
+from orchestra.timestamps import parse_ts
 
 if TYPE_CHECKING:
     from orchestra.engine.live import LiveRun
@@ -59,23 +59,13 @@ async def read_questions(db: Any, trace_id: str) -> list[Question]:
         if row.kind == EventKind.REPLY_REQUESTED:
             asked[request_id] = Question(request_id, row.data.get("step_id"), row.data.get("prompt"),
                                          path=row.data.get("path") or "",
-                                         asked_at=epoch(row.data.get("ts")))
+                                         asked_at=parse_ts(row.data.get("ts")))
         elif row.kind == EventKind.REPLY_WITHDRAWN:
             asked.pop(request_id, None)  # asked by an earlier attempt, and not again
         elif request_id in asked and not asked[request_id].answered:
             asked[request_id].answered = True
             asked[request_id].answer = row.data.get("content", "")
     return list(asked.values())
-
-
-def epoch(ts: Any) -> float | None:
-    """An event's `ts` (ISO 8601, UTC) in epoch seconds; None when absent or unreadable."""
-    if not isinstance(ts, str):
-        return None
-    try:
-        return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
 
 
 def check_reply(steps: list[dict[str, Any]], step_id: str, content: Any) -> None:

@@ -240,7 +240,7 @@ def test_expired_access_token_is_refreshed_and_kept(llm, tmp_path):
 
 
 def test_paced_keeps_the_recorded_spacing(world):
-    from orchestra.cli.render import parse_ts
+    from orchestra.timestamps import parse_ts
     from orchestra.cli.workflow import paced
     from orchestra.client import Client
 
