@@ -77,16 +77,20 @@ class ClaimLoops:
             # A lease that ran out while the store was unreachable from here too is an
             # outage, not a crash: that claim is not an attempt.
             outage = self.outage.recently_down(self.settings.run_lease_seconds * 2)
-            run = await self.ownership.claim(trace_id, attempt=not outage)
-            if run is None:
-                continue
-            if self.stopping:
-                # SIGTERM came while this claim was in flight: a run launched now could
-                # miss the hand-back and be left to its lease, and its next claim would
-                # count as an attempt. Give it back at once instead.
-                await self.ownership.hand_back(trace_id, run.owner_process)
-                continue
-            self._launch(run)
+            run = await self._claim_to_run(trace_id, attempt=not outage)
+            if run is not None:
+                self._launch(run)
+
+    async def _claim_to_run(self, trace_id: str, *, attempt: bool = True):
+        """Claim a run to execute here: its row, or None when another process holds it
+        or this one began stopping while the claim was in flight. A run launched then
+        could miss the hand-back and be left to its lease, and its next claim would count
+        as an attempt: it is given back at once instead."""
+        run = await self.ownership.claim(trace_id, attempt=attempt)
+        if run is not None and self.stopping:
+            await self.ownership.hand_back(trace_id, run.owner_process)
+            return None
+        return run
 
     async def _write_failed(self, exc: BaseException, tries: int) -> bool:
         """A run's write failed: while the store is unreachable, wait (capped backoff

@@ -122,10 +122,7 @@ class Engine(ClaimLoops, RunLifecycle, Scheduler, Containers, AgentSteps, HumanQ
         """A run was stored `queued`: take it here if there is room, else wake the others."""
         await self.start()
         if self.room > 0:
-            run = await self.ownership.claim(trace_id)
-            if run is not None and self.stopping:  # SIGTERM came meanwhile: as in _claim_some
-                await self.ownership.hand_back(trace_id, run.owner_process)
-                run = None
+            run = await self._claim_to_run(trace_id)
             await self.log.release()
             if run is not None:
                 self._launch(run)
