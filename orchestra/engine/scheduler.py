@@ -218,12 +218,7 @@ class Scheduler:
                         await asyncio.sleep(delay)
                     attempt += 1
                     continue
-                # An upsert: an item that failed before it started (its prompt) has no row yet.
-                stored = writes.submit_many(self._store_instances, (
-                    path, str(sid), {"status": StepStatus.FAILED, "error": failure.message,
-                                     "finished_at": utcnow()},
-                    [(EventKind.STEP_FAILED, live.tagged(sid, {"error": failure.message}), sid)]), trace_id)
-                live.finished.set(path, StepStatus.FAILED)
+                stored = self._instance_failed(live, step, path, failure.message)
                 if durable:
                     await self._stored(live, stored)
                 raise
@@ -311,12 +306,15 @@ class Scheduler:
             path, None, {"status": StepStatus.SUCCEEDED, "finished_at": utcnow(), **output_fields(output)},
             [(EventKind.STEP_FINISHED, {"output": output, **data}, StepAt(step["id"], path))]), live.trace_id)
 
-    def _instance_failed(self, live: LiveRun, step: dict[str, Any], path: str, message: str) -> None:
+    def _instance_failed(self, live: LiveRun, step: dict[str, Any], path: str,
+                         message: str) -> asyncio.Future:
+        """Store an instance's failure and its `step_failed` (an upsert: an item that failed
+        before it started, at its prompt, has no row yet); the future of that write."""
         sid = StepAt(step["id"], path)
-        live.writes.submit_many(self._store_instances, (
-            path, str(sid), {"status": StepStatus.FAILED, "error": message, "finished_at": utcnow()},
-            [(EventKind.STEP_FAILED, {"error": message}, sid)]), live.trace_id)
         live.finished.set(path, StepStatus.FAILED)
+        return live.writes.submit_many(self._store_instances, (
+            path, str(sid), {"status": StepStatus.FAILED, "error": message, "finished_at": utcnow()},
+            [(EventKind.STEP_FAILED, live.tagged(sid, {"error": message}), sid)]), live.trace_id)
 
 
 def remaining(timeout: float | None, earlier: Question | None) -> float | None:
