@@ -39,6 +39,12 @@ class OrchestraSanic(Sanic):
             if core is not None:
                 await end_task_store_work(core.db)
 
+    async def _startup(self) -> None:
+        # Every route is known by now: add HEAD and OPTIONS before Sanic compiles the
+        # router, so that it is compiled once (web/head.py).
+        head.add_method_routes(self)
+        await super()._startup()
+
 _SECRET_QUERY = re.compile(r"(access_token=)[^&\s\"]+")
 
 
@@ -77,7 +83,6 @@ def create_app(settings: Settings | None = None, *, name: str | None = None) -> 
     # connections (streams) get this long before they are closed: exit ≤ grace + 5 s.
     app.config.GRACEFUL_SHUTDOWN_TIMEOUT = 2.0
     app.config.MOTD = False
-    head.install(app)  # before sanic-ext's start-up listeners, see there
     origins = [o.strip() for o in settings.cors_origins.split(",") if o.strip()]
     app.extend(
         config=Config(
@@ -87,10 +92,12 @@ def create_app(settings: Settings | None = None, *, name: str | None = None) -> 
             cors_expose_headers="Retry-After,RateLimit-Limit,RateLimit-Remaining,RateLimit-Reset",
             health=False,
             http_auto_head=False,  # ours: orchestra.web.head
+            # OPTIONS is ours too, added with HEAD before the router is compiled. sanic-ext's
+            # CORS insists on its own being on; it then finds every path answered already.
+            http_auto_options=bool(origins),
             http_auto_trace=False,
         )
     )
-    head.install_last(app)  # after sanic-ext's start-up listeners
     app.ctx.settings = settings
     app.blueprint(all_blueprints())
     app.blueprint(apidoc_ui.bp)

@@ -1,8 +1,9 @@
-"""`HEAD` on every `GET` route: the same status and headers as `GET`, never a body.
+"""`HEAD` on every `GET` route: the same status and headers as `GET`, never a body; and
+`OPTIONS` on every path: 204 with the path's methods in `Allow`.
 
 A HEAD route is added next to every GET route once all routes are known (sanic-ext's own
-automatic HEAD is switched off: it ran streaming handlers to the end, and the SSE one
-crashed). The HEAD handler runs the GET handler, so authentication, 404s and 204s are
+automatic HEAD and OPTIONS are switched off: its HEAD ran streaming handlers to the end,
+and the SSE one crashed). The HEAD handler runs the GET handler, so authentication, 404s and 204s are
 exactly those of GET. A handler that streams (the SSE stream, a download) calls
 `request.respond()`; on HEAD that sends the head — `Transfer-Encoding: chunked` or the
 handler's own `Content-Length`, as GET would — and stops the handler right there, before
@@ -14,7 +15,8 @@ from __future__ import annotations
 from functools import partial
 from inspect import isawaitable
 
-from sanic import Request, Sanic
+from sanic import HTTPResponse, Request, Sanic
+from sanic.response import empty
 
 
 class _HeadSent(Exception):
@@ -45,9 +47,12 @@ async def _head_handler(request: Request, *args, get_handler, **kwargs):
     return answer
 
 
-def add_head_routes(app: Sanic) -> None:
-    """Give every GET route without a HEAD route one (call when all routes are added)."""
-    app.router.reset()
+def add_method_routes(app: Sanic) -> None:
+    """Give every GET route a HEAD route and every path an OPTIONS route (204 with
+    `Allow`). Called by `OrchestraSanic._startup` when every route is known and before
+    Sanic finalizes the router, so the router is compiled once per start; adding them
+    from a start-up listener, as sanic-ext does, re-compiled it twice more (~20 ms a
+    start, most of an in-process test's set-up)."""
     for group in list(app.router.groups.values()):
         if "GET" not in group.methods or "HEAD" in group.methods:
             continue
@@ -65,36 +70,21 @@ def add_head_routes(app: Sanic) -> None:
                 host=route.requirements.get("host"),
                 unquote=group.unquote,
             )
-    app.finalize()
+    for group in list(app.router.groups.values()):
+        if "OPTIONS" in group.methods:
+            continue
+        hosts = {r.get("host") for r in group.requirements} if group.requirements else {None}
+        base = next((r for r in group if not r.name.endswith("_head")), group[0])
+        app.add_route(
+            handler=partial(_options_handler, allow=",".join([*sorted(group.methods), "OPTIONS"])),
+            uri=group.uri,
+            methods=["OPTIONS"],
+            strict_slashes=group.strict,
+            name=f"{base.name}_options",
+            host=list(hosts) if hosts != {None} else None,
+            unquote=group.unquote,
+        )
 
 
-def _hold_signals(app: Sanic) -> None:
-    """Routes added after start-up re-finalize Sanic's signal router one by one (`amend`,
-    ~13 ms each on a small machine): with ours and sanic-ext's OPTIONS routes that was
-    most of a second per app start (and of every in-process test). Reset it once here;
-    `_finalize_signals` finalizes it once when all of them are added."""
-    if app.signal_router.finalized:
-        app.signal_router.reset()
-
-
-def _finalize_signals(app: Sanic) -> None:
-    if not app.signal_router.finalized:
-        app.signalize(app.config.TOUCHUP)
-
-
-def install(app: Sanic) -> None:
-    """Add the HEAD routes when the server starts, when every route is known. Listeners
-    run in the order they are added: install before `app.extend`, so that sanic-ext's
-    automatic OPTIONS handlers (added at start too) list HEAD in their `Allow`; call
-    `install_last` after it."""
-    app.before_server_start(_hold_signals)
-    app.before_server_start(add_head_routes)
-
-
-def install_last(app: Sanic) -> None:
-    """After every start-up listener, sanic-ext's too (they run at priority -1000, after
-    the default 0): the signal router, finalized once."""
-    app.before_server_start(_finalize_signals, priority=LAST)
-
-
-LAST = -1_000_000  # start-up listeners run by priority, highest first
+async def _options_handler(request: Request, *args, allow: str, **kwargs) -> HTTPResponse:
+    return empty(headers={"allow": allow})

@@ -27,6 +27,7 @@ from orchestra.engine.llm.base import (
     schema_instructions,
 )
 from orchestra.engine.llm.retry import retry_after_from_headers
+from orchestra.tls import client_tls
 
 DEFAULT_BASE_URLS: dict[str, str] = {
     "openai": "https://api.openai.com/v1",
@@ -239,6 +240,7 @@ class OpenAICompatClient:
             headers={"Authorization": f"Bearer {api_key or _PLACEHOLDER_KEY}"},
             timeout=timeout,
             limits=httpx.Limits(max_connections=1000, max_keepalive_connections=100),
+            verify=client_tls(),
         )
 
     async def stream_chat(

@@ -108,8 +108,11 @@ async def connect(config: McpServerConfig, allowed: frozenset[str]) -> AsyncIter
     import httpx2
     from mcp.client.streamable_http import streamable_http_client
 
+    from orchestra.tls import client_tls
+
     timeout = httpx2.Timeout(config.timeout_seconds, read=max(config.timeout_seconds, 300.0))
-    async with httpx2.AsyncClient(headers=dict(config.headers), timeout=timeout) as http:
+    async with httpx2.AsyncClient(headers=dict(config.headers), timeout=timeout,
+                                  verify=client_tls()) as http:
         transport = streamable_http_client(config.url or "", http_client=http)
         async with Client(transport, cache=None,
                           read_timeout_seconds=config.timeout_seconds) as client:
