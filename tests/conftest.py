@@ -27,6 +27,7 @@ from urllib.parse import urlparse, urlunparse
 import httpx
 import pytest
 from sanic import Sanic
+from sanic.router import Router
 
 from orchestra.core import Core
 from orchestra.settings import Settings
@@ -56,6 +57,19 @@ def pytest_collection_modifyitems(config, items) -> None:
         path = Path(str(item.path)).relative_to(root).as_posix() if str(item.path).startswith(str(root)) else ""
         if path.startswith(E2E_PATHS) or E2E_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.e2e)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config) -> None:
+    """The fast loop runs on every core: `pytest -m "not e2e"` without `-n` is given
+    `-n auto` (pytest-xdist; `-n 0` keeps one process). A run that includes the
+    end-to-end tests (CI's plain `pytest`) stays in one process: those time real
+    processes, leases and streams, and get the machine to themselves."""
+    if ("not e2e" in (config.option.markexpr or "")
+            and config.pluginmanager.hasplugin("xdist")
+            and config.option.numprocesses is None
+            and not os.environ.get("PYTEST_XDIST_WORKER")):
+        config.option.numprocesses = "auto"
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -403,6 +417,12 @@ async def running_app(settings: Settings):
     finally:
         await app._server_event("shutdown", "before")
         await app._server_event("shutdown", "after")
+        # Sanic keeps apps in a registry by name and routers in two class-level caches
+        # (up to 1,024 each): let this test's app go, or a session holds every one of them
+        # and each full garbage collection walks them all.
+        Sanic.unregister_app(app)
+        Router.get.cache_clear()
+        Router.find_route_by_view_name.cache_clear()
 
 
 @pytest.fixture
