@@ -146,19 +146,21 @@ class Engine(ClaimLoops, RunLifecycle, Scheduler, Containers, AgentSteps, HumanQ
             self._stop_local(live, "handback", "")
         if rest:  # handing back is one statement each; bounded so SIGTERM exits in time
             await asyncio.wait([live.task for live in rest], timeout=2)
-            # Tasks that could not hand back in time (a busy store, writes still settling):
-            # all at once here, on the lease connection, rather than leaving them to their
-            # leases — a run found with a lapsed lease is counted as a crash.
-            late = [live.claim for live in rest if not live.task.done() and live.claim]
-            if late:
-                try:
-                    await self.ownership.hand_back_many(late, db=self.lease_db)
-                except Exception:  # noqa: BLE001 - then their leases run out, as after a crash
-                    logger.warning("could not hand back %d run(s) at shutdown", len(late))
+        # The loops end first: the lease loop's task keeps the lease connection (a pool of
+        # one) for as long as it runs, and the bulk hand-back below needs it.
         for task in self._loops:
             task.cancel()
         await asyncio.gather(*self._loops, return_exceptions=True)
         self._loops = []
+        # Tasks that could not hand back in time (a busy store, writes still settling):
+        # all at once here, on the lease connection, rather than leaving them to their
+        # leases — a run found with a lapsed lease is counted as a crash.
+        late = [live.claim for live in rest if not live.task.done() and live.claim]
+        if late:
+            try:
+                await self.ownership.hand_back_many(late, db=self.lease_db)
+            except Exception:  # noqa: BLE001 - then their leases run out, as after a crash
+                logger.warning("could not hand back %d run(s) at shutdown", len(late))
         if self._started is not None and self._started.done() and not self._started.exception():
             try:
                 await self.signals.notify("control", "wake:")

@@ -80,8 +80,13 @@ class RunLifecycle:
                           {"status": RunStatus.SUCCEEDED, "output": final}, status=RunStatus.SUCCEEDED)
             await writes.drain()
         except RunFailed as failure:
+            live.stop_asked = True  # ending it now: a stop's cancel must not cut that short
             await self._end(live, RunStatus.FAILED, EventKind.RUN_FAILED, failure.message, step_id=failure.step_id)
         except HandBack:
+            # Giving it back now. A stop whose grace ends meanwhile (the last writes still
+            # settling) must not cancel that: the run would keep its owner until its lease
+            # ran out, and the next claim would count as an attempt (a crash).
+            live.stop_asked, live.stop_status = True, "handback"
             await self._hand_back(live)
         except asyncio.CancelledError:
             task = asyncio.current_task()
@@ -101,6 +106,7 @@ class RunLifecycle:
                 live.writes.abandon()
                 return
             logger.exception("run %s crashed", trace_id)
+            live.stop_asked = True
             await self._end(live, RunStatus.FAILED, EventKind.RUN_FAILED,
                             f"Internal error: {type(exc).__name__}: {exc}"[:500])
         finally:

@@ -54,3 +54,69 @@ async def test_a_run_stores_every_event_once_in_order_with_its_step_rows(core, f
     finished_a = next(e for e in stored if e.kind == "step_finished" and e.data["step_id"] == "a")
     last_token_a = stored[finished_a.seq - 2]
     assert last_token_a.kind == "token" and last_token_a.data["ts"] == finished_a.data["ts"]  # one INSERT
+
+
+
+SHORT_LEASE = {"run_lease_seconds": 1.5}  # renewed every 0.5 s: the lease loop is busy
+
+
+async def _stop_while_step_a_ends_slowly(core, fake_llm: FakeLLM, *, write_delay: float,
+                                         grace: float) -> tuple[str, float]:
+    """A two-step run whose step `a` (1.5 s) ends during the stop's grace: the run hands
+    itself back (no step may start then), and the hand-back waits for `a`'s end to be
+    stored, which takes `write_delay` (a busy store). The stop comes once the lease loop
+    has renewed the lease, ~1 s before `a` ends: a grace of 2.5 s leaves a busy machine
+    room. Returns the run and how long the stop took."""
+    import asyncio
+    import time
+
+    who = await setup_agent(core, fake_llm)
+    fake_llm.script_text(" ".join(f"w{n}" for n in range(10)), chunks=10, delay=0.15)
+    wid = who["worker_id"]
+    engine = core.engine
+    trace_id = await start(core, who, [
+        {"id": "a", "agent": {"worker": wid}, "prompt": "{{input}}"},
+        {"id": "b", "agent": {"worker": wid}, "prompt": "b", "depends_on": ["a"]},
+    ])
+    live = engine.runs[trace_id]
+    claimed_at = live.renewed_at
+    deadline = time.monotonic() + 10
+    while live.renewed_at == claimed_at:  # renewed once: the lease loop has its connection
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.01)
+    store_instances = engine._store_instances
+
+    async def slow(*args, **kwargs):
+        if engine.stopping:
+            await asyncio.sleep(write_delay)
+        return await store_instances(*args, **kwargs)
+
+    engine._store_instances = slow
+    began = time.monotonic()
+    await engine.stop(grace=grace)
+    took = time.monotonic() - began
+    await asyncio.wait({live.task}, timeout=write_delay + 5)
+    return trace_id, took
+
+
+@pytest.mark.parametrize("settings_overrides", [SHORT_LEASE])
+async def test_a_stop_does_not_cut_short_a_hand_back_under_way(core, fake_llm: FakeLLM):
+    """The grace ends while the run is handing itself back: the stop lets that finish
+    (cancelling it left the run owned until its lease ran out: its next claim counted
+    as an attempt)."""
+    trace_id, _ = await _stop_while_step_a_ends_slowly(core, fake_llm, write_delay=2.5, grace=2.5)
+    run = await WorkflowRun.aget(WorkflowRun.trace_id == trace_id)
+    assert (run.owner_process, run.lease_until, run.attempts) == (None, None, 1)
+    assert [s.status for s in await core.db.list(RunStep.select().where(RunStep.run == trace_id)
+                                                 .order_by(RunStep.step_id))] == ["succeeded", "pending"]
+
+
+@pytest.mark.parametrize("settings_overrides", [SHORT_LEASE])
+async def test_runs_still_handing_back_after_the_grace_are_handed_back_at_once(core, fake_llm: FakeLLM):
+    """A hand-back still waiting for its writes 2 s after the grace: the stop gives the
+    run back in bulk, in time (on PostgreSQL on the lease connection, which the lease
+    loop keeps until it ends: the bulk hand-back used to wait for it, and time out)."""
+    trace_id, took = await _stop_while_step_a_ends_slowly(core, fake_llm, write_delay=6.0, grace=2.5)
+    run = await WorkflowRun.aget(WorkflowRun.trace_id == trace_id)
+    assert (run.owner_process, run.lease_until, run.attempts) == (None, None, 1)
+    assert took < 2.5 + 5  # SPEC §6: a stopping process exits within its grace plus 5 s
