@@ -4,7 +4,6 @@ input makes it recurse or run long."""
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 
@@ -63,13 +62,10 @@ def test_rfc_8259_json_passes_unchanged(text):
     assert parse(text.encode()) == json.loads(text)
 
 
-def test_a_megabyte_of_brackets_is_checked_quickly():
+def test_a_megabyte_of_brackets_is_answered():
+    """What a megabyte of brackets gives; how long it takes is benchmarks/bench_json_body.py."""
     wide = b"[" + b",".join(b'[1,{"a":"b"}]' for _ in range(70_000)) + b"]"
-    deep = nested(500_000)
-    for raw in (wide, deep):
-        started = time.perf_counter()
-        try:
-            parse(raw)
-        except JSONBodyError:
-            pass
-        assert time.perf_counter() - started < 2.0
+    parsed = parse(wide)
+    assert len(parsed) == 70_000 and parsed[-1] == [1, {"a": "b"}]
+    with pytest.raises(JSONBodyError, match="deeper than 64 levels"):
+        parse(nested(500_000))
