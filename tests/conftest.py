@@ -513,11 +513,11 @@ class ServerProcess:
         if not current.startswith("e2e "):
             raise RuntimeError(f"{current} starts a server: mark it @pytest.mark.e2e")
         self.home.mkdir(parents=True, exist_ok=True)
-        log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "orchestra", "serve", "--port", str(self.port)],
-            env=self.env, stdout=log, stderr=subprocess.STDOUT,
-        )
+        with open(self.log_path, "ab") as log:  # the child keeps its own copy
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "orchestra", "serve", "--port", str(self.port)],
+                env=self.env, stdout=log, stderr=subprocess.STDOUT,
+            )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

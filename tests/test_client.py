@@ -179,6 +179,7 @@ def test_sse_reader_resumes_with_last_event_id_skipping_duplicates():
             events = list(client.events("t", retry_delay=0.01))
     finally:
         httpd.shutdown()
+        httpd.server_close()
     assert [e.seq for e in events] == [1, 2, 3, 4, 5]
     assert [e.kind for e in events][-1] == "run_finished"
     assert script.last_event_ids == [None, "3"]
@@ -196,6 +197,7 @@ def test_sse_reader_stops_on_204_and_gives_up_after_retries():
                 list(client.events("t", max_retries=2, retry_delay=0.01))
     finally:
         httpd.shutdown()
+        httpd.server_close()
 
 
 # --- the SSE reader against the real server, through a proxy that cuts connections -------
