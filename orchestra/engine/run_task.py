@@ -80,13 +80,8 @@ class RunLifecycle:
                           {"status": RunStatus.SUCCEEDED, "output": final}, status=RunStatus.SUCCEEDED)
             await writes.drain()
         except RunFailed as failure:
-            live.stop_asked = True  # ending it now: a stop's cancel must not cut that short
             await self._end(live, RunStatus.FAILED, EventKind.RUN_FAILED, failure.message, step_id=failure.step_id)
         except HandBack:
-            # Giving it back now. A stop whose grace ends meanwhile (the last writes still
-            # settling) must not cancel that: the run would keep its owner until its lease
-            # ran out, and the next claim would count as an attempt (a crash).
-            live.stop_asked, live.stop_status = True, "handback"
             await self._hand_back(live)
         except asyncio.CancelledError:
             task = asyncio.current_task()
@@ -106,7 +101,6 @@ class RunLifecycle:
                 live.writes.abandon()
                 return
             logger.exception("run %s crashed", trace_id)
-            live.stop_asked = True
             await self._end(live, RunStatus.FAILED, EventKind.RUN_FAILED,
                             f"Internal error: {type(exc).__name__}: {exc}"[:500])
         finally:
@@ -195,6 +189,7 @@ class RunLifecycle:
         (`_close`). Retried with backoff while the store is unreachable, until this
         process loses the lease (then whoever claims the run next ends it); fenced on the
         claim, so a stale end is refused, never retried."""
+        _past_stopping(live)
         trace_id = live.trace_id
         await live.writes.settle()
         tries = 0
@@ -271,6 +266,7 @@ class RunLifecycle:
         return events
 
     async def _hand_back(self, live: LiveRun) -> None:
+        _past_stopping(live)
         await live.writes.settle()
         try:
             if not await self.ownership.hand_back(live.trace_id, live.claim):
@@ -346,3 +342,11 @@ class RunLifecycle:
 def step_output(row: RunStep) -> Any:
     """A step row's output: its JSON value when it has one, else its text."""
     return row.output_value if row.output_value is not None else (row.output or "")
+
+
+def _past_stopping(live: LiveRun) -> None:
+    """The run is being ended or handed back: a stop (`_stop_local`) must leave its task
+    alone now. Cancelled while its last writes settle, the end or hand-back would never
+    be stored; the run would keep its owner until its lease ran out, and the next claim
+    would count as a crash."""
+    live.stop_asked = True
