@@ -100,21 +100,18 @@ def create_app(settings: Settings | None = None, *, name: str | None = None) -> 
     )
     app.ctx.settings = settings
     api = all_blueprints()
-    own = [*api.blueprints, apidoc_ui.bp]
+    pages = [apidoc_ui.bp]
     if settings.console:
         from orchestra.web.blueprints import console
 
-        own.append(console.bp)
+        pages.append(console.bp)
     # Blueprints are module-level objects, and Sanic keeps on each one every app it joined
     # and those apps' routes (and re-registers on all of them): forget the earlier apps,
     # so that an app built after hundreds of others (a test suite) costs and holds what
     # the first one did.
-    for blueprint in own:
+    for blueprint in [*api.blueprints, *pages]:
         blueprint.reset()
-    app.blueprint(api)
-    app.blueprint(apidoc_ui.bp)
-    if settings.console:
-        app.blueprint(console.bp)
+    app.blueprint([api, *pages])
     errors.install(app)
     observe.install(app)  # X-Request-ID, request metrics and spans, GET /metrics
 

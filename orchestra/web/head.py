@@ -3,8 +3,8 @@
 
 A HEAD route is added next to every GET route once all routes are known (sanic-ext's own
 automatic HEAD and OPTIONS are switched off: its HEAD ran streaming handlers to the end,
-and the SSE one crashed). The HEAD handler runs the GET handler, so authentication, 404s and 204s are
-exactly those of GET. A handler that streams (the SSE stream, a download) calls
+and the SSE one crashed). The HEAD handler runs the GET handler, so authentication, 404s
+and 204s are exactly those of GET. A handler that streams (the SSE stream, a download) calls
 `request.respond()`; on HEAD that sends the head — `Transfer-Encoding: chunked` or the
 handler's own `Content-Length`, as GET would — and stops the handler right there, before
 it subscribes to anything or reads a byte of the file.
