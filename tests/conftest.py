@@ -402,22 +402,18 @@ async def core(settings: Settings):
     await core.close()
 
 
-_touched_up: list[bool] = []
-
-
 @asynccontextmanager
 async def running_app(settings: Settings):
     """The app with its start-up listeners run once, and an httpx client bound to it."""
     app = create_app(settings)
     app.asgi = True
-    if _touched_up:
+    if getattr(Sanic, "__touched__", False):
         # Sanic's touch-up rewrites its own class methods (process-wide) to skip signals
         # nobody handles. Every app here has the same signals, so the first app's rewrite
         # is what each later one would make again (~14 ms each): keep it. Requests still
         # run the rewritten methods, as in production.
         app.config.TOUCHUP = False
     await app._startup()
-    _touched_up.append(True)
     await app._server_event("init", "before")
     await app._server_event("init", "after")
     transport = httpx.ASGITransport(app=app, client=("127.0.0.1", 50000))

@@ -1,7 +1,11 @@
 """A run's ordered background writes on both stores: every event once, in order, each
-step's rows and events consistent, the last token stored with `step_finished`."""
+step's rows and events consistent, the last token stored with `step_finished`; and a
+stop that meets a run handing itself back while its last writes are slow."""
 
 from __future__ import annotations
+
+import asyncio
+import time
 
 import pytest
 
@@ -56,7 +60,6 @@ async def test_a_run_stores_every_event_once_in_order_with_its_step_rows(core, f
     assert last_token_a.kind == "token" and last_token_a.data["ts"] == finished_a.data["ts"]  # one INSERT
 
 
-
 SHORT_LEASE = {"run_lease_seconds": 1.5}  # renewed every 0.5 s: the lease loop is busy
 
 
@@ -67,9 +70,6 @@ async def _stop_while_step_a_ends_slowly(core, fake_llm: FakeLLM, *, write_delay
     stored, which takes `write_delay` (a busy store). The stop comes once the lease loop
     has renewed the lease, ~1 s before `a` ends: a grace of 2.5 s leaves a busy machine
     room. Returns the run and how long the stop took."""
-    import asyncio
-    import time
-
     who = await setup_agent(core, fake_llm)
     fake_llm.script_text(" ".join(f"w{n}" for n in range(10)), chunks=10, delay=0.15)
     wid = who["worker_id"]
