@@ -318,6 +318,7 @@ def _follow(client: "Client", trace_id: str, events: Iterable["Event"], json_out
 
 def _follow_answering(client: "Client", trace_id: str, events: Iterable["Event"], view) -> None:
     """The live view with questions answered at the prompt (see orchestra.cli.prompt)."""
+    from orchestra.cli.answer_shape import example as answer_example
     from orchestra.cli.prompt import EventPump, PromptArea, Question, ask
     from orchestra.client import APIError
 
@@ -329,8 +330,8 @@ def _follow_answering(client: "Client", trace_id: str, events: Iterable["Event"]
             try:
                 content = json.loads(answer)
             except ValueError:
-                return ("Answer with JSON of the question's schema, e.g. "
-                        + json.dumps(schemas[request_id], separators=(",", ":"))[:200])
+                example = json.dumps(answer_example(schemas[request_id]), ensure_ascii=False)[:200]
+                return f"that is not JSON; the answer is JSON such as {example}"
         try:
             client.reply(trace_id, content, request_id)
         except APIError as exc:

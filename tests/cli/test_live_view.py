@@ -224,3 +224,39 @@ def test_after_an_answered_question_the_screen_holds_one_copy_of_the_view(world)
         assert sum(f"─ {step_id} · " in line for line in lines) == 1, (step_id, shown)
     assert "your answer" not in shown  # the prompt went with the still copy
     assert "! less sugar" in shown and "run succeeded in " in shown
+
+
+APPROVAL = {"name": "approval", "steps": [{
+    "id": "approve", "agent": {"human": True}, "prompt": "Approve the tea order?",
+    "output_schema": {"type": "object", "required": ["approved"], "properties": {
+        "approved": {"type": "boolean"}, "notes": {"type": "string"}}}}]}
+
+
+def test_a_refused_answer_is_said_and_asked_again_at_once(world):
+    """A JSON question says what it wants; `yes` is refused in one line that stays, the
+    prompt comes back at once, and the valid answer typed next is sent (issue 29, item 1)."""
+    created = world["api"].post("/workflow/template", json=APPROVAL)
+    assert created.status_code in (201, 409), created.text
+    term = Terminal(world, "workflow", "run", "approval", "--input", "tea", "--watch")
+    try:
+        assert term.read_until("your answer: "), term.screen[-2000:]
+        trace_id = _trace_id(term)
+        asked = term.screen
+        assert "answer with a JSON object: approved (boolean, required), notes (string)" in asked
+        assert 'e.g. {"approved": true, "notes": "…"}' in asked
+        term.type("yes\r")
+        assert term.read_until("not taken: that is not JSON"), term.screen[-2000:]
+        deadline = time.monotonic() + 5
+        while "your answer: " not in term.screen.split("not taken:", 1)[1] and time.monotonic() < deadline:
+            term._read(0.1)
+        assert "your answer: " in term.screen.split("not taken:", 1)[1], term.screen[-2000:]
+        time.sleep(0.5)
+        assert world["api"].get(f"/workflow/run/{trace_id}").json()["status"] == "waiting_reply"
+        term.type('{"approved": true, "notes": "fine"}\r')
+        code = term.finish(timeout=60)
+    finally:
+        term.kill()
+    assert code == 0, term.screen[-3000:]
+    run = world["api"].get(f"/workflow/run/{trace_id}").json()
+    assert run["status"] == "succeeded"
+    assert run["steps"][0]["output"] == {"approved": True, "notes": "fine"}
