@@ -30,7 +30,7 @@ from orchestra.engine.language.model import NAME_MAX, PROMPT_MAX
 from orchestra.engine.language.validate import Checked
 from orchestra.engine.language.validate import check_template as check_template_language
 from orchestra.engine.log import Event
-from orchestra.engine.vocabulary import FINISHED, RunStatus, StepStatus
+from orchestra.engine.vocabulary import FINISHED, EventKind, RunStatus, StepStatus
 from orchestra.errors import ConflictError, NotFoundError, PermissionDeniedError, ValidationError
 from orchestra.services.paging import DEFAULT_LIMIT, Page, keyset_page
 
@@ -371,13 +371,16 @@ async def run_detail(core: Core, run: WorkflowRun) -> dict[str, Any]:
             "started_at": iso(row.started_at) if row else None,
             "finished_at": iso(row.finished_at) if row else None,
         })
+    last = await core.engine.log.last_event(run.trace_id)
     return {
         **run_summary(run),
         "input": run_input(run),
+        # the template's output, as run_finished gave it (null until the run succeeds)
+        "output": last.data.get("output") if last is not None and last.kind == EventKind.RUN_FINISHED else None,
         "files": run.files or [],
         "steps": steps,
         "pending_replies": await pending_replies(core, run),
-        "last_seq": await core.engine.log.max_seq(run.trace_id),
+        "last_seq": last.seq if last is not None else 0,
     }
 
 

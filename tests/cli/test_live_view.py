@@ -260,3 +260,29 @@ def test_a_refused_answer_is_said_and_asked_again_at_once(world):
     run = world["api"].get(f"/workflow/run/{trace_id}").json()
     assert run["status"] == "succeeded"
     assert run["steps"][0]["output"] == {"approved": True, "notes": "fine"}
+
+
+def test_the_final_view_shows_skipped_steps_as_skipped_and_the_run_output(world):
+    """Issue 29, items 2 and 5, on a terminal: the branch that did not run is `skipped`
+    with its reason (it was `cancelled` with an empty panel), and the output closes the view."""
+    from tests.cli.cli_harness import EXAMPLES
+
+    import json
+
+    body = json.loads((EXAMPLES / "routing.json").read_text().replace("WORKER_ID", world["worker_id"]))
+    created = world["api"].post("/workflow/template", json=body)
+    assert created.status_code == 201, created.text
+    try:
+        term = Terminal(world, "workflow", "run", created.json()["template_id"], "--input", "help", "--watch")
+        try:
+            code = term.finish(timeout=60)
+        finally:
+            term.kill()
+        assert code == 0, term.screen[-3000:]
+        final = term.final_view()
+        assert final.count("· skipped") == 1 and "skipped: its `when` was false" in final, final
+        assert "cancelled" not in final and "waiting for the agent" not in final, final
+        assert "output:" in final and '"reply":' in final, final
+        assert final.rstrip().splitlines()[-1].startswith("run succeeded in ")
+    finally:
+        world["api"].delete(f"/workflow/template/{created.json()['template_id']}")

@@ -359,6 +359,8 @@ class PendingReply(Shape):
 
 class RunDetailView(RunSummary):
     input: Any = Field(description="The text input, or the JSON value under the template's input_schema.")
+    output: Any = Field(description="The run's output (the template's `output`, as `run_finished` gave it); "
+                                    "null until the run succeeds.")
     files: list[AttachedFile]
     steps: list[StepState]
     pending_replies: list[PendingReply]
