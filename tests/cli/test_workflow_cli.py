@@ -388,3 +388,34 @@ def test_show_names_each_item_by_its_path(world):
             assert f"research[{n}] · succeeded" in shown.stdout, shown.stdout
     finally:
         _forget(world, research)
+
+
+def test_the_fake_model_follows_a_prompts_directives_through_a_run(world):
+    """Issue 29, items 7 and 9: `fake:category=billing` routes the run to billing, and a
+    step told `fake:fail=1` fails once, says so in a retrying line, and succeeds."""
+    worker = {"worker": world["worker_id"]}
+    body = {"name": "directed", "steps": [
+        {"id": "classify", "agent": worker, "prompt": "Classify {{input}} fake:category=billing",
+         "output_schema": {"type": "object", "required": ["category"], "properties": {
+             "category": {"type": "string", "enum": ["technical", "billing"]}}}},
+        {"id": "billing", "agent": worker, "depends_on": ["classify"],
+         "when": "steps.classify.output.category == 'billing'",
+         "prompt": "Answer the bill fake:fail=1", "retry": {"max_attempts": 2}},
+        {"id": "technical", "agent": worker, "depends_on": ["classify"],
+         "when": "steps.classify.output.category == 'technical'", "prompt": "Fix it"}]}
+    created = httpx.post(f"{world['server'].base_url}/api/v1/workflow/template", json=body,
+                         headers={"Authorization": f"Bearer {world['token']}"})
+    assert created.status_code == 201, created.text
+    try:
+        done = world["cli"]("workflow", "run", created.json()["template_id"], "--input", "my bill", "--watch")
+        assert done.returncode == 0, done.stderr + done.stdout
+        lines = done.stdout.splitlines()
+        assert "[technical] skipped: its `when` was false" in lines
+        retrying = next(i for i, line in enumerate(lines) if line.startswith("[billing] attempt 1 failed, trying again"))
+        started = [i for i, line in enumerate(lines) if line == "[billing] started"]
+        assert len(started) == 2 and started[0] < retrying < started[1], lines
+        run = wait_status(world, lines[0].split()[1], "succeeded")
+        billing = next(s for s in run["steps"] if s["step_id"] == "billing")
+        assert billing["status"] == "succeeded" and billing["attempt"] == 2
+    finally:
+        _forget(world, created.json()["template_id"])
