@@ -27,7 +27,7 @@ import pytest
 from tests.conftest import FAST_HASH
 
 ROOT = Path(__file__).resolve().parents[2]
-PASSWORD = "walk-through-123"
+PASSWORD = "walk\"through\\123"  # a " and a \: the README must not paste it into JSON
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b[()][A-Z0-9]|\r")
 DONE = "WALKTHROUGH-ENDED rc="
 ANSWERS = ["less sugar", "more detail", "approve", '{"approved": true, "channel": "blog"}']
