@@ -450,12 +450,7 @@ async def retry_run(
         for sid in ids:
             row = rows.get(sid)
             if row is not None and row.status == StepStatus.SUCCEEDED and sid not in again:
-                new_rows.append({
-                    "run": run.trace_id, "step_id": sid, "path": sid, "status": StepStatus.SUCCEEDED,
-                    "reused": True, "attempt": row.attempt, "output": row.output,
-                    "output_value": row.output_value, "usage": row.usage,
-                    "started_at": row.started_at, "finished_at": row.finished_at,
-                })
+                new_rows.append(_reused_row(run.trace_id, row, sid))
             else:
                 new_rows.append({"run": run.trace_id, "step_id": sid, "path": sid,
                                  "status": StepStatus.PENDING})
@@ -468,18 +463,21 @@ async def retry_run(
             except ValueError:
                 continue
             if top in reruns:
-                new_rows.append({
-                    "run": run.trace_id, "step_id": row.step_id, "path": path, "status": StepStatus.SUCCEEDED,
-                    "reused": True, "attempt": row.attempt, "output": row.output,
-                    "output_value": row.output_value, "usage": row.usage,
-                    "started_at": row.started_at, "finished_at": row.finished_at,
-                })
+                new_rows.append(_reused_row(run.trace_id, row, path))
         if new_rows:  # insert_many takes its columns from the first row: give every row all of them
             new_rows = [{"reused": False, "attempt": 1, "output": None, "output_value": None, "usage": None,
                          "started_at": None, "finished_at": None, **row} for row in new_rows]
             await core.db.aexecute(RunStep.insert_many(new_rows))
     await core.engine.submit(run.trace_id)
     return run
+
+
+def _reused_row(trace_id: str, row: RunStep, path: str) -> dict[str, Any]:
+    """A succeeded instance copied into a retry: its output, no usage (this run called no
+    provider for it; the source run keeps what it spent, so totals never count it twice)."""
+    return {"run": trace_id, "step_id": row.step_id, "path": path, "status": StepStatus.SUCCEEDED,
+            "reused": True, "attempt": row.attempt, "output": row.output, "output_value": row.output_value,
+            "usage": None, "started_at": row.started_at, "finished_at": row.finished_at}
 
 
 # --- events ------------------------------------------------------------------------------
