@@ -360,7 +360,7 @@ def _follow_answering(client: "Client", trace_id: str, events: Iterable["Event"]
                               width=view.console.width)
             note = None
             try:
-                note = ask(question, pump, lambda answer: send(question.request_id, answer), area.say,
+                note = ask(question, pump, lambda answer, asked=question: send(asked.request_id, answer), area.say,
                            typed=area.typed)
             finally:
                 view.resume(area.rows, note)  # one copy of the view on screen, live again
