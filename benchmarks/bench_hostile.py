@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -36,14 +35,11 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.common import (  # noqa: E402
-    ROOT,
-    free_port,
     median,
     orchestra_cli,
+    orchestra_server,
     percentile,
     report,
-    stop,
-    wait_until_up,
 )
 
 ADMIN = ("bench_admin", "bench-admin-password")
@@ -51,19 +47,6 @@ HOSTILE = ("bench_hostile", "bench-hostile-password")
 EVIL = "^(a+)+$"
 EVIL_TEXT = "a" * 40 + "!"
 MAX_REQUESTS = 100_000  # a hard bound on any one phase
-
-
-def _server(home: Path, port: int) -> subprocess.Popen:
-    env = {
-        **os.environ,
-        "ORCHESTRA_HOME": str(home),
-        "ORCHESTRA_SECRET_KEY": "bench-secret-" + "z" * 32,
-        "ORCHESTRA_RATE_LIMIT_LOGIN": "1000000/minute",
-        "ORCHESTRA_RATE_LIMIT_REGISTER": "1000000/minute",
-    }
-    log = open(home / "server.log", "ab")
-    return subprocess.Popen([sys.executable, "-m", "orchestra", "serve", "--port", str(port)],
-                            env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
 
 
 def _env(home: Path) -> dict[str, str]:
@@ -180,21 +163,11 @@ def main() -> None:
         orchestra_cli(env, "user", "create", ADMIN[0], "--role", "SUPER_ADMINISTRATOR", "--password-stdin",
                       input=ADMIN[1] + "\n")
         orchestra_cli(env, "user", "create", HOSTILE[0], "--password-stdin", input=HOSTILE[1] + "\n")
-        port = free_port()
-        base = f"http://127.0.0.1:{port}"
-        proc = _server(home, port)
-        try:
-            wait_until_up(f"{base}/api/v1/auth/list", proc)
+        with orchestra_server(home=home) as (base, _proc, _env_used):
             asyncio.run(_attacks(base, args.seconds, args.hostile, args.poisoned))
-        finally:
-            stop(proc)
-        proc = _server(home, port)
-        started = time.monotonic()
-        try:
-            wait_until_up(f"{base}/api/v1/auth/list", proc, timeout=600)
+        started = time.monotonic()  # the same store again, its poisoned runs waiting
+        with orchestra_server(home=home) as _served:
             report("restart with poisoned runs: first answer", time.monotonic() - started, "s", "< 5")
-        finally:
-            stop(proc)
 
 
 if __name__ == "__main__":
