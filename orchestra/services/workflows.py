@@ -64,10 +64,19 @@ async def check_template(
     """Every problem of a template (engine.language.validate, plus whether each worker is
     the owner's), without storing anything: `POST /template/check` and saves use it."""
     checked = check_template_language(steps, options)
-    for field, worker_id in checked.workers:
-        worker = await Worker.aget_or_none((Worker.id == worker_id) & (Worker.owner == owner_id))
+    if not checked.workers:
+        return checked
+    mine = await core.db.list(Worker.select(Worker.id, Worker.name, Worker.name_key).where(Worker.owner == owner_id))
+    by_id = {w.id: w for w in mine}
+    by_name = {w.name_key: w for w in mine}
+    for field, ref, agent in checked.workers:
+        worker = by_id.get(ref) or by_name.get(name_key(ref))
         if worker is None:
-            _problem(checked.problems, field, f"unknown worker {worker_id!r} (not one of yours)")
+            names = ", ".join(sorted(w.name for w in mine)) or "none yet"
+            _problem(checked.problems, field,
+                     f"unknown worker {ref!r}: not the id or name of one of your workers (yours: {names})")
+        else:
+            agent["worker"] = worker.id  # a name is resolved once, here: runs use the id
     return checked
 
 

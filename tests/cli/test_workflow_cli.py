@@ -330,7 +330,7 @@ def _example(world, stem: str) -> str:
     """Saves examples/templates/<stem>.json with the world's worker; its template_id."""
     from tests.cli.cli_harness import EXAMPLES
 
-    body = json.loads((EXAMPLES / f"{stem}.json").read_text().replace("WORKER_ID", world["worker_id"]))
+    body = json.loads((EXAMPLES / f"{stem}.json").read_text())
     created = httpx.post(f"{world['server'].base_url}/api/v1/workflow/template", json=body,
                          headers={"Authorization": f"Bearer {world['token']}"})
     assert created.status_code == 201, created.text
