@@ -343,10 +343,14 @@ class LiveRenderer(Renderer):
         picked = failed[: self.SHOWN // 2]
         picked += busy[: self.SHOWN - len(picked)]
         for member in picked:
-            line = (member.error if member.status == "failed" else
-                    (member.text.strip().splitlines() or [""])[-1])
+            asked = [text for kind, text in member.parts if kind == "ask"]
+            if member.status == "waiting_reply" and asked:  # the whole question: what it asks about
+                line = asked[-1]
+            else:
+                line = (member.error if member.status == "failed" else
+                        (member.text.strip().splitlines() or [""])[-1])
             body.append(f"\n{member.step_id} · {member.status}: ", style=_STYLE.get(member.status, ""))
-            body.append(line or "…")
+            body.append(line or "…", style="bold yellow" if member.status == "waiting_reply" else "")
         if len(busy) + len(failed) > len(picked):
             body.append(f"\n… {len(busy) + len(failed) - len(picked)} more", style="dim")
         if top.output is not None and top.status != "running":

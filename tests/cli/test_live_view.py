@@ -4,6 +4,7 @@ elsewhere or the run is cancelled, and the cancelled step is not left `waiting_r
 
 from __future__ import annotations
 
+import json
 import os
 import pty
 import re
@@ -267,8 +268,6 @@ def test_the_final_view_shows_skipped_steps_as_skipped_and_the_run_output(world)
     with its reason (it was `cancelled` with an empty panel), and the output closes the view."""
     from tests.cli.cli_harness import EXAMPLES
 
-    import json
-
     body = json.loads((EXAMPLES / "routing.json").read_text())
     created = world["api"].post("/workflow/template", json=body)
     assert created.status_code == 201, created.text
@@ -284,5 +283,30 @@ def test_the_final_view_shows_skipped_steps_as_skipped_and_the_run_output(world)
         assert "cancelled" not in final and "waiting for the agent" not in final, final
         assert "output:" in final and '"reply":' in final, final
         assert final.rstrip().splitlines()[-1].startswith("run succeeded in ")
+    finally:
+        world["api"].delete(f"/workflow/template/{created.json()['template_id']}")
+
+
+def test_a_question_inside_a_loop_shows_what_it_asks_about(world):
+    """Issue 29, item 3: `improve#1.review · waiting_reply` is shown with its question (the
+    draft it asks about), in the loop's panel above the prompt."""
+    from tests.cli.cli_harness import EXAMPLES
+
+    body = json.loads((EXAMPLES / "review_until_approved.json").read_text())
+    created = world["api"].post("/workflow/template", json=body)
+    assert created.status_code == 201, created.text
+    try:
+        term = Terminal(world, "workflow", "run", created.json()["template_id"], "--input", "tea", "--watch")
+        try:
+            assert term.read_until("your answer: "), term.screen[-2000:]
+            waiting = "\n".join(emulated(term.raw))
+            at = waiting.index("improve#1.review · waiting_reply: ")
+            flat = re.sub(r"[│\s]+", " ", waiting[at:])  # the panel wraps it at 60 columns
+            assert "? Draft 1: Echo: Round 1: write a short text about tea" in flat, waiting
+            term.type("approve\r")
+            code = term.finish(timeout=60)
+        finally:
+            term.kill()
+        assert code == 0, term.screen[-3000:]
     finally:
         world["api"].delete(f"/workflow/template/{created.json()['template_id']}")
