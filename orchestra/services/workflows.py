@@ -27,6 +27,7 @@ from orchestra.db.models import (
 from orchestra.engine import instances
 from orchestra.engine.language import schemas
 from orchestra.engine.language.model import NAME_MAX, PROMPT_MAX
+from orchestra.engine.language.typecheck import type_problems
 from orchestra.engine.language.validate import Checked
 from orchestra.engine.language.validate import check_template as check_template_language
 from orchestra.engine.log import Event
@@ -64,6 +65,9 @@ async def check_template(
     """Every problem of a template (engine.language.validate, plus whether each worker is
     the owner's), without storing anything: `POST /template/check` and saves use it."""
     checked = check_template_language(steps, options)
+    if not checked.problems:  # a template otherwise sound: do its expressions fit its types?
+        for field, problem in type_problems(checked.steps, checked.options):
+            _problem(checked.problems, field, problem)
     if not checked.workers:
         return checked
     mine = await core.db.list(Worker.select(Worker.id, Worker.name, Worker.name_key).where(Worker.owner == owner_id))
