@@ -79,7 +79,7 @@ async def connect(
     config: McpServerConfig, allowed: frozenset[str], egress: EgressPolicy = EgressPolicy(),
 ) -> AsyncIterator[Any]:
     """An initialised `mcp.Client` for the server; the caller bounds the time it takes.
-    Over HTTP every new connection (a redirect's too) obeys the egress rule."""
+    Over HTTP every new connection obeys the egress rule (the SDK follows no redirect)."""
     from mcp import Client
 
     if config.transport == "stdio":
@@ -93,7 +93,7 @@ async def connect(
     from orchestra.tls import client_tls
 
     timeout = httpx2.Timeout(config.timeout_seconds, read=max(config.timeout_seconds, 300.0))
-    async with httpx2.AsyncClient(headers=dict(config.headers), timeout=timeout, follow_redirects=True,
+    async with httpx2.AsyncClient(headers=dict(config.headers), timeout=timeout,
                                   transport=egress.transport(verify=client_tls())) as http:
         transport = streamable_http_client(config.url or "", http_client=http)
         async with Client(transport, cache=None,
