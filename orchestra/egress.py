@@ -110,8 +110,9 @@ def classify(address: IPAddress) -> str | None:
         embedded = address.sixtofour
     elif address.teredo is not None:
         embedded = address.teredo[1]
-    if embedded is not None and classify(embedded) is not None:
-        return f"{classify(embedded)} IPv4 address inside an IPv6"
+    if embedded is not None:  # NAT64 (DNS64 on IPv6-only hosts), 6to4, Teredo: as the IPv4
+        inner = classify(embedded)
+        return None if inner is None else f"{inner} IPv4 address inside an IPv6"
     if address.is_reserved or address.is_private or not address.is_global:
         return "reserved"
     return None
