@@ -221,7 +221,8 @@ SETTING_DOCS: dict[str, SettingDoc] = {
     "metrics_token": SettingDoc(
         "when set, `GET /metrics` needs `Authorization: Bearer <token>` (401 without)", "empty (no token)"),
     "mcp_stdio_commands": SettingDoc(
-        "comma-separated base names of commands a stdio MCP server may run (e.g. `mcp-server-time,uvx`); "
+        "comma-separated bare names of commands a stdio MCP server may run (e.g. `mcp-server-time,uvx`), "
+        "looked up on the server's own PATH; "
         "checked when a server is saved and again at every start of its process", "empty (no stdio servers)"),
     "egress_allow": SettingDoc(
         "comma-separated CIDRs (`10.0.0.0/8`), addresses (exactly that address: `127.0.0.1`, `::1`) or "
