@@ -373,10 +373,13 @@ async def check_provider(core: Core, *, provider_id: str) -> dict[str, Any]:
     await release_connection(core.db)
     client = None
     try:
-        client = await asyncio.to_thread(
-            make_client, kind=provider.kind, api_key=api_key, base_url=provider.base_url,
-            timeout=timeout, egress=core.settings.egress,
-        )
+        try:
+            client = await asyncio.to_thread(
+                make_client, kind=provider.kind, api_key=api_key, base_url=provider.base_url,
+                timeout=timeout, egress=core.settings.egress,
+            )
+        except LLMError as err:  # our own refusal (e.g. an anthropic provider without a key)
+            return {"ok": False, "error": f"Provider '{provider.name}' cannot be used: {err.message}"}
         return {"ok": True, "models": sorted(await client.list_models())}
     except LLMError as err:
         return {"ok": False, "error": _check_error(provider.name, err)}
