@@ -26,10 +26,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from orchestra.egress import EgressPolicy  # noqa: E402
 from orchestra.engine.tools import ToolContext, default_registry, wire_name  # noqa: E402
 from orchestra.engine.tools.mcp.catalog import McpTool  # noqa: E402
 from orchestra.engine.tools.mcp.client import McpServerConfig, connect, list_tools  # noqa: E402
-from orchestra.egress import EgressPolicy  # noqa: E402
 from orchestra.engine.tools.mcp.sessions import RunSessions  # noqa: E402
 from orchestra.testing.fake_llm import FakeLLM  # noqa: E402
 from orchestra.testing.fake_mcp import FakeMcpProcess  # noqa: E402

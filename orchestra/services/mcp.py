@@ -5,9 +5,10 @@ A server is shared (administrators manage it). Header and env values are secrets
 store keeps one SecretBox ciphertext of each object and masked hints (`…abcd`); a PUT
 that sends a hint back keeps the stored value while `url`/`command` is unchanged. A stdio
 server runs only a bare command name that ORCHESTRA_MCP_STDIO_COMMANDS lists, with env
-names no runtime interprets (stdio.py); an HTTP server's url obeys the egress rule. Saving or refreshing connects to the
-server and lists its tools, holding no store connection meanwhile; a server that cannot
-be reached is saved with its `last_error` and keeps the tools it listed before.
+names no runtime interprets (stdio.py); an HTTP server's url obeys the egress rule.
+Saving or refreshing connects to the server and lists its tools, holding no store
+connection meanwhile; a server that cannot be reached is saved with its `last_error` and
+keeps the tools it listed before.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import dataclasses
 import json
 import re
 import unicodedata
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlparse
 
@@ -24,11 +26,11 @@ from peewee import OP, Expression, IntegrityError, Value
 from orchestra.core import Core
 from orchestra.db.database import release_connection
 from orchestra.db.models import McpServer, Worker, iso, name_key, storable, utcnow
+from orchestra.egress import SETTING as EGRESS_SETTING
 from orchestra.engine.tools import ToolError
 from orchestra.engine.tools.mcp.catalog import McpCatalog, server_config
-from orchestra.egress import SETTING as EGRESS_SETTING
 from orchestra.engine.tools.mcp.client import McpServerConfig
-from orchestra.engine.tools.mcp.stdio import STDIO_SETTING, command_refusal, env_refusal
+from orchestra.engine.tools.mcp.stdio import STDIO_SETTING, command_problem, command_refusal, env_refusal
 from orchestra.engine.tools.mcp.sessions import McpSession
 from orchestra.errors import ConflictError, NotFoundError, ValidationError
 
@@ -116,13 +118,13 @@ def clean_command(value: str | None, allowed: frozenset[str]) -> str:
     command = (value or "").strip()
     if not command or len(command) > COMMAND_MAX or not storable(command) or "\n" in command:
         raise ValidationError.field("command", f"must be 1 to {COMMAND_MAX} characters, one line")
+    problem = command_problem(command)
+    if problem:
+        raise ValidationError.field("command", problem)
     refused = command_refusal(command, allowed)
-    if refused is None:
-        return command
-    field, problem = refused
-    if not problem.startswith("The command"):
-        raise ValidationError.field(field, problem)
-    raise ValidationError(problem, detail=[{"field": field, "problem": problem, "setting": STDIO_SETTING}])
+    if refused:
+        raise ValidationError(refused, detail=[{"field": "command", "problem": refused, "setting": STDIO_SETTING}])
+    return command
 
 
 async def check_url_egress(core: Core, url: str) -> None:
@@ -143,17 +145,13 @@ def clean_args(value: list[str] | None) -> list[str]:
     return args
 
 
-def _env_name_problem(name: str) -> str | None:
-    return env_refusal(name)
-
-
 def _header_name_problem(name: str) -> str | None:
     return None if HEADER_NAME.match(name) else "must be an HTTP header name"
 
 
 def _clean_secrets(
     field: str, value: dict[str, str] | None, stored: dict[str, str], hints: dict[str, str],
-    name_problem: Any, header: bool, moved: str | None = None,
+    name_problem: Callable[[str], str | None], header: bool, moved: str | None = None,
 ) -> dict[str, str]:
     """The new secret object: a value equal to the stored hint of its key keeps the
     stored value while the destination is unchanged (`moved` names what changed, if it
@@ -308,7 +306,7 @@ def _shape(
     command = clean_command(command, core.settings.mcp_stdio_allowed)
     moved = "command" if stored and stored.command != command else None
     return {"url": None, "headers": {}, "command": command,
-            "args": clean_args(args), "env": _clean_secrets("env", env, old, hints, _env_name_problem, False, moved)}
+            "args": clean_args(args), "env": _clean_secrets("env", env, old, hints, env_refusal, False, moved)}
 
 
 def _apply(core: Core, server: McpServer, fields: dict[str, Any]) -> McpServerConfig:

@@ -16,7 +16,7 @@ from typing import Any
 
 from orchestra.egress import EgressPolicy
 from orchestra.engine.tools import ToolError
-from orchestra.engine.tools.mcp.stdio import STDIO_SETTING, command_refusal, stdio_parameters  # noqa: F401
+from orchestra.engine.tools.mcp.stdio import stdio_parameters
 
 RESULT_MAX_CHARS = 200_000  # what one call may hand the model
 
@@ -57,12 +57,6 @@ async def load_sdk() -> None:
 
 class McpServerError(ToolError):
     """The server could not be reached, timed out, or went away (shown to the model)."""
-
-
-def stdio_refusal(command: str, allowed: frozenset[str]) -> str | None:
-    """Why `command` may not start as a stdio server, or None when it may."""
-    refused = command_refusal(command, allowed)
-    return None if refused is None else refused[1]
 
 
 def _stdio_parameters(config: McpServerConfig, allowed: frozenset[str]) -> Any:

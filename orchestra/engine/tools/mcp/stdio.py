@@ -55,17 +55,20 @@ ENV_RULE = (
 )
 
 
-def command_refusal(command: str, allowed: frozenset[str]) -> tuple[str, str] | None:
-    """`(field, problem)` when `command` may not run as a stdio server, else None:
-    not a bare name (a path), or not listed in ORCHESTRA_MCP_STDIO_COMMANDS."""
-    if not COMMAND_NAME.match(command):
-        return ("command", f"must be a bare command name without a directory (it is looked up on "
-                f"the server's own PATH), e.g. 'mcp-server-time'; got {command[:80]!r}")
+def command_problem(command: str) -> str | None:
+    """Why `command` is not a bare command name (a path, say), or None."""
+    if COMMAND_NAME.match(command):
+        return None
+    return ("must be a bare command name without a directory (it is looked up on the "
+            f"server's own PATH), e.g. 'mcp-server-time'; got {command[:80]!r}")
+
+
+def command_refusal(command: str, allowed: frozenset[str]) -> str | None:
+    """Why ORCHESTRA_MCP_STDIO_COMMANDS does not let `command` run, or None."""
     if command in allowed:
         return None
     listed = ", ".join(sorted(allowed)) or "nothing"
-    return ("command", f"The command '{command}' is not allowed for stdio MCP servers: "
-            f"{STDIO_SETTING} lists {listed}.")
+    return f"The command '{command}' is not allowed for stdio MCP servers: {STDIO_SETTING} lists {listed}."
 
 
 def env_refusal(name: str) -> str | None:
@@ -90,9 +93,12 @@ def launch(command: str, args: tuple[str, ...], env: dict[str, str], allowed: fr
     sees only PATH, HOME and its own env (no secret value appears on a command line)."""
     from mcp.client.stdio import DEFAULT_INHERITED_ENV_VARS
 
+    problem = command_problem(command)
+    if problem:
+        raise ValueError(f"command {problem}")
     refused = command_refusal(command, allowed)
     if refused:
-        raise ValueError(refused[1] if refused[1].startswith("The command") else f"command {refused[1]}")
+        raise ValueError(refused)
     for name in env:
         problem = env_refusal(name)
         if problem:
