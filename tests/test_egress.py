@@ -1,8 +1,8 @@
 """The egress module itself (orchestra/egress.py) with a real loopback HTTP server: the
 address classes it refuses, what an allowance means, and pinning — the connection goes
 to the address that was checked, looked up once per new connection (a second lookup
-answering something else, as DNS rebinding would, is never used), the Host header
-keeping the name. The resolver is the event loop's own, answering as a rebinding DNS
+answering something else, as DNS rebinding would, is never used), the Host header,
+TLS SNI and the certificate check keeping the name. The resolver is the event loop's own, answering as a rebinding DNS
 server would."""
 
 from __future__ import annotations
@@ -128,3 +128,60 @@ async def test_of_several_answers_only_an_allowed_one_is_used(monkeypatch):
         policy = EgressPolicy.parse(f"127.0.0.1:{server.port}")
         async with httpx2.AsyncClient(transport=policy.transport(verify=client_tls()), timeout=2) as client:
             assert (await client.get(f"http://rebind.test:{server.port}/")).status_code == 200
+
+
+def _certificate(tmp_path, name: str) -> tuple[str, str]:
+    """A self-signed certificate for `name` only (no IP address in it): (cert, key) paths."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName(name)]), critical=False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256()))
+    cert_path, key_path = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return str(cert_path), str(key_path)
+
+
+async def test_tls_is_checked_against_the_name_not_the_address(monkeypatch, tmp_path):
+    """The connection goes to the checked address, while TLS sends the name (SNI) and
+    verifies the certificate against it: a certificate for the name alone is accepted,
+    and the server sees the name as SNI."""
+    import ssl
+
+    cert, key = _certificate(tmp_path, "rebind.test")
+    server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_tls.load_cert_chain(cert, key)
+    names: list[str | None] = []
+    server_tls.sni_callback = lambda sock, name, ctx: names.append(name)
+    client_tls_ctx = ssl.create_default_context(cafile=cert)
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0, ssl=server_tls)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        rebinding(monkeypatch, ["127.0.0.1", "127.0.0.3"])
+        policy = EgressPolicy.parse(f"127.0.0.1:{port}")
+        async with httpx2.AsyncClient(transport=policy.transport(verify=client_tls_ctx)) as client:
+            response = await client.get(f"https://rebind.test:{port}/")
+        assert response.status_code == 200 and names == ["rebind.test"]
+    finally:
+        server.close()
+        await server.wait_closed()
