@@ -80,7 +80,7 @@ class AgentSteps:
             ask_user=lambda question: self._ask(
                 live, step["id"], question, earlier=live.take_earlier(step["id"], question)
             ),
-            mcp=live.mcp_sessions(self.settings.mcp_stdio_allowed),
+            mcp=live.mcp_sessions(self.settings.mcp_stdio_allowed, self.settings.egress),
         )
         usage = {"prompt_tokens": 0, "completion_tokens": 0}
         rounds = self.settings.llm_max_tool_rounds
@@ -240,6 +240,7 @@ class AgentSteps:
             api_key=config.provider_api_key,
             base_url=config.provider_base_url,
             timeout=self.settings.llm_timeout,
+            egress=self.settings.egress,
         ), config.provider_kind)
 
     async def _read_upload(self, owner_id: str, file_id: str) -> str:

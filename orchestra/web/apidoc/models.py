@@ -106,8 +106,9 @@ class ProviderList(Success):
 
 
 class ProviderCheck(Success):
-    ok: Literal[True]
-    models: list[str]
+    ok: bool = Field(description="true: the provider listed its models; false: see `error`.")
+    models: list[str] = Field(None, description="Only when ok: the model ids, sorted.")
+    error: str = Field(None, description="Only when not ok: why, in a sentence (never the provider's body).")
 
 
 class Tool(Shape):

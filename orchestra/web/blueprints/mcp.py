@@ -6,6 +6,7 @@ from __future__ import annotations
 from sanic import Blueprint, Request
 from sanic.response import json
 
+from orchestra.engine.tools.mcp.stdio import COMMAND_PATTERN, ENV_NAME_PATTERN
 from orchestra.services import mcp as mcp_service
 from orchestra.services.roles import Role
 from orchestra.web.apidoc import models as out
@@ -25,7 +26,9 @@ _SECRET_VALUES = (
 
 class McpServerBody(Body):
     """A server; `url` (and `headers`) for streamable_http, `command` (`args`, `env`) for
-    stdio, whose command's base name ORCHESTRA_MCP_STDIO_COMMANDS must list (else 422)."""
+    stdio, a bare command name ORCHESTRA_MCP_STDIO_COMMANDS must list (else 422). A `url`
+    the egress rule refuses is 422 (ORCHESTRA_EGRESS_ALLOW). On PUT a masked value keeps
+    its secret only while `url` / `command` is unchanged."""
 
     name: str = rule(
         description="1-64 letters, digits, '_' or '-'; prefixes its tools' names.",
@@ -41,13 +44,15 @@ class McpServerBody(Body):
         maxProperties=mcp_service.SECRETS_MAX,
     )
     command: str | None = rule(
-        None, description="stdio: the program to start (its base name must be allowed).",
-        maxLength=mcp_service.COMMAND_MAX,
+        None, description="stdio: a bare command name (no path), listed in ORCHESTRA_MCP_STDIO_COMMANDS "
+        "and looked up on the server's own PATH.",
+        maxLength=mcp_service.COMMAND_MAX, pattern=COMMAND_PATTERN,
     )
     args: list[str] | None = rule(None, description="stdio: its arguments.", maxItems=mcp_service.ARGS_MAX)
     env: dict[str, str] | None = rule(
-        None, description=f"stdio: its environment, besides PATH and HOME. {_SECRET_VALUES}",
-        maxProperties=mcp_service.SECRETS_MAX,
+        None, description="stdio: its environment, besides the server's PATH and HOME; names "
+        f"no runtime or library interprets (docs/api.md, the env rule). {_SECRET_VALUES}",
+        maxProperties=mcp_service.SECRETS_MAX, propertyNames={"pattern": ENV_NAME_PATTERN},
     )
     timeout_seconds: float | None = rule(
         None, description="Bound on connecting and on each call, seconds (default 30).",
