@@ -19,6 +19,12 @@ _names = itertools.count()
 
 
 @pytest.fixture
+def database_url(both_stores: str) -> str:
+    """Every test here on SQLite and on PostgreSQL: both store the events checked."""
+    return both_stores
+
+
+@pytest.fixture
 def settings_overrides():
     return {"prompt_max_bytes": PROMPT_LIMIT, "step_output_max_bytes": OUTPUT_LIMIT}
 
