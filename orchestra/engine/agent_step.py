@@ -154,6 +154,11 @@ class AgentSteps:
         except Exception as exc:  # noqa: BLE001 - a broken tool must not end the step
             logger.warning("tool %s raised %r", name, exc)
             error = f"The tool {name} failed: {type(exc).__name__}: {exc}"
+        limit = self.settings.step_output_max_bytes
+        if result is not None and utf8_size(result) > limit:  # stored and sent on: bounded as an output
+            error = (f"The tool {name}'s result is {utf8_size(result)} bytes, over the limit of "
+                     f"{limit} bytes ({OUTPUT_SETTING}).")
+            result = None
         data: dict[str, Any] = {"call_id": call.id, "name": name, "result": result}
         if error is not None:
             data["error"] = error
