@@ -198,7 +198,8 @@ SETTING_DOCS: dict[str, SettingDoc] = {
     "shutdown_grace_seconds": SettingDoc(
         "on SIGTERM, how long in-flight steps may finish before runs are handed back"),
     "step_output_max_bytes": SettingDoc(
-        "largest output of one step, in UTF-8 bytes (the step fails beyond; a longer human reply is 413)"),
+        "largest output of one step, in UTF-8 bytes (the step fails beyond; a longer human reply "
+        "is 413, a longer tool result an error the model reads)"),
     "prompt_max_bytes": SettingDoc(
         "largest rendered prompt of one step (an agent step's prompt, a human step's question, "
         "an `ask_user` question), in UTF-8 bytes: the step fails beyond, before anything is stored"),
