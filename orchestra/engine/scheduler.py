@@ -28,7 +28,7 @@ from orchestra.engine.language import policies
 from orchestra.engine.language.expressions import ExpressionError, Scope
 from orchestra.engine.live import HandBack, LimitReached, LiveRun, RunFailed, StepAt, StepFailure
 from orchestra.engine.questions import Question
-from orchestra.engine.sizes import render_bounded
+from orchestra.engine.sizes import check_output, render_bounded
 from orchestra.engine.vocabulary import EventKind, StepStatus
 from orchestra.observability import runs as observe
 
@@ -302,7 +302,13 @@ class Scheduler:
 
     def _instance_succeeded(self, live: LiveRun, step: dict[str, Any], path: str, output: Any,
                             data: dict[str, Any]) -> asyncio.Future:
-        """Store a container's (an item's, an iteration's) end; the future of its last write."""
+        """Store a container's (an item's, an iteration's) end; the future of its last write.
+        An output past the step output bound fails the instance instead (StepFailure)."""
+        try:
+            check_output(output, limit=self.settings.step_output_max_bytes, of=f"step '{path}'")
+        except StepFailure as failure:
+            self._instance_failed(live, step, path, failure.message)
+            raise
         live.finished.set(path, StepStatus.SUCCEEDED, output)
         return live.writes.submit_many(self._store_instances, (
             path, None, {"status": StepStatus.SUCCEEDED, "finished_at": utcnow(), **output_fields(output)},

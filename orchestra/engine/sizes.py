@@ -62,6 +62,37 @@ def render_bounded(template: str, scope: Scope, *, limit: int, where: str) -> st
     return "".join(pieces)
 
 
+def json_size(value: Any, limit: int) -> int:
+    """UTF-8 bytes of `value` as compact JSON, counted only until past `limit` (then the
+    count so far, above it): a large list or map is not serialised whole to learn that it
+    is too large."""
+    if isinstance(value, list):
+        total = 2 + max(0, len(value) - 1)
+        for item in value:
+            total += json_size(item, limit - total)
+            if total > limit:
+                break
+        return total
+    if isinstance(value, dict):
+        total = 2 + max(0, len(value) - 1)
+        for key, item in value.items():
+            total += json_size(str(key), limit) + 1 + json_size(item, limit - total)
+            if total > limit:
+                break
+        return total
+    return utf8_size(json.dumps(value, ensure_ascii=False))
+
+
+def check_output(output: Any, *, limit: int, of: str) -> None:
+    """A value computed by an expression (a container's or an item's output, the run's
+    `output`) is stored as a step's output is: bounded the same way. `of` names it
+    (`step 'research'`, `the template`)."""
+    size = json_size(output, limit)
+    if size > limit:
+        raise StepFailure(f"The output of {of} passed the limit of {limit} bytes "
+                          f"({OUTPUT_SETTING}): it reached {size} bytes.")
+
+
 def check_question(question: str, *, limit: int) -> None:
     """An `ask_user` question (the model's text) is a prompt too, bounded the same way;
     past it the model is told (a tool error) and nothing is asked."""

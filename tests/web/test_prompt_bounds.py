@@ -182,3 +182,43 @@ async def test_an_ask_user_question_past_the_limit_is_refused_to_the_model(clien
     [result] = [e.data for e in events if e.kind == "tool_result"]
     assert "ORCHESTRA_PROMPT_MAX_BYTES" in result["error"]
     assert "ORCHESTRA_PROMPT_MAX_BYTES" in fake_llm.chat_requests[1]["messages"][-1]["content"]
+
+
+SKIPPED_INNER = [{"id": "inner", "agent": {"human": True}, "prompt": "never asked", "when": "false"}]
+OBJECT_INPUT = {"input_schema": {"type": "object"}}
+
+
+async def start_object_run(client, who, steps, input, **extra) -> dict:
+    template = await make_template(client, who, steps, name=f"t{next(_names)}", **OBJECT_INPUT, **extra)
+    started = await client.post(f"{API}/run", headers=who["headers"],
+                                json={"template_id": template["template_id"], "input": input})
+    assert started.status_code == 202, started.text
+    return await wait_for(client, who, started.json()["trace_id"], "succeeded", "failed")
+
+
+async def test_a_container_output_past_the_output_bound_fails_the_container(client, alice):
+    """No model and no reply needed: a foreach of three items whose `output` is a 600-byte
+    text each fits item by item, but the map's output (1,800 bytes) does not."""
+    steps = [{"id": "each", "foreach": {"items": "input.list"}, "steps": SKIPPED_INNER,
+              "output": "input.big"}]
+    body = await start_object_run(client, alice, steps, {"list": [1, 2, 3], "big": "b" * 600})
+    assert body["status"] == "failed", body
+    assert "The output of step 'each' passed the limit of 1000 bytes" in body["error"]
+    assert "ORCHESTRA_STEP_OUTPUT_MAX_BYTES" in body["error"]
+    events = await stored_events(client, body["trace_id"])
+    assert not any(e.kind == "step_finished" and e.data.get("path") == "each" for e in events)
+    assert largest_event(events) < 2 * 1024
+    rows = {s["path"]: s for s in body["steps"]}
+    assert rows["each"]["status"] == "failed" and rows["each"]["output"] is None
+    # an item past it fails as an item
+    body = await start_object_run(client, alice, steps, {"list": [1], "big": "é" * 600})
+    assert body["status"] == "failed" and "step 'each[0]'" in body["error"], body
+
+
+async def test_the_run_output_past_the_output_bound_fails_the_run(client, alice):
+    steps = [{"id": "only", "agent": {"human": True}, "prompt": "never asked", "when": "false"}]
+    body = await start_object_run(client, alice, steps, {"big": "c" * 600}, output="[input.big, input.big]")
+    assert body["status"] == "failed", body
+    assert body["error"].startswith("The output of the template passed the limit of 1000 bytes")
+    events = await stored_events(client, body["trace_id"])
+    assert events[-1].kind == "run_failed" and largest_event(events) < 2 * 1024
