@@ -155,8 +155,9 @@ class AgentSteps:
             logger.warning("tool %s raised %r", name, exc)
             error = f"The tool {name} failed: {type(exc).__name__}: {exc}"
         limit = self.settings.step_output_max_bytes
-        if result is not None and utf8_size(result) > limit:  # stored and sent on: bounded as an output
-            error = (f"The tool {name}'s result is {utf8_size(result)} bytes, over the limit of "
+        size = 0 if result is None else utf8_size(result)
+        if size > limit:  # stored and sent on: bounded as an output is
+            error = (f"The tool {name}'s result is {size} bytes, over the limit of "
                      f"{limit} bytes ({OUTPUT_SETTING}).")
             result = None
         data: dict[str, Any] = {"call_id": call.id, "name": name, "result": result}

@@ -67,19 +67,20 @@ def json_size(value: Any, limit: int) -> int:
     count so far, above it): a large list or map is not serialised whole to learn that it
     is too large."""
     if isinstance(value, list):
-        total = 2 + max(0, len(value) - 1)
+        total = 1  # [ … and ] or a comma for each item
         for item in value:
+            total += 1 + json_size(item, limit - total)
+            if total > limit:
+                break
+        return total + (not value)
+    if isinstance(value, dict):
+        total = 1  # { … and } or a comma for each member
+        for key, item in value.items():
+            total += 1 + json_size(str(key), limit) + 1  # "key":
             total += json_size(item, limit - total)
             if total > limit:
                 break
-        return total
-    if isinstance(value, dict):
-        total = 2 + max(0, len(value) - 1)
-        for key, item in value.items():
-            total += json_size(str(key), limit) + 1 + json_size(item, limit - total)
-            if total > limit:
-                break
-        return total
+        return total + (not value)
     return utf8_size(json.dumps(value, ensure_ascii=False))
 
 
