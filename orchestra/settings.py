@@ -51,7 +51,8 @@ class Settings:
     max_runs: int = 100  # runs one process executes at once; the rest wait `queued`
     db_pool_size: int = 20  # store connections per process (PostgreSQL; requests and runs share them)
     shutdown_grace_seconds: float = 10.0  # on SIGTERM, how long in-flight steps may finish
-    step_output_max_bytes: int = 1024 * 1024  # one step's output; past it the step fails
+    step_output_max_bytes: int = 1024 * 1024  # one step's output, UTF-8 bytes; past it the step fails
+    prompt_max_bytes: int = 1024 * 1024  # one rendered prompt, UTF-8 bytes; past it the step fails
     foreach_max_items: int = 1000  # items one foreach may map; more fail the step
     header_timeout: float = 10.0  # seconds for a whole request head, from its first byte
     body_min_rate: int = 240  # bytes a second a body must average after header_timeout (0: off)
@@ -205,7 +206,12 @@ SETTING_DOCS: dict[str, SettingDoc] = {
         "and signals have their own). Past it a request waits, then answers 503"),
     "shutdown_grace_seconds": SettingDoc(
         "on SIGTERM, how long in-flight steps may finish before runs are handed back"),
-    "step_output_max_bytes": SettingDoc("largest output of one step (the step fails beyond)"),
+    "step_output_max_bytes": SettingDoc(
+        "largest output of one step, in UTF-8 bytes (the step fails beyond; a longer human reply "
+        "is 413, a longer tool result an error the model reads)"),
+    "prompt_max_bytes": SettingDoc(
+        "largest rendered prompt of one step (an agent step's prompt, a human step's question, "
+        "an `ask_user` question), in UTF-8 bytes: the step fails beyond, before anything is stored"),
     "foreach_max_items": SettingDoc("items one `foreach` step may map; a longer list fails the step"),
     "header_timeout": SettingDoc(
         "seconds a client has to send a whole request head, from its first byte (408 and close beyond)"),

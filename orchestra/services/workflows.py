@@ -31,6 +31,7 @@ from orchestra.engine.language.typecheck import type_problems
 from orchestra.engine.language.validate import Checked
 from orchestra.engine.language.validate import check_template as check_template_language
 from orchestra.engine.log import Event
+from orchestra.engine.sizes import check_reply_size
 from orchestra.engine.vocabulary import FINISHED, EventKind, RunStatus, StepStatus
 from orchestra.errors import ConflictError, NotFoundError, PermissionDeniedError, ValidationError
 from orchestra.services.paging import DEFAULT_LIMIT, Page, keyset_page
@@ -417,8 +418,10 @@ async def reply(
     core: Core, *, user_id: str, is_admin: bool, trace_id: str, content: Any, request_id: str | None = None
 ) -> dict[str, str]:
     """Answer the question a waiting run asked; 409 when it waits for none (or not this one),
-    422 when the answer does not fit the step's output_schema (the question stays open)."""
+    422 when the answer does not fit the step's output_schema, 413 when it is larger than
+    a step's output may be (the question stays open)."""
     await get_run(core, user_id=user_id, is_admin=is_admin, trace_id=trace_id)
+    check_reply_size(content, limit=core.settings.step_output_max_bytes)
     answered = await core.engine.reply(trace_id, content=content, request_id=request_id)
     return {"request_id": answered.request_id, "step_id": answered.step_id}
 
