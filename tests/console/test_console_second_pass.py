@@ -145,6 +145,9 @@ def test_the_editor_is_compact_and_its_fields_look_alike(console: Console, fake)
         runs = step(page, index).get_by_label("Runs")
         expect(runs).to_have_value("step")
         assert runs.evaluate("(s) => s.selectedIndex >= 0 && s.options[s.selectedIndex].text") == "once"
+    step(page, 1).get_by_text("Conditions and policies").click()
+    blank = page.locator("main select").evaluate_all("(all) => all.filter((s) => s.selectedIndex < 0).map((s) => s.id)")
+    assert blank == []  # no select without a choice shown
 
     # Six steps with every policy panel open: empty JSON boxes take one line.
     console.open(f"templates/{template_id}")
@@ -290,6 +293,9 @@ def test_inner_steps_are_edited_with_the_step_form(console: Console, fake):
     page.get_by_role("heading", name="Template nested").wait_for()
     polish = inner_step(step(page, 1), 0)
     assert polish.get_by_label("Worker").evaluate("(s) => s.options[s.selectedIndex].text") == "researcher"
+    # Every select shows a choice (the server's own defaults, `on_error: "fail"`, included).
+    blank = page.locator("main select").evaluate_all("(all) => all.filter((s) => s.selectedIndex < 0).map((s) => s.id)")
+    assert blank == []
     expect(page.locator('figure.graph g.node.container[data-step="each"] g.node[data-step="facts"]')).to_have_count(1)
     console.shot("second-inner-saved-1280")
     page.set_viewport_size(PHONE)

@@ -117,9 +117,9 @@ export function StepPolicies({ step, onChange, problems }) {
       <${TextField} label="Backoff (seconds)" ...${NUMBER} min="0" max="3600" value=${retry.backoff_seconds ?? ''}
                     onInput=${(v) => setRetry('backoff_seconds', v)} problem=${problemsAt(problems, 'retry.backoff_seconds')}
                     hint="0–3,600, doubled per attempt" />
-      <${Select} label="On error" value=${extra.on_error || ''} onChange=${(v) => setExtra('on_error', v)}
+      <${Select} label="On error" value=${extra.on_error || 'fail'} onChange=${(v) => setExtra('on_error', v === 'fail' ? undefined : v)}
                  problem=${problemsAt(problems, 'on_error')}
-                 options=${[['', 'fail the run (default)'], ['continue', 'continue (output null)']]} />
+                 options=${[['fail', 'fail the run (default)'], ['continue', 'continue (output null)']]} />
       <div class="wide"><${TextArea} label="Output schema (JSON Schema)" value=${step.schemaText || ''} rows="1" fit class="code" spellcheck="false"
                  onInput=${(v) => onChange({ ...step, schemaText: v })} problem=${problemsAt(problems, 'output_schema')}
                  hint=${human ? 'the reply is then a form of these fields' : 'the output is then JSON of this shape'} /></div>
@@ -167,9 +167,9 @@ export function ContainerControls({ step, onChange, problems, newInner, innerEdi
       <${TextField} label="At once" ...${NUMBER} min="1" max="64" value=${fe.max_concurrency ?? ''}
                     onInput=${(v) => setIn('foreach', 'max_concurrency', numberOr(v))} problem=${problemsAt(problems, 'foreach.max_concurrency')}
                     hint="max_concurrency, 1–64 (4)" />
-      <${Select} label="When an item fails" value=${fe.on_error || ''} onChange=${(v) => setIn('foreach', 'on_error', v)}
+      <${Select} label="When an item fails" value=${fe.on_error || 'fail'} onChange=${(v) => setIn('foreach', 'on_error', v === 'fail' ? undefined : v)}
                  problem=${problemsAt(problems, 'foreach.on_error')}
-                 options=${[['', 'fail the step (default)'], ['continue', 'continue (its result null)']]} />
+                 options=${[['fail', 'fail the step (default)'], ['continue', 'continue (its result null)']]} />
       <${Select} label="Per item" value=${perItem} onChange=${setPerItem}
                  options=${[['agent', 'one agent or human step'], ['steps', 'a small workflow of steps']]} />
     </div>`}
