@@ -141,7 +141,8 @@ export function ShapeSelect({ step, onChange, problems, newInner }) {
     else onChange({ ...step, shape, extra: rest });
   };
   return html`<${Select} label="Runs" value=${step.shape} onChange=${setShape} problem=${problemsAt(problems, '=foreach', '=loop')}
-               options=${[['step', 'once'], ['foreach', 'for each item of a list (foreach)'], ['loop', 'in a loop until a condition (loop)']]} />`;
+               options=${[['step', 'once'], ['foreach', 'for each item (foreach)'], ['loop', 'in a loop (loop)']]}
+               hint=${step.shape === 'foreach' ? 'once per item of a list' : step.shape === 'loop' ? 'again until a condition holds' : ''} />`;
 }
 
 /** A container's own controls (a foreach's or a loop's), and its inner steps. */
@@ -171,7 +172,8 @@ export function ContainerControls({ step, onChange, problems, newInner, innerEdi
                  problem=${problemsAt(problems, 'foreach.on_error')}
                  options=${[['fail', 'fail the step (default)'], ['continue', 'continue (its result null)']]} />
       <${Select} label="Per item" value=${perItem} onChange=${setPerItem}
-                 options=${[['agent', 'one agent or human step'], ['steps', 'a small workflow of steps']]} />
+                 options=${[['agent', 'one step'], ['steps', 'several steps']]}
+                 hint=${perItem === 'steps' ? 'a small workflow, below' : 'an agent or a human, below'} />
     </div>`}
     ${step.shape === 'loop' && html`<div class="grid">
       <${TextField} label="Until" value=${lp.until || ''} onInput=${(v) => setIn('loop', 'until', v)} class="code" spellcheck="false"
