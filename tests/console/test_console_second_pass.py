@@ -127,17 +127,27 @@ def six_steps(worker: str) -> dict:
     }
 
 
-def test_the_editor_is_compact_and_its_fields_look_alike(console: Console, fake):
-    page = console.page
-    page.set_viewport_size(DESKTOP)
+def editor_of_six(console: Console, fake) -> tuple[httpx.Client, str, str]:
+    """Signed in as root, with a worker and the six-step template: (api, worker, template id)."""
+    console.page.set_viewport_size(DESKTOP)
     http = api(console)
     worker = make_worker(http, fake.base_url)
     made = http.post("/workflow/template", json=six_steps(worker))
     assert made.status_code == 201, made.text
-    template_id = made.json()["template_id"]
     console.sign_in("root")
+    return http, worker, made.json()["template_id"]
 
-    # A new template: its step, and a step added, run "once" before anything is saved.
+
+def open_template(console: Console, template_id: str, name: str) -> None:
+    """The template's editor, loaded afresh (as stored)."""
+    console.open(f"templates/{template_id}")
+    console.page.reload()
+    console.page.get_by_role("heading", name=f"Template {name}").wait_for()
+
+
+def test_a_new_steps_runs_choice_shows_once_before_a_save(console: Console, fake):
+    page = console.page
+    editor_of_six(console, fake)
     console.open("templates/new")
     page.get_by_role("heading", name="New template").wait_for()
     page.get_by_role("button", name="Add a step").click()
@@ -148,72 +158,103 @@ def test_the_editor_is_compact_and_its_fields_look_alike(console: Console, fake)
     step(page, 1).get_by_text("Conditions and policies").click()
     blank = page.locator("main select").evaluate_all("(all) => all.filter((s) => s.selectedIndex < 0).map((s) => s.id)")
     assert blank == []  # no select without a choice shown
+    console.shot("second-new-step-1280")
+    page.set_viewport_size(PHONE)
+    console.shot("second-new-step-390")
+    assert console.errors == []
 
-    # Six steps with every policy panel open: empty JSON boxes take one line.
-    console.open(f"templates/{template_id}")
-    page.get_by_role("heading", name="Template six").wait_for()
+
+def test_empty_json_boxes_are_one_line_and_grow_with_their_text(console: Console, fake):
+    page = console.page
+    _, _, template_id = editor_of_six(console, fake)
+    open_template(console, template_id, "six")
     expect(page.locator("details.policies[open]")).to_have_count(6)
     expect(page.locator("details.template-settings[open]")).to_have_count(1)
-    form = page.locator("main form").first
-    tall = height(form)
+    tall = height(page.locator("main form").first)
     console.shot("second-editor-six-1280")
     schemas = page.get_by_label("Output schema (JSON Schema)")
     expect(schemas).to_have_count(6)
     line = page.get_by_label("Step id").first
     for box in schemas.all() + [page.get_by_label("Input schema (JSON Schema)")]:
         assert height(box) <= height(line) + 8, (height(box), height(line))  # one line, like a text field
-    assert tall < 4300, tall  # 7,103 px before: an empty 18-line box per schema, a row per field
-
     # A JSON box grows with its text, and never scrolls inside.
     schema = page.get_by_label("Input schema (JSON Schema)")
     schema.fill(json.dumps({"type": "object", "properties": {"topic": {"type": "string"}, "count": {"type": "integer"}}},
                            indent=2))
     assert schema.evaluate("(t) => t.scrollHeight <= t.clientHeight + 2")
     assert height(schema) > 5 * height(line)
-
-    # Run output: a text area sized to its text.
-    output = page.get_by_label("Run output")
-    assert output.evaluate("(e) => e.tagName") == "TEXTAREA"
-    one_line = height(output)
-    output.fill("{\n  'text': steps.publish.output,\n  'plan': steps.plan.output\n}")
-    assert output.evaluate("(t) => t.scrollHeight <= t.clientHeight + 2")
-    assert height(output) > 2.5 * one_line
-
-    # Number fields are styled like text fields.
-    styles = """(e) => { const s = getComputedStyle(e);
-      return [s.backgroundColor, s.borderTopColor, s.borderTopWidth, s.borderRadius, s.paddingLeft, s.paddingTop, s.width]; }"""
-    text_field = step(page, 0).get_by_label("Step id")
-    number = step(page, 0).get_by_label("Timeout (seconds)")
-    assert number.get_attribute("type") == "number"
-    text_style, number_style = text_field.evaluate(styles), number.evaluate(styles)
-    assert number_style[:6] == text_style[:6], (number_style, text_style)
-    assert abs(float(number_style[6][:-2]) - float(text_style[6][:-2])) < 2  # both as wide as their column
-    console.shot("second-editor-filled-1280")
-
-    # On a phone: compact too, and no help text breaks inside a word.
+    console.shot("second-editor-schema-1280")
+    # On a phone the empty input schema is one line too, not a screenful.
     page.set_viewport_size(PHONE)
-    page.reload()  # the template as stored, unchanged
-    page.get_by_role("heading", name="Template six").wait_for()
+    open_template(console, template_id, "six")
     console.shot("second-editor-six-390")
     phone_tall = height(page.locator("main form").first)
     assert height(page.get_by_label("Input schema (JSON Schema)")) <= height(page.get_by_label("Step id").first) + 8
     print(f"editor of six steps: {tall:.0f} px at 1280, {phone_tall:.0f} px at 390")
+    assert tall < 4300, tall  # 7,103 px before: an empty 18-line box per schema, a row per field
     assert phone_tall < 6800, phone_tall  # 9,584 px before
-    assert page.evaluate(MID_WORD_BREAKS, ".hint, .problem") == []
     assert page.evaluate(OVERFLOWING) == []
+    assert console.errors == []
 
+
+def test_run_output_is_a_text_area_sized_to_its_text(console: Console, fake):
+    page = console.page
+    _, _, template_id = editor_of_six(console, fake)
+    open_template(console, template_id, "six")
+    output = page.get_by_label("Run output")
+    assert output.evaluate("(e) => e.tagName") == "TEXTAREA"
+    one_line = height(output)
+    assert one_line <= height(page.get_by_label("Step id").first) + 8
+    output.fill("{\n  'text': steps.publish.output,\n  'plan': steps.plan.output\n}")
+    assert output.evaluate("(t) => t.scrollHeight <= t.clientHeight + 2")  # all of it shown
+    assert height(output) > 2.5 * one_line
+    console.shot("second-run-output-1280")
+    page.set_viewport_size(PHONE)
+    output.fill("steps.publish.output + ' and a much longer expression that wraps on a phone ' + steps.plan.output")
+    page.wait_for_timeout(100)
+    assert output.evaluate("(t) => t.scrollHeight <= t.clientHeight + 2")  # the wrapped lines too
+    console.shot("second-run-output-390")
+    assert console.errors == []
+
+
+def test_number_fields_look_like_text_fields(console: Console, fake):
+    page = console.page
+    _, _, template_id = editor_of_six(console, fake)
+    open_template(console, template_id, "six")
+    styles = """(e) => { const s = getComputedStyle(e);
+      return [s.backgroundColor, s.borderTopColor, s.borderTopWidth, s.borderRadius, s.paddingLeft, s.paddingTop, s.width]; }"""
+    for width in (DESKTOP, PHONE):
+        page.set_viewport_size(width)
+        text_field = step(page, 0).get_by_label("Step id")
+        for label in ("Timeout (seconds)", "Attempts"):
+            number = step(page, 0).get_by_label(label)
+            assert number.get_attribute("type") == "number"
+            text_style, number_style = text_field.evaluate(styles), number.evaluate(styles)
+            assert number_style[:6] == text_style[:6], (label, number_style, text_style)
+            assert abs(float(number_style[6][:-2]) - float(text_style[6][:-2])) < 2  # both as wide as their column
+        console.shot(f"second-number-fields-{width['width']}")
+    assert console.errors == []
+
+
+def test_help_text_never_breaks_inside_a_word_on_a_phone(console: Console, fake):
+    page = console.page
+    http, worker, template_id = editor_of_six(console, fake)
+    page.set_viewport_size(PHONE)
+    open_template(console, template_id, "six")
+    assert page.evaluate(MID_WORD_BREAKS, ".hint, .problem") == []
     # The Runs page's JSON input names its schema, broken between words only.
     topics = http.post("/workflow/template", json={
         "name": "topics", "input_schema": {"type": "object", "required": ["topics"], "properties": {
-            "topics": {"type": "array", "minItems": 1, "maxItems": 12, "items": {"type": "string", "maxLength": 80}},
+            # a long stretch with no place to break in compact JSON: `"type":"array","minItems":1,…`
+            "topics": {"type": "array", "minItems": 1, "maxItems": 12, "uniqueItems": True, "additionalItems": False,
+                       "items": {"type": "string", "maxLength": 80}},
             "audience": {"type": "string"}}},
         "steps": [{"id": "each", "foreach": {"items": "input.topics"}, "agent": {"worker": worker}, "prompt": "{{item}}"}]})
     assert topics.status_code == 201, topics.text
     console.open(f"runs?template={topics.json()['template_id']}")
-    hint = page.locator("form .hint").filter(has_text="maxItems")
-    hint.wait_for()
-    assert page.evaluate(MID_WORD_BREAKS, ".hint, .hint code") == []
+    page.locator("form .hint").filter(has_text="maxItems").wait_for()
     console.shot("second-runs-schema-hint-390")
+    assert page.evaluate(MID_WORD_BREAKS, ".hint, .hint code") == []
     page.set_viewport_size(DESKTOP)
     console.shot("second-runs-schema-hint-1280")
     assert console.errors == []
@@ -306,9 +347,10 @@ def test_inner_steps_are_edited_with_the_step_form(console: Console, fake):
     assert console.errors == []
 
 
-def test_the_run_view_names_items_keeps_notes_neutral_and_reads_on_a_phone(console: Console, fake):
-    page = console.page
-    page.set_viewport_size(DESKTOP)
+def a_finished_map(console: Console, fake) -> tuple[str, str]:
+    """A run of a foreach over three topics, a step skipped by its `when`, a loop stopped by
+    its max_iterations and a last step, finished; root signed in. (template id, trace id)"""
+    console.page.set_viewport_size(DESKTOP)
     http = api(console)
     worker = make_worker(http, fake.base_url)
     made = http.post("/workflow/template", json={
@@ -328,31 +370,51 @@ def test_the_run_view_names_items_keeps_notes_neutral_and_reads_on_a_phone(conso
                                                "input": {"topics": topics}}).json()["trace_id"]
     console.sign_in("root")
     console.open(f"run/{trace_id}")
-    expect(page.locator("section.run")).to_have_attribute("data-status", "succeeded", timeout=60_000)
+    expect(console.page.locator("section.run")).to_have_attribute("data-status", "succeeded", timeout=60_000)
+    return made.json()["template_id"], trace_id
 
-    # Items are named by their value (a short text of it), with the index beside it.
+
+def test_foreach_items_are_named_by_their_value(console: Console, fake):
+    page = console.page
+    a_finished_map(console, fake)
     group = page.locator('.instances[data-container="research"]')
     expect(group.locator('li.instance[data-path="research[0]"] .instance-name')).to_have_text("tea")
     expect(group.locator('li.instance[data-path="research[1]"] .instance-name')).to_have_text("coffee")
     long_name = group.locator('li.instance[data-path="research[2]"] .instance-name').inner_text()
     assert long_name.startswith("a rather long topic") and len(long_name) <= 40, long_name
     expect(group.locator('li.instance[data-path="research[1]"] .instance-index')).to_have_text("#1")
+    expect(page.locator("li.instance[data-path='improve#1'] .instance-name").first).to_have_text("iteration 1")
+    console.shot("second-run-items-1280")
+    page.set_viewport_size(PHONE)
+    assert page.evaluate(OVERFLOWING) == []
+    console.shot("second-run-items-390")
+    assert console.errors == []
 
-    # Skipped and max-iteration notes: neutral, not the colour of success.
+
+def test_skipped_and_max_iterations_notes_are_neutral(console: Console, fake):
+    page = console.page
+    a_finished_map(console, fake)
     ok = page.evaluate(COLOUR_OF, "var(--ok)")
     muted = page.evaluate(COLOUR_OF, "var(--muted)")
-    skipped = page.locator('article[data-step="never"] .note').filter(has_text="Skipped: its condition was false.")
-    stopped = page.locator('article[data-step="improve"] .note').filter(has_text="Stopped after 2 iterations")
-    for note in (skipped, stopped):
-        colours = note.evaluate("(e) => { const s = getComputedStyle(e); return [s.borderLeftColor, s.color]; }")
-        assert ok not in colours, (colours, ok)
-        assert colours[0] == muted, (colours, muted)
-    console.shot("second-run-items-1280")
+    skipped = page.locator('article[data-step="never"] p').filter(has_text="Skipped: its condition was false.")
+    stopped = page.locator('article[data-step="improve"] p').filter(has_text="Stopped after 2 iterations")
+    for width in (DESKTOP, PHONE):
+        page.set_viewport_size(width)
+        for note in (skipped, stopped):
+            colours = note.evaluate("(e) => { const s = getComputedStyle(e); return [s.borderLeftColor, s.color]; }")
+            assert ok not in colours, (colours, ok)
+            assert colours[0] == muted, (colours, muted)
+        console.shot(f"second-notes-{width['width']}")
+    assert console.errors == []
 
-    # On a phone: the graph's labels at 11 px or more, and the navigation one compact menu.
+
+def test_on_a_phone_the_graph_reads_and_the_navigation_is_a_menu(console: Console, fake):
+    page = console.page
+    template_id, trace_id = a_finished_map(console, fake)
     page.set_viewport_size(PHONE)
-    console.open(f"run/{trace_id}")
+    page.reload()
     page.locator('figure.graph g.node[data-step="report"]').wait_for()
+    console.shot("second-run-graph-390")
     assert page.evaluate(SMALLEST_GRAPH_TEXT) >= 11
     assert page.evaluate(OVERFLOWING) == []
     header = page.locator("header.top")
@@ -361,7 +423,6 @@ def test_the_run_view_names_items_keeps_notes_neutral_and_reads_on_a_phone(conso
     expect(links.first).to_be_hidden()
     menu = page.get_by_role("button", name="Menu")
     expect(menu).to_have_attribute("aria-expanded", "false")
-    console.shot("second-run-items-390")
     menu.click()
     expect(menu).to_have_attribute("aria-expanded", "true")
     expect(page.get_by_role("link", name="Templates")).to_be_visible()
@@ -369,13 +430,16 @@ def test_the_run_view_names_items_keeps_notes_neutral_and_reads_on_a_phone(conso
     page.get_by_role("link", name="Templates").click()
     page.get_by_role("heading", name="Templates").wait_for()
     expect(links.first).to_be_hidden()  # the menu closes on a navigation
-    console.open(f"templates/{made.json()['template_id']}")
+    open_template(console, template_id, "map")
     page.locator('figure.graph g.node[data-step="report"]').wait_for()
     assert page.evaluate(SMALLEST_GRAPH_TEXT) >= 11
     console.shot("second-template-graph-390")
+    # Turned to a wide screen: the navigation itself, no menu; the graph left to right.
     page.set_viewport_size(DESKTOP)
-    expect(links.first).to_be_visible()  # a wide screen shows the navigation itself
+    expect(links.first).to_be_visible()
     expect(page.get_by_role("button", name="Menu")).to_be_hidden()
+    assert page.evaluate(SMALLEST_GRAPH_TEXT) >= 11
+    console.shot("second-template-graph-1280")
     assert console.errors == []
 
 
