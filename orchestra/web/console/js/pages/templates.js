@@ -180,7 +180,9 @@ function StepEditor({ step, index, steps, workers, problems, onChange, onRemove,
   const toggle = (uid, on) => set('after')(on ? [...step.after, uid] : step.after.filter((r) => r !== uid));
   const newInner = (list, shape) => blankStep(list, workers, shape);
   const workerOptions = workers.map((w) => [w.worker_id, w.name]);
-  if (!workers.some((w) => w.worker_id === step.worker)) workerOptions.unshift(['', workers.length ? 'choose a worker' : 'no workers yet']);
+  // A template may name its worker by id or by name: either picks the worker in the select.
+  const chosen = workers.find((w) => w.worker_id === step.worker) || workers.find((w) => w.name === step.worker);
+  if (!chosen) workerOptions.unshift(['', workers.length ? 'choose a worker' : 'no workers yet']);
   return html`<fieldset class=${'step' + (inner ? ' inner' : '') + (Object.keys(problems).length ? ' invalid' : '')}
                         data-step-index=${inner ? undefined : index} data-inner-index=${inner ? index : undefined}
                         aria-labelledby=${legend}>
@@ -196,7 +198,7 @@ function StepEditor({ step, index, steps, workers, problems, onChange, onRemove,
       <${ShapeSelect} step=${step} onChange=${onChange} problems=${problems} newInner=${newInner} />
       ${usesAgent(step) && html`<${Select} label="Agent" value=${step.kind} onChange=${set('kind')} problem=${first('agent')}
                  options=${[['worker', 'a worker'], ['node', 'a system node'], ['human', 'a human (asks you)']]} />`}
-      ${usesAgent(step) && step.kind === 'worker' && html`<${Select} label="Worker" value=${step.worker} onChange=${set('worker')}
+      ${usesAgent(step) && step.kind === 'worker' && html`<${Select} label="Worker" value=${chosen ? chosen.worker_id : ''} onChange=${set('worker')}
           problem=${first('agent.worker')} options=${workerOptions}
           hint=${workers.length ? '' : html`<span class="no-workers">Create a worker first, on the <a href="#/workers">Workers</a> page (or let a human or a system node do this step).</span>`} />`}
       ${usesAgent(step) && step.kind === 'node' && html`<${Select} label="System node" value=${step.node} onChange=${set('node')}
