@@ -426,6 +426,10 @@ def test_on_a_phone_the_graph_reads_and_the_navigation_is_a_menu(console: Consol
     menu.click()
     expect(menu).to_have_attribute("aria-expanded", "true")
     expect(page.get_by_role("link", name="Templates")).to_be_visible()
+    page.keyboard.press("Escape")  # closes it, back on the button
+    expect(links.first).to_be_hidden()
+    expect(menu).to_be_focused()
+    menu.click()
     console.shot("second-menu-open-390")
     page.get_by_role("link", name="Templates").click()
     page.get_by_role("heading", name="Templates").wait_for()

@@ -87,7 +87,7 @@ function App() {
     </main>`;
   }
   return html`
-    <header class="top">
+    <header class="top" onKeyDown=${(e) => { if (e.key === 'Escape' && menu) { setMenu(false); e.currentTarget.querySelector('.menu-toggle').focus(); } }}>
       <a class="brand" href="#/runs">orchestra</a>
       <button type="button" class="menu-toggle" aria-expanded=${menu ? 'true' : 'false'} aria-controls="main-nav"
               onClick=${() => setMenu(!menu)}>Menu</button>
