@@ -178,7 +178,7 @@ def test_a_foreach_of_300_items_is_grouped_counted_and_paged(console: Console, f
     expect(page.get_by_label("Input schema (JSON Schema)")).to_be_visible()  # open: the template has one
     for summary in page.locator("details.policies > summary").all():
         summary.click()
-    expect(page.get_by_label("Output schema (JSON Schema)")).to_have_count(2)
+    expect(page.get_by_label("Output schema (JSON Schema)")).to_have_count(3)  # each, improve, and improve's polish
     assert page.evaluate(OVERFLOWING) == []
     console.shot("language-editor-390")
     console.open(f"run/{trace_id}")
@@ -269,19 +269,19 @@ def test_the_editor_saves_when_timeout_retry_and_containers_and_shows_422s_at_th
     expect(graph.locator("path.edge.conditional")).to_have_count(1)
     expect(graph.locator('g.node.container[data-kind="foreach"][data-step="each"] g.node.item')).to_have_count(1)
 
-    # A loop, its steps as JSON: a problem inside them is shown at that text area.
+    # A loop: its iteration's steps are a step form; a problem inside them is shown at that step's field.
     page.get_by_role("button", name="Add a step").click()
     fourth = step(page, 3)
     fourth.get_by_label("Step id").fill("improve")
     fourth.get_by_label("Runs").select_option("loop")
     fourth.get_by_label("Max iterations").fill("2")
     fourth.get_by_label("Until").fill("steps.polish.output != ''")
-    fourth.get_by_label("Steps of each iteration (JSON)").fill(json.dumps(
-        [{"id": "polish", "agent": {"worker": worker}, "prompt": "Polish {{ steps.nope.output }}"}]))
+    polish = fourth.locator('.inner-editor fieldset[data-inner-index="0"]')  # the iteration's steps: a step form
+    polish.get_by_label("Step id").fill("polish")
+    polish.get_by_label("Prompt").fill("Polish {{ steps.nope.output }}")
     page.get_by_role("button", name="Save template").click()
-    field(fourth, "Steps of each iteration (JSON)").locator(".problem").get_by_text("nope").wait_for()
-    fourth.get_by_label("Steps of each iteration (JSON)").fill(json.dumps(
-        [{"id": "polish", "agent": {"worker": worker}, "prompt": "Polish {{ loop.iteration }}"}]))
+    field(polish, "Prompt").locator(".problem").get_by_text("nope").wait_for()
+    polish.get_by_label("Prompt").fill("Polish {{ loop.iteration }}")
     page.get_by_role("button", name="Save template").click()
     page.get_by_text("Template 'guarded' saved.").wait_for()
     (stored,) = http.get("/workflow/template").json()["templates"]

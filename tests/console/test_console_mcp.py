@@ -22,6 +22,7 @@ def test_mcp_servers_page_at_390_px(chromium, served, screenshots):
     with FakeMcpProcess() as fake:
         try:
             console.sign_in("root")
+            page.get_by_role("button", name="Menu").click()  # a phone: the navigation is a menu
             page.get_by_role("link", name="MCP servers").click()
             page.get_by_role("heading", name="MCP servers", exact=True).wait_for()
             page.get_by_text("No MCP servers yet").wait_for()
@@ -52,6 +53,7 @@ def test_mcp_servers_page_at_390_px(chromium, served, screenshots):
             http = httpx.Client(base_url=served.base_url + "/api/v1", headers={"Authorization": f"Bearer {token}"})
             provider = http.post("/provider", json={"name": "p", "provider": "openai_compatible",
                                                     "model_id": "m", "base_url": "http://127.0.0.1:9"}).json()
+            page.get_by_role("button", name="Menu").click()
             page.get_by_role("link", name="Workers").click()
             page.get_by_role("checkbox", name="fake.echo").wait_for()
             made = http.post("/agent/worker", json={"name": "user-of-echo", "provider_id": provider["provider_id"],
@@ -59,6 +61,7 @@ def test_mcp_servers_page_at_390_px(chromium, served, screenshots):
             assert made.status_code == 201, made.text
 
             # refresh of a server that went away shows why; delete names the worker
+            page.get_by_role("button", name="Menu").click()  # a phone: the navigation is a menu
             page.get_by_role("link", name="MCP servers").click()
             fake.stop()
             row.get_by_role("button", name="Refresh").click()

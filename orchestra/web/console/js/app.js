@@ -75,6 +75,8 @@ function Forbidden() {
 function App() {
   const session = useSession();
   const route = useRoute();
+  const [menu, setMenu] = useState(false);  // the navigation, folded into a menu on a phone (console.css)
+  useEffect(() => setMenu(false), [route]);
   useEffect(() => {
     const label = NAV.find(([page]) => page === route.page);
     document.title = `${label ? label[1] : 'orchestra'} · orchestra`;
@@ -85,13 +87,16 @@ function App() {
     </main>`;
   }
   return html`
-    <header class="top">
+    <header class="top" onKeyDown=${(e) => { if (e.key === 'Escape' && menu) { setMenu(false); e.currentTarget.querySelector('.menu-toggle').focus(); } }}>
       <a class="brand" href="#/runs">orchestra</a>
-      <nav aria-label="Main">
+      <button type="button" class="menu-toggle" aria-expanded=${menu ? 'true' : 'false'} aria-controls="main-nav"
+              onClick=${() => setMenu(!menu)}>Menu</button>
+      <nav id="main-nav" class=${menu ? 'open' : undefined} aria-label="Main"
+           onClick=${(e) => { if (e.target.closest('a')) setMenu(false); }}>
         ${NAV.filter(([, , allowed]) => allowed()).map(([page, label]) => html`
           <a href=${`#/${page}`} aria-current=${route.page === page || (page === 'runs' && route.page === 'run') ? 'page' : undefined}>${label}</a>`)}
       </nav>
-      <span class="who">${session.user_name} <small>${session.role}</small></span>
+      <span class="who" title=${`${session.user_name} (${session.role})`}>${session.user_name} <small>${session.role}</small></span>
       <button type="button" class="link" onClick=${() => signOut('You signed out.')}>Sign out</button>
     </header>
     <main id="main"><${Page} route=${route} /></main>`;

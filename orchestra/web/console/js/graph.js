@@ -3,13 +3,17 @@
 // for it (dashed into a step that runs only `when` a condition holds), each box coloured by
 // its status; a foreach or loop is a box around its inner steps. The picture shrinks to fit
 // its card.
-import { html } from './html.js';
+import { html, useState, useEffect } from './html.js';
 
 const BOX_W = 150;
 const BOX_H = 46;
 const GAP_X = 60;
 const GAP_Y = 18;
 const LEFT = 40;  // room left of the first column for a cycle's arrow coming back
+// Top to bottom (a phone): one step a row, boxes as wide as a phone allows at full scale,
+// so the labels are drawn at their own size (13 and 11 px), never shrunk to fit.
+const NARROW_W = 210;
+const NARROW_GAP = 28;
 
 /** Depth of each step (0 for steps with no known dependency); cycles are cut, not followed. */
 function depths(steps) {
@@ -40,8 +44,20 @@ export function stages(steps) {
   return out.filter(Boolean);
 }
 
-/** Narrow screens draw the graph top to bottom (a stage per row) instead of left to right. */
-const narrow = () => typeof matchMedia === 'function' && matchMedia('(max-width: 600px)').matches;
+/** Narrow screens draw the graph top to bottom (a step per row) instead of left to right;
+ * drawn again when the screen turns or the window is resized across the width. */
+const NARROW = typeof matchMedia === 'function' ? matchMedia('(max-width: 600px)') : null;
+function useNarrow() {
+  const [narrow, setNarrow] = useState(() => !!(NARROW && NARROW.matches));
+  useEffect(() => {
+    if (!NARROW) return undefined;
+    const changed = () => setNarrow(NARROW.matches);
+    NARROW.addEventListener('change', changed);
+    changed();
+    return () => NARROW.removeEventListener('change', changed);
+  }, []);
+  return narrow;
+}
 
 function agentLabel(agent) {
   if (!agent) return '';
@@ -80,28 +96,31 @@ function layout(steps, down, depth = 0) {
     const inner = isContainer(s) && depth < 3 ? innerOf(s) : [];
     if (inner.length) {
       const lay = layout(inner, down, depth + 1);
-      sized.set(s.id, { w: Math.max(BOX_W, lay.width + 2 * PAD), h: HEADER + lay.height + PAD, inner: lay });
-    } else sized.set(s.id, { w: BOX_W, h: BOX_H, inner: null });
+      sized.set(s.id, { w: Math.max(down ? NARROW_W : BOX_W, lay.width + 2 * PAD), h: HEADER + lay.height + PAD, inner: lay });
+    } else sized.set(s.id, { w: down ? NARROW_W : BOX_W, h: BOX_H, inner: null });
   }
   const at = new Map();
-  const cols = columns.map((c) => c || []);
+  // Top to bottom, every step has its own row (in the order of their stages): side by side,
+  // two boxes would not fit a phone without shrinking the text.
+  const cols = down ? columns.flatMap((c) => (c || []).map((s) => [s])) : columns.map((c) => c || []);
+  const gap = down ? NARROW_GAP : GAP_X;
   // Across the flow: each column's width (left to right) or each row's height (top to bottom).
   const across = cols.map((col) => Math.max(0, ...col.map((s) => (down ? sized.get(s.id).h : sized.get(s.id).w))));
   const margin = depth ? 0 : LEFT;
   let flow = down ? margin / 2 : margin;
   let extent = 0;
   cols.forEach((col, c) => {
-    let along = depth ? 0 : 10;
+    let along = down ? (depth ? 16 : 30) : (depth ? 0 : 10);  // top to bottom: room left for arrows past a row
     for (const s of col) {
       const size = sized.get(s.id);
       at.set(s.id, { ...size, s, x: down ? along : flow, y: down ? flow : along });
       along += (down ? size.w : size.h) + GAP_Y;
     }
     extent = Math.max(extent, along - GAP_Y);
-    flow += across[c] + GAP_X;
+    flow += across[c] + gap;
   });
-  flow -= GAP_X;
-  const width = down ? extent + (depth ? 0 : 60) : flow + (depth ? 0 : 10);
+  flow -= gap;
+  const width = down ? extent + (depth ? 0 : 46) : flow + (depth ? 0 : 10);
   const height = down ? flow + (depth ? 0 : 10) : extent + (depth ? 0 : 10);
   return { width, height, at, valid };
 }
@@ -118,9 +137,12 @@ function edgesOf(lay, down, flagged) {
       if (down) {
         const [x1, y1, x2, y2] = [from.x + from.w / 2, from.y + from.h, to.x + to.w / 2, to.y];
         const back = y2 <= y1;  // a cycle's edge goes upwards: bend it right of the boxes
+        const skips = y2 > y1 + NARROW_GAP + 1;  // past rows between them: bend it left of the boxes
         d = back
           ? `M${from.x + from.w},${from.y + from.h / 2} C${from.x + from.w + 45},${from.y + from.h / 2} ${to.x + to.w + 45},${to.y + to.h / 2} ${to.x + to.w},${to.y + to.h / 2}`
-          : `M${x1},${y1} C${x1},${(y1 + y2) / 2} ${x2},${(y1 + y2) / 2} ${x2},${y2}`;
+          : skips
+            ? `M${from.x},${from.y + from.h / 2} C${from.x - 24},${from.y + from.h / 2} ${to.x - 24},${to.y + to.h / 2} ${to.x},${to.y + to.h / 2}`
+            : `M${x1},${y1} C${x1},${(y1 + y2) / 2} ${x2},${(y1 + y2) / 2} ${x2},${y2}`;
       } else {
         const [x1, y1, x2, y2] = [from.x + from.w, from.y + from.h / 2, to.x, to.y + to.h / 2];
         const back = x2 <= x1;  // a cycle's edge goes backwards: bend it below the boxes
@@ -168,7 +190,7 @@ function drawn(lay, down, { statuses, flagged, names }) {
  * status}; `flagged`: ids with a problem. A step with `when` has dashed arrows and an "if"
  * mark; a foreach or loop is a box holding its inner steps. */
 export function StepGraph({ steps, statuses = {}, flagged = new Set(), names = {} }) {
-  const down = narrow();
+  const down = useNarrow();
   const lay = layout(steps, down);
   if (!lay.valid.length) return null;
   const { below } = edgesOf(lay, down, flagged);

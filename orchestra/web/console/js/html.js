@@ -4,4 +4,4 @@ import htm from '../vendor/htm.module.js';
 
 export const html = htm.bind(h);
 export { render };
-export { useState, useEffect, useRef, useMemo, useCallback, useReducer } from '../vendor/hooks.module.js';
+export { useState, useEffect, useLayoutEffect, useRef, useMemo, useCallback, useReducer } from '../vendor/hooks.module.js';

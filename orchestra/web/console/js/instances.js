@@ -40,10 +40,33 @@ export function childrenOf(paths) {
 }
 
 
-function label(path) {
+/** A short text of an item's value: a string as it is; of an object, its name, title,
+ * topic, label or id, else its first text field; else compact JSON; cut at 40 characters. */
+export function shortText(value) {
+  let text;
+  if (value === null || value === undefined) return '';
+  if (typeof value === 'string') text = value;
+  else if (typeof value !== 'object' || Array.isArray(value)) text = JSON.stringify(value);
+  else {
+    const named = ['name', 'title', 'topic', 'label', 'id'].find((k) => ['string', 'number'].includes(typeof value[k]));
+    const first = Object.values(value).find((v) => typeof v === 'string' && v.trim());
+    text = named ? String(value[named]) : first !== undefined ? first : JSON.stringify(value);
+  }
+  text = text.replace(/\s+/g, ' ').trim();
+  return text.length > 40 ? `${text.slice(0, 39)}…` : text;
+}
+
+/** An instance's name: an item by a short text of its value (`view.itemValue`), its index
+ * beside it (the index alone when the value is not known); an iteration by its number. */
+function Label({ path, view }) {
   const tail = TAIL.exec(path);
-  if (!tail) return path.slice(path.lastIndexOf('.') + 1);
-  return tail[2] !== undefined ? `item ${tail[2]}` : `iteration ${tail[3]}`;
+  if (!tail) return html`<span class="instance-name">${path.slice(path.lastIndexOf('.') + 1)}</span>`;
+  if (tail[2] === undefined) return html`<span class="instance-name">iteration ${tail[3]}</span>`;
+  const known = view.itemValue ? view.itemValue(tail[1], Number(tail[2])) : undefined;
+  const text = known === undefined ? '' : shortText(known);
+  return text
+    ? html`<span class="instance-name" title=${`item ${tail[2]}`}>${text}</span> <small class="instance-index">#${tail[2]}</small>`
+    : html`<span class="instance-name">item ${tail[2]}</span>`;
 }
 
 function countByStatus(paths, steps) {
@@ -62,7 +85,7 @@ function InstanceRow({ path, view }) {
   const kids = view.children.get(path) || [];
   const text = step.text || (step.output !== null && step.output !== undefined ? shown(step.output) : '');
   return html`<li class=${`instance status-${step.status}`} data-path=${path}>
-    <div class="instance-line"><span class="instance-name">${label(path)}</span> <${StatusBadge} status=${step.status} />
+    <div class="instance-line"><${Label} path=${path} view=${view} /> <${StatusBadge} status=${step.status} />
       ${step.attempt > 1 && html`<small> attempt ${step.attempt}</small>`}
       ${step.skipped && html`<small> (${step.skipped})</small>`}</div>
     ${text && html`<pre class=${step.text && step.status === 'running' ? 'stream' : 'output'}>${text}</pre>`}
@@ -76,7 +99,7 @@ function InstanceRow({ path, view }) {
 
 /** The items or iterations of the container at `path`: counts by status (each a filter),
  * collapsed when large, a page of PAGE_SIZE at a time. `view` is {steps, children,
- * renderQuestions(path)}. */
+ * renderQuestions(path), itemValue(container path, index)}. */
 export function InstanceGroup({ path, view }) {
   const all = view.children.get(path) || [];
   const [open, setOpen] = useState(null);  // null: by size

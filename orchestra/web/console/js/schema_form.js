@@ -65,16 +65,23 @@ export function draftValue(schema, draft, prefix) {
   return value;
 }
 
+/** JSON on one line with a space after each `:` and `,` (places a line may break, so a
+ * phone never cuts `"maxItems"` in two), cut at `most` characters. */
+function spaced(value, most) {
+  const text = JSON.stringify(value, null, 1).replace(/\n\s*/g, ' ').replace(/([[{]) /g, '$1').replace(/ ([\]}])/g, '$1');
+  return text.length > most ? `${text.slice(0, most - 1)}…` : text;
+}
+
 /** The fields of `schema` for `draft`; `problems` is {field: problem} with fields under `prefix`. */
 export function SchemaFields({ schema, draft, onDraft, problems = {}, prefix, label }) {
   const groupId = useId('schema');
   const whole = problems[prefix];
   if (draft.kind !== 'form') {
     const inner = Object.entries(problems).filter(([f]) => f.startsWith(`${prefix}.`)).map(([f, p]) => `${f.slice(prefix.length + 1)}: ${p}`);
-    return html`<${TextArea} label=${draft.kind === 'json' ? `${label} (JSON)` : label} value=${draft.text} rows="4"
+    return html`<${TextArea} label=${draft.kind === 'json' ? `${label} (JSON)` : label} value=${draft.text} rows="3" fit
         class=${draft.kind === 'json' ? 'code' : ''} spellcheck=${draft.kind === 'json' ? 'false' : undefined}
         onInput=${(text) => onDraft({ ...draft, text })} problem=${[whole, ...inner].filter(Boolean).join(' ')}
-        hint=${draft.kind === 'json' && schema ? html`as JSON of the schema <code>${JSON.stringify(schema).slice(0, 160)}</code>` : ''} />`;
+        hint=${draft.kind === 'json' && schema ? html`as JSON of the schema <code>${spaced(schema, 160)}</code>` : ''} />`;
   }
   const required = new Set(schema.required || []);
   const set = (name) => (raw) => onDraft({ ...draft, fields: { ...draft.fields, [name]: raw } });

@@ -52,30 +52,35 @@ export function usesAgent(step) {
   return step.shape !== 'loop' && !(step.shape === 'foreach' && (step.extra || {}).steps !== undefined);
 }
 
-/** The step's language fields as the API takes them (on top of `extra`). */
-export function policyApi(step) {
+/** The step's language fields as the API takes them (on top of `extra`); `inner`: the
+ * container's inner steps as the API takes them, when they are edited as steps (else
+ * their JSON text is sent). */
+export function policyApi(step, inner) {
   const out = { ...(step.extra || {}) };
   if (step.schemaText && step.schemaText.trim()) out.output_schema = parsed(step.schemaText);
   if (step.defaultText !== undefined && step.defaultText !== '') {
     out.default = out.output_schema !== undefined ? parsed(step.defaultText) : step.defaultText;
   }
-  if (step.shape === 'loop') out.loop = { ...(out.loop || {}), steps: parsed(step.innerText || '[]') };
-  else if (step.shape === 'foreach' && out.steps !== undefined) out.steps = parsed(step.innerText || '[]');
+  const steps = () => (inner !== undefined ? inner : parsed(step.innerText || '[]'));
+  if (step.shape === 'loop') out.loop = { ...(out.loop || {}), steps: steps() };
+  else if (step.shape === 'foreach' && out.steps !== undefined) out.steps = steps();
   return out;
 }
 
-/** JSON that cannot be read, found before sending; shaped like the API's 422 detail. */
-export function unreadableJson(steps) {
-  const detail = [];
+/** Where a container's inner steps are, as the API names the field. */
+export const innerField = (step) => (step.shape === 'loop' ? 'loop.steps' : 'steps');
+
+/** JSON that cannot be read, found before sending (inner steps too); shaped like the API's 422 detail. */
+export function unreadableJson(steps, prefix = 'steps', detail = []) {
   steps.forEach((s, i) => {
     const check = (text, field) => {
       if (!text || !text.trim()) return;
-      try { JSON.parse(text); } catch (err) { detail.push({ field: `steps.${i}.${field}`, problem: `not JSON: ${err.message}` }); }
+      try { JSON.parse(text); } catch (err) { detail.push({ field: `${prefix}.${i}.${field}`, problem: `not JSON: ${err.message}` }); }
     };
     check(s.schemaText, 'output_schema');
     if (s.defaultText && s.schemaText && s.schemaText.trim()) check(s.defaultText, 'default');
-    if (s.shape === 'loop') check(s.innerText, 'loop.steps');
-    else if (s.shape === 'foreach' && (s.extra || {}).steps !== undefined) check(s.innerText, 'steps');
+    if (!usesAgent(s) && s.inner) unreadableJson(s.inner, `${prefix}.${i}.${innerField(s)}`, detail);
+    else if (!usesAgent(s)) check(s.innerText, innerField(s));
   });
   return detail.length ? { status: 422, detail, message: 'Some JSON in the steps cannot be read; see the fields marked.' } : null;
 }
@@ -99,10 +104,10 @@ export function StepPolicies({ step, onChange, problems }) {
   const human = step.kind === 'human' && usesAgent(step);
   return html`<details class="policies" open=${open}>
     <summary>Conditions and policies</summary>
-    <${TextField} label="Run only when" value=${extra.when || ''} onInput=${(v) => setExtra('when', v)}
-                  problem=${problemsAt(problems, 'when')} class="code" spellcheck="false"
-                  hint="a CEL condition, e.g. steps.review.output.approved; false skips the step" />
     <div class="grid">
+      <div class="wide"><${TextField} label="Run only when" value=${extra.when || ''} onInput=${(v) => setExtra('when', v)}
+                  problem=${problemsAt(problems, 'when')} class="code" spellcheck="false"
+                  hint="a CEL condition, e.g. steps.review.output.approved; false skips the step" /></div>
       <${TextField} label="Timeout (seconds)" ...${NUMBER} min="1" max="86400" value=${extra.timeout_seconds ?? ''}
                     onInput=${(v) => setExtra('timeout_seconds', numberOr(v))} problem=${problemsAt(problems, 'timeout_seconds')}
                     hint="1–86,400; a human step's wait" />
@@ -112,28 +117,37 @@ export function StepPolicies({ step, onChange, problems }) {
       <${TextField} label="Backoff (seconds)" ...${NUMBER} min="0" max="3600" value=${retry.backoff_seconds ?? ''}
                     onInput=${(v) => setRetry('backoff_seconds', v)} problem=${problemsAt(problems, 'retry.backoff_seconds')}
                     hint="0–3,600, doubled per attempt" />
-      <${Select} label="On error" value=${extra.on_error || ''} onChange=${(v) => setExtra('on_error', v)}
+      <${Select} label="On error" value=${extra.on_error || 'fail'} onChange=${(v) => setExtra('on_error', v === 'fail' ? undefined : v)}
                  problem=${problemsAt(problems, 'on_error')}
-                 options=${[['', 'fail the run (default)'], ['continue', 'continue (output null)']]} />
-    </div>
-    <${TextArea} label="Output schema (JSON Schema)" value=${step.schemaText || ''} rows="4" class="code" spellcheck="false"
+                 options=${[['fail', 'fail the run (default)'], ['continue', 'continue (output null)']]} />
+      <div class="wide"><${TextArea} label="Output schema (JSON Schema)" value=${step.schemaText || ''} rows="1" fit class="code" spellcheck="false"
                  onInput=${(v) => onChange({ ...step, schemaText: v })} problem=${problemsAt(problems, 'output_schema')}
-                 hint=${human ? 'the reply is then a form of these fields' : 'the output is then JSON of this shape'} />
-    ${human && html`<${TextField} label="Default reply" value=${step.defaultText || ''} onInput=${(v) => onChange({ ...step, defaultText: v })}
+                 hint=${human ? 'the reply is then a form of these fields' : 'the output is then JSON of this shape'} /></div>
+      ${human && html`<div class="wide"><${TextField} label="Default reply" value=${step.defaultText || ''} onInput=${(v) => onChange({ ...step, defaultText: v })}
         problem=${problemsAt(problems, 'default')} hint=${step.schemaText ? 'JSON of the output schema, used when the timeout passes'
-          : 'used when the timeout passes without a reply'} />`}
+          : 'used when the timeout passes without a reply'} /></div>`}
+    </div>
   </details>`;
 }
 
-/** The step's shape: one call, a foreach or a loop; and the container's own controls. */
-export function ContainerControls({ step, onChange, problems }) {
+/** The step's shape: once (one call), a foreach or a loop. */
+export function ShapeSelect({ step, onChange, problems, newInner }) {
   const extra = step.extra || {};
   const setShape = (shape) => {
     const rest = without(extra, 'foreach', 'loop', 'steps', 'output');
     if (shape === 'foreach') onChange({ ...step, shape, extra: { ...rest, foreach: { items: 'input' } } });
-    else if (shape === 'loop') onChange({ ...step, shape, innerText: step.innerText || '[]', extra: { ...rest, loop: { until: 'false', max_iterations: 3 } } });
+    else if (shape === 'loop') onChange({ ...step, shape, innerText: step.innerText || '[]', inner: step.inner || [newInner([], 'loop')],
+      extra: { ...rest, loop: { until: 'false', max_iterations: 3 } } });
     else onChange({ ...step, shape, extra: rest });
   };
+  return html`<${Select} label="Runs" value=${step.shape} onChange=${setShape} problem=${problemsAt(problems, '=foreach', '=loop')}
+               options=${[['step', 'once'], ['foreach', 'for each item (foreach)'], ['loop', 'in a loop (loop)']]}
+               hint=${step.shape === 'foreach' ? 'once per item of a list' : step.shape === 'loop' ? 'again until a condition holds' : ''} />`;
+}
+
+/** A container's own controls (a foreach's or a loop's), and its inner steps. */
+export function ContainerControls({ step, onChange, problems, newInner, innerEditor }) {
+  const extra = step.extra || {};
   const setIn = (key, field, value) => {
     const inner = { ...(extra[key] || {}), [field]: value };
     if (value === undefined || value === '') delete inner[field];
@@ -141,25 +155,25 @@ export function ContainerControls({ step, onChange, problems }) {
   };
   const perItem = extra.steps !== undefined ? 'steps' : 'agent';
   const setPerItem = (mode) => onChange(mode === 'steps'
-    ? { ...step, innerText: step.innerText || '[]', extra: { ...extra, steps: [] } }
+    ? { ...step, innerText: step.innerText || '[]', inner: step.inner || [newInner([], 'foreach')], extra: { ...extra, steps: [] } }
     : { ...step, extra: without(extra, 'steps', 'output') });
   const setOutput = (value) => onChange({ ...step, extra: value ? { ...extra, output: value } : without(extra, 'output') });
   const fe = extra.foreach || {};
   const lp = extra.loop || {};
+  if (step.shape !== 'foreach' && step.shape !== 'loop') return null;
   return html`<div class="container-controls">
-    <${Select} label="Runs" value=${step.shape} onChange=${setShape} problem=${problemsAt(problems, '=foreach', '=loop')}
-               options=${[['step', 'once'], ['foreach', 'for each item of a list (foreach)'], ['loop', 'in a loop until a condition (loop)']]} />
     ${step.shape === 'foreach' && html`<div class="grid">
       <${TextField} label="Items" value=${fe.items || ''} onInput=${(v) => setIn('foreach', 'items', v)} class="code" spellcheck="false"
                     problem=${problemsAt(problems, 'foreach.items')} hint="a CEL list, e.g. input.topics; each is {{item}}, {{index}}" />
       <${TextField} label="At once" ...${NUMBER} min="1" max="64" value=${fe.max_concurrency ?? ''}
                     onInput=${(v) => setIn('foreach', 'max_concurrency', numberOr(v))} problem=${problemsAt(problems, 'foreach.max_concurrency')}
                     hint="max_concurrency, 1–64 (4)" />
-      <${Select} label="When an item fails" value=${fe.on_error || ''} onChange=${(v) => setIn('foreach', 'on_error', v)}
+      <${Select} label="When an item fails" value=${fe.on_error || 'fail'} onChange=${(v) => setIn('foreach', 'on_error', v === 'fail' ? undefined : v)}
                  problem=${problemsAt(problems, 'foreach.on_error')}
-                 options=${[['', 'fail the step (default)'], ['continue', 'continue (its result null)']]} />
+                 options=${[['fail', 'fail the step (default)'], ['continue', 'continue (its result null)']]} />
       <${Select} label="Per item" value=${perItem} onChange=${setPerItem}
-                 options=${[['agent', 'one agent or human step'], ['steps', 'a small workflow (JSON)']]} />
+                 options=${[['agent', 'one step'], ['steps', 'several steps']]}
+                 hint=${perItem === 'steps' ? 'a small workflow, below' : 'an agent or a human, below'} />
     </div>`}
     ${step.shape === 'loop' && html`<div class="grid">
       <${TextField} label="Until" value=${lp.until || ''} onInput=${(v) => setIn('loop', 'until', v)} class="code" spellcheck="false"
@@ -170,8 +184,9 @@ export function ContainerControls({ step, onChange, problems }) {
       <${TextField} label="Loop output" value=${lp.output || ''} onInput=${(v) => setIn('loop', 'output', v)} class="code" spellcheck="false"
                     problem=${problemsAt(problems, 'loop.output')} hint="a CEL expression; default: the last inner step's output" />
     </div>`}
-    ${(step.shape === 'loop' || (step.shape === 'foreach' && perItem === 'steps')) && html`
-      <${TextArea} label=${step.shape === 'loop' ? 'Steps of each iteration (JSON)' : 'Steps of each item (JSON)'} rows="6" class="code"
+    ${step.inner && !usesAgent(step) && innerEditor}
+    ${!step.inner && !usesAgent(step) && html`
+      <${TextArea} label=${step.shape === 'loop' ? 'Steps of each iteration (JSON)' : 'Steps of each item (JSON)'} rows="3" fit class="code"
                    spellcheck="false" value=${step.innerText || ''} onInput=${(v) => onChange({ ...step, innerText: v })}
                    problem=${problemsAt(problems, step.shape === 'loop' ? 'loop.steps' : 'steps')}
                    hint='a list of steps: [{"id": "draft", "agent": {"worker": "…"}, "prompt": "…", "depends_on": []}]' />`}

@@ -23,18 +23,18 @@ export function TemplateSettings({ rest, setRest, schemaText, setSchemaText, pro
   const open = useStaysOpen(!!(schemaText || rest.limits || rest.output) || SETTINGS_FIELDS.some((f) => problemsAt(problems, f)));
   return html`<details class="template-settings" open=${open}>
     <summary>Input, limits and output</summary>
-    <${TextArea} label="Input schema (JSON Schema)" value=${schemaText} onInput=${setSchemaText} rows="4" class="code"
+    <${TextArea} label="Input schema (JSON Schema)" value=${schemaText} onInput=${setSchemaText} rows="1" fit class="code"
                  spellcheck="false" problem=${problemsAt(problems, 'input_schema')}
                  hint="with one, a run's input is JSON of this shape (a form when it is an object of simple fields); without, text" />
     <div class="grid">
-      <${TextField} label="Deadline (seconds)" type="number" min="1" value=${limits.deadline_seconds ?? ''}
+      <${TextField} label="Deadline (seconds)" type="number" inputmode="numeric" min="1" value=${limits.deadline_seconds ?? ''}
                     onInput=${(v) => setLimit('deadline_seconds', v)} problem=${problemsAt(problems, 'limits.deadline_seconds', '=limits')}
                     hint="limits: the run fails past it, waits included" />
-      <${TextField} label="Max steps" type="number" min="1" value=${limits.max_steps ?? ''}
+      <${TextField} label="Max steps" type="number" inputmode="numeric" min="1" value=${limits.max_steps ?? ''}
                     onInput=${(v) => setLimit('max_steps', v)} problem=${problemsAt(problems, 'limits.max_steps')}
                     hint="step executions in all: attempts, items and iterations count" />
     </div>
-    <${TextField} label="Run output" value=${rest.output || ''} onInput=${setOutput} class="code" spellcheck="false"
+    <${TextArea} label="Run output" value=${rest.output || ''} onInput=${setOutput} rows="1" fit class="code" spellcheck="false"
                   problem=${problemsAt(problems, 'output')} hint="a CEL expression, e.g. steps.publish.output; default: the last step's output" />
   </details>`;
 }

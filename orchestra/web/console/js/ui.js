@@ -1,5 +1,5 @@
 // Small shared pieces: labelled fields, the error banner, loading lists, times.
-import { html, useState, useEffect, useCallback, useRef } from './html.js';
+import { html, useState, useEffect, useLayoutEffect, useCallback, useRef } from './html.js';
 
 let nextId = 0;
 /** A stable id for label/input pairs. */
@@ -28,12 +28,39 @@ export function TextField({ label, value, onInput, problem, type = 'text', hint,
   <//>`;
 }
 
-export function TextArea({ label, value, onInput, problem, rows = 3, hint, ...rest }) {
+/** A text area; with `fit` it is sized to its text: `rows` lines at least (one, for a box
+ * that is mostly empty), up to `maxRows`, then it scrolls. */
+export function TextArea({ label, value, onInput, problem, rows = 3, hint, fit = false, maxRows = 24, class: cls, ...rest }) {
   const id = useId('f');
+  const ref = useRef(null);
+  useLayoutEffect(() => { if (fit && ref.current) fitToText(ref.current); });
   return html`<${Field} label=${label} problem=${problem} hint=${hint} id=${id}>
-    ${(a) => html`<textarea ...${a} ...${rest} rows=${rows} value=${value ?? ''}
-                            onInput=${(e) => onInput(e.target.value)}></textarea>`}
+    ${(a) => html`<textarea ...${a} ...${rest} ref=${ref} class=${[cls, fit ? 'fit' : ''].filter(Boolean).join(' ') || undefined}
+                            rows=${rows} data-max-rows=${fit ? maxRows : undefined} value=${value ?? ''}
+                            onInput=${(e) => { if (fit) fitToText(e.target); onInput(e.target.value); }}></textarea>`}
   <//>`;
+}
+
+/** Size a `fit` text area to its text (its `rows` the least, `data-max-rows` the most).
+ * A hidden one (in a closed <details>) is sized when it is shown. */
+export function fitToText(area) {
+  if (!area.isConnected || !area.getClientRects().length) return;
+  const style = getComputedStyle(area);
+  const edges = parseFloat(style.borderTopWidth) + parseFloat(style.borderBottomWidth);
+  const padding = parseFloat(style.paddingTop) + parseFloat(style.paddingBottom);
+  const line = parseFloat(style.lineHeight) || parseFloat(style.fontSize) * 1.5;
+  const most = line * Number(area.dataset.maxRows || 24) + padding;
+  area.style.height = 'auto';  // the height of `rows` lines, so scrollHeight is the text's
+  const wanted = area.scrollHeight;
+  area.style.height = `${Math.min(wanted, most) + edges}px`;
+  area.style.overflowY = wanted > most ? 'auto' : 'hidden';
+}
+
+const fitAll = (root) => root.querySelectorAll && root.querySelectorAll('textarea.fit').forEach(fitToText);
+if (typeof document !== 'undefined') {
+  // A <details> opened, or a window resized (lines wrap differently): size again.
+  document.addEventListener('toggle', (e) => fitAll(e.target), true);
+  addEventListener('resize', () => fitAll(document));
 }
 
 export function Select({ label, value, onChange, options, problem, hint, ...rest }) {

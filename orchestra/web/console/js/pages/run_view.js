@@ -11,6 +11,38 @@ import { SchemaFields, emptyDraft, draftValue } from '../schema_form.js';
 
 const LOG_SHOWN = 400;
 
+/** The step definition a path's last segment names (`research[2].facts` → `facts`),
+ * searched in the template's steps and their inner steps. */
+function definitionOf(steps, path) {
+  const id = path.replace(/(\[\d+\]|#\d+)$/, '').split('.').pop();
+  const walk = (list) => {
+    for (const s of Array.isArray(list) ? list : []) {
+      if (!s || typeof s !== 'object') continue;
+      if (s.id === id) return s;
+      const inner = walk(s.steps) || walk(s.loop && s.loop.steps);
+      if (inner) return inner;
+    }
+    return null;
+  };
+  return walk(steps);
+}
+
+/** A foreach's items, when its `items` expression is a plain path the page can follow
+ * itself: `input…`, `steps.<id>.output…` (a step of the same scope), or a JSON list;
+ * undefined otherwise (the items are then named by their index). */
+function itemsOf(template, state, path) {
+  const def = template && definitionOf(template.steps, path);
+  const expression = def && def.foreach && typeof def.foreach.items === 'string' ? def.foreach.items.trim() : '';
+  if (!expression) return undefined;
+  try { const list = JSON.parse(expression); return Array.isArray(list) ? list : undefined; } catch { /* an expression */ }
+  const plain = /^(input|steps\.([A-Za-z0-9_-]+)\.output)((?:\.[A-Za-z_][A-Za-z0-9_]*)*)$/.exec(expression);
+  if (!plain) return undefined;
+  const scope = path.includes('.') ? path.slice(0, path.lastIndexOf('.') + 1) : '';
+  let value = plain[2] ? (state.steps[scope + plain[2]] || {}).output : state.input;
+  for (const key of plain[3].split('.').slice(1)) value = value && typeof value === 'object' ? value[key] : undefined;
+  return Array.isArray(value) ? value : undefined;
+}
+
 function freshStep(id, extra = {}) {
   return { id, status: 'pending', text: '', tools: [], depends_on: [], agent: null, prompt: '',
     output: null, error: null, usage: null, answer: null, attempt: 0, ...extra };
@@ -39,17 +71,21 @@ function apply(state, { kind, data, seq }) {
   switch (kind) {
     case 'run_started':
       return { ...state, status: 'running', startedTs: state.startedTs || data.ts };
-    case 'run_resumed':  // questions of the restarted steps died with the old process
-      return { ...state, status: 'running',
-        questions: state.questions.filter((q) => !(data.restarted_steps || []).some((r) => r === q.step_id || r === q.path)),
+    case 'run_resumed': {  // questions of the restarted steps died with the old process; the others stay open
+      const questions = state.questions.filter((q) => !(data.restarted_steps || []).some((r) => r === q.step_id || r === q.path));
+      return { ...state, status: questions.length ? 'waiting_reply' : 'running', questions,
         notices: [...state.notices,
         `The run was taken over after its server stopped (attempt ${data.attempt}); ${(data.restarted_steps || []).length
-          ? `started again: ${data.restarted_steps.join(', ')}.` : 'no step had to start again.'}`] };
-    case 'step_started':  // also after a resume: the step runs again, so its text starts again
-      return withStep({ ...state, status: 'running', questions: state.questions.filter((q) => q.path !== id) }, id, (s) => ({ status: 'running', text: '', tools: [], output: null,
+          ? `started again: ${data.restarted_steps.join(', ')}.` : 'no step had to start again.'}${
+          questions.length ? ` Still waiting for a reply to ${questions.map((q) => q.path || q.step_id).join(', ')}.` : ''}`] };
+    }
+    case 'step_started': {  // also after a resume: the step runs again, so its text starts again
+      const questions = state.questions.filter((q) => q.path !== id);  // another step's open question keeps the run waiting
+      return withStep({ ...state, status: questions.length ? 'waiting_reply' : 'running', questions }, id, (s) => ({ status: 'running', text: '', tools: [], output: null,
         error: null, usage: null, prompt: data.prompt, agent: data.agent || s.agent, attempt: Math.max(s.attempt + 1, data.attempt || 0),
         container: data.items !== undefined ? 'foreach' : data.max_iterations !== undefined ? 'loop' : s.container,
         retrying: null, skipped: null }));
+    }
     case 'token':
       return withStep(state, id, (s) => ({ text: s.text + data.text }));
     case 'tool_call':
@@ -160,7 +196,7 @@ function ReplyBox({ traceId, question }) {
     ${question.schema
       ? html`<${SchemaFields} schema=${question.schema} draft=${draft} onDraft=${setDraft} prefix="content"
                               label="Your reply" problems=${problemsByField(error)} />`
-      : html`<${TextArea} label="Your reply" value=${draft.text} onInput=${(text) => setDraft({ ...draft, text })} rows="2" autofocus />`}
+      : html`<${TextArea} label="Your reply" value=${draft.text} onInput=${(text) => setDraft({ ...draft, text })} rows="2" fit autofocus />`}
     <${ErrorBox} error=${error} />
     <button type="submit" class="primary" disabled=${busy || empty}>Send reply</button>
   </form>`;
@@ -176,14 +212,14 @@ function StepCard({ step, traceId, questions, view }) {
       ${step.usage && html`<small class="usage">${step.usage.prompt_tokens} in · ${step.usage.completion_tokens} out tokens</small>`}
     </header>
     ${step.prompt && html`<details><summary>Prompt</summary><pre>${step.prompt}</pre></details>`}
-    ${step.skipped && html`<p class="notice">Skipped: ${step.skipped}.</p>`}
-    ${step.retrying && step.status === 'running' && html`<p class="notice retrying">${step.retrying}</p>`}
+    ${step.skipped && html`<p class="note">Skipped: ${step.skipped}.</p>`}
+    ${step.retrying && step.status === 'running' && html`<p class="note warn retrying">${step.retrying}</p>`}
     <${ToolCalls} tools=${step.tools} />
     ${step.text && html`<pre class="stream" aria-live="polite">${step.text}</pre>`}
     ${human && step.answer !== null && html`<p class="answer"><strong>${step.timedOut ? 'No reply in time; the default:' : 'Answer:'}</strong> <span class="text">${shown(step.answer)}</span></p>`}
     ${!human && step.answer !== null && html`<p class="answer"><strong>You answered:</strong> <span class="text">${shown(step.answer)}</span></p>`}
     ${container && html`<${InstanceGroup} path=${step.id} view=${view} />`}
-    ${step.exhausted && html`<p class="notice">Stopped after ${step.iterations} iterations (max_iterations).</p>`}
+    ${step.exhausted && html`<p class="note">Stopped after ${step.iterations} iterations (max_iterations).</p>`}
     ${step.output !== null && !step.text && !human && (container
       ? html`<details class="container-output"><summary>Output</summary><pre class="output">${shown(step.output)}</pre></details>`
       : html`<pre class="output">${shown(step.output)}</pre>`)}
@@ -199,6 +235,9 @@ const CONNECTION_TEXT = {
 
 function Run({ run, traceId }) {
   const [state, dispatch] = useReducer(reducer, run, initialState);
+  // The template, to name a foreach's items by their value (best effort: it may be gone).
+  const [template] = useLoad(() => api('GET', `/workflow/template/${encodeURIComponent(run.template_id)}`)
+    .then((answer) => answer.template, () => null), [run.template_id]);
   const [connection, setConnection] = useState({ state: 'connecting' });
   const [actionError, setActionError] = useState(null);
   useEffect(() => followRun(traceId, {
@@ -213,6 +252,7 @@ function Run({ run, traceId }) {
   const children = useMemo(() => childrenOf(Object.keys(state.steps)), [state.steps]);
   const open = ended ? [] : state.questions;
   const view = { steps: state.steps, children,
+    itemValue: (container, index) => { const items = itemsOf(template, state, container); return items ? items[index] : undefined; },
     renderQuestions: (path) => open.filter((q) => q.path === path).map((q) => html`<${ReplyBox} key=${q.request_id} traceId=${traceId} question=${q} />`) };
   const usage = usageTotal(state.steps);
   return html`<section class="run" data-status=${state.status}>

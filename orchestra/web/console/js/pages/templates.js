@@ -4,7 +4,7 @@ import { html, useState, useMemo } from '../html.js';
 import { api, apiAll, isAdmin } from '../api.js';
 import { TextField, TextArea, Select, ErrorBox, Notice, useLoad, when, go, useId, ConfirmButton, setFlash, takeFlash, attempt } from '../ui.js';
 import { StepGraph, stages } from '../graph.js';
-import { StepPolicies, ContainerControls, policyDraft, policyApi, usesAgent, unreadableJson } from '../step_policies.js';
+import { StepPolicies, ContainerControls, ShapeSelect, policyDraft, policyApi, usesAgent, unreadableJson, innerField } from '../step_policies.js';
 import { TemplateSettings, SETTINGS_FIELDS } from '../template_settings.js';
 
 const NODES = ['planner', 'reviewer', 'summarizer'];
@@ -53,7 +53,11 @@ let nextUid = 0;
 function toEditable(step, uidOf) {
   const agent = step.agent || {};
   const kind = agent.human ? 'human' : agent.node ? 'node' : 'worker';
-  return { ...policyDraft(step), uid: uidOf(step.id), id: step.id || '', named: step.id || '', kind, worker: agent.worker || '', node: agent.node || 'planner',
+  const draft = policyDraft(step);
+  // A container's inner steps: edited with the same form, when they are a list of steps.
+  const list = draft.shape === 'loop' ? (step.loop || {}).steps : draft.shape === 'foreach' ? step.steps : undefined;
+  const inner = Array.isArray(list) && list.every((x) => x && typeof x === 'object' && !Array.isArray(x)) ? fromApi(list) : undefined;
+  return { ...draft, inner, uid: uidOf(step.id), id: step.id || '', named: step.id || '', kind, worker: agent.worker || '', node: agent.node || 'planner',
     prompt: step.prompt || '', after: (step.depends_on || []).map((d) => uidOf(d, true)) };
 }
 
@@ -74,7 +78,8 @@ function idOf(steps, ref) {
 function toApi(step, steps) {
   const agent = step.kind === 'human' ? { human: true } : step.kind === 'node' ? { node: step.node } : { worker: step.worker };
   const call = usesAgent(step) ? { agent, prompt: step.prompt } : {};  // a loop, or a foreach of a small workflow, has neither
-  return { id: step.id, ...call, ...policyApi(step), depends_on: step.after.map((r) => idOf(steps, r)) };
+  const inner = !usesAgent(step) && step.inner ? step.inner.map((s) => toApi(s, step.inner)) : undefined;
+  return { id: step.id, ...call, ...policyApi(step, inner), depends_on: step.after.map((r) => idOf(steps, r)) };
 }
 
 const escapeRe = (text) => text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
@@ -139,34 +144,70 @@ function Problems({ list }) {
   return list && list.length ? list.map((p) => html`<small class="problem">${p}</small>`) : null;
 }
 
-function StepEditor({ step, index, steps, workers, problems, onChange, onRemove, onMove }) {
+/** The inner steps of a container, edited with the same step form: their problems are
+ * the container's under `loop.steps.<n>` or `steps.<n>` (`steps.3.loop.steps.0.prompt`). */
+function InnerSteps({ step, workers, problems, onChange }) {
+  const list = step.inner;
+  const base = innerField(step);
+  const detail = [];
+  for (const [key, found] of Object.entries(problems)) {
+    if (key === base || key.startsWith(`${base}.`)) for (const problem of found) detail.push({ field: `steps${key.slice(base.length)}`, problem });
+  }
+  const { byStep, general } = placeProblems({ status: 422, detail }, list.map((s) => toApi(s, list)));
+  const set = (next) => onChange({ ...step, inner: next });
+  const change = (i) => (changed) => set(renamed(list.map((s, j) => (j === i ? changed : s)), changed.uid, changed.id));
+  const move = (i) => (delta) => {
+    const next = [...list];
+    [next[i], next[i + delta]] = [next[i + delta], next[i]];
+    set(next);
+  };
+  const whole = Object.values(general).flat();
+  return html`<fieldset class=${'inner-editor' + (detail.length ? ' invalid' : '')}>
+    <legend>${step.shape === 'loop' ? 'Steps of each iteration' : 'Steps of each item'}</legend>
+    <${Problems} list=${whole} />
+    ${list.map((s, i) => html`<${StepEditor} key=${s.uid} step=${s} index=${i} steps=${list} workers=${workers} inner
+        problems=${byStep[i] || {}} onChange=${change(i)} onMove=${move(i)} onRemove=${() => set(removed(list, i))} />`)}
+    <button type="button" onClick=${() => set([...list, blankStep(list, workers, step.shape)])}>Add an inner step</button>
+  </fieldset>`;
+}
+
+function StepEditor({ step, index, steps, workers, problems, onChange, onRemove, onMove, inner = false }) {
   const set = (key) => (value) => onChange({ ...step, [key]: value });
   const others = steps.filter((s, i) => i !== index && s.id);
   const first = (field) => (problems[field] || [])[0];
   const legend = useId('step');
   const unknown = step.after.filter((r) => typeof r === 'string' || !others.some((o) => o.uid === r));
   const toggle = (uid, on) => set('after')(on ? [...step.after, uid] : step.after.filter((r) => r !== uid));
+  const newInner = (list, shape) => blankStep(list, workers, shape);
   const workerOptions = workers.map((w) => [w.worker_id, w.name]);
-  if (!workers.some((w) => w.worker_id === step.worker)) workerOptions.unshift(['', workers.length ? 'choose a worker' : 'no workers yet']);
-  return html`<fieldset class=${'step' + (Object.keys(problems).length ? ' invalid' : '')} data-step-index=${index}
+  // A template may name its worker by id or by name: either picks the worker in the select.
+  const chosen = workers.find((w) => w.worker_id === step.worker) || workers.find((w) => w.name === step.worker);
+  if (!chosen) workerOptions.unshift(['', workers.length ? 'choose a worker' : 'no workers yet']);
+  return html`<fieldset class=${'step' + (inner ? ' inner' : '') + (Object.keys(problems).length ? ' invalid' : '')}
+                        data-step-index=${inner ? undefined : index} data-inner-index=${inner ? index : undefined}
                         aria-labelledby=${legend}>
-    <legend id=${legend}>Step ${index + 1}${step.id ? `: ${step.id}` : ''}</legend>
+    <legend><span id=${legend}>${inner ? 'Inner step' : 'Step'} ${index + 1}${step.id ? `: ${step.id}` : ''}</span>
+      <span class="step-actions">
+        <button type="button" onClick=${() => onMove(-1)} disabled=${index === 0} aria-label=${`Move step ${index + 1} up`}>↑</button>
+        <button type="button" onClick=${() => onMove(1)} disabled=${index === steps.length - 1} aria-label=${`Move step ${index + 1} down`}>↓</button>
+        <button type="button" onClick=${onRemove} disabled=${inner && steps.length === 1}>Remove step</button>
+      </span></legend>
     <${Problems} list=${problems.step} />
     <div class="grid">
       <${TextField} label="Step id" value=${step.id} onInput=${set('id')} problem=${first('id')} />
-    </div>
-    <${ContainerControls} step=${step} onChange=${onChange} problems=${problems} />
-    ${usesAgent(step) && html`<div class="grid">
-      <${Select} label="Agent" value=${step.kind} onChange=${set('kind')} problem=${first('agent')}
-                 options=${[['worker', 'a worker'], ['node', 'a system node'], ['human', 'a human (asks you)']]} />
-      ${step.kind === 'worker' && html`<${Select} label="Worker" value=${step.worker} onChange=${set('worker')}
+      <${ShapeSelect} step=${step} onChange=${onChange} problems=${problems} newInner=${newInner} />
+      ${usesAgent(step) && html`<${Select} label="Agent" value=${step.kind} onChange=${set('kind')} problem=${first('agent')}
+                 options=${[['worker', 'a worker'], ['node', 'a system node'], ['human', 'a human (asks you)']]} />`}
+      ${usesAgent(step) && step.kind === 'worker' && html`<${Select} label="Worker" value=${chosen ? chosen.worker_id : ''} onChange=${set('worker')}
           problem=${first('agent.worker')} options=${workerOptions}
           hint=${workers.length ? '' : html`<span class="no-workers">Create a worker first, on the <a href="#/workers">Workers</a> page (or let a human or a system node do this step).</span>`} />`}
-      ${step.kind === 'node' && html`<${Select} label="System node" value=${step.node} onChange=${set('node')}
+      ${usesAgent(step) && step.kind === 'node' && html`<${Select} label="System node" value=${step.node} onChange=${set('node')}
           problem=${first('agent.node')} options=${NODES.map((n) => [n, n])}
           hint=${`The ${step.node} ${NODE_TEXT[step.node] || ''}.`} />`}
     </div>
-    <${TextArea} label="Prompt" value=${step.prompt} onInput=${set('prompt')} problem=${(problems.prompt || []).join(' ')}
+    <${ContainerControls} step=${step} onChange=${onChange} problems=${problems} newInner=${newInner}
+        innerEditor=${step.inner && html`<${InnerSteps} step=${step} workers=${workers} problems=${problems} onChange=${onChange} />`} />
+    ${usesAgent(step) && html`<${TextArea} label="Prompt" value=${step.prompt} onInput=${set('prompt')} rows="2" fit problem=${(problems.prompt || []).join(' ')}
                  hint=${step.shape === 'foreach' ? 'Use {{item}}, {{index}}, {{input}} and {{ expressions }}.'
                    : 'Use {{input}}, {{steps.<id>.output}} of a step it depends on, and {{ expressions }}.'} />`}
     <fieldset class=${'depends' + (problems.depends_on ? ' invalid' : '')}>
@@ -180,11 +221,6 @@ function StepEditor({ step, index, steps, workers, problems, onChange, onRemove,
       <${Problems} list=${problems.depends_on} />
     </fieldset>
     <${StepPolicies} step=${step} onChange=${onChange} problems=${problems} />
-    <div class="row">
-      <button type="button" onClick=${() => onMove(-1)} disabled=${index === 0} aria-label=${`Move step ${index + 1} up`}>↑</button>
-      <button type="button" onClick=${() => onMove(1)} disabled=${index === steps.length - 1} aria-label=${`Move step ${index + 1} down`}>↓</button>
-      <button type="button" onClick=${onRemove}>Remove step</button>
-    </div>
   </fieldset>`;
 }
 
@@ -198,19 +234,21 @@ function removed(steps, index) {
 
 /** A new step: done by a worker (the first one; with none yet, the editor says to create
  * one first), after the last step, reading its output. */
-function blankStep(steps, workers) {
+function blankStep(steps, workers, container = '') {
   let n = steps.length + 1;
   while (steps.some((s) => s.id === `step${n}`)) n += 1;
   const last = steps[steps.length - 1];
-  return { uid: ++nextUid, id: `step${n}`, named: `step${n}`, kind: 'worker', worker: workers[0] ? workers[0].worker_id : '', node: 'planner',
-    prompt: last && last.id ? `{{steps.${last.id}.output}}` : '{{input}}', after: last ? [last.uid] : [] };
+  const first = container === 'foreach' ? '{{item}}' : container === 'loop' ? 'Iteration {{ loop.iteration }} of {{input}}' : '{{input}}';
+  return { ...policyDraft({}), uid: ++nextUid, id: `step${n}`, named: `step${n}`, kind: 'worker', worker: workers[0] ? workers[0].worker_id : '', node: 'planner',
+    prompt: last && last.id ? `{{steps.${last.id}.output}}` : first, after: last ? [last.uid] : [] };
 }
 
 /** Problems the API would answer with a 422, found before sending: a worker step
  * without a worker (the API's "unknown worker ''"). Shaped like the API's 422. */
-function missingWorkers(steps) {
-  const detail = steps.flatMap((s, i) => (s.kind === 'worker' && !s.worker && usesAgent(s)
-    ? [{ field: `steps.${i}.agent.worker`, problem: 'choose a worker (or another agent)' }] : []));
+function missingWorkers(steps, prefix = 'steps') {
+  const detail = steps.flatMap((s, i) => (usesAgent(s)
+    ? (s.kind === 'worker' && !s.worker ? [{ field: `${prefix}.${i}.agent.worker`, problem: 'choose a worker (or another agent)' }] : [])
+    : s.inner ? (missingWorkers(s.inner, `${prefix}.${i}.${innerField(s)}`) || { detail: [] }).detail : []));
   return detail.length ? { status: 422, detail, message: 'Choose a worker for every step done by a worker; none yet? Create one on the Workers page first.' } : null;
 }
 
