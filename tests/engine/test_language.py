@@ -96,7 +96,7 @@ def test_schemas_are_checked_and_values_validated_with_paths():
             "required": ["topics"]}
     assert schemas.check_schema(good) == []
     assert schemas.violations({"topics": ["a", "b", 3]}, good, root="input") == [
-        {"field": "input.topics.2", "problem": "3 is not of type 'string'"}
+        {"field": "input.topics.2", "problem": '3 is not of type "string"'}
     ]
     assert schemas.violations({}, good, root="input")[0]["field"] == "input"
     assert "remote $ref" in schemas.check_schema({"$ref": "https://example.com/s.json"})[0][1]
@@ -160,7 +160,7 @@ def test_human_default_rules():
     found = fields(check_template([human("h", default=True)]))
     assert ("steps.0.default", "needs timeout_seconds (it is the output after a timeout)") in found
     found = fields(check_template([human("h", timeout_seconds=5, output_schema=schema, default={"ok": 1})]))
-    assert ("steps.0.default.ok", "does not match output_schema: 1 is not of type 'boolean'") in found
+    assert ("steps.0.default.ok", 'does not match output_schema: 1 is not of type "boolean"') in found
     found = fields(check_template([human("h", timeout_seconds=5, default=3)]))
     assert ("steps.0.default", "must be a string (a reply) unless output_schema is set") in found
 
@@ -185,11 +185,11 @@ def test_structured_answers_are_parsed_and_validated():
     schema = {"type": "object", "required": ["ok"], "properties": {"ok": {"type": "boolean"}}}
     assert policies.read_structured('```json\n{"ok": true}\n```', schema) == ({"ok": True}, [])
     value, found = policies.read_structured('{"ok": "yes"}', schema)
-    assert found == [{"field": "output.ok", "problem": "'yes' is not of type 'boolean'"}]
+    assert found == [{"field": "output.ok", "problem": '"yes" is not of type "boolean"'}]
     _, found = policies.read_structured("sure!", schema)
     assert found[0]["field"] == "output" and "is not JSON" in found[0]["problem"]
-    assert "output.ok: 'yes' is not of type 'boolean'" in policies.repair_prompt(
-        [{"field": "output.ok", "problem": "'yes' is not of type 'boolean'"}], schema)
+    assert 'output.ok: "yes" is not of type "boolean"' in policies.repair_prompt(
+        [{"field": "output.ok", "problem": '"yes" is not of type "boolean"'}], schema)
 
 
 def test_retry_delays_double_within_the_jitter():

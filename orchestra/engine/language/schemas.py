@@ -1,30 +1,36 @@
 """JSON Schema (2020-12) in the workflow language: template `input_schema`, step
-`output_schema`, human replies (SPEC §7).
+`output_schema`, human replies (SPEC §7, §15).
 
 A schema is checked on save: a JSON object of at most 64 KiB, valid against the 2020-12
 meta-schema, with no remote `$ref` (only `#…` references inside the schema itself; the
-validator is given no retriever, so nothing is ever fetched). Values are validated with
-every violation reported at a path such as `input.topics.2`.
+validator's retriever refuses every URI, so nothing is ever fetched), and every regular
+expression in it (`pattern`, `patternProperties` keys, `propertyNames` patterns) one the
+Rust `regex` crate accepts. Values are validated with every violation reported at a path
+such as `input.topics.2`.
 
-Validation has a fast path: `jsonschema-rs` (Rust, the same 2020-12 rules) answers
-"valid?" in microseconds; only an invalid value goes through `jsonschema`, whose errors
-name each violation and its path. Both are built once per schema object and kept.
+Everything runs in `jsonschema-rs` (Rust) with `RegexOptions`: the `regex` crate matches
+in linear time and cannot backtrack, so a pattern such as `^(a+)+$` costs microseconds
+on any input. Python's `re` never runs a user's pattern — not for the answer, not for
+wording the violations, not for the meta-schema's `format: regex` (which the same crate
+checks). A pattern that needs backtracking (backreferences, lookaround) is refused at
+save with its path. One validator is built per schema and kept.
 """
 
 from __future__ import annotations
 
 import json
 from functools import lru_cache
+from itertools import islice
 from typing import Any
 
 import jsonschema_rs
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError
-from referencing import Registry
-from referencing.exceptions import Unresolvable
 
 MAX_BYTES = 64 * 1024
 MAX_VIOLATIONS = 20
+_COLLECTED = 200  # violations read before sorting by path (each is cheap; bounded anyway)
+NO_BACKTRACKING = ("patterns run on a regular-expression engine that cannot backtrack: no "
+                   "backreferences or lookaround, and a bounded compiled size")
+_NOT_REGEX = ' is not a "regex"'  # jsonschema-rs's meta-schema `format: regex` violation
 
 
 def _encoded(schema: Any) -> str:
@@ -47,6 +53,22 @@ def _remote_refs(node: Any, where: str = "") -> list[str]:
     return found
 
 
+def _dotted(path: Any) -> str:
+    return ".".join(str(p) for p in path)
+
+
+def _schema_problem(exc: jsonschema_rs.ValidationError) -> tuple[str, str]:
+    """A refused schema as (sub-path, problem): a regular expression the linear engine
+    refuses, a meta-schema violation, or a reference that does not resolve."""
+    message = str(getattr(exc, "message", exc))
+    path = _dotted(getattr(exc, "instance_path", ()) or ())
+    if message.endswith(_NOT_REGEX):
+        return path, f"{message.removesuffix(_NOT_REGEX)[:200]} cannot be used: {NO_BACKTRACKING}"
+    if isinstance(getattr(exc, "kind", None), jsonschema_rs.ValidationErrorKind.Referencing):
+        return path, f"has a $ref that does not resolve: {message}"[:300]
+    return path, f"is not a valid JSON Schema (2020-12): {message[:300]}"
+
+
 def check_schema(schema: Any) -> list[tuple[str, str]]:
     """Problems of a schema as (sub-path, problem); [] when it may be stored."""
     if not isinstance(schema, (dict, bool)):
@@ -59,21 +81,12 @@ def check_schema(schema: Any) -> list[tuple[str, str]]:
     if problems:
         return problems
     try:
-        Draft202012Validator.check_schema(schema)
-    except SchemaError as exc:
-        path = ".".join(str(p) for p in exc.absolute_path)
-        return [(path, f"is not a valid JSON Schema (2020-12): {exc.message[:300]}")]
-    try:
-        _validator(_encoded(schema)).is_valid(None)  # resolves the local references once
-    except Unresolvable as exc:
+        _validator(_encoded(schema))  # meta-schema, patterns and local references, in Rust
+    except jsonschema_rs.ValidationError as exc:
+        return [_schema_problem(exc)]
+    except (ValueError, jsonschema_rs.ReferencingError) as exc:
         return [("", f"has a $ref that does not resolve: {exc}"[:300])]
     return []
-
-
-@lru_cache(maxsize=1024)
-def _validator(encoded: str) -> Draft202012Validator:
-    # An empty registry: a reference that is not inside the schema fails, never fetches.
-    return Draft202012Validator(json.loads(encoded), registry=Registry())
 
 
 def _no_fetch(uri: str) -> Any:
@@ -81,43 +94,40 @@ def _no_fetch(uri: str) -> Any:
 
 
 @lru_cache(maxsize=1024)
-def _fast(encoded: str) -> Any:
-    return jsonschema_rs.Draft202012Validator(json.loads(encoded), retriever=_no_fetch)
+def _validator(encoded: str) -> Any:
+    """The Rust validator of a schema (its JSON text): linear-time regular expressions,
+    formats as annotations (as the 2020-12 default), no retrieval."""
+    return jsonschema_rs.Draft202012Validator(
+        json.loads(encoded), retriever=_no_fetch, pattern_options=jsonschema_rs.RegexOptions())
 
 
-_BY_ID: dict[int, tuple[Any, Any, Draft202012Validator]] = {}  # id(schema) -> (schema, fast, full)
+_BY_ID: dict[int, tuple[Any, Any]] = {}  # id(schema) -> (schema, validator)
 
 
-def _validators(schema: Any) -> tuple[Any, Draft202012Validator]:
-    """(fast, full) validators of a schema, found by the schema object itself first (a
-    run's steps keep theirs) and by its JSON text otherwise."""
+def validator_for(schema: Any) -> Any:
+    """The validator of a schema already checked by `check_schema`, found by the schema
+    object itself first (a run's steps keep theirs) and by its JSON text otherwise."""
     cached = _BY_ID.get(id(schema))
     if cached is not None and cached[0] is schema:
-        return cached[1], cached[2]
-    encoded = _encoded(schema)
-    pair = (_fast(encoded), _validator(encoded))
+        return cached[1]
+    validator = _validator(_encoded(schema))
     if len(_BY_ID) > 4096:
         _BY_ID.clear()
-    _BY_ID[id(schema)] = (schema, *pair)
-    return pair
-
-
-def validator_for(schema: Any) -> Draft202012Validator:
-    """A cached validator for a schema already checked by `check_schema`."""
-    return _validators(schema)[1]
+    _BY_ID[id(schema)] = (schema, validator)
+    return validator
 
 
 def violations(value: Any, schema: Any, *, root: str) -> list[dict[str, str]]:
     """Every way `value` breaks `schema`, as `{field, problem}` with paths under `root`
     (`input.topics.2`); [] when it validates."""
-    fast, validator = _validators(schema)
-    if fast.is_valid(value):
+    validator = validator_for(schema)
+    if validator.is_valid(value):
         return []
+    errors = sorted(islice(validator.iter_errors(value), _COLLECTED),
+                    key=lambda e: [str(p) for p in e.instance_path])
     found = []
-    errors = sorted(validator.iter_errors(value), key=lambda e: [str(p) for p in e.absolute_path])
     for error in errors[:MAX_VIOLATIONS]:
-        path = ".".join([root, *(str(p) for p in error.absolute_path)]) if root else \
-            ".".join(str(p) for p in error.absolute_path)
+        path = _dotted([root, *error.instance_path] if root else error.instance_path)
         found.append({"field": path or "value", "problem": error.message[:300]})
     return found
 
