@@ -51,6 +51,11 @@ class Settings:
     shutdown_grace_seconds: float = 10.0  # on SIGTERM, how long in-flight steps may finish
     step_output_max_bytes: int = 1024 * 1024  # one step's output; past it the step fails
     foreach_max_items: int = 1000  # items one foreach may map; more fail the step
+    expression_timeout_ms: int = 1000  # a sandboxed CEL evaluation's deadline (SPEC §15)
+    expression_memory_mb: int = 512  # an expression worker's address space
+    expression_input_max_bytes: int = 4 * 1024 * 1024  # JSON an expression is evaluated against
+    expression_result_max_bytes: int = 4 * 1024 * 1024  # JSON a sandboxed expression may give
+    expression_workers: int = 2  # expression worker processes, started when first needed
     header_timeout: float = 10.0  # seconds for a whole request head, from its first byte
     body_min_rate: int = 240  # bytes a second a body must average after header_timeout (0: off)
     access_log: bool = False
@@ -86,6 +91,10 @@ class Settings:
         url = self.database_url or f"sqlite:///{home / 'orchestra.db'}"
         if self.log_format not in ("text", "json"):
             raise ValueError(f"ORCHESTRA_LOG_FORMAT must be text or json, got {self.log_format!r}")
+        for name in ("expression_timeout_ms", "expression_memory_mb", "expression_input_max_bytes",
+                     "expression_result_max_bytes", "expression_workers"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"ORCHESTRA_{name.upper()} must be at least 1, got {getattr(self, name)}")
         return replace(self, home=home, database_url=url)
 
     @property
@@ -198,6 +207,21 @@ SETTING_DOCS: dict[str, SettingDoc] = {
         "on SIGTERM, how long in-flight steps may finish before runs are handed back"),
     "step_output_max_bytes": SettingDoc("largest output of one step (the step fails beyond)"),
     "foreach_max_items": SettingDoc("items one `foreach` step may map; a longer list fails the step"),
+    "expression_timeout_ms": SettingDoc(
+        "milliseconds a CEL expression with a comprehension (`map`, `filter`, `all`, `exists`, "
+        "`exists_one`), or over a large context, may run in its worker process; past it the "
+        "worker is killed and the step fails naming this limit"),
+    "expression_memory_mb": SettingDoc(
+        "address space (MiB) of each expression worker process; an evaluation that needs more "
+        "fails its step naming this limit"),
+    "expression_input_max_bytes": SettingDoc(
+        "bytes of JSON one expression may be evaluated against (the `input` and step outputs it "
+        "names); more fails its step naming this limit"),
+    "expression_result_max_bytes": SettingDoc(
+        "bytes of JSON a sandboxed expression's value may have; more fails its step naming this limit"),
+    "expression_workers": SettingDoc(
+        "expression worker processes per server process (started when first needed); further "
+        "sandboxed evaluations wait their turn"),
     "header_timeout": SettingDoc(
         "seconds a client has to send a whole request head, from its first byte (408 and close beyond)"),
     "body_min_rate": SettingDoc(

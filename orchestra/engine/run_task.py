@@ -73,7 +73,7 @@ class RunLifecycle:
                 )
             states = await self._schedule_within_deadline(live)
             try:
-                final = policies.run_output(live.spec, live.steps, states, live.input)
+                final = await policies.run_output(live.spec, live.steps, states, live.input, self.sandbox)
             except ExpressionError as exc:
                 raise RunFailed("", f"The template's output failed: {exc.message}") from None
             writes.submit(self._close, trace_id, EventKind.RUN_FINISHED,
