@@ -39,7 +39,7 @@ async def one_step(input_value, states) -> None:
     scope = policies.step_scope(input_value, states)
     await policies.decide(STEP, states, scope)
     await render(PROMPT, scope)
-    value, violations = policies.read_structured(ANSWER, SCHEMA)
+    value, violations = await policies.read_structured(ANSWER, SCHEMA)
     assert not violations
 
 

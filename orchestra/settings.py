@@ -56,6 +56,7 @@ class Settings:
     expression_input_max_bytes: int = 4 * 1024 * 1024  # JSON an expression is evaluated against
     expression_result_max_bytes: int = 4 * 1024 * 1024  # JSON a sandboxed expression may give
     expression_workers: int = 2  # expression worker processes, started when first needed
+    schema_timeout_ms: int = 1000  # a JSON Schema check too large for the event loop, in a worker
     header_timeout: float = 10.0  # seconds for a whole request head, from its first byte
     body_min_rate: int = 240  # bytes a second a body must average after header_timeout (0: off)
     access_log: bool = False
@@ -92,7 +93,7 @@ class Settings:
         if self.log_format not in ("text", "json"):
             raise ValueError(f"ORCHESTRA_LOG_FORMAT must be text or json, got {self.log_format!r}")
         for name in ("expression_timeout_ms", "expression_memory_mb", "expression_input_max_bytes",
-                     "expression_result_max_bytes", "expression_workers"):
+                     "expression_result_max_bytes", "expression_workers", "schema_timeout_ms"):
             if getattr(self, name) < 1:
                 raise ValueError(f"ORCHESTRA_{name.upper()} must be at least 1, got {getattr(self, name)}")
         return replace(self, home=home, database_url=url)
@@ -219,6 +220,10 @@ SETTING_DOCS: dict[str, SettingDoc] = {
         "names); more fails its step naming this limit"),
     "expression_result_max_bytes": SettingDoc(
         "bytes of JSON a sandboxed expression's value may have; more fails its step naming this limit"),
+    "schema_timeout_ms": SettingDoc(
+        "milliseconds a JSON Schema check too large for the event loop (a large value against a "
+        "large schema) may take in an expression worker process; past it the value is refused "
+        "(422 at start or reply; a failed structured answer) naming this limit"),
     "expression_workers": SettingDoc(
         "expression worker processes per server process (started when first needed); further "
         "sandboxed evaluations wait their turn"),

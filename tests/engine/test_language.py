@@ -181,12 +181,12 @@ async def test_skip_propagation_and_when():
         await policies.decide({"id": "c", "depends_on": ["b"], "when": "steps.b.output.nope"}, states, scope)
 
 
-def test_structured_answers_are_parsed_and_validated():
+async def test_structured_answers_are_parsed_and_validated():
     schema = {"type": "object", "required": ["ok"], "properties": {"ok": {"type": "boolean"}}}
-    assert policies.read_structured('```json\n{"ok": true}\n```', schema) == ({"ok": True}, [])
-    value, found = policies.read_structured('{"ok": "yes"}', schema)
+    assert (await policies.read_structured('```json\n{"ok": true}\n```', schema)) == ({"ok": True}, [])
+    value, found = await policies.read_structured('{"ok": "yes"}', schema)
     assert found == [{"field": "output.ok", "problem": '"yes" is not of type "boolean"'}]
-    _, found = policies.read_structured("sure!", schema)
+    _, found = await policies.read_structured("sure!", schema)
     assert found[0]["field"] == "output" and "is not JSON" in found[0]["problem"]
     assert 'output.ok: "yes" is not of type "boolean"' in policies.repair_prompt(
         [{"field": "output.ok", "problem": '"yes" is not of type "boolean"'}], schema)

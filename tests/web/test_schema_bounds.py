@@ -9,7 +9,10 @@ pattern the linear engine cannot run is refused at save with its path.
 
 from __future__ import annotations
 
+import asyncio
 import time
+
+import pytest
 
 from orchestra.db.models import WorkflowRun, WorkflowTemplate
 from tests.web.test_workflow_routes import API, assert_error, human, make_template, wait_for
@@ -91,3 +94,94 @@ async def test_patterns_that_need_backtracking_are_refused_at_save_with_their_pa
             "name": "one", "steps": [human("h")], "input_schema": sub})
         detail = assert_error(response, 422, "ValidationError")["detail"]
         assert [d["field"] for d in detail] == [f"input_schema.{path}"], detail
+
+
+class LoopLag:
+    """The longest the event loop was held while the block ran (a 5 ms ticker's lateness)."""
+
+    async def __aenter__(self):
+        self.worst = 0.0
+
+        async def tick():
+            while True:
+                began = time.perf_counter()
+                await asyncio.sleep(0.005)
+                self.worst = max(self.worst, time.perf_counter() - began - 0.005)
+
+        self.task = asyncio.get_running_loop().create_task(tick())
+        return self
+
+    async def __aexit__(self, *exc):
+        self.task.cancel()
+
+
+WIDE = {"type": "array", "items": {"allOf": [{"type": "integer", "minimum": 0}] * 2000}}
+MANY = {"type": "array", "items": {"allOf": [{"type": "string"}] * 300}}
+
+
+@pytest.fixture
+def settings_overrides() -> dict:
+    return {"schema_timeout_ms": 300}
+
+
+async def test_checks_too_large_for_the_event_loop_run_bounded_elsewhere(client, users):
+    """A large value against a large schema (2,000 subschemas x 100,000 items: seconds of
+    work, on the event loop before) is checked in a worker under ORCHESTRA_SCHEMA_TIMEOUT_MS;
+    a value with very many violations gets its first one at once (300,000 violations
+    took ~8 s to list)."""
+    alice = await users.make("alice")
+    wide = await make_template(client, alice, [human("h")], name="wide", input_schema=WIDE)
+    async with LoopLag() as lag:
+        response, took = await timed(client.post(f"{API}/run", headers=alice["headers"], json={
+            "template_id": wide["template_id"], "input": [1] * 100_000}))
+    detail = assert_error(response, 422, "ValidationError")["detail"]
+    assert detail == [{"field": "input", "problem": "could not be checked against the schema within "
+                                                    "300 ms, the limit (ORCHESTRA_SCHEMA_TIMEOUT_MS)"}]
+    assert took < 3.0 and lag.worst < 0.25, (took, lag.worst)
+    assert await WorkflowRun.aget_or_none(WorkflowRun.template == wide["template_id"]) is None
+    many = await make_template(client, alice, [human("h")], name="many", input_schema=MANY)
+    async with LoopLag() as lag:
+        response, took = await timed(client.post(f"{API}/run", headers=alice["headers"], json={
+            "template_id": many["template_id"], "input": [1] * 1000}))
+    assert assert_error(response, 422, "ValidationError")["detail"] == [
+        {"field": "input.0", "problem": '1 is not of type "string"'}]
+    assert took < 1.0 and lag.worst < 0.25, (took, lag.worst)
+    small = await client.post(f"{API}/run", headers=alice["headers"], json={
+        "template_id": wide["template_id"], "input": [1, 2, 3]})  # small: checked inline, fine
+    assert small.status_code == 202, small.text
+
+
+async def test_a_reply_too_large_for_the_event_loop_is_checked_bounded_and_the_question_stays_open(
+        client, users):
+    alice = await users.make("alice")
+    created = await make_template(client, alice, [human("h", "List?", output_schema=WIDE)])
+    started = await client.post(f"{API}/run", headers=alice["headers"],
+                                json={"template_id": created["template_id"], "input": "x"})
+    trace_id = started.json()["trace_id"]
+    await wait_for(client, alice, trace_id, "waiting_reply")
+    async with LoopLag() as lag:
+        response, took = await timed(client.post(f"{API}/reply/{trace_id}", headers=alice["headers"],
+                                                 json={"content": [1] * 100_000}))
+    assert assert_error(response, 422, "ValidationError")["detail"][0]["problem"].endswith(
+        "(ORCHESTRA_SCHEMA_TIMEOUT_MS)")
+    assert took < 3.0 and lag.worst < 0.25, (took, lag.worst)
+    assert (await wait_for(client, alice, trace_id, "waiting_reply"))["pending_replies"]
+    fits = await client.post(f"{API}/reply/{trace_id}", headers=alice["headers"], json={"content": [1, 2]})
+    assert fits.status_code == 200, fits.text
+    assert (await wait_for(client, alice, trace_id, "succeeded"))["steps"][0]["output"] == [1, 2]
+
+
+async def test_refs_that_expand_exponentially_are_refused_at_save(client, users):
+    alice = await users.make("alice")
+    defs = {"d0": {"type": "integer"}}
+    for i in range(1, 40):
+        defs[f"d{i}"] = {"allOf": [{"$ref": f"#/$defs/d{i - 1}"}, {"$ref": f"#/$defs/d{i - 1}"}]}
+    response = await client.post(f"{API}/template", headers=alice["headers"], json={
+        "name": "expo", "steps": [human("h")], "input_schema": {"$defs": defs, "$ref": "#/$defs/d39"}})
+    detail = assert_error(response, 422, "ValidationError")["detail"]
+    assert [d["field"] for d in detail] == ["input_schema"]
+    assert detail[0]["problem"].startswith("has $refs that expand to ")
+    assert detail[0]["problem"].endswith(" subschemas; at most 100,000 may apply to one value")
+    tree = {"$defs": {"n": {"type": "object", "properties": {"c": {"items": {"$ref": "#/$defs/n"}}}}},
+            "$ref": "#/$defs/n"}  # recursion follows the value down: allowed
+    await make_template(client, alice, [human("h")], name="tree", input_schema=tree)

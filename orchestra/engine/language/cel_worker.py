@@ -2,7 +2,8 @@
 
 Started by `sandbox.Sandbox`; evaluates one CEL expression at a time, read from stdin
 as a length-prefixed JSON object `{source, values, max}`, and answers on stdout with
-`{value}` or `{error}`. Its address space is capped at the given MiB, so a runaway
+`{value}` or `{error}`; or checks a value against a JSON Schema (`{schema, value, root}`
+→ `{value: violations}`). Its address space is capped at the given MiB, so a runaway
 comprehension ends this process, never the server. It exits when stdin closes.
 """
 
@@ -33,6 +34,7 @@ def _answer(out: BinaryIO, message: dict[str, Any]) -> None:
 def serve(inp: BinaryIO, out: BinaryIO) -> None:
     """Answer requests until stdin closes."""
     from orchestra.engine.language.expressions import ExpressionError, evaluate_values
+    from orchestra.engine.language.schemas import violations_anywhere
 
     out.write(b"R")
     out.flush()
@@ -41,6 +43,13 @@ def serve(inp: BinaryIO, out: BinaryIO) -> None:
         if len(head) < HEAD.size:
             return
         request = json.loads(inp.read(HEAD.unpack(head)[0]))
+        if "schema" in request:
+            try:
+                found = violations_anywhere(json.loads(request["schema"]), request["value"], request["root"])
+            except MemoryError:
+                sys.exit(3)
+            _answer(out, {"value": found})
+            continue
         source, limit = request["source"], int(request["max"])
         try:
             value = evaluate_values(source, request["values"])

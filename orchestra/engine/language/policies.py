@@ -45,9 +45,10 @@ async def decide(step: dict[str, Any], states: dict[str, dict[str, Any]], scope:
     return Decision(True)
 
 
-def read_structured(text: str, schema: Any) -> tuple[Any, list[dict[str, str]]]:
+async def read_structured(text: str, schema: Any, sandbox: Any = None) -> tuple[Any, list[dict[str, str]]]:
     """Parse a model's structured answer and validate it: (value, violations). A code
-    fence around the JSON is tolerated; text that is no JSON is one violation."""
+    fence around the JSON is tolerated; text that is no JSON is one violation. A check
+    too large for the event loop runs in `sandbox` (the engine's), bounded."""
     raw = text.strip()
     if raw.startswith("```"):
         raw = raw.strip("`")
@@ -57,7 +58,7 @@ def read_structured(text: str, schema: Any) -> tuple[Any, list[dict[str, str]]]:
         value = json.loads(raw)
     except ValueError as exc:
         return None, [{"field": "output", "problem": f"is not JSON ({exc.msg} at character {exc.pos})"}]
-    return value, schemas.violations(value, schema, root="output")
+    return value, await schemas.check(value, schema, root="output", sandbox=sandbox)
 
 
 def repair_prompt(violations: list[dict[str, str]], schema: Any) -> str:

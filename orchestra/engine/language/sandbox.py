@@ -1,4 +1,5 @@
-"""CEL evaluation off the event loop, with a deadline and a memory cap (SPEC §15).
+"""CEL evaluation (and JSON Schema checks too large for the event loop) off the event
+loop, with a deadline and a memory cap (SPEC §15).
 
 The CEL library holds the GIL and its comprehensions (`map`, `filter`, `all`, `exists`,
 `exists_one`) are quadratic: `input.map(x, x)` over 16k items took 15 s, and a thread
@@ -7,7 +8,9 @@ of worker processes (`cel_worker.py`, started lazily, never forked from the runn
 loop) that this object owns: past `ORCHESTRA_EXPRESSION_TIMEOUT_MS` the worker is
 killed and replaced, and the evaluation raises ExpressionError naming the limit; the
 worker's address space is capped (`ORCHESTRA_EXPRESSION_MEMORY_MB`), and its result is
-bounded (`ORCHESTRA_EXPRESSION_RESULT_MAX_BYTES`).
+bounded (`ORCHESTRA_EXPRESSION_RESULT_MAX_BYTES`). A JSON Schema check whose cost
+(`schemas.INLINE_CHECK`) is too much for the loop runs here too, under
+`ORCHESTRA_SCHEMA_TIMEOUT_MS`.
 
 Workers are plain `python -m` child processes spoken to over their pipes (length-
 prefixed JSON), not `multiprocessing`: no fork of a running loop, no re-import of the
@@ -44,6 +47,7 @@ class Bounds:
     input_max_bytes: int = 4 * 1024 * 1024
     result_max_bytes: int = 4 * 1024 * 1024
     workers: int = 2
+    schema_timeout_ms: int = 1000
 
     @classmethod
     def from_settings(cls, settings: Any) -> Bounds:
@@ -53,6 +57,7 @@ class Bounds:
             input_max_bytes=settings.expression_input_max_bytes,
             result_max_bytes=settings.expression_result_max_bytes,
             workers=settings.expression_workers,
+            schema_timeout_ms=settings.schema_timeout_ms,
         )
 
 
@@ -133,36 +138,60 @@ class Sandbox:
 
     async def evaluate(self, source: str, values_json: bytes) -> Any:
         """The JSON value of `source` over the variables `values_json` (a JSON object)."""
+        payload = b"".join((b'{"source":', json.dumps(source).encode(), b',"max":',
+                            str(self.bounds.result_max_bytes).encode(), b',"values":',
+                            values_json, b"}"))
+        try:
+            answer = await self._ask(payload, self.bounds.timeout_ms)
+        except TimeoutError:
+            raise ExpressionError(source, (
+                f"took longer than {self.bounds.timeout_ms} ms, the limit "
+                "(ORCHESTRA_EXPRESSION_TIMEOUT_MS)")) from None
+        except _WorkerGone:
+            raise ExpressionError(source, (
+                f"needed more than {self.bounds.memory_mb} MiB of memory, the limit "
+                "(ORCHESTRA_EXPRESSION_MEMORY_MB)")) from None
+        if "error" in answer:
+            raise ExpressionError(source, answer["error"])
+        return answer.get("value")
+
+    async def violations(self, schema_json: str, value: Any, root: str) -> list[dict[str, str]]:
+        """`schemas.violations` of a check too large for the event loop; past the deadline
+        (or the memory cap) one violation naming the limit."""
+        payload = json.dumps({"schema": schema_json, "value": value, "root": root},
+                             ensure_ascii=False, separators=(",", ":")).encode()
+        try:
+            answer = await self._ask(payload, self.bounds.schema_timeout_ms)
+        except TimeoutError:
+            problem = (f"could not be checked against the schema within {self.bounds.schema_timeout_ms} "
+                       "ms, the limit (ORCHESTRA_SCHEMA_TIMEOUT_MS)")
+            return [{"field": root or "value", "problem": problem}]
+        except _WorkerGone:
+            problem = (f"could not be checked against the schema within {self.bounds.memory_mb} MiB "
+                       "of memory, the limit (ORCHESTRA_EXPRESSION_MEMORY_MB)")
+            return [{"field": root or "value", "problem": problem}]
+        return answer.get("value") or []
+
+    async def _ask(self, payload: bytes, timeout_ms: int) -> dict[str, Any]:
+        """One request to a free worker, within `timeout_ms`: TimeoutError past it,
+        _WorkerGone if the worker died; either way that worker is killed, never reused."""
         if self._turns is None:
             self._turns = asyncio.Semaphore(max(1, self.bounds.workers))
         async with self._turns:
             worker = self._idle.pop() if self._idle else await _Worker.start(self.bounds.memory_mb)
             self._busy.add(worker)
-            payload = b"".join((b'{"source":', json.dumps(source).encode(), b',"max":',
-                                str(self.bounds.result_max_bytes).encode(), b',"values":',
-                                values_json, b"}"))
             healthy = False
             try:
-                async with asyncio.timeout(self.bounds.timeout_ms / 1000):
+                async with asyncio.timeout(timeout_ms / 1000):
                     answer = await worker.ask(payload)
                 healthy = True
-            except TimeoutError:
-                raise ExpressionError(source, (
-                    f"took longer than {self.bounds.timeout_ms} ms, the limit "
-                    "(ORCHESTRA_EXPRESSION_TIMEOUT_MS)")) from None
-            except _WorkerGone:
-                raise ExpressionError(source, (
-                    f"needed more than {self.bounds.memory_mb} MiB of memory, the limit "
-                    "(ORCHESTRA_EXPRESSION_MEMORY_MB)")) from None
+                return answer
             finally:
                 self._busy.discard(worker)
                 if healthy:
                     self._idle.append(worker)
                 else:  # mid-evaluation (deadline, cancelled) or dead: never reused
                     await asyncio.shield(worker.kill())
-        if "error" in answer:
-            raise ExpressionError(source, answer["error"])
-        return answer.get("value")
 
     async def close(self) -> None:
         """End every worker (the engine's and the app's shutdown)."""

@@ -22,6 +22,7 @@ import json
 from functools import lru_cache
 from itertools import islice
 from typing import Any
+from urllib.parse import unquote
 
 import jsonschema_rs
 
@@ -80,12 +81,17 @@ def check_schema(schema: Any) -> list[tuple[str, str]]:
                 for path in _remote_refs(schema)]
     if problems:
         return problems
+    encoded = _encoded(schema)
     try:
-        _validator(_encoded(schema))  # meta-schema, patterns and local references, in Rust
+        _validator(encoded)  # meta-schema, patterns and local references, in Rust
     except jsonschema_rs.ValidationError as exc:
         return [_schema_problem(exc)]
     except (ValueError, jsonschema_rs.ReferencingError) as exc:
         return [("", f"has a $ref that does not resolve: {exc}"[:300])]
+    expanded = _expanded_of(encoded)[0]
+    if MAX_EXPANDED < expanded < _UNBOUNDED:  # recursion is bounded by the value instead
+        return [("", f"has $refs that expand to {expanded:,.0f} subschemas; at most "
+                     f"{MAX_EXPANDED:,} may apply to one value")]
     return []
 
 
@@ -101,35 +107,205 @@ def _validator(encoded: str) -> Any:
         json.loads(encoded), retriever=_no_fetch, pattern_options=jsonschema_rs.RegexOptions())
 
 
-_BY_ID: dict[int, tuple[Any, Any]] = {}  # id(schema) -> (schema, validator)
+# How much checking a value may cost on the event loop, in subschema applications: the
+# subschemas that may apply to one value node (local $refs expanded) times the value's
+# nodes. jsonschema-rs applies one in ~15-30 ns, and a violation costs ~30 µs plus a copy
+# of the value it is about; past these, a check runs in the engine's sandbox, with a
+# deadline (an exponential tree of $refs or a 1 MiB value x a large schema).
+INLINE_CHECK = 1_000_000
+INLINE_LISTING = 2_000  # every violation listed, else the first only
+MAX_EXPANDED = 100_000  # subschemas that may apply to one value node (refused on save)
+INLINE_LISTING_BYTES = 4 * 1024 * 1024  # subschemas x text bytes copied into violations
+_UNBOUNDED = float("inf")
+
+
+def _pointer(root: Any, pointer: str) -> Any:
+    """The node a local JSON pointer (`/$defs/a`) names, or None."""
+    node = root
+    for part in pointer.split("/")[1:] if pointer else []:
+        part = unquote(part).replace("~1", "/").replace("~0", "~")
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return None
+    return node
+
+
+# Keywords whose values are subschemas applied to a value (2020-12); `$defs` apply only
+# through a `$ref`, and other keywords (const, enum, annotations) apply none.
+_ONE = frozenset({"additionalProperties", "items", "contains", "propertyNames", "if", "then",
+                  "else", "not", "unevaluatedItems", "unevaluatedProperties", "contentSchema"})
+_LIST = frozenset({"allOf", "anyOf", "oneOf", "prefixItems"})
+_MAP = frozenset({"properties", "patternProperties", "dependentSchemas"})
+
+
+def _expanded(schema: Any) -> tuple[float, bool]:
+    """An upper bound of how many subschemas may apply to one value node, and whether the
+    schema recurses. Every object of the schema counts, and a local `$ref` counts its
+    target's again (a tree of refs that doubles at each level counts 2^depth); a `$ref`
+    back into itself counts 1 (recursion moves down the value, so a value d levels deep
+    may meet this bound to the power d + 1). Unbounded when a `$ref` is not a plain
+    pointer, or a nested `$id` changes what references mean."""
+    memo: dict[str, float] = {}
+    active: set[str] = set()
+    recursive = False
+
+    def size(node: Any, top: bool = False) -> float:
+        if not isinstance(node, dict):
+            return 1.0 if isinstance(node, bool) else 0.0
+        if "$id" in node and not top or "$dynamicRef" in node:
+            return _UNBOUNDED
+        total = 1.0
+        for key, value in node.items():
+            if key == "$ref" and isinstance(value, str):
+                total += target(value)
+            elif key in _ONE:
+                total += size(value)
+            elif key in _LIST and isinstance(value, list):
+                total += sum(size(v) for v in value)
+            elif key in _MAP and isinstance(value, dict):
+                total += sum(size(v) for v in value.values())
+            if total > 1e15:
+                return _UNBOUNDED
+        return total
+
+    def target(ref: str) -> float:
+        nonlocal recursive
+        if not ref.startswith("#/") and ref != "#":
+            return _UNBOUNDED
+        if ref in memo:
+            return memo[ref]
+        if ref in active:
+            recursive = True
+            return 1.0
+        node = _pointer(schema, ref[1:])
+        if node is None:
+            return _UNBOUNDED
+        active.add(ref)
+        memo[ref] = found = size(node, top=node is schema)
+        active.discard(ref)
+        return found
+
+    total = size(schema, top=True)
+    return total, recursive
+
+
+@lru_cache(maxsize=1024)
+def _expanded_of(encoded: str) -> tuple[float, bool]:
+    return _expanded(json.loads(encoded))
+
+
+def _value_size(value: Any, most: float) -> tuple[int, int, int]:
+    """(nodes, text bytes, depth) of a JSON value; counting stops past `most` nodes."""
+    nodes = text = deepest = 0
+    stack = [(value, 0)]
+    while stack:
+        node, depth = stack.pop()
+        nodes += 1
+        deepest = max(deepest, depth)
+        if nodes > most:
+            break
+        if isinstance(node, dict):
+            stack.extend((v, depth + 1) for v in node.values())
+            text += sum(len(k) for k in node)
+        elif isinstance(node, list):
+            stack.extend((v, depth + 1) for v in node)
+        elif isinstance(node, str):
+            text += len(node)
+    return nodes, text, deepest
+
+
+_BY_ID: dict[int, tuple[Any, Any, tuple[float, bool]]] = {}  # id(schema) -> (schema, validator, expanded)
+
+
+def _compiled(schema: Any) -> tuple[Any, tuple[float, bool]]:
+    """(validator, expanded size) of a schema, found by the schema object itself first (a
+    run's steps keep theirs) and by its JSON text otherwise."""
+    cached = _BY_ID.get(id(schema))
+    if cached is not None and cached[0] is schema:
+        return cached[1], cached[2]
+    encoded = _encoded(schema)
+    found = (_validator(encoded), _expanded_of(encoded))
+    if len(_BY_ID) > 4096:
+        _BY_ID.clear()
+    _BY_ID[id(schema)] = (schema, *found)
+    return found
 
 
 def validator_for(schema: Any) -> Any:
-    """The validator of a schema already checked by `check_schema`, found by the schema
-    object itself first (a run's steps keep theirs) and by its JSON text otherwise."""
-    cached = _BY_ID.get(id(schema))
-    if cached is not None and cached[0] is schema:
-        return cached[1]
-    validator = _validator(_encoded(schema))
-    if len(_BY_ID) > 4096:
-        _BY_ID.clear()
-    _BY_ID[id(schema)] = (schema, validator)
-    return validator
+    """The validator of a schema already checked by `check_schema`."""
+    return _compiled(schema)[0]
 
 
-def violations(value: Any, schema: Any, *, root: str) -> list[dict[str, str]]:
-    """Every way `value` breaks `schema`, as `{field, problem}` with paths under `root`
-    (`input.topics.2`); [] when it validates."""
-    validator = validator_for(schema)
+def _plan(value: Any, expanded: tuple[float, bool], *, here: bool) -> tuple[str, int, float]:
+    """How to check `value`: "list" (every violation), "first" (the first only) or, when
+    `here` (the event loop), "sandbox" past INLINE_CHECK; its node count and the
+    subschemas that may apply to each."""
+    each, recursive = expanded
+    most = INLINE_CHECK / each if here else INLINE_LISTING / max(each, 1.0)
+    nodes, text, depth = _value_size(value, most)
+    if recursive:
+        each = each ** min(depth + 1, 64)
+    if here and each * nodes > INLINE_CHECK:
+        return "sandbox", nodes, each
+    if each * nodes <= INLINE_LISTING and each * text <= INLINE_LISTING_BYTES:
+        return "list", nodes, each
+    return "first", nodes, each
+
+
+def _found(validator: Any, value: Any, root: str, listing: bool) -> list[dict[str, str]]:
     if validator.is_valid(value):
         return []
-    errors = sorted(islice(validator.iter_errors(value), _COLLECTED),
-                    key=lambda e: [str(p) for p in e.instance_path])
+    if listing:
+        errors = sorted(islice(validator.iter_errors(value), _COLLECTED),
+                        key=lambda e: [str(p) for p in e.instance_path])
+    else:  # many violations, or large values in them: the first costs one of each
+        try:
+            validator.validate(value)
+            return []
+        except jsonschema_rs.ValidationError as error:
+            errors = [error]
     found = []
     for error in errors[:MAX_VIOLATIONS]:
         path = _dotted([root, *error.instance_path] if root else error.instance_path)
         found.append({"field": path or "value", "problem": error.message[:300]})
     return found
+
+
+def needs_sandbox(value: Any, schema: Any) -> bool:
+    """Whether checking `value` against `schema` is too much work for the event loop."""
+    return _plan(value, _compiled(schema)[1], here=True)[0] == "sandbox"
+
+
+def violations(value: Any, schema: Any, *, root: str) -> list[dict[str, str]]:
+    """Every way `value` breaks `schema`, as `{field, problem}` with paths under `root`
+    (`input.topics.2`); [] when it validates. Checked here, on the event loop, so bounded:
+    a check past INLINE_CHECK is one violation naming that (save-time callers; the others
+    use `check`, which sends such a check to the sandbox)."""
+    validator, expanded = _compiled(schema)
+    plan, nodes, most = _plan(value, expanded, here=True)
+    if plan == "sandbox":
+        each = "any number of" if most == _UNBOUNDED else f"up to {most:,.0f}"
+        return [{"field": root or "value", "problem": (
+            f"is too large to check against this schema here: {nodes:,} or more values, "
+            f"{each} subschemas each; at most {INLINE_CHECK:,} checks in all")}]
+    return _found(validator, value, root, plan == "list")
+
+
+def violations_anywhere(schema: Any, value: Any, root: str) -> list[dict[str, str]]:
+    """`violations` without the event loop's bound: the sandbox's worker runs this."""
+    validator, expanded = _compiled(schema)
+    return _found(validator, value, root, _plan(value, expanded, here=False)[0] == "list")
+
+
+async def check(value: Any, schema: Any, *, root: str, sandbox: Any) -> list[dict[str, str]]:
+    """`violations`, with a check too large for the event loop run in `sandbox` (the
+    engine's), under its deadline."""
+    if sandbox is None or not needs_sandbox(value, schema):
+        return violations(value, schema, root=root)
+    return await sandbox.violations(_encoded(schema), value, root)
 
 
 def describe(found: list[dict[str, str]], limit: int = 5) -> str:
