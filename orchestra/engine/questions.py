@@ -152,7 +152,8 @@ class HumanQuestions:
         try:
             await self._store_with_events(trace_id, store_answer, fenced=False)  # any process
         except CheckOutside as outside:  # bounded, in the sandbox, outside the transaction
-            found = await schemas.check(content, outside.schema, root="content", sandbox=self.sandbox)
+            found = await schemas.check(content, outside.schema, root="content",
+                                        sandbox=self.request_sandbox)
             if found:
                 raise ValidationError(f"The reply does not match the step's schema: {describe(found)}.",
                                       detail=found) from None

@@ -242,7 +242,7 @@ async def start_run(
     problems: list[dict[str, str]] = []
     if "input_schema" in spec:
         problems += await schemas.check(input, spec["input_schema"], root="input",
-                                        sandbox=core.engine.sandbox)
+                                        sandbox=core.engine.request_sandbox)
         input_value, input_text = input, ""
     elif not isinstance(input, str):
         raise ValidationError.field("input", "must be a string (this template has no input_schema)")

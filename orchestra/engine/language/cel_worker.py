@@ -3,7 +3,8 @@
 Started by `sandbox.Sandbox`; evaluates one CEL expression at a time, read from stdin
 as a length-prefixed JSON object `{source, values, max}`, and answers on stdout with
 `{value}` or `{error}`; or checks a value against a JSON Schema (`{schema, value, root}`
-→ `{value: violations}`). Its address space is capped at the given MiB, so a runaway
+→ `{value: violations}`). It runs at a lower priority (nice 10), so a worker busy until
+its deadline takes CPU time from the server's requests only when they leave some. Its address space is capped at the given MiB, so a runaway
 comprehension ends this process, never the server. It exits when stdin closes.
 """
 
@@ -70,6 +71,7 @@ def serve(inp: BinaryIO, out: BinaryIO) -> None:
 
 def main() -> None:
     _cap_memory(int(sys.argv[1]) if len(sys.argv) > 1 else 0)
+    os.nice(10)  # a busy worker yields the CPU to the server's event loop
     out = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     sys.stdout = sys.stderr  # nothing but answers on the protocol's pipe
     serve(sys.stdin.buffer, out)

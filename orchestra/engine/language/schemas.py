@@ -239,26 +239,46 @@ def validator_for(schema: Any) -> Any:
     return _compiled(schema)[0]
 
 
-def _plan(value: Any, expanded: tuple[float, bool], *, here: bool) -> tuple[str, int, float]:
-    """How to check `value`: "list" (every violation), "first" (the first only) or, when
-    `here` (the event loop), "sandbox" past INLINE_CHECK; its node count and the
-    subschemas that may apply to each."""
-    each, recursive = expanded
-    most = INLINE_CHECK / each if here else INLINE_LISTING / max(each, 1.0)
-    nodes, text, depth = _value_size(value, most)
-    if recursive:
-        each = each ** min(depth + 1, 64)
-    if here and each * nodes > INLINE_CHECK:
-        return "sandbox", nodes, each
-    if each * nodes <= INLINE_LISTING and each * text <= INLINE_LISTING_BYTES:
-        return "list", nodes, each
-    return "first", nodes, each
+class _Work:
+    """How much checking one value against one schema may cost, measured only as far as
+    needed: a schema with at most one subschema costs one step per value node (checked
+    inline, like parsing the value); otherwise the value's compact JSON length bounds its
+    nodes (a node takes two characters at least) — C-speed, unlike walking it; a
+    recursive schema needs the value's depth, so its values are walked."""
+
+    __slots__ = ("value", "each", "recursive", "_size")
+
+    def __init__(self, value: Any, expanded: tuple[float, bool]) -> None:
+        self.value = value
+        self.each, self.recursive = expanded
+        self._size: tuple[float, int] | None = None
+
+    def size(self) -> tuple[float, int]:
+        """(subschema applications at most, text characters)."""
+        if self._size is None:
+            if self.recursive:
+                nodes, text, depth = _value_size(self.value, INLINE_CHECK)
+                self._size = (self.each ** min(depth + 1, 64)) * nodes, text
+            else:
+                chars = len(json.dumps(self.value, ensure_ascii=False, separators=(",", ":"), default=str))
+                self._size = self.each * (chars // 2 + 1), chars
+        return self._size
+
+    def too_much_here(self) -> bool:
+        if self.each <= 1 and not self.recursive:
+            return False
+        return self.size()[0] > INLINE_CHECK
+
+    def listing(self) -> bool:
+        applications, text = self.size()
+        return applications <= INLINE_LISTING and self.each * text <= INLINE_LISTING_BYTES
 
 
-def _found(validator: Any, value: Any, root: str, listing: bool) -> list[dict[str, str]]:
+def _found(validator: Any, work: _Work, root: str) -> list[dict[str, str]]:
+    value = work.value
     if validator.is_valid(value):
         return []
-    if listing:
+    if work.listing():
         errors = sorted(islice(validator.iter_errors(value), _COLLECTED),
                         key=lambda e: [str(p) for p in e.instance_path])
     else:  # many violations, or large values in them: the first costs one of each
@@ -276,7 +296,7 @@ def _found(validator: Any, value: Any, root: str, listing: bool) -> list[dict[st
 
 def needs_sandbox(value: Any, schema: Any) -> bool:
     """Whether checking `value` against `schema` is too much work for the event loop."""
-    return _plan(value, _compiled(schema)[1], here=True)[0] == "sandbox"
+    return _Work(value, _compiled(schema)[1]).too_much_here()
 
 
 def violations(value: Any, schema: Any, *, root: str) -> list[dict[str, str]]:
@@ -285,19 +305,18 @@ def violations(value: Any, schema: Any, *, root: str) -> list[dict[str, str]]:
     a check past INLINE_CHECK is one violation naming that (save-time callers; the others
     use `check`, which sends such a check to the sandbox)."""
     validator, expanded = _compiled(schema)
-    plan, nodes, most = _plan(value, expanded, here=True)
-    if plan == "sandbox":
-        each = "any number of" if most == _UNBOUNDED else f"up to {most:,.0f}"
+    work = _Work(value, expanded)
+    if work.too_much_here():
         return [{"field": root or "value", "problem": (
-            f"is too large to check against this schema here: {nodes:,} or more values, "
-            f"{each} subschemas each; at most {INLINE_CHECK:,} checks in all")}]
-    return _found(validator, value, root, plan == "list")
+            f"is too large to check against this schema here: up to {work.size()[0]:,.0f} "
+            f"subschema checks; at most {INLINE_CHECK:,}")}]
+    return _found(validator, work, root)
 
 
 def violations_anywhere(schema: Any, value: Any, root: str) -> list[dict[str, str]]:
     """`violations` without the event loop's bound: the sandbox's worker runs this."""
     validator, expanded = _compiled(schema)
-    return _found(validator, value, root, _plan(value, expanded, here=False)[0] == "list")
+    return _found(validator, _Work(value, expanded), root)
 
 
 async def check(value: Any, schema: Any, *, root: str, sandbox: Any) -> list[dict[str, str]]:
