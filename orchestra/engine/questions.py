@@ -149,16 +149,17 @@ class HumanQuestions:
                     (WorkflowRun.trace_id == trace_id) & (WorkflowRun.status == RunStatus.WAITING_REPLY)))
             return events
 
-        try:
-            await self._store_with_events(trace_id, store_answer, fenced=False)  # any process
-        except CheckOutside as outside:  # bounded, in the sandbox, outside the transaction
-            found = await schemas.check(content, outside.schema, root="content",
-                                        sandbox=self.request_sandbox)
-            if found:
-                raise ValidationError(f"The reply does not match the step's schema: {describe(found)}.",
-                                      detail=found) from None
-            checked = outside.schema
-            await self._store_with_events(trace_id, store_answer, fenced=False)
+        while True:
+            try:
+                await self._store_with_events(trace_id, store_answer, fenced=False)  # any process
+                break
+            except CheckOutside as outside:  # bounded, in the sandbox, outside the transaction
+                found = await schemas.check(content, outside.schema, root="content",
+                                            sandbox=self.request_sandbox)
+                if found:
+                    raise ValidationError(f"The reply does not match the step's schema: {describe(found)}.",
+                                          detail=found) from None
+                checked = outside.schema  # then stored, unless another question came first
         await self.log.release()
         chosen.answer, chosen.answered = content, True
         live = self.runs.get(trace_id)
