@@ -23,7 +23,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.common import orchestra_cli, orchestra_server, percentile, report  # noqa: E402
+from benchmarks.common import orchestra_cli, orchestra_server, percentile, report
 
 PASSWORD = "password-123"
 HUMAN = {"agent": {"human": True}}

@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Any
 
 from orchestra.db.models import RunEvent, WorkflowRun
 from orchestra.engine import instances
-from orchestra.engine.log import Event
-from orchestra.engine.vocabulary import FINISHED, EventKind, RunStatus, StepStatus
 from orchestra.engine.language import schemas
 from orchestra.engine.language.schemas import describe, violations
+from orchestra.engine.log import Event
+from orchestra.engine.vocabulary import FINISHED, EventKind, RunStatus, StepStatus
 from orchestra.errors import ConflictError, NotFoundError, ValidationError
 from orchestra.timestamps import parse_ts
 

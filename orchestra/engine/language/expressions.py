@@ -230,7 +230,7 @@ class Scope:
     every expression that names the same things. `sandbox` (the engine's) bounds the
     evaluations that do not run inline; without one they raise ExpressionError."""
 
-    __slots__ = ("variables", "sandbox", "_prepared")
+    __slots__ = ("_prepared", "sandbox", "variables")
 
     def __init__(self, variables: dict[str, Any], sandbox: Any = None) -> None:
         self.variables = variables
@@ -286,7 +286,7 @@ class _Prepared:
     """What one set of named variables is, as JSON (measured, sent to the sandbox) and,
     once needed, as a CEL context (inline)."""
 
-    __slots__ = ("values", "encoded", "context")
+    __slots__ = ("context", "encoded", "values")
 
     def __init__(self, values: dict[str, Any], encoded: bytes) -> None:
         self.values = values

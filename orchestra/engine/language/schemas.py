@@ -90,8 +90,9 @@ def check_schema(schema: Any) -> list[tuple[str, str]]:
         return [("", f"has a $ref that does not resolve: {exc}"[:300])]
     expanded = _expanded_of(encoded)[0]
     if MAX_EXPANDED < expanded < _UNBOUNDED:  # recursion is bounded by the value instead
-        return [("", f"has $refs that expand to {expanded:,.0f} subschemas; at most "
-                     f"{MAX_EXPANDED:,} may apply to one value")]
+        problem = (f"has $refs that expand to {expanded:,.0f} subschemas; at most "
+                   f"{MAX_EXPANDED:,} may apply to one value")
+        return [("", problem)]
     return []
 
 
@@ -246,7 +247,7 @@ class _Work:
     nodes (a node takes two characters at least) — C-speed, unlike walking it; a
     recursive schema needs the value's depth, so its values are walked."""
 
-    __slots__ = ("value", "each", "recursive", "_size")
+    __slots__ = ("_size", "each", "recursive", "value")
 
     def __init__(self, value: Any, expanded: tuple[float, bool]) -> None:
         self.value = value
