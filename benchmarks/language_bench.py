@@ -7,11 +7,15 @@ with a v1 placeholder and two CEL expressions, and parse and validate a JSON ans
 against its output_schema. The template's `output` (once per run) is timed apart. Run:
 
     python benchmarks/language_bench.py [--steps 20000]
+
+Evaluation is async since expressions may run in the engine's sandbox (SPEC §15); these
+have no comprehension and a small context, so they run inline, as in the engine.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import statistics
@@ -31,20 +35,24 @@ OUTPUT = "{'published': steps.review.output.approved, 'tags': steps.review.outpu
 ANSWER = json.dumps({"approved": True, "notes": "ready", "score": 4, "tags": ["tea", "news"]})
 
 
-def one_step(input_value, states) -> None:
+async def one_step(input_value, states) -> None:
     scope = policies.step_scope(input_value, states)
-    policies.decide(STEP, states, scope)
-    render(PROMPT, scope)
-    value, violations = policies.read_structured(ANSWER, SCHEMA)
+    await policies.decide(STEP, states, scope)
+    await render(PROMPT, scope)
+    value, violations = await policies.read_structured(ANSWER, SCHEMA)
     assert not violations
 
 
-def run_end(input_value, states) -> None:
+async def run_end(input_value, states) -> None:
     """Once per run, not per step: the template's `output`."""
-    policies.run_output({"output": OUTPUT}, [], states, input_value)
+    await policies.run_output({"output": OUTPUT}, [], states, input_value)
 
 
 def main() -> None:
+    asyncio.run(measure())
+
+
+async def measure() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=20_000)
     args = parser.parse_args()
@@ -59,12 +67,12 @@ def main() -> None:
         compile_expression(source)
     compile_ms = (time.perf_counter() - began) * 1000
     for _ in range(500):  # warm caches (validators, compiled programs)
-        one_step(input_value, states)
+        await one_step(input_value, states)
     wall, cpu = [], []
     for _ in range(5):
         began, began_cpu = time.perf_counter(), time.process_time()
         for _ in range(args.steps // 5):
-            one_step(input_value, states)
+            await one_step(input_value, states)
         wall.append((time.perf_counter() - began) / (args.steps // 5) * 1000)
         cpu.append((time.process_time() - began_cpu) / (args.steps // 5) * 1000)
     load = os.getloadavg()[0]
@@ -75,7 +83,7 @@ def main() -> None:
     print(f"  wall time median {statistics.median(wall):.4f} ms, best {min(wall):.4f} ms")
     began = time.process_time()
     for _ in range(2000):
-        run_end(input_value, states)
+        await run_end(input_value, states)
     print(f"the run's output expression, once per run: {(time.process_time() - began) / 2:.4f} ms CPU")
 
 

@@ -54,6 +54,12 @@ class Settings:
     step_output_max_bytes: int = 1024 * 1024  # one step's output, UTF-8 bytes; past it the step fails
     prompt_max_bytes: int = 1024 * 1024  # one rendered prompt, UTF-8 bytes; past it the step fails
     foreach_max_items: int = 1000  # items one foreach may map; more fail the step
+    expression_timeout_ms: int = 1000  # a sandboxed CEL evaluation's deadline (SPEC §15)
+    expression_memory_mb: int = 512  # an expression worker's address space
+    expression_input_max_bytes: int = 4 * 1024 * 1024  # JSON an expression is evaluated against
+    expression_result_max_bytes: int = 4 * 1024 * 1024  # JSON a sandboxed expression may give
+    expression_workers: int = 2  # expression worker processes, started when first needed
+    schema_timeout_ms: int = 1000  # a JSON Schema check too large for the event loop, in a worker
     header_timeout: float = 10.0  # seconds for a whole request head, from its first byte
     body_min_rate: int = 240  # bytes a second a body must average after header_timeout (0: off)
     access_log: bool = False
@@ -96,6 +102,10 @@ class Settings:
         if self.log_format not in ("text", "json"):
             raise ValueError(f"ORCHESTRA_LOG_FORMAT must be text or json, got {self.log_format!r}")
         EgressPolicy.parse(self.egress_allow)  # a bad entry stops the start, naming the setting
+        for name in ("expression_timeout_ms", "expression_memory_mb", "expression_input_max_bytes",
+                     "expression_result_max_bytes", "expression_workers", "schema_timeout_ms"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"ORCHESTRA_{name.upper()} must be at least 1, got {getattr(self, name)}")
         return replace(self, home=home, database_url=url)
 
     @property
@@ -213,6 +223,25 @@ SETTING_DOCS: dict[str, SettingDoc] = {
         "largest rendered prompt of one step (an agent step's prompt, a human step's question, "
         "an `ask_user` question), in UTF-8 bytes: the step fails beyond, before anything is stored"),
     "foreach_max_items": SettingDoc("items one `foreach` step may map; a longer list fails the step"),
+    "expression_timeout_ms": SettingDoc(
+        "milliseconds a CEL expression with a comprehension (`map`, `filter`, `all`, `exists`, "
+        "`exists_one`), or over a large context, may run in its worker process; past it the "
+        "worker is killed and the step fails naming this limit"),
+    "expression_memory_mb": SettingDoc(
+        "address space (MiB) of each expression worker process; an evaluation that needs more "
+        "fails its step naming this limit"),
+    "expression_input_max_bytes": SettingDoc(
+        "bytes of JSON one expression may be evaluated against (the `input` and step outputs it "
+        "names); more fails its step naming this limit"),
+    "expression_result_max_bytes": SettingDoc(
+        "bytes of JSON a sandboxed expression's value may have; more fails its step naming this limit"),
+    "schema_timeout_ms": SettingDoc(
+        "milliseconds a JSON Schema check too large for the event loop (a large value against a "
+        "large schema) may take in an expression worker process; past it the value is refused "
+        "(422 at start or reply; a failed structured answer) naming this limit"),
+    "expression_workers": SettingDoc(
+        "expression worker processes per server process (started when first needed); further "
+        "sandboxed evaluations wait their turn"),
     "header_timeout": SettingDoc(
         "seconds a client has to send a whole request head, from its first byte (408 and close beyond)"),
     "body_min_rate": SettingDoc(

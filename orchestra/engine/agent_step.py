@@ -96,7 +96,7 @@ class AgentSteps:
             if not result.tool_calls:
                 if schema is None:
                     return result.text, usage, pending_text
-                value, violations = read_structured(result.text, schema)
+                value, violations = await read_structured(result.text, schema, self.sandbox)
                 if not violations:
                     return value, usage, pending_text
                 if repairs_left <= 0:

@@ -41,7 +41,7 @@ class Containers:
                        variables: dict[str, Any]) -> Any:
         spec = step["foreach"]
         try:
-            items = Scope(variables).evaluate(spec["items"])
+            items = await Scope(variables, self.sandbox).evaluate(spec["items"])
         except ExpressionError as exc:
             raise StepFailure(f"foreach items: {exc.message}") from None
         if not isinstance(items, list):
@@ -71,7 +71,8 @@ class Containers:
                     results[index] = await self._workflow_instance(
                         live, step, ipath, inner, scope_vars, step.get("output"))
                 else:
-                    results[index] = await self._call(live, step, ipath, Scope(scope_vars), durable=True)
+                    results[index] = await self._call(live, step, ipath, Scope(scope_vars, self.sandbox),
+                                                        durable=True)
             except StepFailure as failure:
                 if not continue_on_error:
                     raise StepFailure(f"item {ipath} failed: {failure.message}") from None
@@ -111,7 +112,7 @@ class Containers:
         done = False
         iteration = 0
         inner: dict[str, dict[str, Any]] = {}
-        scope = Scope(variables)
+        scope = Scope(variables, self.sandbox)
         try:
             while iteration < most and not done:
                 iteration += 1
@@ -121,15 +122,15 @@ class Containers:
                     inner = self._stored_steps(live, inner_defs, inside(ipath))
                 else:
                     inner = await self._iteration(live, step, ipath, inner_defs, scope_vars)
-                scope = Scope({**scope_vars, "steps": _steps_view(variables, inner)})
+                scope = Scope({**scope_vars, "steps": _steps_view(variables, inner)}, self.sandbox)
                 try:
-                    done = scope.truth(spec["until"])
+                    done = await scope.truth(spec["until"])
                 except ExpressionError as exc:
                     raise StepFailure(f"loop until: {exc.message}") from None
                 previous = inner
             if spec.get("output"):
                 try:
-                    output = scope.evaluate(spec["output"])
+                    output = await scope.evaluate(spec["output"])
                 except ExpressionError as exc:
                     raise StepFailure(f"loop output: {exc.message}") from None
             else:
@@ -164,8 +165,8 @@ class Containers:
             inner = await self._run_steps(live, inner_defs, inside(ipath), scope_vars)
             if output_expr:
                 try:
-                    output = Scope({**scope_vars, "steps": _steps_view(scope_vars, inner)}).evaluate(
-                        output_expr)
+                    output = await Scope({**scope_vars, "steps": _steps_view(scope_vars, inner)},
+                                         self.sandbox).evaluate(output_expr)
                 except ExpressionError as exc:
                     raise StepFailure(f"foreach output: {exc.message}") from None
             else:

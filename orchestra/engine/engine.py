@@ -24,6 +24,7 @@ from orchestra.engine.agent_step import AgentSteps
 from orchestra.engine.claims import ClaimLoops
 from orchestra.engine.containers import Containers
 from orchestra.engine.feed import Feeds
+from orchestra.engine.language.sandbox import Bounds, Sandbox
 from orchestra.engine.live import LiveRun
 from orchestra.engine.log import EventLog
 from orchestra.engine.ownership import Ownership, process_identity
@@ -80,6 +81,11 @@ class Engine(ClaimLoops, RunLifecycle, Scheduler, Containers, AgentSteps, HumanQ
         self.token_interval = token_interval
         self.retry_base_delay = retry_base_delay
         self.runs: dict[str, LiveRun] = {}
+        # Bounded evaluation of user-supplied work (SPEC §15): runs' CEL and structured
+        # answers in one pool, requests' schema checks (start, reply) in their own, so a
+        # user's heavy runs never make another's request wait for a worker.
+        self.sandbox = Sandbox(Bounds.from_settings(self.settings))
+        self.request_sandbox = Sandbox(Bounds.from_settings(self.settings))
         self._clients: dict[tuple, Any] = {}
         self._clients_lock = asyncio.Lock()
         self._loops: list[asyncio.Task] = []
@@ -177,6 +183,8 @@ class Engine(ClaimLoops, RunLifecycle, Scheduler, Containers, AgentSteps, HumanQ
                 await self.lease_db.close_pool()
             except Exception:  # noqa: BLE001 - closing is best effort
                 pass
+        await self.sandbox.close()
+        await self.request_sandbox.close()
 
     async def cancel(self, trace_id: str, *, reason: str = "The run was cancelled by request.") -> None:
         """Cancel an unfinished run wherever it executes, and wait (a little) for its end."""

@@ -13,11 +13,12 @@ from orchestra.engine.language.expressions import PLACEHOLDER, Scope, render
 __all__ = ["PLACEHOLDER", "render_prompt"]
 
 
-def render_prompt(template: str, *, input: Any, outputs: dict[str, Any] | None = None,
-                  scope: Scope | None = None) -> str:
-    """Fill every `{{ … }}` of a validated prompt. `scope` (input and step states) is
-    shared with the step's other expressions; `outputs` ({id: output}) builds one."""
+async def render_prompt(template: str, *, input: Any, outputs: dict[str, Any] | None = None,
+                        scope: Scope | None = None) -> str:
+    """Fill every `{{ … }}` of a validated prompt. `scope` (input and step states, and the
+    engine's sandbox) is shared with the step's other expressions; `outputs` ({id:
+    output}) builds one without a sandbox (expressions that must run bounded then fail)."""
     if scope is None:
         states = {sid: {"output": out, "status": "succeeded"} for sid, out in (outputs or {}).items()}
         scope = Scope({"input": input, "steps": states})
-    return render(template, scope)
+    return await render(template, scope)

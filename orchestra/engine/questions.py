@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING, Any
 
 from orchestra.db.models import RunEvent, WorkflowRun
 from orchestra.engine import instances
+from orchestra.engine.language import schemas
+from orchestra.engine.language.schemas import describe, violations
 from orchestra.engine.log import Event
 from orchestra.engine.vocabulary import FINISHED, EventKind, RunStatus, StepStatus
-from orchestra.engine.language.schemas import describe, violations
 from orchestra.errors import ConflictError, NotFoundError, ValidationError
 from orchestra.timestamps import parse_ts
 
@@ -68,14 +69,29 @@ async def read_questions(db: Any, trace_id: str) -> list[Question]:
     return list(asked.values())
 
 
-def check_reply(steps: list[dict[str, Any]], step_id: str, content: Any) -> None:
-    """A reply fits its question: JSON of the human step's output_schema, else text."""
+class CheckOutside(Exception):
+    """A reply too large to check against its schema on the event loop (and inside the
+    reply's write transaction): it is checked in the engine's sandbox first."""
+
+    def __init__(self, schema: Any) -> None:
+        super().__init__("check the reply in the sandbox")
+        self.schema = schema
+
+
+def check_reply(steps: list[dict[str, Any]], step_id: str, content: Any, *,
+                checked: Any = None) -> None:
+    """A reply fits its question: JSON of the human step's output_schema, else text.
+    `checked`: a schema the reply was already found to fit (in the sandbox)."""
     step = next((s for s, _, _ in instances.walk(steps) if s.get("id") == step_id), {})  # inner ones too
     schema = step.get("output_schema") if step.get("agent", {}).get("human") else None
     if schema is None:
         if not isinstance(content, str):
             raise ValidationError.field("content", "must be a string (this question has no schema)")
         return
+    if checked is not None and checked == schema:
+        return
+    if schemas.needs_sandbox(content, schema):
+        raise CheckOutside(schema)
     found = violations(content, schema, root="content")
     if found:
         raise ValidationError(f"The reply does not match the step's schema: {describe(found)}.",
@@ -98,6 +114,7 @@ class HumanQuestions:
         and deliver it to the run's owner, here or in another process. Exactly one answer
         is stored per question, whichever processes receive replies at once."""
         chosen: Question | None = None
+        checked: Any = None
 
         async def store_answer() -> list[Event]:
             nonlocal chosen
@@ -119,7 +136,7 @@ class HumanQuestions:
                     f"The request '{request_id}' is not waiting for a reply (stale or unknown).",
                     detail={"pending": [q.request_id for q in open_]},
                 )
-            check_reply(rows[0].steps, chosen.step_id, content)  # 422: the question stays open
+            check_reply(rows[0].steps, chosen.step_id, content, checked=checked)  # 422: it stays open
             events = await self.log.insert(trace_id, [(
                 EventKind.REPLY_RECEIVED,
                 {"request_id": chosen.request_id, "content": content, "path": chosen.path},
@@ -132,7 +149,17 @@ class HumanQuestions:
                     (WorkflowRun.trace_id == trace_id) & (WorkflowRun.status == RunStatus.WAITING_REPLY)))
             return events
 
-        await self._store_with_events(trace_id, store_answer, fenced=False)  # any process
+        while True:
+            try:
+                await self._store_with_events(trace_id, store_answer, fenced=False)  # any process
+                break
+            except CheckOutside as outside:  # bounded, in the sandbox, outside the transaction
+                found = await schemas.check(content, outside.schema, root="content",
+                                            sandbox=self.request_sandbox)
+                if found:
+                    raise ValidationError(f"The reply does not match the step's schema: {describe(found)}.",
+                                          detail=found) from None
+                checked = outside.schema  # then stored, unless another question came first
         await self.log.release()
         chosen.answer, chosen.answered = content, True
         live = self.runs.get(trace_id)

@@ -74,7 +74,7 @@ class RunLifecycle:
                 )
             states = await self._schedule_within_deadline(live)
             try:
-                final = policies.run_output(live.spec, live.steps, states, live.input)
+                final = await policies.run_output(live.spec, live.steps, states, live.input, self.sandbox)
                 check_output(final, limit=self.settings.step_output_max_bytes, of="the template")
             except ExpressionError as exc:
                 raise RunFailed("", f"The template's output failed: {exc.message}") from None

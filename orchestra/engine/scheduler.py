@@ -76,7 +76,7 @@ class Scheduler:
             while True:
                 live.writes.check()  # a failed write (the run was deleted, …) ends the run
                 if not self.stopping:
-                    self._start_ready(live, steps, prefix, variables, states, started, tasks)
+                    await self._start_ready(live, steps, prefix, variables, states, started, tasks)
                 if not tasks:
                     if self.stopping and len(states) < len(steps):
                         raise HandBack()
@@ -114,7 +114,7 @@ class Scheduler:
             if tasks:
                 await asyncio.gather(*tasks, return_exceptions=True)
 
-    def _start_ready(self, live: LiveRun, steps: list[dict[str, Any]], prefix: str,
+    async def _start_ready(self, live: LiveRun, steps: list[dict[str, Any]], prefix: str,
                      variables: dict[str, Any], states: dict[str, dict[str, Any]],
                      started: set[str], tasks: dict[asyncio.Task, str]) -> None:
         """Start (or skip, or fail on a broken `when`) every step whose dependencies ended;
@@ -130,9 +130,9 @@ class Scheduler:
                 started.add(sid)
                 path = prefix + sid
                 scope_vars = {**variables, "steps": {**(variables.get("steps") or {}), **states}}
-                scope = Scope(scope_vars)
+                scope = Scope(scope_vars, self.sandbox)
                 try:
-                    decision = policies.decide(step, states, scope)
+                    decision = await policies.decide(step, states, scope)
                 except ExpressionError as exc:  # a `when` that fails at run time fails its step
                     states[sid] = self._fail_without_running(live, step, path, exc.message)
                     changed = True
@@ -241,8 +241,8 @@ class Scheduler:
         one, is then its output). `step["id"]` is a StepAt: it carries the path."""
         trace_id, sid, writes = live.trace_id, step["id"], live.writes
         try:
-            prompt = render_bounded(step["prompt"], scope, limit=self.settings.prompt_max_bytes,
-                                    where=sid.path)  # checked before any event carries it
+            prompt = await render_bounded(step["prompt"], scope, limit=self.settings.prompt_max_bytes,
+                                          where=sid.path)  # checked before any event carries it
         except ExpressionError as exc:
             raise StepFailure(exc.message) from None
         human = bool(step["agent"].get("human"))

@@ -37,7 +37,7 @@ def prompt_too_large(where: str, size: int, limit: int) -> StepFailure:
     )
 
 
-def render_bounded(template: str, scope: Scope, *, limit: int, where: str) -> str:
+async def render_bounded(template: str, scope: Scope, *, limit: int, where: str) -> str:
     """`template` rendered as `render` does, or StepFailure naming `where` (the step's
     path) once the text passes `limit` UTF-8 bytes. Each placeholder is rendered on its
     own (the same expression once: evaluation has no side effects) and the text is
@@ -49,7 +49,7 @@ def render_bounded(template: str, scope: Scope, *, limit: int, where: str) -> st
         literal, source = template[end:match.start()], match.group(0)
         value = seen.get(source)
         if value is None:
-            value = seen[source] = render(source, scope)
+            value = seen[source] = await render(source, scope)
         size += utf8_size(literal) + utf8_size(value)
         if size > limit:
             raise prompt_too_large(where, size, limit)

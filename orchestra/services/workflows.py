@@ -255,7 +255,8 @@ async def start_run(
     spec = template.spec or {}
     problems: list[dict[str, str]] = []
     if "input_schema" in spec:
-        problems += schemas.violations(input, spec["input_schema"], root="input")
+        problems += await schemas.check(input, spec["input_schema"], root="input",
+                                        sandbox=core.engine.request_sandbox)
         input_value, input_text = input, ""
     elif not isinstance(input, str):
         raise ValidationError.field("input", "must be a string (this template has no input_schema)")

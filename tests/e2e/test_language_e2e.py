@@ -94,7 +94,7 @@ def test_structured_review_with_a_human_approval_form(world):
     tid = example(world, "review_approval")
     refused = world["http"].post("/workflow/run", json={"template_id": tid, "input": {"topic": 7}})
     assert refused.status_code == 422
-    assert refused.json()["detail"] == [{"field": "input.topic", "problem": "7 is not of type 'string'"}]
+    assert refused.json()["detail"] == [{"field": "input.topic", "problem": '7 is not of type "string"'}]
     fake.script_text("A post about tea.")
     fake.script_json({"approved": "maybe", "notes": "fine"})  # wrong: one repair round follows
     trace_id = run(world, tid, {"topic": "tea"})
@@ -118,7 +118,7 @@ def test_structured_review_with_a_human_approval_form(world):
     assert steps["approve"]["output"] == {"approved": True, "channel": "blog"}
     assert steps["publish"]["status"] == "succeeded"
     assert len(fake.chat_requests) == 4  # draft, review, its repair, publish
-    assert "output.approved: 'maybe' is not of type 'boolean'" in fake.chat_requests[2]["messages"][-1]["content"]
+    assert 'output.approved: "maybe" is not of type "boolean"' in fake.chat_requests[2]["messages"][-1]["content"]
     assert events(world, trace_id)[-1]["output"]["published"] is True
 
 

@@ -318,15 +318,15 @@ async def test_node_without_provider_fails_clearly(core, fake_llm):
     assert "planner" in run.error and "no provider" in run.error
 
 
-def test_render_prompt():
-    out = render_prompt("{{ input }}/{{steps.a.output}}/{{ size(input) + 1 }}", input="i", outputs={"a": "A"})
+async def test_render_prompt():
+    out = await render_prompt("{{ input }}/{{steps.a.output}}/{{ size(input) + 1 }}", input="i", outputs={"a": "A"})
     assert out == "i/A/2"
     # SPEC §7: anything else between the braces is CEL; an unknown name fails, naming it
     # (the template check refuses it on save, so only a hand-made run can meet this).
     from orchestra.engine.language.expressions import ExpressionError
 
     with pytest.raises(ExpressionError, match="expression `x`"):
-        render_prompt("{{x}}", input="i", outputs={})
+        await render_prompt("{{x}}", input="i", outputs={})
 
 
 async def orphan(core, user_id: str, *, attempts: int) -> WorkflowRun:

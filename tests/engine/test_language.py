@@ -33,26 +33,26 @@ def test_node_names_are_the_services_nodes():
     assert tuple(NODE_SPECS) == NODE_NAMES
 
 
-def test_expressions_read_json_field_by_field():
+async def test_expressions_read_json_field_by_field():
     s = scope({"topics": ["x", "y"], "n": 2})
-    assert s.evaluate("steps.review.output.approved == true") is True
-    assert s.evaluate("steps.review.output.notes") == ["a", "b"]
-    assert s.evaluate('steps["fetch-data"].output + "!"') == "raw text!"
-    assert s.evaluate("size(input.topics) * input.n") == 4
-    assert s.evaluate("steps.skipped.output == null && steps.skipped.status == 'skipped'") is True
-    assert s.evaluate('{"k": [1, 2.5]}') == {"k": [1, 2.5]}
-    assert s.evaluate('timestamp("2020-01-01T00:00:00Z")') == "2020-01-01T00:00:00Z"
+    assert await s.evaluate("steps.review.output.approved == true") is True
+    assert await s.evaluate("steps.review.output.notes") == ["a", "b"]
+    assert await s.evaluate('steps["fetch-data"].output + "!"') == "raw text!"
+    assert await s.evaluate("size(input.topics) * input.n") == 4
+    assert await s.evaluate("steps.skipped.output == null && steps.skipped.status == 'skipped'") is True
+    assert await s.evaluate('{"k": [1, 2.5]}') == {"k": [1, 2.5]}
+    assert await s.evaluate('timestamp("2020-01-01T00:00:00Z")') == "2020-01-01T00:00:00Z"
 
 
-def test_prompts_insert_strings_as_they_are_and_the_rest_as_compact_json():
-    text = ex.render(
+async def test_prompts_insert_strings_as_they_are_and_the_rest_as_compact_json():
+    text = await ex.render(
         "{{input}} | {{steps.fetch-data.output}} | {{ steps.review.output }} | {{ 1 + 2 }} | "
         "{{ steps.review.output.notes[1] }}",
         scope(),
     )
     assert text == 'hello | raw text | {"approved":true,"notes":["a","b"]} | 3 | b'
-    assert ex.render("{{input}}", scope({"a": 1})) == '{"a":1}'
-    assert ex.render("no placeholders", scope()) == "no placeholders"
+    assert await ex.render("{{input}}", scope({"a": 1})) == '{"a":1}'
+    assert await ex.render("no placeholders", scope()) == "no placeholders"
 
 
 @pytest.mark.parametrize(
@@ -63,16 +63,16 @@ def test_prompts_insert_strings_as_they_are_and_the_rest_as_compact_json():
         ("steps.nobody.output", "no such key"),
     ],
 )
-def test_runtime_failures_name_the_expression(source, words):
+async def test_runtime_failures_name_the_expression(source, words):
     with pytest.raises(ex.ExpressionError) as caught:
-        scope().evaluate(source)
+        await scope().evaluate(source)
     assert f"expression `{source}`" in str(caught.value) and words in str(caught.value)
 
 
-def test_conditions_must_be_booleans():
+async def test_conditions_must_be_booleans():
     with pytest.raises(ex.ExpressionError, match="must give true or false"):
-        scope().truth("input")
-    assert scope().truth("steps.review.output.approved") is True
+        await scope().truth("input")
+    assert await scope().truth("steps.review.output.approved") is True
 
 
 def test_compile_is_cached_and_reports_references():
@@ -96,7 +96,7 @@ def test_schemas_are_checked_and_values_validated_with_paths():
             "required": ["topics"]}
     assert schemas.check_schema(good) == []
     assert schemas.violations({"topics": ["a", "b", 3]}, good, root="input") == [
-        {"field": "input.topics.2", "problem": "3 is not of type 'string'"}
+        {"field": "input.topics.2", "problem": '3 is not of type "string"'}
     ]
     assert schemas.violations({}, good, root="input")[0]["field"] == "input"
     assert "remote $ref" in schemas.check_schema({"$ref": "https://example.com/s.json"})[0][1]
@@ -160,7 +160,7 @@ def test_human_default_rules():
     found = fields(check_template([human("h", default=True)]))
     assert ("steps.0.default", "needs timeout_seconds (it is the output after a timeout)") in found
     found = fields(check_template([human("h", timeout_seconds=5, output_schema=schema, default={"ok": 1})]))
-    assert ("steps.0.default.ok", "does not match output_schema: 1 is not of type 'boolean'") in found
+    assert ("steps.0.default.ok", 'does not match output_schema: 1 is not of type "boolean"') in found
     found = fields(check_template([human("h", timeout_seconds=5, default=3)]))
     assert ("steps.0.default", "must be a string (a reply) unless output_schema is set") in found
 
@@ -170,26 +170,26 @@ def test_human_default_rules():
 from orchestra.engine.language import policies  # noqa: E402
 
 
-def test_skip_propagation_and_when():
+async def test_skip_propagation_and_when():
     states = {"a": {"output": None, "status": "skipped"}, "b": {"output": {"ok": False}, "status": "succeeded"}}
     scope = policies.step_scope("in", states)
-    assert policies.decide({"id": "c", "depends_on": ["a"]}, states, scope) == policies.Decision(False, "dependencies")
-    assert policies.decide({"id": "c", "depends_on": ["a", "b"]}, states, scope).run is True
-    assert policies.decide({"id": "c", "depends_on": ["b"], "when": "steps.b.output.ok"}, states, scope) == \
+    assert (await policies.decide({"id": "c", "depends_on": ["a"]}, states, scope)) == policies.Decision(False, "dependencies")
+    assert (await policies.decide({"id": "c", "depends_on": ["a", "b"]}, states, scope)).run is True
+    assert (await policies.decide({"id": "c", "depends_on": ["b"], "when": "steps.b.output.ok"}, states, scope)) == \
         policies.Decision(False, "when")
     with pytest.raises(ex.ExpressionError, match="steps.b.output.nope"):
-        policies.decide({"id": "c", "depends_on": ["b"], "when": "steps.b.output.nope"}, states, scope)
+        await policies.decide({"id": "c", "depends_on": ["b"], "when": "steps.b.output.nope"}, states, scope)
 
 
-def test_structured_answers_are_parsed_and_validated():
+async def test_structured_answers_are_parsed_and_validated():
     schema = {"type": "object", "required": ["ok"], "properties": {"ok": {"type": "boolean"}}}
-    assert policies.read_structured('```json\n{"ok": true}\n```', schema) == ({"ok": True}, [])
-    value, found = policies.read_structured('{"ok": "yes"}', schema)
-    assert found == [{"field": "output.ok", "problem": "'yes' is not of type 'boolean'"}]
-    _, found = policies.read_structured("sure!", schema)
+    assert (await policies.read_structured('```json\n{"ok": true}\n```', schema)) == ({"ok": True}, [])
+    value, found = await policies.read_structured('{"ok": "yes"}', schema)
+    assert found == [{"field": "output.ok", "problem": '"yes" is not of type "boolean"'}]
+    _, found = await policies.read_structured("sure!", schema)
     assert found[0]["field"] == "output" and "is not JSON" in found[0]["problem"]
-    assert "output.ok: 'yes' is not of type 'boolean'" in policies.repair_prompt(
-        [{"field": "output.ok", "problem": "'yes' is not of type 'boolean'"}], schema)
+    assert 'output.ok: "yes" is not of type "boolean"' in policies.repair_prompt(
+        [{"field": "output.ok", "problem": '"yes" is not of type "boolean"'}], schema)
 
 
 def test_retry_delays_double_within_the_jitter():
@@ -202,11 +202,11 @@ def test_retry_delays_double_within_the_jitter():
     assert policies.retry_delay(0, 3) == 0.0
 
 
-def test_run_output_defaults_to_the_last_step():
+async def test_run_output_defaults_to_the_last_step():
     steps = [{"id": "a"}, {"id": "b"}]
     states = {"a": {"output": {"n": 2}, "status": "succeeded"}, "b": {"output": "text", "status": "succeeded"}}
-    assert policies.run_output(None, steps, states, "x") == "text"
-    assert policies.run_output({"output": "steps.a.output.n * 2"}, steps, states, "x") == 4
+    assert await policies.run_output(None, steps, states, "x") == "text"
+    assert await policies.run_output({"output": "steps.a.output.n * 2"}, steps, states, "x") == 4
 
 
 def test_nested_comprehensions_are_refused_on_save():

@@ -91,7 +91,7 @@ async def test_a_wrong_structured_answer_is_repaired_then_fails_with_the_violati
     assert run.status == "succeeded"
     repair = fake_llm.chat_requests[1]["messages"]
     assert repair[-2] == {"role": "assistant", "content": '{"approved":"yes"}'}
-    assert "output.approved: 'yes' is not of type 'boolean'" in repair[-1]["content"]
+    assert 'output.approved: "yes" is not of type "boolean"' in repair[-1]["content"]
 
     fake_llm.reset()
     for _ in range(3):  # the answer and ORCHESTRA_SCHEMA_REPAIRS (2) repairs, all wrong
@@ -158,7 +158,7 @@ async def test_human_reply_is_validated_and_a_timeout_takes_the_default(core, fa
     assert data_of(evs, "reply_requested")[0]["schema"] == schema
     with pytest.raises(ValidationError) as caught:
         await wf.reply(core, **kw, content={"approved": "yes"})
-    assert caught.value.detail == [{"field": "content.approved", "problem": "'yes' is not of type 'boolean'"}]
+    assert caught.value.detail == [{"field": "content.approved", "problem": '"yes" is not of type "boolean"'}]
     with pytest.raises(ValidationError):
         await wf.reply(core, **kw, content="yes")
     run = await wf.get_run(core, **kw)

@@ -20,17 +20,17 @@ SCOPE = {"input": {"name": "Zoë", "tags": ["a", "b"]},
     "{{ steps.draft-1.output }}!", "tags: {{ input.tags.size() }} {{ input.tags }}", "{{input}}{{input}}",
     "a {{ 'x' + input.name }}\n{{  input.tags[1] }} end",
 ])
-def test_bounded_rendering_is_rendering(template):
-    assert render_bounded(template, Scope(SCOPE), limit=10_000, where="s") == render(template, Scope(SCOPE))
+async def test_bounded_rendering_is_rendering(template):
+    assert await render_bounded(template, Scope(SCOPE), limit=10_000, where="s") == await render(template, Scope(SCOPE))
 
 
-def test_rendering_stops_at_the_first_placeholder_past_the_limit():
+async def test_rendering_stops_at_the_first_placeholder_past_the_limit():
     scope = Scope({"input": "é" * 100})  # 200 bytes
     with pytest.raises(StepFailure) as failed:
-        render_bounded("{{input}}" * 1000, scope, limit=500, where="x[2]")
+        await render_bounded("{{input}}" * 1000, scope, limit=500, where="x[2]")
     assert failed.value.message == ("The rendered prompt of step 'x[2]' passed the limit of 500 "
                                     "bytes (ORCHESTRA_PROMPT_MAX_BYTES): it reached 600 bytes.")
-    assert render_bounded("{{input}}" * 2, scope, limit=400, where="x") == "é" * 200
+    assert await render_bounded("{{input}}" * 2, scope, limit=400, where="x") == "é" * 200
 
 
 @pytest.mark.parametrize("value", [

@@ -263,7 +263,7 @@ async def test_input_schema_validates_run_input(client, alice):
     response = await client.post(f"{API}/run", headers=alice["headers"],
                                  json={"template_id": tid, "input": {"topics": ["a", "b", 3]}})
     body = assert_error(response, 422, "ValidationError")
-    assert body["detail"] == [{"field": "input.topics.2", "problem": "3 is not of type 'string'"}]
+    assert body["detail"] == [{"field": "input.topics.2", "problem": '3 is not of type "string"'}]
     response = await client.post(f"{API}/run", headers=alice["headers"],
                                  json={"template_id": tid, "input": "just text"})
     assert assert_error(response, 422, "ValidationError")["detail"][0]["field"] == "input"
@@ -297,7 +297,7 @@ async def test_structured_human_reply_and_run_retry_routes(client, alice, users)
     wrong = await client.post(f"{API}/reply/{trace_id}", headers=alice["headers"],
                               json={"content": {"approved": "sure"}})
     assert assert_error(wrong, 422, "ValidationError")["detail"] == [
-        {"field": "content.approved", "problem": "'sure' is not of type 'boolean'"}]
+        {"field": "content.approved", "problem": '"sure" is not of type "boolean"'}]
     running = await client.post(f"{API}/run/{trace_id}/retry", headers=alice["headers"])
     assert_error(running, 409, "ConflictError")  # it has not ended
     cancelled = await client.post(f"{API}/cancel/{trace_id}", headers=alice["headers"])

@@ -10,6 +10,12 @@ status}`); `item` and `index` inside a foreach; `loop` (`iteration`, `previous`)
 a loop. Save-time checks (`check`) cover length, parsing, unknown variables and the step
 ids named through `steps.X` / `steps["X"]`; run-time failures raise `ExpressionError`
 naming the expression.
+
+Bounds (SPEC §15): what an expression is evaluated against is at most
+`ORCHESTRA_EXPRESSION_INPUT_MAX_BYTES` of JSON. An expression without a comprehension
+is linear in what it names, so when that is small (`INLINE_BYTES`, counting each
+reference) it runs here, inline, in microseconds; anything else — a comprehension, or a
+large context — runs in the engine's `sandbox.Sandbox`, with a deadline and a memory cap.
 """
 
 from __future__ import annotations
@@ -25,6 +31,10 @@ from typing import Any
 import cel
 
 MAX_LENGTH = 1_000
+# Inline evaluation's budget: JSON bytes of the context times the variable references.
+# Without comprehensions the work is linear in that (~10 MB/s through the CEL bindings'
+# conversions), so this keeps an inline evaluation to about 10 ms on the event loop.
+INLINE_BYTES = 128 * 1024
 VARIABLES = frozenset({"input", "steps", "item", "index", "loop"})
 # A v1 placeholder (SPEC §4): `{{input}}` or `{{steps.<id>.output}}`, ids that CEL may not
 # spell (`steps.fetch-data.output` would be a subtraction). They keep their v1 meaning.
@@ -41,6 +51,12 @@ _STEPS_NAME = re.compile(r"(?<![\w.])steps\b")
 # literals it is spelled `_loop` for the library, and the context binds it by that name.
 _LOOP_WORD = re.compile(r"(?<![\w.])loop(?!\w)")
 LOOP_NAME = "_loop"
+_MACRO_CALL = re.compile(r"\.\s*(?:all|exists|exists_one|map|filter)\s*\(")
+# Whether an expression may hold a comprehension, decided on the raw text, string literals
+# and comments included: a false "yes" only sends it to the sandbox, a false "no" (a
+# comprehension hidden from a lexer) would run it inline, unbounded.
+_MACRO_WORD = re.compile(r"(?<!\w)(?:all|exists|exists_one|map|filter)(?!\w)")
+_REFERENCE = re.compile(r"(?<![\w.])(?:input|steps|item|index|loop)(?!\w)")
 _MACRO_VAR = re.compile(r"\.\s*(?:all|exists|exists_one|map|filter)\s*\(\s*([A-Za-z_][A-Za-z0-9_]*)\s*,")
 
 
@@ -67,6 +83,8 @@ class Compiled:
     variables: frozenset[str]  # free variables (macro-bound names excluded)
     step_refs: tuple[str, ...]  # ids named as steps.X or steps["X"], in order, distinct
     all_steps: bool = False  # uses `steps` other than through literal ids (size(steps), steps[k])
+    macros: bool = False  # has a comprehension (all, exists, exists_one, map, filter)
+    references: int = 0  # how many times variables are named (each may copy what it names)
 
 
 def _parse_error(text: str) -> str:
@@ -109,16 +127,16 @@ def compile_expression(source: str) -> Compiled:
     for match in _STEP_INDEX.finditer(source):
         refs.append(match.group(1) if match.group(1) is not None else match.group(2))
     literal = len(_STEP_DOT.findall(code)) + len(_STEP_INDEX.findall(source))
+    variables = frozenset("loop" if v == LOOP_NAME else v for v in program.variables() if v not in bound)
     return Compiled(
         source=source,
         program=program,
-        variables=frozenset("loop" if v == LOOP_NAME else v for v in program.variables() if v not in bound),
+        variables=variables,
         step_refs=tuple(dict.fromkeys(refs)),
         all_steps=len(_STEPS_NAME.findall(code)) > literal,
+        macros=_MACRO_WORD.search(source) is not None,
+        references=len(_REFERENCE.findall(source)),
     )
-
-
-_MACRO_CALL = re.compile(r"\.\s*(?:all|exists|exists_one|map|filter)\s*\(")
 
 
 def nested_comprehension(source: str) -> bool:
@@ -178,24 +196,53 @@ def to_json(value: Any) -> Any:
     return str(value)
 
 
+def _execute(compiled: Compiled, context: Any) -> Any:
+    """Run a compiled program; its JSON value, or ExpressionError naming the expression."""
+    try:
+        result = compiled.program.execute(context)
+    except KeyError as exc:
+        raise ExpressionError(compiled.source, f"no such key or field {exc}") from None
+    except (TypeError, ValueError, RuntimeError, OverflowError, ZeroDivisionError) as exc:
+        problem = str(exc).split(". CEL does not coerce")[0]
+        raise ExpressionError(compiled.source, problem or type(exc).__name__) from None
+    return to_json(result)
+
+
+def _context(values: dict[str, Any]) -> Any:
+    if "loop" in values:  # see _spelled
+        values = {LOOP_NAME if k == "loop" else k: v for k, v in values.items()}
+    return cel.Context(values)
+
+
+def evaluate_values(source: str, values: dict[str, Any]) -> Any:
+    """`source` over exactly `values`, here and unbounded: the sandbox's worker runs this."""
+    return _execute(compile_expression(source), _context(values))
+
+
+def _encoded(values: dict[str, Any]) -> bytes:
+    return json.dumps(values, ensure_ascii=False, separators=(",", ":"), default=str).encode()
+
+
 class Scope:
     """The variables of one evaluation site (a step about to run). Each expression runs
-    against a CEL context holding only what it names — `input` if used, and only the
-    steps it names (all of them when it uses `steps` otherwise) — converted once and
-    shared by every expression that names the same things."""
+    against only what it names — `input` if used, and only the steps it names (all of
+    them when it uses `steps` otherwise) — measured and converted once and shared by
+    every expression that names the same things. `sandbox` (the engine's) bounds the
+    evaluations that do not run inline; without one they raise ExpressionError."""
 
-    __slots__ = ("variables", "_contexts")
+    __slots__ = ("_prepared", "sandbox", "variables")
 
-    def __init__(self, variables: dict[str, Any]) -> None:
+    def __init__(self, variables: dict[str, Any], sandbox: Any = None) -> None:
         self.variables = variables
-        self._contexts: dict[tuple, Any] = {}
+        self.sandbox = sandbox
+        self._prepared: dict[tuple, _Prepared] = {}
 
-    def context(self, compiled: Compiled | None = None) -> Any:
-        if compiled is None or compiled.all_steps:
+    def _prepare(self, compiled: Compiled) -> _Prepared:
+        if compiled.all_steps:
             key: tuple = ("*",)
         else:
             key = (tuple(sorted(compiled.variables)), compiled.step_refs)
-        found = self._contexts.get(key)
+        found = self._prepared.get(key)
         if found is None:
             if key == ("*",):
                 values = self.variables
@@ -205,29 +252,46 @@ class Scope:
                 if "steps" in compiled.variables:
                     steps = self.variables.get("steps") or {}
                     values["steps"] = {sid: steps[sid] for sid in compiled.step_refs if sid in steps}
-            if "loop" in values:  # see _spelled
-                values = {LOOP_NAME if k == "loop" else k: v for k, v in values.items()}
-            found = self._contexts[key] = cel.Context(values)
+            found = self._prepared[key] = _Prepared(values, _encoded(values))
         return found
 
-    def evaluate(self, source: str) -> Any:
-        """The JSON value of `source` here; ExpressionError names it when it fails."""
+    async def evaluate(self, source: str) -> Any:
+        """The JSON value of `source` here; ExpressionError names it when it fails or
+        passes a bound."""
         compiled = compile_expression(source)
-        try:
-            result = compiled.program.execute(self.context(compiled))
-        except KeyError as exc:
-            raise ExpressionError(source, f"no such key or field {exc}") from None
-        except (TypeError, ValueError, RuntimeError, OverflowError, ZeroDivisionError) as exc:
-            problem = str(exc).split(". CEL does not coerce")[0]
-            raise ExpressionError(source, problem or type(exc).__name__) from None
-        return to_json(result)
+        prepared = self._prepare(compiled)
+        size = len(prepared.encoded)
+        limit = self.sandbox.bounds.input_max_bytes if self.sandbox is not None else None
+        if limit is not None and size > limit:
+            raise ExpressionError(source, (
+                f"is evaluated against {size} bytes of JSON; the limit is {limit} "
+                "(ORCHESTRA_EXPRESSION_INPUT_MAX_BYTES)"))
+        if not compiled.macros and size * max(1, compiled.references) <= INLINE_BYTES:
+            if prepared.context is None:
+                prepared.context = _context(prepared.values)
+            return _execute(compiled, prepared.context)
+        if self.sandbox is None:
+            raise ExpressionError(source, "needs the engine's expression sandbox to run")
+        return await self.sandbox.evaluate(source, prepared.encoded)
 
-    def truth(self, source: str) -> bool:
+    async def truth(self, source: str) -> bool:
         """A condition (`when`, `until`): it must give a boolean."""
-        value = self.evaluate(source)
+        value = await self.evaluate(source)
         if not isinstance(value, bool):
             raise ExpressionError(source, f"must give true or false, not {json.dumps(value)[:80]}")
         return value
+
+
+class _Prepared:
+    """What one set of named variables is, as JSON (measured, sent to the sandbox) and,
+    once needed, as a CEL context (inline)."""
+
+    __slots__ = ("context", "encoded", "values")
+
+    def __init__(self, values: dict[str, Any], encoded: bytes) -> None:
+        self.values = values
+        self.encoded = encoded
+        self.context: Any = None
 
 
 def text_of(value: Any) -> str:
@@ -237,24 +301,29 @@ def text_of(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
-def render(template: str, scope: Scope) -> str:
+async def render(template: str, scope: Scope) -> str:
     """Fill every `{{ expr }}` of `template`. `{{input}}` and `{{steps.<id>.output}}` keep
     their v1 meaning (ids with '-' included): the output as text, or compact JSON (`null`
 for a skipped or failed step)."""
     if "{{" not in template:
         return template
-
-    def value(match: re.Match) -> str:
+    parts: list[str] = []
+    last = 0
+    for match in PLACEHOLDER.finditer(template):
+        parts.append(template[last:match.start()])
+        last = match.end()
         expr = match.group(1)
         legacy = LEGACY.match(expr)
         if legacy:
             if legacy.group(1) is None:
-                return text_of(scope.variables.get("input"))
-            step = scope.variables.get("steps", {}).get(legacy.group(1))
-            return "" if step is None else text_of(step.get("output"))
-        return text_of(scope.evaluate(expr))
-
-    return PLACEHOLDER.sub(value, template)
+                parts.append(text_of(scope.variables.get("input")))
+            else:
+                step = scope.variables.get("steps", {}).get(legacy.group(1))
+                parts.append("" if step is None else text_of(step.get("output")))
+        else:
+            parts.append(text_of(await scope.evaluate(expr)))
+    parts.append(template[last:])
+    return "".join(parts)
 
 
 def placeholders(template: str) -> list[str]:

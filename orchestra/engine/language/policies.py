@@ -26,12 +26,13 @@ class Decision:
     reason: str | None = None
 
 
-def step_scope(input: Any, states: dict[str, dict[str, Any]]) -> Scope:
-    """The variables a top-level step sees: `input` and `steps` {id: {output, status}}."""
-    return Scope({"input": input, "steps": states})
+def step_scope(input: Any, states: dict[str, dict[str, Any]], sandbox: Any = None) -> Scope:
+    """The variables a top-level step sees: `input` and `steps` {id: {output, status}};
+    `sandbox` (the engine's) bounds the evaluations that do not run inline."""
+    return Scope({"input": input, "steps": states}, sandbox)
 
 
-def decide(step: dict[str, Any], states: dict[str, dict[str, Any]], scope: Scope) -> Decision:
+async def decide(step: dict[str, Any], states: dict[str, dict[str, Any]], scope: Scope) -> Decision:
     """Skip propagation, then `when`. A step whose dependencies were all skipped is
     skipped; with some skipped and the rest succeeded (or failed under on_error
     continue) it runs; `when` false skips it. ExpressionError propagates (the step fails)."""
@@ -39,14 +40,15 @@ def decide(step: dict[str, Any], states: dict[str, dict[str, Any]], scope: Scope
     if deps and all(states.get(d, {}).get("status") == "skipped" for d in deps):
         return Decision(False, "dependencies")
     when = step.get("when")
-    if when and not scope.truth(when):
+    if when and not await scope.truth(when):
         return Decision(False, "when")
     return Decision(True)
 
 
-def read_structured(text: str, schema: Any) -> tuple[Any, list[dict[str, str]]]:
+async def read_structured(text: str, schema: Any, sandbox: Any = None) -> tuple[Any, list[dict[str, str]]]:
     """Parse a model's structured answer and validate it: (value, violations). A code
-    fence around the JSON is tolerated; text that is no JSON is one violation."""
+    fence around the JSON is tolerated; text that is no JSON is one violation. A check
+    too large for the event loop runs in `sandbox` (the engine's), bounded."""
     raw = text.strip()
     if raw.startswith("```"):
         raw = raw.strip("`")
@@ -56,7 +58,7 @@ def read_structured(text: str, schema: Any) -> tuple[Any, list[dict[str, str]]]:
         value = json.loads(raw)
     except ValueError as exc:
         return None, [{"field": "output", "problem": f"is not JSON ({exc.msg} at character {exc.pos})"}]
-    return value, schemas.violations(value, schema, root="output")
+    return value, await schemas.check(value, schema, root="output", sandbox=sandbox)
 
 
 def repair_prompt(violations: list[dict[str, str]], schema: Any) -> str:
@@ -80,13 +82,13 @@ def retry_delay(backoff_seconds: float, failed_attempt: int, *, jitter: float = 
     return round(max(0.0, base * (1 + spread)), 3)
 
 
-def run_output(spec: dict[str, Any] | None, steps: list[dict[str, Any]],
-               states: dict[str, dict[str, Any]], input: Any) -> Any:
+async def run_output(spec: dict[str, Any] | None, steps: list[dict[str, Any]],
+                     states: dict[str, dict[str, Any]], input: Any, sandbox: Any = None) -> Any:
     """The run's output: the template's `output` expression, else the last listed
     step's output. ExpressionError propagates (the run fails naming it)."""
     expr = (spec or {}).get("output")
     if expr:
-        return step_scope(input, states).evaluate(expr)
+        return await step_scope(input, states, sandbox).evaluate(expr)
     if not steps:
         return None
     return states.get(steps[-1]["id"], {}).get("output")
