@@ -114,9 +114,12 @@ class AgentSteps:
                 raise StepFailure(f"The model still asked for tools after {rounds} tool rounds.")
             tool_rounds += 1
             messages.append(ChatMessage("assistant", result.text or None, tool_calls=result.tool_calls))
+            fail_on_tool_error = (step.get("tools") or {}).get("on_tool_error") == "fail"
             for call in result.tool_calls:
                 name = catalog_names.get(call.name, call.name)  # the model may use an encoded name
-                content = await self._tool(live, step["id"], registry, call, ctx, name)
+                content, error = await self._tool(live, step["id"], registry, call, ctx, name)
+                if error is not None and fail_on_tool_error:
+                    raise StepFailure(f"The tool {name} failed (tools.on_tool_error is 'fail'): {error}")
                 messages.append(
                     ChatMessage("tool", content, tool_call_id=call.id, name=call.name)
                 )
@@ -131,9 +134,10 @@ class AgentSteps:
             live.writes.submit(self.log.append, live.trace_id, EventKind.TOKEN,
                                live.tagged(sid, {"text": text}), step_id=sid)
 
-    async def _tool(self, live: LiveRun, sid: str, registry, call, ctx: ToolContext, name: str) -> str:
-        """Run one tool call (`name`: its catalog name); a failing tool becomes an error
-        result for the model."""
+    async def _tool(self, live: LiveRun, sid: str, registry, call, ctx: ToolContext,
+                    name: str) -> tuple[str, str | None]:
+        """Run one tool call (`name`: its catalog name): (what the model reads, the error or
+        None). A failing tool becomes an error result for the model."""
         live.writes.submit(
             self.log.append,
             live.trace_id,
@@ -165,7 +169,7 @@ class AgentSteps:
             data["error"] = error
         live.writes.submit(self.log.append, live.trace_id, EventKind.TOOL_RESULT,
                            live.tagged(sid, data), step_id=sid)
-        return result if error is None else f"Error: {error}"
+        return (result, None) if error is None else (f"Error: {error}", error)
 
     async def _turn(
         self, live: LiveRun, sid: str, client, model: str, messages, tools,

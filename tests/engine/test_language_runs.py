@@ -235,3 +235,27 @@ async def test_retry_of_a_failed_run_reuses_what_succeeded(core, fake_llm):
     assert len(fake_llm.chat_requests) == 5
     with pytest.raises(ValidationError):
         await wf.retry_run(core, **kw, trace_id=trace_id, from_step="zz")
+
+
+async def test_on_tool_error_fail_fails_the_step_at_the_first_tool_error(core, fake_llm):
+    """Issue 29, item 8: `tools: {on_tool_error: "fail"}` ends the step at a tool's error
+    (by default the model reads the error and goes on, as before)."""
+    who = await setup_agent(core, fake_llm)
+    fake_llm.script_tool_call("calculator", {"expression": "1 / 0"})  # a tool error
+    fake_llm.script_text("went on")
+    lenient = await start(core, who, [worker_step(who)])
+    run = await wait_status(core, lenient, "succeeded", "failed")
+    assert run.status == "succeeded"
+    assert data_of(await events(core, lenient), "tool_result")[0]["error"]
+
+    fake_llm.script_tool_call("calculator", {"expression": "1 / 0"})
+    strict_step = {**worker_step(who), "tools": {"on_tool_error": "fail"}}
+    strict = await start(core, who, [strict_step])
+    run = await wait_status(core, strict, "succeeded", "failed")
+    assert run.status == "failed"
+    (failed,) = data_of(await events(core, strict), "step_failed")
+    assert "The tool calculator failed (tools.on_tool_error is 'fail')" in failed["error"]
+    assert len(fake_llm.chat_requests) == 3  # the strict step never asked the model again
+    stored = (await wf.get_template(core, user_id=who["user_id"], is_admin=False,
+                                    template_id=(await WorkflowRun.aget_by_id(strict)).template_id)).steps
+    assert stored[0]["tools"] == {"on_tool_error": "fail"}

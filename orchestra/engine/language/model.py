@@ -52,6 +52,14 @@ class StepRetry(Closed):
     )
 
 
+class StepTools(Closed):
+    """What a tool call that fails does to an agent step."""
+
+    on_tool_error: Literal["continue", "fail"] = Field(
+        "continue", description="'continue' (default): the model reads the tool's error and goes on; "
+        "'fail': the first tool error fails the step (then retry and on_error apply).")
+
+
 MAX_CONCURRENCY = 64  # foreach items at once, at most (SPEC §8)
 MAX_ITERATIONS = 100  # loop iterations, at most (SPEC §8)
 
@@ -120,6 +128,7 @@ class Step(Closed):
     on_error: Literal["fail", "continue"] = Field(
         "fail", description="'continue': a failed step ends with a null output and the run goes on."
     )
+    tools: StepTools | None = Field(None, description="Agent steps: what a failing tool call does.")
     default: Any = Field(
         None,
         description="Human steps with timeout_seconds: the output when no reply came in time "

@@ -222,6 +222,8 @@ def _policies(step: Step, clean: dict[str, Any]) -> None:
             clean[name] = getattr(step, name)
     if step.retry is not None:
         clean["retry"] = step.retry.model_dump()
+    if step.tools is not None and step.tools.on_tool_error != "continue":
+        clean["tools"] = step.tools.model_dump()  # only what differs from the default is stored
     if "default" in step.model_fields_set:
         clean["default"] = step.default
     if clean.get("on_error") == "fail":
