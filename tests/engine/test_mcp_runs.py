@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from orchestra.db.models import WorkflowRun
+from orchestra.db.models import McpServer, WorkflowRun
 
 from orchestra.engine.tools import wire_name
 from orchestra.services import mcp as mcp_service
@@ -161,6 +161,16 @@ async def test_an_unreachable_server_is_a_tool_error(core, fake_llm, fake_mcp):
     assert (await wait_status(core, trace_id, "succeeded", "failed", timeout=20)).status == "succeeded"
     out = results(await events(core, trace_id))
     assert out[0]["result"] is None and "could not be reached" in out[0]["error"]
+    # issue 29, item 8: the server's status is that of the last contact, not of the last refresh
+    down = await McpServer.aget(McpServer.name == "fake")
+    assert down.last_error and "could not be reached" in down.last_error
+    fake_mcp.start()
+    fake_llm.script_tool_call(wire_name("fake.echo"), {"text": "back"})
+    fake_llm.script_text("It is back.")
+    again = await start(core, who, [worker_step(who)])
+    assert (await wait_status(core, again, "succeeded", "failed", timeout=20)).status == "succeeded"
+    assert results(await events(core, again))[0]["result"] == "back"
+    assert (await mcp_service.get_server(core, down.id)).last_error is None
 
 
 async def test_cancel_during_a_hanging_call_ends_the_run_and_its_session(core, fake_llm, fake_mcp):

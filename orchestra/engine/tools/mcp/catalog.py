@@ -8,19 +8,21 @@ import json
 import logging
 from typing import Any
 
-from orchestra.db.models import McpServer
+from orchestra.db.models import McpServer, utcnow
 from orchestra.db.snapshot import StoreSnapshot
 from orchestra.engine.tools import Tool, ToolContext, ToolError
-from orchestra.engine.tools.mcp.client import McpServerConfig
+from orchestra.engine.tools.mcp.client import McpServerConfig, McpServerError
 
 logger = logging.getLogger("orchestra.mcp")
 
 
 class McpTool(Tool):
-    """One tool of one MCP server; runs through the calling run's session to it."""
+    """One tool of one MCP server; runs through the calling run's session to it, and
+    records how the server answered (its status is that of the last contact)."""
 
-    def __init__(self, config: McpServerConfig, tool: dict[str, Any]) -> None:
+    def __init__(self, config: McpServerConfig, tool: dict[str, Any], catalog: "McpCatalog | None" = None) -> None:
         self.config = config
+        self.catalog = catalog
         self.tool_name = str(tool["name"])
         self.name = f"{config.name}.{self.tool_name}"  # type: ignore[misc]
         self.description = str(tool.get("description") or "")  # type: ignore[misc]
@@ -30,7 +32,15 @@ class McpTool(Tool):
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> str:
         if ctx.mcp is None:
             raise ToolError(f"The MCP tool {self.name} can only be called inside a run.")
-        return await ctx.mcp.call(self.config, self.tool_name, args)
+        try:
+            result = await ctx.mcp.call(self.config, self.tool_name, args)
+        except McpServerError as exc:  # not reached, timed out, went away
+            if self.catalog is not None:
+                await self.catalog.contact(self.config.server_id, exc.message)
+            raise
+        if self.catalog is not None:
+            await self.catalog.contact(self.config.server_id, None)
+        return result
 
 
 def server_config(row: McpServer, decrypt: Any) -> McpServerConfig:
@@ -72,6 +82,18 @@ class McpCatalog:
     async def load(self) -> None:
         await self.snapshot.current()
 
+    async def contact(self, server_id: str, error: str | None) -> None:
+        """Store the outcome of a contact with a server (a tool call at run time), as a
+        refresh does: `last_error` set, or cleared once it answers again. The row is written
+        only when the status changes; a store that is away does not fail the call."""
+        changed = McpServer.last_error.is_null(False) if error is None else (
+            McpServer.last_error.is_null() | (McpServer.last_error != error))
+        try:
+            await self._db.aexecute(McpServer.update({McpServer.last_error: error, McpServer.refreshed_at: utcnow()})
+                                    .where((McpServer.id == server_id) & changed))
+        except Exception as exc:  # noqa: BLE001 - the status is a hint; the call's outcome stands
+            logger.warning("MCP server %s: its status could not be stored: %r", server_id, exc)
+
     async def _read(self) -> dict[str, McpTool]:
         rows = await self._db.list(McpServer.select().order_by(McpServer.name_key))
         tools: dict[str, McpTool] = {}
@@ -82,6 +104,6 @@ class McpCatalog:
                 logger.warning("secrets of MCP server %s cannot be decrypted", row.name)
                 continue
             for tool in row.tools or []:
-                item = McpTool(config, tool)
+                item = McpTool(config, tool, self)
                 tools[item.name] = item
         return tools
