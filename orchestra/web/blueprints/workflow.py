@@ -251,7 +251,7 @@ async def start_run(request: Request):
     "List your runs, newest first (paged)", response=out.RunList,
     errors={
         403: "PermissionDeniedError: all=true is for ADMINISTRATOR and above.",
-        422: "ValidationError: limit or all out of range, or a cursor this list did not give.",
+        422: "ValidationError: limit or all out of range, or a cursor not of this list's form.",
     },
     params=(
         *page_params("runs"),
