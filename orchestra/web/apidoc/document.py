@@ -306,7 +306,7 @@ def _refuses_nul(model: type | None) -> bool:
 
 
 _SUBSCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
-_SUBSCHEMAS = ("items", "additionalProperties", "not", "if", "then", "else", "contains")
+_SUBSCHEMAS = ("items", "additionalProperties", "not", "if", "then", "else", "contains", "propertyNames")
 
 
 def _clean(schema: Any, *, refuse_nul: bool) -> Any:
@@ -325,6 +325,10 @@ def _clean(schema: Any, *, refuse_nul: bool) -> Any:
         out["properties"] = {k: _clean(v, refuse_nul=refuse_nul) for k, v in out["properties"].items()}
     if out.get("maxLength") == STR_MAX:  # every body string's cap; the 1 MiB body limit comes first
         del out["maxLength"]
+    if out.get("propertyNames") == {}:  # a key's cap (STR_MAX) only: nothing left to say
+        del out["propertyNames"]
+    if refuse_nul and out.get("type") == "object" and "propertyNames" not in out and _is_free_map(out):
+        out["propertyNames"] = {"pattern": NO_NUL}  # a key is a string of the body too
     if "default" in out and out["default"] is None and not _allows_null(out):
         del out["default"]
     if refuse_nul and _is_free_string(out):
@@ -336,6 +340,11 @@ def _allows_null(schema: dict) -> bool:
     if schema.get("type") == "null" or "null" in (schema.get("type") or []):
         return True
     return any(_allows_null(s) for s in schema.get("anyOf", []) + schema.get("oneOf", []))
+
+
+def _is_free_map(schema: dict) -> bool:
+    """An object whose keys the model does not name (a dict field)."""
+    return "properties" not in schema and schema.get("additionalProperties", True) is not False
 
 
 def _is_free_string(schema: dict) -> bool:

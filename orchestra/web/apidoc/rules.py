@@ -76,6 +76,10 @@ API_KEY_PATTERN = r"^[\s\u001c-\u001f\u0085]*(?:[!-~]{1,4096})?[\s\u001c-\u001f\
 # case), with no white space or control character inside. The service checks with this
 # very pattern (providers.BASE_URL), so the document states the rule exactly.
 BASE_URL_PATTERN = providers.BASE_URL_PATTERN
+# The same, not blank (an MCP server's url: mcp.clean_url checks BASE_URL_PATTERN and blankness).
+_BLANK_TAIL = f")?{WS}*$"
+assert BASE_URL_PATTERN.endswith(_BLANK_TAIL), "BASE_URL_PATTERN changed its form"
+URL_PATTERN = BASE_URL_PATTERN[: -len(_BLANK_TAIL)] + f"){WS}*$"
 
 
 def name_rule(default: Any = PydanticUndefined) -> Any:
