@@ -19,6 +19,7 @@ from orchestra.db.models import Provider, SystemNode, Worker, iso, name_key, sto
 from orchestra.engine.llm.base import LLMError
 from orchestra.engine.llm.factory import SUPPORTED_KINDS, make_client
 from orchestra.errors import ConflictError, NotFoundError, ProviderError, ValidationError
+from orchestra.services.charset import has_control
 from orchestra.services.crypto import mask
 
 NAME_MAX = 128
@@ -34,12 +35,13 @@ _UNSET: Any = object()
 
 
 def clean_name(value: str, field: str = "name", max_length: int = NAME_MAX) -> str:
-    """A display name: NFKC, stripped, 1..max_length characters, no control characters."""
+    """A display name: NFKC, stripped, 1..max_length characters, no control or format
+    character (charset.CONTROL_RANGES, which the OpenAPI document publishes)."""
     name = unicodedata.normalize("NFKC", value).strip()
     if not 1 <= len(name) <= max_length:
         raise ValidationError.field(field, f"must be 1 to {max_length} characters long")
-    if any(unicodedata.category(ch)[0] == "C" for ch in name):
-        raise ValidationError.field(field, "must not contain control characters")
+    if has_control(name):
+        raise ValidationError.field(field, "must not contain control or format characters")
     return name
 
 

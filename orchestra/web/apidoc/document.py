@@ -79,7 +79,8 @@ def build_document(app: Sanic) -> dict[str, Any]:
     missing = [f"{m.upper()} {p}" for p, m, h, _ in routes if operation_of(h) is None]
     if missing:
         raise UndocumentedRoute("routes without @documented: " + ", ".join(missing))
-    schemas = _component_schemas([operation_of(h) for _, _, h, _ in routes])
+    schemas = _component_schemas([operation_of(h) for _, _, h, _ in routes],
+                                 getattr(app.ctx, "settings", None))
     operation_ids = {name for *_, name in routes}
     paths: dict[str, dict[str, Any]] = {}
     for path, method, handler, name in routes:
@@ -241,9 +242,11 @@ def _models_of(operations: list[Operation]) -> list[type[pydantic.BaseModel]]:
     return list(dict.fromkeys(found))
 
 
-def _component_schemas(operations: list[Operation]) -> dict[str, Any]:
+def _component_schemas(operations: list[Operation], settings: Any = None) -> dict[str, Any]:
     """Every model's JSON Schema (2020-12, which OpenAPI 3.1 uses), cleaned for the document.
-    A model class placed in a field's documented rule (`items=Step`) is added as well."""
+    A model class placed in a field's documented rule (`items=Step`) is added as well; a
+    model with a `settings_schema(schema, settings)` hook states the rules this server's
+    settings make (the stdio commands it allows)."""
     wanted = _models_of(operations)
     while True:
         pairs = [(m, "validation") for m in wanted]
@@ -257,10 +260,15 @@ def _component_schemas(operations: list[Operation]) -> dict[str, Any]:
             break
         wanted += embedded
     by_name = _all_models(wanted)
-    return {
+    schemas = {
         name: _clean(schema, refuse_nul=_refuses_nul(by_name.get(name)))
         for name, schema in sorted(defs.items())
     }
+    for name, schema in schemas.items():
+        hook = getattr(by_name.get(name), "settings_schema", None)
+        if hook is not None and settings is not None:
+            hook(schema, settings)
+    return schemas
 
 
 def _refs(value: Any) -> set[str]:

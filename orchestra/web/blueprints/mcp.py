@@ -10,6 +10,7 @@ from orchestra.services import mcp as mcp_service
 from orchestra.services.roles import Role
 from orchestra.web.apidoc import models as out
 from orchestra.web.apidoc.operation import Link, documented
+from orchestra.services.charset import SPACE_RANGES, char_class
 from orchestra.web.apidoc.rules import URL_PATTERN, rule
 from orchestra.web.auth import protected
 from orchestra.web.responses import SUCCESS
@@ -23,6 +24,8 @@ _SECRET_VALUES = (
 )
 
 
+_SPACE = char_class(SPACE_RANGES)
+_REGEX_SPECIAL = set("\\^$.|?*+()[]{}/")
 # A secret value: a masked one (…abcd) is only a stored value sent back on PUT.
 _UNMASKED = "^(?!\u2026)"
 _HEADER_VALUE = rf"{_UNMASKED}[\t -~]{{0,{mcp_service.SECRET_MAX}}}$"
@@ -57,6 +60,22 @@ class McpServerBody(Body):
     stdio, whose command's base name ORCHESTRA_MCP_STDIO_COMMANDS must list (else 422)."""
 
     model_config = Body.model_config | {"json_schema_extra": _transport_rules()}
+
+    @staticmethod
+    def settings_schema(schema: dict, settings) -> None:
+        """The stdio commands this server allows (ORCHESTRA_MCP_STDIO_COMMANDS), exactly;
+        with none, the stdio transport is not offered at all."""
+        allowed = sorted(settings.mcp_stdio_allowed)
+        if not allowed:
+            schema["properties"]["transport"]["enum"] = ["streamable_http"]
+            schema["properties"]["transport"]["description"] += (
+                " stdio is off: ORCHESTRA_MCP_STDIO_COMMANDS lists no command.")
+            return
+        names = "|".join("".join("\\" + c if c in _REGEX_SPECIAL else c for c in name) for name in allowed)
+        schema["then"]["properties"]["command"] = {
+            "type": "string", "pattern": f"^[{_SPACE}]*(?:{names})[{_SPACE}]*$",
+            "description": "One of ORCHESTRA_MCP_STDIO_COMMANDS: " + ", ".join(allowed) + ".",
+        }
 
     name: str = rule(
         description="1-64 letters, digits, '_' or '-'; prefixes its tools' names.",

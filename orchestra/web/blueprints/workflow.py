@@ -16,7 +16,7 @@ from orchestra.web.apidoc import models as out
 from orchestra.web.apidoc.events import event_schema, stream_description
 from orchestra.web.apidoc.operation import Link, documented, header, query
 from orchestra.engine.language.model import EXPRESSION_MAX, MAX_STEPS, Step, TemplateLimits
-from orchestra.web.apidoc.rules import free_text, rule, stripped
+from orchestra.web.apidoc.rules import ID_PATTERN, free_text, id_rule, rule, stripped
 from orchestra.web.auth import protected
 from orchestra.web.paging import PAGE_ERRORS, count_arg, page_args, page_body, page_params
 from orchestra.web.responses import SUCCESS
@@ -57,12 +57,13 @@ class TemplateBody(Body):
 
 
 class RunBody(Body):
-    template_id: str = rule(description="A template you may read (yours or shared).")
+    template_id: str = id_rule(description="A template you may read (yours or shared).")
     input: Any = rule(
         "", description="The text {{input}} stands for; under the template's input_schema any "
         "JSON value that validates (422 names each violation: input.topics.2).",
     )
-    files: list[str] | None = rule(None, description="Ids of your uploads, listed to agent steps.")
+    files: list[str] | None = rule(None, description="Ids of your uploads, listed to agent steps.",
+                                   items={"type": "string", "pattern": ID_PATTERN})
 
 
 class RetryBody(Body):
