@@ -106,3 +106,32 @@ async def test_a_server_that_allows_stdio_commands_names_them(doc):
     command = re.compile(body["then"]["properties"]["command"]["pattern"])
     assert command.search("uvx") and command.search(" mcp-server-time ")
     assert not command.search("mcp-server-timex") and not command.search("sh")
+
+
+HUMAN = {"agent": {"human": True}, "prompt": "Approve?"}
+INNER = [{"id": "inner", **HUMAN}]
+STEPS = [
+    {"id": "a"},  # no agent (the finding)
+    {"id": "a", **HUMAN},
+    {"id": "a", "agent": None, "prompt": "x"},
+    {"id": "a", "loop": {"steps": INNER, "until": "true", "max_iterations": 2}},
+    {"id": "a", "loop": {"steps": INNER, "until": "true", "max_iterations": 2}, **HUMAN},
+    {"id": "a", "foreach": {"items": "[1, 2]"}, **HUMAN},
+    {"id": "a", "foreach": {"items": "[1, 2]"}, "steps": INNER},
+    {"id": "a", "foreach": {"items": "[1, 2]"}, "steps": INNER, **HUMAN},
+    {"id": "a", "foreach": {"items": "[1, 2]"}},
+    {"id": "a", **HUMAN, "output": "1"},
+    {"id": "a", **HUMAN, "steps": None},
+    {"id": "a", "foreach": {"items": "[1]"}, "loop": {"steps": INNER, "until": "true", "max_iterations": 2}},
+]
+
+
+@pytest.mark.parametrize("step", STEPS)
+async def test_the_step_kinds_are_what_the_template_check_accepts(doc, step):
+    import jsonschema
+
+    from orchestra.engine.language.validate import check_template
+
+    schema = {"$ref": "#/components/schemas/Step", "components": doc["components"]}
+    valid = jsonschema.Draft202012Validator(schema).is_valid(step)
+    assert valid == (not check_template([step]).problems), check_template([step]).problems

@@ -19,7 +19,7 @@ from orchestra import __version__
 from orchestra.services.roles import Role
 from orchestra.web.apidoc import models
 from orchestra.web.apidoc.operation import Link, Operation, operation_of
-from orchestra.web.apidoc.rules import NO_NUL, REF, REFERENCED_MODELS
+from orchestra.web.apidoc.rules import AMENDMENTS, NO_NUL, REF, REFERENCED_MODELS
 from orchestra.web.validation import STR_MAX, Body
 
 API_PREFIX = "/api/v1/"
@@ -265,6 +265,8 @@ def _component_schemas(operations: list[Operation], settings: Any = None) -> dic
         for name, schema in sorted(defs.items())
     }
     for name, schema in schemas.items():
+        if name in AMENDMENTS:
+            AMENDMENTS[name](schema)
         hook = getattr(by_name.get(name), "settings_schema", None)
         if hook is not None and settings is not None:
             hook(schema, settings)

@@ -38,6 +38,17 @@ WS = r"[\s\u001c-\u001f\u0085]"
 REF = "#/components/schemas/{model}"
 # Models a rule refers to (`items=Step`) by name: the document adds them to its components.
 REFERENCED_MODELS: dict[str, type] = {}
+# Rules of a model the web layer states for a model it does not own (the language's Step):
+# component name -> a function that amends its cleaned schema in place.
+AMENDMENTS: dict[str, Any] = {}
+
+
+def amends(name: str):
+    """Decorator: register a function that adds rules to the component `name`."""
+    def register(function):
+        AMENDMENTS[name] = function
+        return function
+    return register
 
 
 def rule(default: Any = PydanticUndefined, *, description: str | None = None, **schema: Any) -> Any:

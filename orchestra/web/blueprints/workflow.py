@@ -16,7 +16,7 @@ from orchestra.web.apidoc import models as out
 from orchestra.web.apidoc.events import event_schema, stream_description
 from orchestra.web.apidoc.operation import Link, documented, header, query
 from orchestra.engine.language.model import EXPRESSION_MAX, MAX_STEPS, Step, TemplateLimits
-from orchestra.web.apidoc.rules import ID_PATTERN, free_text, id_rule, rule, stripped
+from orchestra.web.apidoc.rules import ID_PATTERN, amends, free_text, id_rule, rule, stripped
 from orchestra.web.auth import protected
 from orchestra.web.paging import PAGE_ERRORS, count_arg, page_args, page_body, page_params
 from orchestra.web.responses import SUCCESS
@@ -25,6 +25,30 @@ from orchestra.web.validation import Body, parse_body
 
 bp = Blueprint("workflow", url_prefix="/workflow")
 
+
+
+_NULL = {"type": "null"}  # absent or null
+
+
+@amends("Step")
+def _step_kinds(schema: dict[str, Any]) -> None:
+    """A step is one of four kinds, as the template service checks (validate.py): an agent
+    or human step (agent and prompt), a loop (loop.steps instead), a foreach over an agent
+    (foreach, agent, prompt) or a foreach over steps (foreach, steps, output)."""
+    agent = {"agent": {"type": "object"}, "prompt": {"type": "string"}}
+    schema["anyOf"] = [
+        {"required": ["agent", "prompt"],
+         "properties": {**agent, "foreach": _NULL, "loop": _NULL, "steps": False, "output": False}},
+        {"required": ["loop"],
+         "properties": {"loop": {"type": "object"}, "foreach": _NULL, "agent": False, "prompt": False,
+                        "steps": False, "output": False}},
+        {"required": ["foreach", "agent", "prompt"],
+         "properties": {**agent, "foreach": {"type": "object"}, "loop": _NULL, "steps": False,
+                        "output": False}},
+        {"required": ["foreach", "steps"],
+         "properties": {"foreach": {"type": "object"}, "steps": {"type": "array"}, "loop": _NULL,
+                        "agent": False, "prompt": False}},
+    ]
 
 
 class TemplateBody(Body):
