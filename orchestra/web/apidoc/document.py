@@ -260,10 +260,10 @@ def _component_schemas(operations: list[Operation], settings: Any = None) -> dic
             break
         wanted += embedded
     by_name = _all_models(wanted)
-    schemas = {
-        name: _clean(schema, refuse_nul=_refuses_nul(by_name.get(name)))
-        for name, schema in sorted(defs.items())
-    }
+    refusing = _refusing_nul(defs, {name for name, model in by_name.items() if _refuses_nul(model)})
+    schemas = {name: _clean(schema, refuse_nul=name in refusing) for name, schema in sorted(defs.items())}
+    if any(_refs(schema) & {JSON_TEXT} for schema in schemas.values()):
+        schemas[JSON_TEXT] = _json_text()
     for name, schema in schemas.items():
         if name in AMENDMENTS:
             AMENDMENTS[name](schema)
@@ -271,6 +271,34 @@ def _component_schemas(operations: list[Operation], settings: Any = None) -> dic
         if hook is not None and settings is not None:
             hook(schema, settings)
     return schemas
+
+
+def _refusing_nul(defs: dict[str, Any], roots: set[str]) -> set[str]:
+    """The components whose strings refuse NUL: those of bodies that refuse it, and every
+    component such a body refers to (a template's Step, Foreach, Loop …)."""
+    found = set(roots)
+    while True:
+        more = set().union(*(_refs(defs[name]) for name in found if name in defs)) - found
+        if not more:
+            return found
+        found |= more
+
+
+JSON_TEXT = "JsonWithoutNul"
+
+
+def _json_text() -> dict[str, Any]:
+    """Any JSON value whose strings and keys hold no NUL (a body's free-form fields)."""
+    ref = {"$ref": REF.format(model=JSON_TEXT)}
+    return {
+        "description": "Any JSON value without the NUL character in a string or key.",
+        "anyOf": [
+            {"type": "string", "pattern": NO_NUL},
+            {"type": ["number", "boolean", "null"]},
+            {"type": "array", "items": ref},
+            {"type": "object", "propertyNames": {"pattern": NO_NUL}, "additionalProperties": ref},
+        ],
+    }
 
 
 def _refs(value: Any) -> set[str]:
@@ -339,6 +367,10 @@ def _clean(schema: Any, *, refuse_nul: bool) -> Any:
         del out["propertyNames"]
     if refuse_nul and out.get("type") == "object" and "propertyNames" not in out and _is_free_map(out):
         out["propertyNames"] = {"pattern": NO_NUL}  # a key is a string of the body too
+        if out.get("additionalProperties", True) is True:
+            out["additionalProperties"] = {"$ref": REF.format(model=JSON_TEXT)}
+    if refuse_nul and _is_any(out):
+        out["$ref"] = REF.format(model=JSON_TEXT)
     if "default" in out and out["default"] is None and not _allows_null(out):
         del out["default"]
     if refuse_nul and _is_free_string(out):
@@ -350,6 +382,14 @@ def _allows_null(schema: dict) -> bool:
     if schema.get("type") == "null" or "null" in (schema.get("type") or []):
         return True
     return any(_allows_null(s) for s in schema.get("anyOf", []) + schema.get("oneOf", []))
+
+
+_SHAPING = ("type", "$ref", "anyOf", "oneOf", "allOf", "enum", "const", "properties", "not")
+
+
+def _is_any(schema: dict) -> bool:
+    """A schema that allows any JSON value (pydantic's `Any`)."""
+    return not any(key in schema for key in _SHAPING)
 
 
 def _is_free_map(schema: dict) -> bool:
