@@ -51,7 +51,32 @@ def _step_kinds(schema: dict[str, Any]) -> None:
     ]
 
 
-class TemplateBody(Body):
+@amends("WorkerAgent")
+def _worker_id(schema: dict[str, Any]) -> None:
+    schema["properties"]["worker"]["pattern"] = ID_PATTERN
+
+
+class TemplateDraft(Body):
+    """What `template/check` reads: only the shapes pydantic checks are a 422 here; every
+    problem of the steps and options is answered in the 200's `problems`."""
+
+    name: str = rule(description="Not checked here (saving checks it).")
+    description: str = ""
+    steps: list[Any] = rule(description="Any steps: each problem is answered with its path.")
+    shared: bool | None = None
+    input_schema: dict[str, Any] | None = None
+    limits: TemplateLimits | None = None
+    output: str | None = None
+
+    def options(self) -> dict[str, Any]:
+        """The language's template-level fields that were sent."""
+        sent = {k: getattr(self, k) for k in service.OPTION_FIELDS if getattr(self, k) is not None}
+        if "limits" in sent:
+            sent["limits"] = sent["limits"].model_dump(exclude_none=True)
+        return sent
+
+
+class TemplateBody(TemplateDraft):
     name: str = rule(
         description=f"1-{service.NAME_MAX} characters (stripped); unique among your templates.",
         pattern=stripped(service.NAME_MAX, controls=False),
@@ -71,13 +96,6 @@ class TemplateBody(Body):
         None, description="CEL expression: the run's output (default: the last step's).",
         maxLength=EXPRESSION_MAX,
     )
-
-    def options(self) -> dict[str, Any]:
-        """The language's template-level fields that were sent."""
-        sent = {k: getattr(self, k) for k in service.OPTION_FIELDS if getattr(self, k) is not None}
-        if "limits" in sent:
-            sent["limits"] = sent["limits"].model_dump(exclude_none=True)
-        return sent
 
 
 class RunBody(Body):
@@ -168,14 +186,14 @@ async def create_template(request: Request):
 
 @bp.post("/template/check")
 @documented(
-    "Check a template without saving it", body=TemplateBody, response=out.TemplateCheck,
+    "Check a template without saving it", body=TemplateDraft, response=out.TemplateCheck,
     description="Runs every save-time check (shapes, ids, references, cycles, expressions, "
     "schemas, your workers) and answers 200 with each problem and its path; nothing is stored. "
     "`orchestra template check FILE` uses it.",
 )
 @protected(Role.USER)
 async def check_template(request: Request):
-    body = parse_body(request, TemplateBody)
+    body = parse_body(request, TemplateDraft)
     checked = await service.check_template(
         request.app.ctx.core, owner_id=request.ctx.principal.user_id, steps=body.steps,
         options=body.options(),
