@@ -27,7 +27,7 @@ def _tools(default):
         description="Names from GET /resource/tool (duplicates dropped).",
         items={"anyOf": [
             {"enum": REGISTRY.names()},
-            {"type": "string", "pattern": r"^[A-Za-z0-9_-]{1,64}\.",
+            {"type": "string", "pattern": r"^[A-Za-z0-9_-]{1,64}\.[^\u0000]*$",
              "description": "A tool of an MCP server: <server name>.<tool name>."},
         ]},
     )
