@@ -85,6 +85,7 @@ async def bench(steps: int, repeat: int) -> None:
         settings = Settings.from_env(
             env={}, home=Path(tmp), secret_key="bench-" + "k" * 40,
             argon2_time_cost=1, argon2_memory_cost=1024, argon2_parallelism=1,
+            egress_allow="127.0.0.1",  # the fake provider listens on loopback
         )
         core = await Core.open(settings)
         try:

@@ -26,6 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from orchestra.egress import EgressPolicy  # noqa: E402
 from orchestra.engine.tools import ToolContext, default_registry, wire_name  # noqa: E402
 from orchestra.engine.tools.mcp.catalog import McpTool  # noqa: E402
 from orchestra.engine.tools.mcp.client import McpServerConfig, connect, list_tools  # noqa: E402
@@ -40,12 +41,13 @@ async def overhead(url: str, calls: int) -> tuple[float, float]:
     from mcp.client.streamable_http import streamable_http_client
 
     config = McpServerConfig("bench", "bench", "streamable_http", url=url)
-    async with connect(config, frozenset()) as probe:
+    loopback = EgressPolicy.parse("127.0.0.1")  # the fake MCP server listens on loopback
+    async with connect(config, frozenset(), loopback) as probe:
         listed = {t["name"]: t for t in await list_tools(probe)}
     registry = default_registry()
     tool = McpTool(config, listed["echo"])
     registry.register(tool)
-    sessions = RunSessions(frozenset())
+    sessions = RunSessions(frozenset(), loopback)
     ctx = ToolContext(user_id="bench", mcp=sessions)
     direct_ms, ours_ms = [], []
     async with Client(streamable_http_client(url), cache=None) as client:
@@ -74,7 +76,8 @@ async def sessions_per_run(first: FakeMcpProcess, second: FakeMcpProcess) -> tup
 
     with tempfile.TemporaryDirectory() as home, FakeLLM() as llm:
         settings = Settings.from_env(env={}, home=Path(home), secret_key="bench-" + "x" * 40,
-                                     argon2_time_cost=1, argon2_memory_cost=8, argon2_parallelism=1)
+                                     argon2_time_cost=1, argon2_memory_cost=8, argon2_parallelism=1,
+                                     egress_allow="127.0.0.1")  # the fakes listen on loopback
         core = await Core.open(settings)
         try:
             user = await auth.register(core, user_name="bench", password="password-123")

@@ -54,6 +54,7 @@ def orchestra_server(env: dict[str, str] | None = None, *, home: Path | None = N
             "ORCHESTRA_SECRET_KEY": "bench-secret-" + "z" * 32,
             "ORCHESTRA_RATE_LIMIT_REGISTER": "1000000/minute",
             "ORCHESTRA_RATE_LIMIT_LOGIN": "1000000/minute",
+            "ORCHESTRA_EGRESS_ALLOW": "127.0.0.1",  # the fake providers listen on loopback
             **(env or {}),
         }
         log = open(home / "server.log", "ab")

@@ -8,6 +8,8 @@ from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from orchestra.egress import EgressPolicy
+
 
 def _default_home() -> Path:
     return Path(os.environ.get("ORCHESTRA_HOME") or Path.home() / ".orchestra").expanduser()
@@ -49,7 +51,8 @@ class Settings:
     max_runs: int = 100  # runs one process executes at once; the rest wait `queued`
     db_pool_size: int = 20  # store connections per process (PostgreSQL; requests and runs share them)
     shutdown_grace_seconds: float = 10.0  # on SIGTERM, how long in-flight steps may finish
-    step_output_max_bytes: int = 1024 * 1024  # one step's output; past it the step fails
+    step_output_max_bytes: int = 1024 * 1024  # one step's output, UTF-8 bytes; past it the step fails
+    prompt_max_bytes: int = 1024 * 1024  # one rendered prompt, UTF-8 bytes; past it the step fails
     foreach_max_items: int = 1000  # items one foreach may map; more fail the step
     header_timeout: float = 10.0  # seconds for a whole request head, from its first byte
     body_min_rate: int = 240  # bytes a second a body must average after header_timeout (0: off)
@@ -59,12 +62,18 @@ class Settings:
     metrics: bool = False  # GET /metrics (Prometheus)
     metrics_token: str = ""  # when set, GET /metrics needs it as a bearer token
     run_retention_days: int = 0  # ended runs older than this are deleted hourly (0: keep all)
-    mcp_stdio_commands: str = ""  # comma-separated base names of commands a stdio MCP server may run
+    mcp_stdio_commands: str = ""  # comma-separated bare names of commands a stdio MCP server may run
+    egress_allow: str = ""  # CIDRs, addresses or host names (optional :port) outgoing connections may reach
 
     @property
     def mcp_stdio_allowed(self) -> frozenset[str]:
         """The base names in ORCHESTRA_MCP_STDIO_COMMANDS (empty: no stdio server may start)."""
         return frozenset(part.strip() for part in self.mcp_stdio_commands.split(",") if part.strip())
+
+    @property
+    def egress(self) -> EgressPolicy:
+        """The egress rule with ORCHESTRA_EGRESS_ALLOW's allowances (parsed once)."""
+        return EgressPolicy.parse(self.egress_allow)
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None, **overrides: Any) -> "Settings":
@@ -86,6 +95,7 @@ class Settings:
         url = self.database_url or f"sqlite:///{home / 'orchestra.db'}"
         if self.log_format not in ("text", "json"):
             raise ValueError(f"ORCHESTRA_LOG_FORMAT must be text or json, got {self.log_format!r}")
+        EgressPolicy.parse(self.egress_allow)  # a bad entry stops the start, naming the setting
         return replace(self, home=home, database_url=url)
 
     @property
@@ -196,7 +206,12 @@ SETTING_DOCS: dict[str, SettingDoc] = {
         "and signals have their own). Past it a request waits, then answers 503"),
     "shutdown_grace_seconds": SettingDoc(
         "on SIGTERM, how long in-flight steps may finish before runs are handed back"),
-    "step_output_max_bytes": SettingDoc("largest output of one step (the step fails beyond)"),
+    "step_output_max_bytes": SettingDoc(
+        "largest output of one step, in UTF-8 bytes (the step fails beyond; a longer human reply "
+        "is 413, a longer tool result an error the model reads)"),
+    "prompt_max_bytes": SettingDoc(
+        "largest rendered prompt of one step (an agent step's prompt, a human step's question, "
+        "an `ask_user` question), in UTF-8 bytes: the step fails beyond, before anything is stored"),
     "foreach_max_items": SettingDoc("items one `foreach` step may map; a longer list fails the step"),
     "header_timeout": SettingDoc(
         "seconds a client has to send a whole request head, from its first byte (408 and close beyond)"),
@@ -212,8 +227,15 @@ SETTING_DOCS: dict[str, SettingDoc] = {
     "metrics_token": SettingDoc(
         "when set, `GET /metrics` needs `Authorization: Bearer <token>` (401 without)", "empty (no token)"),
     "mcp_stdio_commands": SettingDoc(
-        "comma-separated base names of commands a stdio MCP server may run (e.g. `mcp-server-time,uvx`); "
+        "comma-separated bare names of commands a stdio MCP server may run (e.g. `mcp-server-time,uvx`), "
+        "looked up on the server's own PATH; "
         "checked when a server is saved and again at every start of its process", "empty (no stdio servers)"),
+    "egress_allow": SettingDoc(
+        "comma-separated CIDRs (`10.0.0.0/8`), addresses (exactly that address: `127.0.0.1`, `::1`) or "
+        "host names, each optionally with `:port` (IPv6 in brackets: `[::1]:11434`), that the server's "
+        "connections to model providers and MCP servers may reach although they are loopback, private, "
+        "link-local, unique-local or otherwise not public (e.g. `127.0.0.1:11434` for a local Ollama)",
+        "empty (public addresses only)"),
 }
 
 TABLE_START = "<!-- settings-table:start (generated: python -m orchestra.settings --write-readme) -->"

@@ -37,6 +37,9 @@ from orchestra.web.app import create_app
 FAST_HASH = {"argon2_time_cost": 1, "argon2_memory_cost": 1024, "argon2_parallelism": 1}
 # Generous limits by default; rate-limit tests set their own.
 OPEN_LIMITS = {"rate_limit_register": "10000/minute", "rate_limit_login": "10000/minute"}
+# The fake model and fake MCP servers listen on loopback, which the egress rule refuses
+# by default (SPEC §14): the tests allow it; the egress tests set their own.
+LOOPBACK_EGRESS = {"egress_allow": "127.0.0.0/8,::1"}
 
 Sanic.test_mode = True
 
@@ -391,7 +394,8 @@ def settings(tmp_path: Path, database_url: str, settings_overrides: dict) -> Set
 
 
 def make_settings(home: Path, database_url: str, **overrides) -> Settings:
-    values = {**FAST_HASH, **OPEN_LIMITS, "secret_key": "test-secret-" + "x" * 32, **overrides}
+    values = {**FAST_HASH, **OPEN_LIMITS, **LOOPBACK_EGRESS, "secret_key": "test-secret-" + "x" * 32,
+              **overrides}
     return Settings.from_env(env={}, home=home, database_url=database_url, **values)
 
 
@@ -489,7 +493,8 @@ class ServerProcess:
             **os.environ,
             "ORCHESTRA_HOME": str(home),
             "ORCHESTRA_SECRET_KEY": "e2e-secret-" + "y" * 32,
-            **{f"ORCHESTRA_{k.upper()}": str(v) for k, v in {**FAST_HASH, **OPEN_LIMITS}.items()},
+            **{f"ORCHESTRA_{k.upper()}": str(v)
+               for k, v in {**FAST_HASH, **OPEN_LIMITS, **LOOPBACK_EGRESS}.items()},
             **(env or {}),
         }
         if database_url:

@@ -17,8 +17,9 @@ import sys
 import threading
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
+from orchestra.cli.answer_shape import expected_answer
 from orchestra.engine.vocabulary import EventKind
 
 if TYPE_CHECKING:
@@ -91,11 +92,13 @@ class Question:
     request_id: str | None
     step_id: str | None
     prompt: str
+    schema: Any = None  # the answer's JSON Schema; None: plain text
 
     @classmethod
     def of(cls, event: "Event") -> "Question":
         data = event.data
-        return cls(data.get("request_id"), data.get("step_id"), str(data.get("prompt") or ""))
+        return cls(data.get("request_id"), data.get("step_id"), str(data.get("prompt") or ""),
+                   data.get("schema"))
 
     def settled_by(self, event: "Event") -> str | None:
         """Why `event` makes this question moot, or None."""
@@ -168,12 +171,17 @@ def ask(question: Question, pump: EventPump, send: Callable[[str], str | None], 
     returns a refusal message or None) or settled elsewhere (then the prompt is withdrawn).
 
     The question itself is already on screen (the live view's panel shows it), so the
-    prompt only asks for the answer. Returns the line worth keeping on screen once the
-    prompt is gone (a refusal, a withdrawal, no answer), or None when the answer was sent.
+    prompt only asks for the answer, after the expected shape when the answer is JSON. A
+    refused answer is said in one line and the prompt asks again at once: the terminal
+    is never left without a prompt while the question is open. Returns the line worth
+    keeping on screen once the prompt is gone (a withdrawal, no answer), or None when
+    the answer was sent.
     """
     fd = sys.stdin.fileno() if fd is None else fd
     if any(question.settled_by(event) for event in pump.upcoming()):
         return None  # settled before its turn came: nothing to ask
+    for line in expected_answer(question.schema):
+        say(line)
     say(f"{question.step_id or 'run'} asks the question above; your answer: ", end="")
     while True:
         line = read_line(fd, poll)
@@ -185,7 +193,11 @@ def ask(question: Question, pump: EventPump, send: Callable[[str], str | None], 
                 say("your answer (empty lines are not sent): ", end="")
                 continue
             refused = send(line)
-            return f"reply not taken: {refused}" if refused else None
+            if not refused:
+                return None
+            say(f"not taken: {refused}")
+            say("your answer: ", end="")
+            continue
         for event in pump.peek_new():
             reason = question.settled_by(event)
             if reason:

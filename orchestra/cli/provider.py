@@ -194,7 +194,11 @@ def check(
     models = answer.get("models", [])
     if json_output:
         print_json(answer)
+        if not answer.get("ok"):
+            raise typer.Exit(int(ExitCode.UNAVAILABLE))
         return
+    if not answer.get("ok"):
+        fail(answer.get("error") or f"{provider} does not work", ExitCode.UNAVAILABLE)
     for model in models:
         out.print(model, highlight=False, markup=False)
     success(f"{provider} works: {len(models)} model(s) available")

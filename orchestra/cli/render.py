@@ -89,6 +89,7 @@ class Outcome:
     started: float | None = None
     finished: float | None = None
     error_shown: bool = False  # the reason was already shown with the failed step
+    output: Any = None  # the run's output (run_finished), shown under the last line
 
     @property
     def ok(self) -> bool:
@@ -151,6 +152,11 @@ class Renderer:
         elif kind == EventKind.STEP_FAILED and step:
             step.status, step.finished = "failed", ts
             step.error = _text(_pick(data, "error", "message", default="failed"))
+        elif kind == EventKind.STEP_SKIPPED and step:
+            step.status, step.started, step.finished = "skipped", None, None
+            step.parts = [["note", SKIP_REASONS.get(str(data.get("reason")), "skipped")]]
+        elif kind == EventKind.STEP_RETRYING and step:
+            step.add("note", retry_text(data))
         elif event.terminal:
             self.outcome.finished = ts
             default = {"run_finished": "succeeded", "run_failed": "failed"}.get(kind, "cancelled")
@@ -159,6 +165,8 @@ class Renderer:
             self.outcome.error = _text(error) if error is not None else None
             failed = self.steps.get(str(data.get("failed_step"))) if data.get("failed_step") else None
             self.outcome.error_shown = bool(failed and failed.error)
+            if kind == EventKind.RUN_FINISHED:
+                self.outcome.output = data.get("output")
             stopped = "interrupted" if self.outcome.status == "interrupted" else "cancelled"
             for open_step in self.steps.values():  # a step the run left behind is not still going
                 if open_step.status in ("running", "waiting_reply"):
@@ -167,6 +175,24 @@ class Renderer:
 
     def show(self, event: "Event") -> None:
         """Display one event (subclasses)."""
+
+
+SKIP_REASONS = {"when": "skipped: its `when` was false",
+                "dependencies": "skipped: every step it depends on was skipped"}
+
+
+def retry_text(data: dict[str, Any]) -> str:
+    """`attempt 1 failed, trying again in 2s: <error>`."""
+    delay = data.get("delay_seconds")
+    wait = f" in {float(delay):.0f}s" if isinstance(delay, (int, float)) else ""
+    return f"attempt {data.get('attempt', '?')} failed, trying again{wait}: {_text(data.get('error') or '')}"
+
+
+def output_lines(outcome: Outcome) -> list[str]:
+    """The run's output above its last line: `output:` then the value, indented."""
+    if not outcome.ok or outcome.output is None:
+        return []
+    return ["output:", *("    " + line for line in (_text(outcome.output).splitlines() or [""]))]
 
 
 def tool_call_text(data: dict[str, Any]) -> str:
@@ -235,7 +261,13 @@ class PlainRenderer(Renderer):
                 self._line(f"    {line}")
         elif kind == EventKind.STEP_FAILED and step:
             self._line(f"[{sid}] failed{_seconds(step.started, step.finished)}: {step.error}")
+        elif kind == EventKind.STEP_SKIPPED and step:
+            self._line(f"[{sid}] {step.parts[0][1]}")
+        elif kind == EventKind.STEP_RETRYING:
+            self._line(f"[{sid}] {retry_text(data)}")
         elif event.terminal:
+            for line in output_lines(self.outcome):
+                self._line(line)
             self._line(final_line(self.outcome))
 
 
@@ -249,7 +281,7 @@ def final_line(outcome: Outcome) -> str:
 
 
 _STYLE = {"running": "cyan", "waiting_reply": "yellow", "succeeded": "green", "failed": "red",
-          "cancelled": "magenta", "interrupted": "magenta"}
+          "cancelled": "magenta", "interrupted": "magenta", "skipped": "dim"}
 
 
 class LiveRenderer(Renderer):
@@ -277,7 +309,7 @@ class LiveRenderer(Renderer):
     def panel(self, step: StepView, tail: int | None) -> Panel:
         lines: list[tuple[str, str]] = []
         for kind, text in list(step.parts):
-            style = {"tool": "dim", "ask": "bold yellow"}.get(kind, "")
+            style = {"tool": "dim", "ask": "bold yellow", "note": "dim italic"}.get(kind, "")
             lines += [(line, style) for line in text.strip("\n").splitlines()]
         if tail is not None and len(lines) > tail:
             lines = [("…", "dim")] + lines[-tail:]
@@ -311,10 +343,14 @@ class LiveRenderer(Renderer):
         picked = failed[: self.SHOWN // 2]
         picked += busy[: self.SHOWN - len(picked)]
         for member in picked:
-            line = (member.error if member.status == "failed" else
-                    (member.text.strip().splitlines() or [""])[-1])
+            asked = [text for kind, text in member.parts if kind == "ask"]
+            if member.status == "waiting_reply" and asked:  # the whole question: what it asks about
+                line = asked[-1]
+            else:
+                line = (member.error if member.status == "failed" else
+                        (member.text.strip().splitlines() or [""])[-1])
             body.append(f"\n{member.step_id} · {member.status}: ", style=_STYLE.get(member.status, ""))
-            body.append(line or "…")
+            body.append(line or "…", style="bold yellow" if member.status == "waiting_reply" else "")
         if len(busy) + len(failed) > len(picked):
             body.append(f"\n… {len(busy) + len(failed) - len(picked)} more", style="dim")
         if top.output is not None and top.status != "running":
@@ -339,6 +375,8 @@ class LiveRenderer(Renderer):
             else:
                 parts.append(self.group(top or StepView(name), [m for m in members if m is not top], tail))
         if self.outcome.status:
+            if tail is None:  # the run's output at the end, in full, above the last line
+                parts.extend(Text(line) for line in output_lines(self.outcome))
             parts.append(Text(final_line(self.outcome), style="green" if self.outcome.ok else "red"))
         return Group(*parts)
 

@@ -86,13 +86,15 @@ def show(ctx: typer.Context, template: str = TEMPLATE, server: Optional[str] = S
     """Show a template and its steps."""
     with connect(ctx, server, token) as client:
         body = client.get(f"{PATH}/{template_id(client, template)}")["template"]
-    if json_output:
-        print_json(body)
-        return
+        if json_output:
+            print_json(body)
+            return
+        names = {w.get("worker_id"): w.get("name") for w in client.get_all("/agent/worker", "workers")}
     show_fields(body, ("template_id", "name", "description", "shared", "owner_id", "created_at", "updated_at"))
     out.print("[b]steps[/]:", highlight=False)
     for step in body.get("steps") or []:
-        agent = ", ".join(f"{k}={v}" for k, v in (step.get("agent") or {}).items())
+        agent = ", ".join(f"{k}={names.get(v, v) if k == 'worker' else v}"  # a worker by its name
+                          for k, v in (step.get("agent") or {}).items())
         after = f" after {', '.join(step['depends_on'])}" if step.get("depends_on") else ""
         out.print(f"  {step['id']} ({agent}){after}: ", end="", highlight=False, markup=False)
         out.print(step.get("prompt", ""), highlight=False, markup=False)

@@ -14,7 +14,7 @@ from typing import Any, Optional
 import typer
 
 from orchestra.cli.console import ExitCode, fail, handle_errors, out, print_json, success
-from orchestra.cli.remote import JSON, SERVER, TOKEN, connect, resolve_provider, show_fields
+from orchestra.cli.remote import JSON, SERVER, TOKEN, connect, resolve_named, resolve_provider, show_fields
 from orchestra.cli.remote import without_message as _worker
 
 app = typer.Typer(help="Your workers on a server: list, create, show, update, delete.", no_args_is_help=True)
@@ -81,16 +81,22 @@ def create(
     success(f"created worker {name} ({worker_id})")
 
 
+def _resolve(client, ref: str) -> str:
+    """The worker_id of `ref`: one of your workers' id or exact name (exit 3 naming the
+    workers there are when none matches)."""
+    return resolve_named(client, "/agent/worker", "workers", "worker_id", ref, "worker")
+
+
 @app.command()
 @handle_errors
 def show(
     ctx: typer.Context,
-    worker_id: str = typer.Argument(..., help="The worker's worker_id."),
+    worker_id: str = typer.Argument(..., help="The worker's worker_id or name."),
     server: Optional[str] = SERVER, token: Optional[str] = TOKEN, json_output: bool = JSON,
 ) -> None:
     """Show one of your workers."""
     with connect(ctx, server, token) as client:
-        worker = _worker(client.get(f"/agent/worker/{worker_id}"))
+        worker = _worker(client.get(f"/agent/worker/{_resolve(client, worker_id)}"))
     show_fields(worker, FIELDS, json_output)
 
 
@@ -98,7 +104,7 @@ def show(
 @handle_errors
 def update(
     ctx: typer.Context,
-    worker_id: str = typer.Argument(..., help="The worker's worker_id."),
+    worker_id: str = typer.Argument(..., help="The worker's worker_id or name."),
     name: Optional[str] = typer.Option(None, "--name", help="A new name."),
     provider: Optional[str] = typer.Option(None, "--provider", "-p", help="A provider_id or a provider's exact name."),
     model: Optional[str] = typer.Option(None, "--model", "-m", help="A model."),
@@ -128,6 +134,7 @@ def update(
     with connect(ctx, server, token) as client:
         if provider is not None:
             body["provider_id"] = resolve_provider(client, provider)
+        worker_id = _resolve(client, worker_id)
         updated = _worker(client.put(f"/agent/worker/{worker_id}", json=body))
     if json_output:
         print_json(updated)
@@ -138,10 +145,11 @@ def update(
 @handle_errors
 def delete(
     ctx: typer.Context,
-    worker_id: str = typer.Argument(..., help="The worker's worker_id."),
+    worker_id: str = typer.Argument(..., help="The worker's worker_id or name."),
     server: Optional[str] = SERVER, token: Optional[str] = TOKEN,
 ) -> None:
     """Delete one of your workers."""
     with connect(ctx, server, token) as client:
+        worker_id = _resolve(client, worker_id)
         client.request("DELETE", f"/agent/worker/{worker_id}")
     success(f"deleted worker {worker_id}")

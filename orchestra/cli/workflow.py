@@ -17,6 +17,7 @@ import time
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional
 
 import typer
+from rich.markup import escape
 
 from orchestra.cli.console import ExitCode, err, fail, handle_errors, out, print_json, success
 from orchestra.cli.remote import SERVER, TOKEN, connect, read_text_arg
@@ -87,6 +88,11 @@ def list_(
                   highlight=False, markup=False)
 
 
+def _shown(value: Any) -> str:
+    """A value as `workflow show` prints it: text as it is, JSON indented."""
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, indent=2)
+
+
 @app.command()
 @handle_errors
 def show(
@@ -104,11 +110,15 @@ def show(
     out.print(f"[b]run {trace_id}[/]: {body.get('status')}", highlight=False)
     for step in body.get("steps") or []:
         if isinstance(step, dict):
-            out.print(f"[b]{step.get('step_id') or step.get('id')}[/] · {step.get('status', '')}", highlight=False)
-            if step.get("output"):
-                out.print(str(step["output"]), markup=False, highlight=False)
+            name = step.get("path") or step.get("step_id") or step.get("id")  # research[2].facts
+            out.print(f"[b]{escape(str(name))}[/] · {step.get('status', '')}", highlight=False)
+            if step.get("output") is not None and step.get("output") != "":
+                out.print(_shown(step["output"]), markup=False, highlight=False)
             if step.get("error"):
                 out.print(str(step["error"]), style="red", markup=False, highlight=False)
+    if body.get("output") is not None:
+        out.print("[b]output[/]", highlight=False)
+        out.print(_shown(body["output"]), markup=False, highlight=False)
 
 
 @app.command()
@@ -250,6 +260,7 @@ def events(
     trace_id: str = typer.Argument(..., help="The run's trace_id."),
     after: int = typer.Option(0, "--after", min=0, help="Only events after this seq."),
     server: Optional[str] = SERVER, token: Optional[str] = TOKEN,
+    json_output: bool = typer.Option(False, "--json", help="Accepted like every data command's: the output is JSON either way."),
 ) -> None:
     """Print a run's stored events as JSON (`[{seq, kind, data}]`), without waiting for more."""
     events: list[dict[str, Any]] = []
@@ -318,6 +329,7 @@ def _follow(client: "Client", trace_id: str, events: Iterable["Event"], json_out
 
 def _follow_answering(client: "Client", trace_id: str, events: Iterable["Event"], view) -> None:
     """The live view with questions answered at the prompt (see orchestra.cli.prompt)."""
+    from orchestra.cli.answer_shape import example as answer_example
     from orchestra.cli.prompt import EventPump, PromptArea, Question, ask
     from orchestra.client import APIError
 
@@ -329,8 +341,8 @@ def _follow_answering(client: "Client", trace_id: str, events: Iterable["Event"]
             try:
                 content = json.loads(answer)
             except ValueError:
-                return ("Answer with JSON of the question's schema, e.g. "
-                        + json.dumps(schemas[request_id], separators=(",", ":"))[:200])
+                example = json.dumps(answer_example(schemas[request_id]), ensure_ascii=False)[:200]
+                return f"that is not JSON; the answer is JSON such as {example}"
         try:
             client.reply(trace_id, content, request_id)
         except APIError as exc:
@@ -348,7 +360,7 @@ def _follow_answering(client: "Client", trace_id: str, events: Iterable["Event"]
                               width=view.console.width)
             note = None
             try:
-                note = ask(question, pump, lambda answer: send(question.request_id, answer), area.say,
+                note = ask(question, pump, lambda answer, asked=question: send(asked.request_id, answer), area.say,
                            typed=area.typed)
             finally:
                 view.resume(area.rows, note)  # one copy of the view on screen, live again

@@ -136,7 +136,7 @@ class PostgresSignals(Signals):
                     **self._params, timeout=5, server_settings={"application_name": LISTENER_NAME}
                 )
                 lost = asyncio.get_running_loop().create_future()
-                conn.add_termination_listener(lambda _c: lost.done() or lost.set_result(None))
+                conn.add_termination_listener(lambda _c, lost=lost: lost.done() or lost.set_result(None))
                 for channel, name in CHANNELS.items():
                     await conn.add_listener(name, self._listener(channel))
                 self._conn, self.connected = conn, True

@@ -24,6 +24,7 @@ from orchestra.engine.llm import (
     with_retries,
 )
 from orchestra.engine.log import RunGone
+from orchestra.engine.sizes import OUTPUT_SETTING, check_question, utf8_size
 from orchestra.engine.tools import ToolContext, ToolError
 from orchestra.engine.vocabulary import EventKind
 from orchestra.errors import OrchestraError
@@ -77,10 +78,8 @@ class AgentSteps:
             trace_id=live.trace_id,
             step_id=step["id"],
             read_upload=lambda file_id: self._read_upload(live.owner_id, file_id),
-            ask_user=lambda question: self._ask(
-                live, step["id"], question, earlier=live.take_earlier(step["id"], question)
-            ),
-            mcp=live.mcp_sessions(self.settings.mcp_stdio_allowed),
+            ask_user=lambda question: self._ask_bounded(live, step["id"], question),
+            mcp=live.mcp_sessions(self.settings.mcp_stdio_allowed, self.settings.egress),
         )
         usage = {"prompt_tokens": 0, "completion_tokens": 0}
         rounds = self.settings.llm_max_tool_rounds
@@ -122,6 +121,11 @@ class AgentSteps:
                     ChatMessage("tool", content, tool_call_id=call.id, name=call.name)
                 )
 
+    async def _ask_bounded(self, live: LiveRun, sid: str, question: str) -> Any:
+        """`ask_user`: the model's question, bounded as a prompt is, put to the user."""
+        check_question(question, limit=self.settings.prompt_max_bytes)
+        return await self._ask(live, sid, question, earlier=live.take_earlier(sid, question))
+
     async def _emit_tokens(self, live: LiveRun, sid: str, text: str) -> None:
         if text:
             live.writes.submit(self.log.append, live.trace_id, EventKind.TOKEN,
@@ -150,6 +154,12 @@ class AgentSteps:
         except Exception as exc:  # noqa: BLE001 - a broken tool must not end the step
             logger.warning("tool %s raised %r", name, exc)
             error = f"The tool {name} failed: {type(exc).__name__}: {exc}"
+        limit = self.settings.step_output_max_bytes
+        size = 0 if result is None else utf8_size(result)
+        if size > limit:  # stored and sent on: bounded as an output is
+            error = (f"The tool {name}'s result is {size} bytes, over the limit of "
+                     f"{limit} bytes ({OUTPUT_SETTING}).")
+            result = None
         data: dict[str, Any] = {"call_id": call.id, "name": name, "result": result}
         if error is not None:
             data["error"] = error
@@ -182,11 +192,11 @@ class AgentSteps:
                 async for event in client.stream_chat(model=model, messages=messages, tools=tools,
                                                       **extra):
                     if isinstance(event, TextDelta) and event.text:
-                        shown += len(event.text)
+                        shown += utf8_size(event.text)
                         if shown > limit:
                             raise StepFailure(
-                                f"The step's output passed the limit of {limit} characters "
-                                "(ORCHESTRA_STEP_OUTPUT_MAX_BYTES)."
+                                f"The step's output passed the limit of {limit} bytes "
+                                f"({OUTPUT_SETTING})."
                             )
                         coalescer.add(event.text)
                     elif isinstance(event, ChatResult):
@@ -240,6 +250,7 @@ class AgentSteps:
             api_key=config.provider_api_key,
             base_url=config.provider_base_url,
             timeout=self.settings.llm_timeout,
+            egress=self.settings.egress,
         ), config.provider_kind)
 
     async def _read_upload(self, owner_id: str, file_id: str) -> str:

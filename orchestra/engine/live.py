@@ -6,6 +6,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchestra.egress import EgressPolicy
 from orchestra.engine.instances import Finished
 from orchestra.engine.questions import Question
 from orchestra.engine.vocabulary import RunStatus
@@ -86,10 +87,10 @@ class LiveRun:
     stop_reason: str = "The run was cancelled."
     mcp: RunSessions | None = None  # its MCP sessions, opened at their first call
 
-    def mcp_sessions(self, allowed: frozenset[str]) -> RunSessions:
+    def mcp_sessions(self, allowed: frozenset[str], egress: EgressPolicy) -> RunSessions:
         """The run's MCP sessions (none is opened until a tool of a server is called)."""
         if self.mcp is None:
-            self.mcp = RunSessions(allowed)
+            self.mcp = RunSessions(allowed, egress)
         return self.mcp
 
     def poke(self) -> None:

@@ -22,10 +22,11 @@ from orchestra.db.models import RunStep, WorkflowRun, utcnow
 from orchestra.db.outage import release_quietly, sleep_backoff
 from orchestra.engine.language import policies
 from orchestra.engine.language.expressions import ExpressionError
-from orchestra.engine.live import HandBack, LimitReached, LiveRun, RunFailed, path_of
+from orchestra.engine.live import HandBack, LimitReached, LiveRun, RunFailed, StepFailure, path_of
 from orchestra.engine.log import Event, Fenced, RunGone
 from orchestra.engine.memory import trim_soon
 from orchestra.engine.questions import read_questions
+from orchestra.engine.sizes import check_output
 from orchestra.engine.vocabulary import EventKind, RunStatus, StepStatus
 from orchestra.observability import runs as observe
 
@@ -74,8 +75,11 @@ class RunLifecycle:
             states = await self._schedule_within_deadline(live)
             try:
                 final = policies.run_output(live.spec, live.steps, states, live.input)
+                check_output(final, limit=self.settings.step_output_max_bytes, of="the template")
             except ExpressionError as exc:
                 raise RunFailed("", f"The template's output failed: {exc.message}") from None
+            except StepFailure as failure:
+                raise RunFailed("", failure.message) from None
             writes.submit(self._close, trace_id, EventKind.RUN_FINISHED,
                           {"status": RunStatus.SUCCEEDED, "output": final}, status=RunStatus.SUCCEEDED)
             await writes.drain()

@@ -27,8 +27,8 @@ from orchestra.engine.instances import kind_of
 from orchestra.engine.language import policies
 from orchestra.engine.language.expressions import ExpressionError, Scope
 from orchestra.engine.live import HandBack, LimitReached, LiveRun, RunFailed, StepAt, StepFailure
-from orchestra.engine.prompts import render_prompt
 from orchestra.engine.questions import Question
+from orchestra.engine.sizes import check_output, render_bounded
 from orchestra.engine.vocabulary import EventKind, StepStatus
 from orchestra.observability import runs as observe
 
@@ -241,7 +241,8 @@ class Scheduler:
         one, is then its output). `step["id"]` is a StepAt: it carries the path."""
         trace_id, sid, writes = live.trace_id, step["id"], live.writes
         try:
-            prompt = render_prompt(step["prompt"], input=live.input, scope=scope)
+            prompt = render_bounded(step["prompt"], scope, limit=self.settings.prompt_max_bytes,
+                                    where=sid.path)  # checked before any event carries it
         except ExpressionError as exc:
             raise StepFailure(exc.message) from None
         human = bool(step["agent"].get("human"))
@@ -250,9 +251,10 @@ class Scheduler:
             values: dict[str, Any] = {"status": StepStatus.RUNNING, "attempt": attempt}
             if attempt == 1:
                 values["started_at"] = utcnow()
+            # A prompt is stored once: a human step's question is in its `reply_requested`.
+            started = {"agent": step["agent"]} | ({} if human else {"prompt": prompt})
             writes.submit_many(self._store_instances, (sid.path, str(sid), values, [
-                (EventKind.STEP_STARTED, live.tagged(sid, {"agent": step["agent"], "prompt": prompt}), sid)]),
-                trace_id)
+                (EventKind.STEP_STARTED, live.tagged(sid, started), sid)]), trace_id)
         timeout = step.get("timeout_seconds")
         try:
             async with asyncio.timeout(remaining(timeout, earlier)):
@@ -300,7 +302,13 @@ class Scheduler:
 
     def _instance_succeeded(self, live: LiveRun, step: dict[str, Any], path: str, output: Any,
                             data: dict[str, Any]) -> asyncio.Future:
-        """Store a container's (an item's, an iteration's) end; the future of its last write."""
+        """Store a container's (an item's, an iteration's) end; the future of its last write.
+        An output past the step output bound fails the instance instead (StepFailure)."""
+        try:
+            check_output(output, limit=self.settings.step_output_max_bytes, of=f"step '{path}'")
+        except StepFailure as failure:
+            self._instance_failed(live, step, path, failure.message)
+            raise
         live.finished.set(path, StepStatus.SUCCEEDED, output)
         return live.writes.submit_many(self._store_instances, (
             path, None, {"status": StepStatus.SUCCEEDED, "finished_at": utcnow(), **output_fields(output)},

@@ -3,10 +3,12 @@ the catalog as `<server name>.<tool name>`.
 
 A server is shared (administrators manage it). Header and env values are secrets: the
 store keeps one SecretBox ciphertext of each object and masked hints (`…abcd`); a PUT
-that sends a hint back keeps the stored value. A stdio server runs only a command whose
-base name ORCHESTRA_MCP_STDIO_COMMANDS lists. Saving or refreshing connects to the
-server and lists its tools, holding no store connection meanwhile; a server that cannot
-be reached is saved with its `last_error` and keeps the tools it listed before.
+that sends a hint back keeps the stored value while `url`/`command` is unchanged. A stdio
+server runs only a bare command name that ORCHESTRA_MCP_STDIO_COMMANDS lists, with env
+names no runtime interprets (stdio.py); an HTTP server's url obeys the egress rule.
+Saving or refreshing connects to the server and lists its tools, holding no store
+connection meanwhile; a server that cannot be reached is saved with its `last_error` and
+keeps the tools it listed before.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import dataclasses
 import json
 import re
 import unicodedata
+from collections.abc import Callable
 from typing import Any
 
 from peewee import OP, Expression, IntegrityError, Value
@@ -22,9 +25,11 @@ from peewee import OP, Expression, IntegrityError, Value
 from orchestra.core import Core
 from orchestra.db.database import release_connection
 from orchestra.db.models import McpServer, Worker, iso, name_key, storable, utcnow
+from orchestra.egress import SETTING as EGRESS_SETTING
 from orchestra.engine.tools import ToolError
 from orchestra.engine.tools.mcp.catalog import McpCatalog, server_config
-from orchestra.engine.tools.mcp.client import STDIO_SETTING, McpServerConfig, stdio_refusal
+from orchestra.engine.tools.mcp.client import McpServerConfig
+from orchestra.engine.tools.mcp.stdio import STDIO_SETTING, command_problem, command_refusal, env_refusal
 from orchestra.engine.tools.mcp.sessions import McpSession
 from orchestra.errors import ConflictError, NotFoundError, ValidationError
 from orchestra.services.providers import BASE_URL
@@ -36,7 +41,6 @@ COMMAND_MAX = 1024
 ARGS_MAX, ARG_MAX = 64, 4096
 SECRETS_MAX, SECRET_MAX = 64, 8192
 HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,256}$")  # an RFC 9110 token
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,255}$")
 TIMEOUT_MAX = 3600.0
 DEFAULT_TIMEOUT = 30.0
 MASK = "…"
@@ -105,14 +109,25 @@ def clean_timeout(value: float | None) -> float:
 
 
 def clean_command(value: str | None, allowed: frozenset[str]) -> str:
+    """A bare command name listed in ORCHESTRA_MCP_STDIO_COMMANDS (a path is 422)."""
     command = (value or "").strip()
     if not command or len(command) > COMMAND_MAX or not storable(command) or "\n" in command:
         raise ValidationError.field("command", f"must be 1 to {COMMAND_MAX} characters, one line")
-    refusal = stdio_refusal(command, allowed)
-    if refusal:
-        raise ValidationError(refusal, detail=[{"field": "command", "problem": refusal,
-                                                "setting": STDIO_SETTING}])
+    problem = command_problem(command)
+    if problem:
+        raise ValidationError.field("command", problem)
+    refused = command_refusal(command, allowed)
+    if refused:
+        raise ValidationError(refused, detail=[{"field": "command", "problem": refused, "setting": STDIO_SETTING}])
     return command
+
+
+async def check_url_egress(core: Core, url: str) -> None:
+    """422 naming `url` and ORCHESTRA_EGRESS_ALLOW when the egress rule refuses it."""
+    refusal = await core.settings.egress.url_refusal(url)
+    if refusal:
+        raise ValidationError(f"url: is refused: {refusal}", detail=[
+            {"field": "url", "problem": f"is refused: {refusal}", "setting": EGRESS_SETTING}])
 
 
 def clean_args(value: list[str] | None) -> list[str]:
@@ -125,24 +140,32 @@ def clean_args(value: list[str] | None) -> list[str]:
     return args
 
 
+def _header_name_problem(name: str) -> str | None:
+    return None if HEADER_NAME.match(name) else "must be an HTTP header name"
+
+
 def _clean_secrets(
     field: str, value: dict[str, str] | None, stored: dict[str, str], hints: dict[str, str],
-    name_rule: re.Pattern, header: bool,
+    name_problem: Callable[[str], str | None], header: bool, moved: str | None = None,
 ) -> dict[str, str]:
     """The new secret object: a value equal to the stored hint of its key keeps the
-    stored value; any other masked value is refused."""
+    stored value while the destination is unchanged (`moved` names what changed, if it
+    did); any other masked value is refused."""
     items = dict(value or {})
     if len(items) > SECRETS_MAX:
         raise ValidationError.field(field, f"must have at most {SECRETS_MAX} entries")
     result: dict[str, str] = {}
     for key, secret in items.items():
         where = f"{field}.{key}"
-        if not name_rule.match(key):
-            kind = "an HTTP header name" if header else "an environment variable name (letters, digits, _)"
-            raise ValidationError.field(where, f"must be {kind}")
+        problem = name_problem(key)
+        if problem:
+            raise ValidationError.field(where, problem)
         if not isinstance(secret, str):
             raise ValidationError.field(where, "must be text")
         if secret.startswith(MASK):
+            if moved and key in stored and hints.get(key) == secret:
+                raise ValidationError.field(where, f"is a masked value, but the {moved} changed: send the "
+                                            "value itself (a stored secret goes only where it was entered for)")
             if key in stored and hints.get(key) == secret:
                 result[key] = stored[key]
                 continue
@@ -214,7 +237,7 @@ async def probe(
     if limit is not None and limit < config.timeout_seconds:
         config = dataclasses.replace(config, timeout_seconds=limit)
     await release_connection(core.db)
-    session = McpSession(config, core.settings.mcp_stdio_allowed)
+    session = McpSession(config, core.settings.mcp_stdio_allowed, core.settings.egress)
     try:
         await session.open()
         return await session.list_tools(), None
@@ -266,15 +289,19 @@ def _shape(
                 raise ValidationError.field(field, "is only for a stdio server")
         old = _open(core, stored.headers_encrypted, "headers", stored) if stored else {}
         hints = dict(stored.headers_hint or {}) if stored else {}
-        return {"url": clean_url(url), "headers": _clean_secrets("headers", headers, old, hints, HEADER_NAME, True),
+        url = clean_url(url)
+        moved = "url" if stored and stored.url != url else None
+        return {"url": url, "headers": _clean_secrets("headers", headers, old, hints, _header_name_problem, True, moved),
                 "command": None, "args": [], "env": {}}
     for field, value in (("url", url), ("headers", headers)):
         if value:
             raise ValidationError.field(field, "is only for a streamable_http server")
     old = _open(core, stored.env_encrypted, "env", stored) if stored else {}
     hints = dict(stored.env_hint or {}) if stored else {}
-    return {"url": None, "headers": {}, "command": clean_command(command, core.settings.mcp_stdio_allowed),
-            "args": clean_args(args), "env": _clean_secrets("env", env, old, hints, ENV_NAME, False)}
+    command = clean_command(command, core.settings.mcp_stdio_allowed)
+    moved = "command" if stored and stored.command != command else None
+    return {"url": None, "headers": {}, "command": command,
+            "args": clean_args(args), "env": _clean_secrets("env", env, old, hints, env_refusal, False, moved)}
 
 
 def _apply(core: Core, server: McpServer, fields: dict[str, Any]) -> McpServerConfig:
@@ -315,6 +342,8 @@ async def create_server(
     name = clean_server_name(name)
     fields = _shape(core, transport=transport, url=url, headers=headers, command=command,
                     args=args, env=env)
+    if fields["url"]:
+        await check_url_egress(core, fields["url"])
     server = McpServer(name=name, transport=transport, timeout_seconds=clean_timeout(timeout_seconds),
                        created_by=created_by, tools=[])
     await _ensure_name_free(core, name)
@@ -385,6 +414,8 @@ async def update_server(
     name = clean_server_name(name)
     fields = _shape(core, transport=transport, url=url, headers=headers, command=command,
                     args=args, env=env, stored=server if server.transport == transport else None)
+    if fields["url"]:
+        await check_url_egress(core, fields["url"])
     await _ensure_name_free(core, name, except_id=server.id)
     server.name, server.transport = name, transport
     server.timeout_seconds = clean_timeout(timeout_seconds)

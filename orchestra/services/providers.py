@@ -17,8 +17,11 @@ from orchestra.core import Core
 from orchestra.db.database import release_connection
 from orchestra.db.models import Provider, SystemNode, Worker, iso, name_key, storable
 from orchestra.engine.llm.base import LLMError
+from orchestra.egress import SETTING as EGRESS_SETTING
+from orchestra.egress import find_refusal
 from orchestra.engine.llm.factory import SUPPORTED_KINDS, make_client
-from orchestra.errors import ConflictError, NotFoundError, ProviderError, ValidationError
+from orchestra.engine.llm.openai_compat import DEFAULT_BASE_URLS
+from orchestra.errors import ConflictError, NotFoundError, ValidationError
 from orchestra.services.charset import has_control
 from orchestra.services.crypto import mask
 
@@ -178,6 +181,27 @@ def _check_shape(kind: str, base_url: str | None) -> None:
         raise ValidationError.field("base_url", "is required for the provider kind openai_compatible")
 
 
+async def _check_egress(core: Core, kind: str, base_url: str | None) -> None:
+    """422 naming base_url and ORCHESTRA_EGRESS_ALLOW when the egress rule refuses the
+    URL the provider would be called at (the kind's default when base_url is null)."""
+    url = base_url or DEFAULT_BASE_URLS.get(kind)
+    refusal = await core.settings.egress.url_refusal(url) if url else None
+    if refusal:
+        what = "" if base_url else f"(the default of {kind}, {url}) "
+        problem = f"{what}is refused: {refusal}"
+        raise ValidationError(f"base_url: {problem}", detail=[
+            {"field": "base_url", "problem": problem, "setting": EGRESS_SETTING}])
+
+
+def _keep_key_check(provider: Provider, base_url: str | None) -> None:
+    """A stored key goes only to the URL it was entered for: a new base_url needs the
+    key sent again (or removed), else 422 naming api_key."""
+    if provider.api_key_encrypted is not None and base_url != provider.base_url:
+        raise ValidationError.field(
+            "api_key", "must be sent again (or null to remove it) when base_url changes: "
+            "the stored key goes only to the URL it was entered for")
+
+
 async def create_provider(
     core: Core,
     *,
@@ -195,6 +219,7 @@ async def create_provider(
     base_url = clean_base_url(base_url)
     api_key = clean_api_key(api_key)
     _check_shape(kind, base_url)
+    await _check_egress(core, kind, base_url)
     await _ensure_name_free(core, name)
     try:
         provider = await Provider.acreate(
@@ -245,20 +270,28 @@ async def update_provider(
     api_key: str | None = _UNSET,
     base_url: str | None = _UNSET,
 ) -> Provider:
-    """Change the named fields (the kind is fixed); an empty or null api_key removes it."""
+    """Change the named fields (the kind is fixed); an empty or null api_key removes it,
+    and the masked key sent back as shown keeps it, while base_url is unchanged."""
     provider = await get_provider(core, provider_id)
     if name is not _UNSET:
         provider.name = clean_name(name)
         await _ensure_name_free(core, provider.name, except_id=provider.id)
     if model_id is not _UNSET:
         provider.model_id = clean_model(model_id)
+    kept = api_key is _UNSET or (
+        api_key is not None and provider.api_key_hint is not None and api_key == provider.api_key_hint)
     if base_url is not _UNSET:
-        provider.base_url = clean_base_url(base_url)
-    if api_key is not _UNSET:
+        base_url = clean_base_url(base_url)
+        if kept:
+            _keep_key_check(provider, base_url)
+        provider.base_url = base_url
+    if not kept:
         key = clean_api_key(api_key)
         provider.api_key_encrypted = core.secrets.encrypt(key) if key else None
         provider.api_key_hint = mask(key) if key else None
     _check_shape(provider.kind, provider.base_url)
+    if base_url is not _UNSET:
+        await _check_egress(core, provider.kind, provider.base_url)
     try:
         await provider.asave()
     except IntegrityError:  # the unique name_key index: a concurrent rename took the name
@@ -301,41 +334,64 @@ async def delete_provider(core: Core, *, provider_id: str) -> Provider:
     return provider
 
 
-async def check_provider(core: Core, *, provider_id: str) -> list[str]:
-    """Ask the provider for its models with the stored key and URL; 502 with its message."""
+def _check_error(name: str, err: LLMError) -> str:
+    """Why a check failed, in one sentence of ours: never the provider's body (a URL
+    pointed at an internal service would otherwise read it back)."""
+    refused = find_refusal(err)
+    if refused is not None or "egress rule" in err.message:
+        return f"Provider '{name}' was not called: {refused or err.message.split(': ', 1)[-1]}"
+    status = err.status
+    if status is None:
+        if "not the JSON" in err.message:
+            return f"Provider '{name}' answered, but not with a model list; check its base_url."
+        if "timeout" in err.message:
+            return f"Provider '{name}' did not answer within the check's time limit."
+        return f"Provider '{name}' could not be reached; check its base_url and that it is up."
+    if status in (401, 403):
+        return f"Provider '{name}' refused the API key (HTTP {status}); check the key."
+    if status == 404:
+        return f"Provider '{name}' has no model list at its base_url (HTTP 404); check the base_url."
+    if status == 429:
+        return f"Provider '{name}' is limiting requests (HTTP 429); try again later."
+    if status >= 500:
+        return f"Provider '{name}' failed to answer (HTTP {status}); try again later."
+    return f"Provider '{name}' refused the request (HTTP {status})."
+
+
+async def check_provider(core: Core, *, provider_id: str) -> dict[str, Any]:
+    """Ask the provider for its models with the stored key and URL: `{ok: true, models}`,
+    or `{ok: false, error}` when it cannot be reached or refuses (SPEC §3); 404 only for
+    an unknown provider."""
     provider = await get_provider(core, provider_id)
     try:
         api_key = decrypt_api_key(core, provider)
     except ValueError:
-        raise ProviderError(
+        return {"ok": False, "error": (
             f"The API key of provider '{provider.name}' cannot be decrypted (the server "
-            "secret changed); store the key again.",
-            detail={"provider_id": provider.id},
-        ) from None
+            "secret changed); store the key again.")}
     timeout = min(core.settings.llm_timeout, CHECK_TIMEOUT)
     # The provider may take CHECK_TIMEOUT seconds: hold no store connection meanwhile,
     # and build the client (imports and TLS set-up) off the event loop.
     await release_connection(core.db)
     client = None
     try:
-        client = await asyncio.to_thread(
-            make_client, kind=provider.kind, api_key=api_key, base_url=provider.base_url, timeout=timeout
-        )
-        return sorted(await client.list_models())
+        try:
+            client = await asyncio.to_thread(
+                make_client, kind=provider.kind, api_key=api_key, base_url=provider.base_url,
+                timeout=timeout, egress=core.settings.egress,
+            )
+        except LLMError as err:  # our own refusal (e.g. an anthropic provider without a key)
+            return {"ok": False, "error": f"Provider '{provider.name}' cannot be used: {err.message}"}
+        return {"ok": True, "models": sorted(await client.list_models())}
     except LLMError as err:
-        raise ProviderError(
-            f"Provider '{provider.name}' answered: {err.message}",
-            detail={"provider_id": provider.id, "status": err.status, "provider_message": err.message},
-        ) from None
+        return {"ok": False, "error": _check_error(provider.name, err)}
     except Exception as err:  # a base_url stored before hosts were checked: InvalidURL of
         # httpx (or of the anthropic SDK's own HTTP package), or idna's ValueError
         if not (isinstance(err, ValueError) or type(err).__name__ == "InvalidURL"):
             raise
-        raise ProviderError(
-            f"Provider '{provider.name}' cannot be reached: its base_url is not a usable URL "
-            f"({err}); update the base_url.",
-            detail={"provider_id": provider.id, "status": None, "provider_message": str(err)},
-        ) from None
+        return {"ok": False, "error": (
+            f"Provider '{provider.name}' cannot be reached: its base_url is not a usable "
+            "URL; update the base_url.")}
     finally:
         if client is not None:
             await client.aclose()

@@ -27,10 +27,12 @@ from orchestra.db.models import (
 from orchestra.engine import instances
 from orchestra.engine.language import schemas
 from orchestra.engine.language.model import NAME_MAX, PROMPT_MAX
+from orchestra.engine.language.typecheck import type_problems
 from orchestra.engine.language.validate import Checked
 from orchestra.engine.language.validate import check_template as check_template_language
 from orchestra.engine.log import Event
-from orchestra.engine.vocabulary import FINISHED, RunStatus, StepStatus
+from orchestra.engine.sizes import check_reply_size
+from orchestra.engine.vocabulary import FINISHED, EventKind, RunStatus, StepStatus
 from orchestra.errors import ConflictError, NotFoundError, PermissionDeniedError, ValidationError
 from orchestra.services.paging import DEFAULT_LIMIT, Page, keyset_page
 
@@ -64,10 +66,22 @@ async def check_template(
     """Every problem of a template (engine.language.validate, plus whether each worker is
     the owner's), without storing anything: `POST /template/check` and saves use it."""
     checked = check_template_language(steps, options)
-    for field, worker_id in checked.workers:
-        worker = await Worker.aget_or_none((Worker.id == worker_id) & (Worker.owner == owner_id))
+    if not checked.problems:  # a template otherwise sound: do its expressions fit its types?
+        for field, problem in type_problems(checked.steps, checked.options):
+            _problem(checked.problems, field, problem)
+    if not checked.workers:
+        return checked
+    mine = await core.db.list(Worker.select(Worker.id, Worker.name, Worker.name_key).where(Worker.owner == owner_id))
+    by_id = {w.id: w for w in mine}
+    by_name = {w.name_key: w for w in mine}
+    for field, ref, agent in checked.workers:
+        worker = by_id.get(ref) or by_name.get(name_key(ref))
         if worker is None:
-            _problem(checked.problems, field, f"unknown worker {worker_id!r} (not one of yours)")
+            names = ", ".join(sorted(w.name for w in mine)) or "none yet"
+            _problem(checked.problems, field,
+                     f"unknown worker {ref!r}: not the id or name of one of your workers (yours: {names})")
+        else:
+            agent["worker"] = worker.id  # a name is resolved once, here: runs use the id
     return checked
 
 
@@ -371,13 +385,16 @@ async def run_detail(core: Core, run: WorkflowRun) -> dict[str, Any]:
             "started_at": iso(row.started_at) if row else None,
             "finished_at": iso(row.finished_at) if row else None,
         })
+    last = await core.engine.log.last_event(run.trace_id)
     return {
         **run_summary(run),
         "input": run_input(run),
+        # the template's output, as run_finished gave it (null until the run succeeds)
+        "output": last.data.get("output") if last is not None and last.kind == EventKind.RUN_FINISHED else None,
         "files": run.files or [],
         "steps": steps,
         "pending_replies": await pending_replies(core, run),
-        "last_seq": await core.engine.log.max_seq(run.trace_id),
+        "last_seq": last.seq if last is not None else 0,
     }
 
 
@@ -401,8 +418,10 @@ async def reply(
     core: Core, *, user_id: str, is_admin: bool, trace_id: str, content: Any, request_id: str | None = None
 ) -> dict[str, str]:
     """Answer the question a waiting run asked; 409 when it waits for none (or not this one),
-    422 when the answer does not fit the step's output_schema (the question stays open)."""
+    422 when the answer does not fit the step's output_schema, 413 when it is larger than
+    a step's output may be (the question stays open)."""
     await get_run(core, user_id=user_id, is_admin=is_admin, trace_id=trace_id)
+    check_reply_size(content, limit=core.settings.step_output_max_bytes)
     answered = await core.engine.reply(trace_id, content=content, request_id=request_id)
     return {"request_id": answered.request_id, "step_id": answered.step_id}
 
@@ -447,12 +466,7 @@ async def retry_run(
         for sid in ids:
             row = rows.get(sid)
             if row is not None and row.status == StepStatus.SUCCEEDED and sid not in again:
-                new_rows.append({
-                    "run": run.trace_id, "step_id": sid, "path": sid, "status": StepStatus.SUCCEEDED,
-                    "reused": True, "attempt": row.attempt, "output": row.output,
-                    "output_value": row.output_value, "usage": row.usage,
-                    "started_at": row.started_at, "finished_at": row.finished_at,
-                })
+                new_rows.append(_reused_row(run.trace_id, row, sid))
             else:
                 new_rows.append({"run": run.trace_id, "step_id": sid, "path": sid,
                                  "status": StepStatus.PENDING})
@@ -465,18 +479,21 @@ async def retry_run(
             except ValueError:
                 continue
             if top in reruns:
-                new_rows.append({
-                    "run": run.trace_id, "step_id": row.step_id, "path": path, "status": StepStatus.SUCCEEDED,
-                    "reused": True, "attempt": row.attempt, "output": row.output,
-                    "output_value": row.output_value, "usage": row.usage,
-                    "started_at": row.started_at, "finished_at": row.finished_at,
-                })
+                new_rows.append(_reused_row(run.trace_id, row, path))
         if new_rows:  # insert_many takes its columns from the first row: give every row all of them
             new_rows = [{"reused": False, "attempt": 1, "output": None, "output_value": None, "usage": None,
                          "started_at": None, "finished_at": None, **row} for row in new_rows]
             await core.db.aexecute(RunStep.insert_many(new_rows))
     await core.engine.submit(run.trace_id)
     return run
+
+
+def _reused_row(trace_id: str, row: RunStep, path: str) -> dict[str, Any]:
+    """A succeeded instance copied into a retry: its output, no usage (this run called no
+    provider for it; the source run keeps what it spent, so totals never count it twice)."""
+    return {"run": trace_id, "step_id": row.step_id, "path": path, "status": StepStatus.SUCCEEDED,
+            "reused": True, "attempt": row.attempt, "output": row.output, "output_value": row.output_value,
+            "usage": None, "started_at": row.started_at, "finished_at": row.finished_at}
 
 
 # --- events ------------------------------------------------------------------------------

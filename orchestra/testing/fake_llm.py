@@ -4,14 +4,12 @@ It is a real HTTP/1.1 server on loopback (standard library only, one thread per
 connection) that streams genuine `data: {...}` SSE chunks with chunked transfer
 encoding, so `OpenAICompatClient` (or any OpenAI SDK) runs against it unchanged.
 
-Tests queue scripted replies (text, tool calls, HTTP errors, a stream cut mid-way);
-with nothing queued it answers deterministically: `echo` mode replies
-"Echo: <last user message>", `assistant` mode also calls `calculator` when offered and
-asked for a calculation, and an offered MCP tool the prompt names (`demo.echo`). A
-request with `response_format` `json_schema` (structured
-output) is answered with a small value of that schema (`schema_instance`: the enum value
-the prompt mentions, `true` for booleans, …); `script_json` queues a chosen (or wrong) one. Every request is recorded. Run standalone with
-`python -m orchestra.testing.fake_llm --port 9999`.
+Tests queue scripted replies (text, tool calls, HTTP errors, a stream cut mid-way;
+`script_json` queues a chosen or wrong structured answer). With nothing queued it
+answers from the request (`orchestra.testing.fake_answers`: echo or assistant mode,
+structured output, and the `fake:` directives a prompt carries, `fake:fail=N` counted
+here per distinct prompt). Every request is recorded. Run standalone with
+`python -m orchestra.testing.fake_llm --port 9999` (`--help` lists the directives).
 """
 
 from __future__ import annotations
@@ -24,9 +22,18 @@ import threading
 import time
 import uuid
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal, Self
+
+from orchestra.testing.fake_answers import (
+    DIRECTIVES_HELP,
+    Directives,
+    count_words,
+    last_user_text,
+    unscripted_reply,
+)
+from orchestra.testing.fake_script import ScriptedReply
 
 DEFAULT_MODELS = ("fake-model", "fake-model-large")
 INVALID_KEY_ERROR = {
@@ -37,40 +44,6 @@ INVALID_KEY_ERROR = {
         "param": None,
     }
 }
-
-ReplyKind = Literal["text", "tool_calls", "error", "cut"]
-
-
-@dataclass
-class ScriptedReply:
-    """One queued answer to a `POST /v1/chat/completions`.
-
-    `text` is streamed in `chunks` pieces (None: one piece per word) with `delay`
-    seconds between them, after `initial_delay` before the response starts. For
-    `tool_calls`, each entry is `(name, arguments)`; arguments given as a string are
-    sent verbatim (to script invalid JSON). `error` answers `status` with `body` and
-    `headers`. `cut` sends `cut_after` chunks of the text and then drops the connection
-    (or, with `clean_cut`, ends the HTTP body properly but without `finish_reason` and
-    `[DONE]`, as a misbehaving proxy might). With `wait_for_requests` N the answer is
-    held until the fake has received N chat requests in all (at most 10 s; then it is
-    answered 400, which no client retries): a test of concurrency that needs no clock.
-    """
-
-    kind: ReplyKind = "text"
-    text: str = ""
-    chunks: int | None = None
-    delay: float = 0.0
-    initial_delay: float = 0.0
-    tool_calls: list[tuple[str, dict[str, Any] | str]] = field(default_factory=list)
-    status: int = 200
-    body: Any = None
-    headers: dict[str, str] = field(default_factory=dict)
-    cut_after: int = 1
-    clean_cut: bool = False
-    finish_reason: str | None = None
-    usage: tuple[int, int] | None = None
-    wait_for_requests: int = 0
-
 
 @dataclass
 class RecordedRequest:
@@ -98,117 +71,6 @@ def split_text(text: str, chunks: int | None) -> list[str]:
         pieces.append(text[start:end])
         start = end
     return pieces
-
-
-def _content_text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
-    return ""
-
-
-def _last_user_text(messages: list[dict[str, Any]]) -> str:
-    for m in reversed(messages):
-        if m.get("role") == "user":
-            return _content_text(m.get("content"))
-    return ""
-
-
-_CALCULATION = re.compile(r"[-+(]*\d[\d.\s]*(?:[-+*/^%×÷]+[\s(]*[\d.]+[\s)]*)+")
-
-
-def _friendly_reply(body: dict[str, Any]) -> ScriptedReply:
-    """`assistant` mode: call `calculator` for a calculation, or an MCP tool the prompt
-    names (its required arguments filled from the prompt), else reply in words."""
-    messages = body.get("messages") or []
-    tools = {t.get("function", {}).get("name") for t in body.get("tools") or []}
-    last = messages[-1] if messages else {}
-    if last.get("role") == "tool":
-        result = _content_text(last.get("content"))
-        return ScriptedReply(text=f"The tool answered: {result[:200]}. That is my answer.")
-    prompt = _last_user_text(messages)
-    match = _CALCULATION.search(prompt)
-    if "calculator" in tools and match:
-        expression = match.group(0).strip().replace("×", "*").replace("÷", "/")
-        call = ("calculator", {"expression": expression})
-        return ScriptedReply(kind="tool_calls", tool_calls=[call])
-    for tool in body.get("tools") or []:  # an MCP tool the prompt names, e.g. "demo.echo"
-        function = tool.get("function", {})
-        wire = function.get("name") or ""
-        catalog = _MCP_WIRE.sub("", wire).replace("__", ".", 1)
-        if "." in catalog and catalog in prompt:
-            schema = function.get("parameters") or {}
-            kinds = {"string": prompt[:200], "number": 1, "integer": 1, "boolean": True}
-            args = {key: kinds.get((schema.get("properties") or {}).get(key, {}).get("type"), prompt[:200])
-                    for key in schema.get("required", [])}
-            return ScriptedReply(kind="tool_calls", tool_calls=[(wire, args)])
-    return ScriptedReply(text=f'Here is a short answer to "{prompt[:200]}": done.')
-
-
-_MCP_WIRE = re.compile(r"_[0-9a-f]{6}$")  # the hash orchestra appends to an MCP tool's name
-
-
-def requested_schema(body: dict[str, Any]) -> dict[str, Any] | None:
-    """The JSON Schema a request asks the answer to follow (`response_format` json_schema)."""
-    fmt = body.get("response_format")
-    if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
-        schema = (fmt.get("json_schema") or {}).get("schema")
-        return schema if isinstance(schema, (dict, bool)) else {}
-    return None
-
-
-def schema_instance(schema: Any, hint: str = "", depth: int = 0) -> Any:
-    """A small value of `schema`'s shape: required properties filled, the enum value the
-    prompt mentions (else the first), `true` for booleans, `1` for numbers, a short text."""
-    if not isinstance(schema, dict) or depth > 8:
-        return None
-    if "const" in schema:
-        return schema["const"]
-    if isinstance(schema.get("enum"), list) and schema["enum"]:
-        lowered = hint.lower()
-        mentioned = [v for v in schema["enum"] if isinstance(v, str) and v.lower() in lowered]
-        return mentioned[0] if mentioned else schema["enum"][0]
-    if "default" in schema:
-        return schema["default"]
-    for key in ("anyOf", "oneOf", "allOf"):
-        if isinstance(schema.get(key), list) and schema[key]:
-            return schema_instance(schema[key][0], hint, depth + 1)
-    kind = schema.get("type")
-    if isinstance(kind, list):
-        kind = next((k for k in kind if k != "null"), "null")
-    if kind == "object" or (kind is None and "properties" in schema):
-        props = schema.get("properties") or {}
-        return {name: schema_instance(props.get(name, {}), hint, depth + 1)
-                for name in schema.get("required") or list(props)}
-    if kind == "array":
-        count = max(1, int(schema.get("minItems") or 1))
-        return [schema_instance(schema.get("items") or {}, hint, depth + 1) for _ in range(count)]
-    if kind == "boolean":
-        return True
-    if kind in ("integer", "number"):
-        low = schema.get("minimum", schema.get("exclusiveMinimum", 0))
-        return max(1, int(low) + (1 if "exclusiveMinimum" in schema else 0))
-    if kind == "null":
-        return None
-    if kind == "string":
-        text = "fake answer"
-        low = int(schema.get("minLength") or 0)
-        return (text * (low // len(text) + 1))[:max(low, len(text))]
-    return None
-
-
-def _schema_reply(body: dict[str, Any], schema: Any) -> ScriptedReply:
-    hint = _last_user_text(body.get("messages") or [])
-    return ScriptedReply(text=json.dumps(schema_instance(schema, hint), separators=(",", ":")))
-
-
-def _echo_reply(body: dict[str, Any]) -> ScriptedReply:
-    return ScriptedReply(text=f"Echo: {_last_user_text(body.get('messages') or [])[:200]}")
-
-
-def _count_words(messages: list[dict[str, Any]]) -> int:
-    return sum(len(_content_text(m.get("content")).split()) for m in messages) or 1
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -324,7 +186,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._send_json(reply.status, body, reply.headers)
 
     def _usage(self, reply: ScriptedReply, body: dict[str, Any], pieces: int) -> dict[str, int]:
-        prompt, completion = reply.usage or (_count_words(body.get("messages") or []), pieces)
+        prompt, completion = reply.usage or (count_words(body.get("messages") or []), pieces)
         return {
             "prompt_tokens": prompt,
             "completion_tokens": completion,
@@ -482,6 +344,7 @@ class FakeLLM:
         self.verbose = verbose
         self._queue: deque[ScriptedReply] = deque()
         self._requests: list[RecordedRequest] = []
+        self._failures: dict[str, int] = {}  # fake:fail counts, per distinct prompt
         self._lock = threading.Lock()
         self._conns: set[socket.socket] = set()
         self._stopping = threading.Event()
@@ -560,17 +423,9 @@ class FakeLLM:
         wait_for_requests: int = 0,
     ) -> FakeLLM:
         """Queue a text reply streamed in `chunks` pieces (None: one per word)."""
-        return self.script(
-            ScriptedReply(
-                text=text,
-                chunks=chunks,
-                delay=delay,
-                initial_delay=initial_delay,
-                finish_reason=finish_reason,
-                usage=usage,
-                wait_for_requests=wait_for_requests,
-            )
-        )
+        return self.script(ScriptedReply(text=text, chunks=chunks, delay=delay, initial_delay=initial_delay,
+                                         finish_reason=finish_reason, usage=usage,
+                                         wait_for_requests=wait_for_requests))
 
     def script_json(self, value: Any, **options: Any) -> FakeLLM:
         """Queue a reply whose text is `value` as JSON: to script a structured answer, or a
@@ -645,6 +500,7 @@ class FakeLLM:
         with self._lock:
             self._queue.clear()
             self._requests.clear()
+            self._failures.clear()
 
     @property
     def pending(self) -> int:
@@ -682,11 +538,17 @@ class FakeLLM:
         with self._lock:
             if self._queue:
                 return self._queue.popleft()
-        make = _friendly_reply if self.behavior == "assistant" else _echo_reply
-        reply = make(body)
-        schema = requested_schema(body)
-        if schema is not None and reply.kind != "tool_calls":  # structured output
-            reply = _schema_reply(body, schema)
+        prompt = last_user_text(body.get("messages") or [])
+        wanted = Directives.of(prompt)
+        if wanted.fail:
+            with self._lock:
+                failed = self._failures.get(prompt, 0)
+                if failed < wanted.fail:
+                    self._failures[prompt] = failed + 1
+                    return ScriptedReply(kind="error", status=wanted.fail_status, body={"error": {
+                        "message": f"fake: failure {failed + 1} of {wanted.fail} (fake:fail)",
+                        "type": "server_error" if wanted.fail_status >= 500 else "invalid_request_error"}})
+        reply = unscripted_reply(body, self.behavior)
         reply.delay = self.chunk_delay
         return reply
 
@@ -705,7 +567,9 @@ class FakeLLM:
 
 def main(argv: list[str] | None = None) -> None:
     """Command line: serve a friendly fake provider until Ctrl-C."""
-    parser = argparse.ArgumentParser(description="Fake OpenAI-compatible LLM server.")
+    parser = argparse.ArgumentParser(
+        description="Fake OpenAI-compatible LLM server: streams real chunks on loopback, needs no key.",
+        epilog=DIRECTIVES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=9999)
     parser.add_argument("--api-key", default=None, help="accept only this key (default: any)")
@@ -715,15 +579,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--verbose", action="store_true", help="log every request")
     args = parser.parse_args(argv)
 
-    fake = FakeLLM(
-        host=args.host,
-        port=args.port,
-        api_key=args.api_key,
-        behavior=args.mode,
-        chunk_delay=args.delay,
-        zero_latency=args.zero_latency,
-        verbose=args.verbose,
-    )
+    fake = FakeLLM(host=args.host, port=args.port, api_key=args.api_key, behavior=args.mode,
+                   chunk_delay=args.delay, zero_latency=args.zero_latency, verbose=args.verbose)
     url = f"http://{args.host}:{args.port}/v1"
     print(f"Fake LLM serving at {url}  (mode: {args.mode}; Ctrl-C to stop)")
     key = (f"--api-key-stdin  (and type {args.api_key})" if args.api_key

@@ -74,7 +74,7 @@ def setup_world(server: ServerProcess, llm_url: str, name: str = "root") -> dict
         worker_id = worker.json()["worker_id"]
         templates = {}
         for stem in ("three_step", "with_human"):
-            body = (EXAMPLES / f"{stem}.json").read_text().replace("WORKER_ID", worker_id)
+            body = (EXAMPLES / f"{stem}.json").read_text()
             created = http.post("/workflow/template", json=json.loads(body))
             assert created.status_code == 201, created.text
             templates[stem] = created.json()

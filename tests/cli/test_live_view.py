@@ -4,6 +4,7 @@ elsewhere or the run is cancelled, and the cancelled step is not left `waiting_r
 
 from __future__ import annotations
 
+import json
 import os
 import pty
 import re
@@ -224,3 +225,88 @@ def test_after_an_answered_question_the_screen_holds_one_copy_of_the_view(world)
         assert sum(f"─ {step_id} · " in line for line in lines) == 1, (step_id, shown)
     assert "your answer" not in shown  # the prompt went with the still copy
     assert "! less sugar" in shown and "run succeeded in " in shown
+
+
+APPROVAL = {"name": "approval", "steps": [{
+    "id": "approve", "agent": {"human": True}, "prompt": "Approve the tea order?",
+    "output_schema": {"type": "object", "required": ["approved"], "properties": {
+        "approved": {"type": "boolean"}, "notes": {"type": "string"}}}}]}
+
+
+def test_a_refused_answer_is_said_and_asked_again_at_once(world):
+    """A JSON question says what it wants; `yes` is refused in one line that stays, the
+    prompt comes back at once, and the valid answer typed next is sent (issue 29, item 1)."""
+    created = world["api"].post("/workflow/template", json=APPROVAL)
+    assert created.status_code in (201, 409), created.text
+    term = Terminal(world, "workflow", "run", "approval", "--input", "tea", "--watch")
+    try:
+        assert term.read_until("your answer: "), term.screen[-2000:]
+        trace_id = _trace_id(term)
+        asked = term.screen
+        assert "answer with a JSON object: approved (boolean, required), notes (string)" in asked
+        assert 'e.g. {"approved": true, "notes": "…"}' in asked
+        term.type("yes\r")
+        assert term.read_until("not taken: that is not JSON"), term.screen[-2000:]
+        deadline = time.monotonic() + 5
+        while "your answer: " not in term.screen.split("not taken:", 1)[1] and time.monotonic() < deadline:
+            term._read(0.1)
+        assert "your answer: " in term.screen.split("not taken:", 1)[1], term.screen[-2000:]
+        time.sleep(0.5)
+        assert world["api"].get(f"/workflow/run/{trace_id}").json()["status"] == "waiting_reply"
+        term.type('{"approved": true, "notes": "fine"}\r')
+        code = term.finish(timeout=60)
+    finally:
+        term.kill()
+    assert code == 0, term.screen[-3000:]
+    run = world["api"].get(f"/workflow/run/{trace_id}").json()
+    assert run["status"] == "succeeded"
+    assert run["steps"][0]["output"] == {"approved": True, "notes": "fine"}
+
+
+def test_the_final_view_shows_skipped_steps_as_skipped_and_the_run_output(world):
+    """Issue 29, items 2 and 5, on a terminal: the branch that did not run is `skipped`
+    with its reason (it was `cancelled` with an empty panel), and the output closes the view."""
+    from tests.cli.cli_harness import EXAMPLES
+
+    body = json.loads((EXAMPLES / "routing.json").read_text())
+    created = world["api"].post("/workflow/template", json=body)
+    assert created.status_code == 201, created.text
+    try:
+        term = Terminal(world, "workflow", "run", created.json()["template_id"], "--input", "help", "--watch")
+        try:
+            code = term.finish(timeout=60)
+        finally:
+            term.kill()
+        assert code == 0, term.screen[-3000:]
+        final = term.final_view()
+        assert final.count("· skipped") == 1 and "skipped: its `when` was false" in final, final
+        assert "cancelled" not in final and "waiting for the agent" not in final, final
+        assert "output:" in final and '"reply":' in final, final
+        assert final.rstrip().splitlines()[-1].startswith("run succeeded in ")
+    finally:
+        world["api"].delete(f"/workflow/template/{created.json()['template_id']}")
+
+
+def test_a_question_inside_a_loop_shows_what_it_asks_about(world):
+    """Issue 29, item 3: `improve#1.review · waiting_reply` is shown with its question (the
+    draft it asks about), in the loop's panel above the prompt."""
+    from tests.cli.cli_harness import EXAMPLES
+
+    body = json.loads((EXAMPLES / "review_until_approved.json").read_text())
+    created = world["api"].post("/workflow/template", json=body)
+    assert created.status_code == 201, created.text
+    try:
+        term = Terminal(world, "workflow", "run", created.json()["template_id"], "--input", "tea", "--watch")
+        try:
+            assert term.read_until("your answer: "), term.screen[-2000:]
+            waiting = "\n".join(emulated(term.raw))
+            at = waiting.index("improve#1.review · waiting_reply: ")
+            flat = re.sub(r"[│\s]+", " ", waiting[at:])  # the panel wraps it at 60 columns
+            assert "? Draft 1: Echo: Round 1: write a short text about tea" in flat, waiting
+            term.type("approve\r")
+            code = term.finish(timeout=60)
+        finally:
+            term.kill()
+        assert code == 0, term.screen[-3000:]
+    finally:
+        world["api"].delete(f"/workflow/template/{created.json()['template_id']}")

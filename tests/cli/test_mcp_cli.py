@@ -67,9 +67,11 @@ def test_refresh_of_an_unreachable_server_exits_6(world):
 
 def test_errors_are_one_line_with_their_exit_codes(world):
     cli, fake = world["cli"], world["mcp"]
-    done = cli("mcp", "add", "shell", "--command", "/bin/sh", "--arg", "-c")
+    done = cli("mcp", "add", "shell", "--command", "sh", "--arg", "-c")
     assert done.returncode == ExitCode.USAGE
     assert "ORCHESTRA_MCP_STDIO_COMMANDS" in one_error_line(done)
+    done = cli("mcp", "add", "shell", "--command", "/bin/sh", "--arg", "-c")
+    assert done.returncode == ExitCode.USAGE and "bare command name" in one_error_line(done)
     done = cli("mcp", "add", "both", "--url", fake.url, "--command", "x")
     assert done.returncode == ExitCode.USAGE and "either --url" in one_error_line(done)
     done = cli("mcp", "show", "nope")

@@ -68,8 +68,11 @@ def test_update_changes_only_what_is_given(world):
     cli = world["cli"]
     provider_id = cli("provider", "add", "changing", "-k", "openai", "-m", "gpt-4o", "--api-key-stdin",
                       input="sk-first-key-1111\n").stdout.strip()
+    # a new base_url without the key sent again: the stored key would go elsewhere (SPEC §15)
+    done = cli("provider", "update", "changing", "--base-url", "https://example.test/v1")
+    assert done.returncode == ExitCode.USAGE and "api_key" in one_error_line(done)
     done = cli("provider", "update", "changing", "--model-id", "gpt-4.1", "--base-url",
-               "https://example.test/v1", "--json")
+               "https://example.test/v1", "--json", "--api-key-stdin", input="sk-first-key-1111\n")
     assert done.returncode == 0, done.stderr
     body = json.loads(done.stdout)
     assert (body["name"], body["model_id"], body["base_url"], body["api_key"]) == (
@@ -136,7 +139,8 @@ def test_check_against_fake_llm(world):
     cli("provider", "add", "badfake", "-k", "openai_compatible", "-m", "fake-model",
         "--base-url", world["llm"].base_url, "--api-key-stdin", input="bad-key\n")
     done = cli("provider", "check", "badfake")
-    assert done.returncode == ExitCode.UNAVAILABLE and "Incorrect API key provided" in one_error_line(done)
+    assert done.returncode == ExitCode.UNAVAILABLE and "refused the API key" in one_error_line(done)
+    assert "Incorrect API key provided" not in done.stderr  # the provider's body is not echoed
     cli("provider", "remove", "badfake", "--yes")
 
 

@@ -145,7 +145,7 @@ def test_worker_update_changes_only_what_is_given(world):
 
 
 def _template_file(world, tmp_path, name: str = "three_step") -> str:
-    body = json.loads((EXAMPLES / "three_step.json").read_text().replace("WORKER_ID", world["worker_id"]))
+    body = json.loads((EXAMPLES / "three_step.json").read_text())
     body["name"] = name
     path = tmp_path / f"{name}.json"
     path.write_text(json.dumps(body))
@@ -165,7 +165,7 @@ def test_template_create_show_update_delete(world, tmp_path):
     assert "lifecycle" in cli("template", "list").stdout
     assert json.loads(cli("template", "show", "lifecycle", "--json").stdout) == stored
     plain = cli("template", "show", template_id)
-    assert plain.returncode == 0 and "report (worker=" in plain.stdout and "after facts, numbers" in plain.stdout
+    assert plain.returncode == 0 and "report (worker=helper)" in plain.stdout and "after facts, numbers" in plain.stdout
 
     steps_only = tmp_path / "steps.json"
     steps_only.write_text(json.dumps({"description": "now with two steps", "steps": stored["steps"][:2]}))
@@ -344,7 +344,7 @@ def test_follow_run_example_names_the_tool_of_a_call_and_its_result():
 def test_json_input_json_replies_and_retry_from_the_command_line(world, tmp_path):
     """`workflow run --input-json`, `workflow reply --json-content`, `workflow retry`."""
     cli, api = world["cli"], world["api"]
-    body = json.loads((EXAMPLES / "review_approval.json").read_text().replace("WORKER_ID", world["worker_id"]))
+    body = json.loads((EXAMPLES / "review_approval.json").read_text())
     path = tmp_path / "review.json"
     path.write_text(json.dumps(body))
     assert cli("template", "check", str(path)).returncode == 0

@@ -118,3 +118,23 @@ def test_explicit_server_and_token_without_a_login(world, tmp_path):
     assert bad.returncode == ExitCode.AUTH and len(bad.stderr.strip().splitlines()) == 1
     nothing = fresh("worker", "list")
     assert nothing.returncode == ExitCode.USAGE and "no server given" in nothing.stderr
+
+
+def test_show_update_and_delete_take_a_workers_name(world):
+    """Issue 29, item 4: `worker update plain` works by name, like `--provider fake`; an
+    unknown name is one line naming the workers there are."""
+    cli = world["cli"]
+    made = cli("worker", "create", "plain", "--provider", "fake")
+    assert made.returncode == 0, made.stderr
+    worker_id = made.stdout.strip()
+    updated = cli("worker", "update", "plain", "--description", "by name")
+    assert updated.returncode == 0, updated.stderr
+    assert stored(world, worker_id).json()["description"] == "by name"
+    shown = json.loads(cli("worker", "show", "plain", "--json").stdout)
+    assert shown["worker_id"] == worker_id
+    missing = cli("worker", "update", "no-such-worker", "--description", "x")
+    assert missing.returncode == ExitCode.NOT_FOUND
+    line = [x for x in missing.stderr.splitlines() if x.strip()]
+    assert len(line) == 1 and "unknown worker 'no-such-worker'" in line[0] and "plain" in line[0]
+    assert cli("worker", "delete", "plain").returncode == 0
+    assert stored(world, worker_id).status_code == 404

@@ -324,3 +324,98 @@ def test_terminal_view_asks_the_question_at_the_prompt_and_replies(world):
     assert "? Here is the draft:" in text  # the question, in its step's panel
     assert "╭─ final · succeeded" in text and "Feedback: less sugar" in text
     assert "run succeeded in " in text
+
+
+def _example(world, stem: str) -> str:
+    """Saves examples/templates/<stem>.json with the world's worker; its template_id."""
+    from tests.cli.cli_harness import EXAMPLES
+
+    body = json.loads((EXAMPLES / f"{stem}.json").read_text())
+    created = httpx.post(f"{world['server'].base_url}/api/v1/workflow/template", json=body,
+                         headers={"Authorization": f"Bearer {world['token']}"})
+    assert created.status_code == 201, created.text
+    return created.json()["template_id"]
+
+
+def _forget(world, template: str) -> None:
+    httpx.delete(f"{world['server'].base_url}/api/v1/workflow/template/{template}",
+                 headers={"Authorization": f"Bearer {world['token']}"})
+
+
+def test_piped_watch_says_skipped_steps_and_ends_with_the_run_output(world):
+    """Issue 29, items 2 and 5: a skipped branch says `skipped` and why (never `cancelled`
+    or `running`), and the run's output is shown above the last line; `workflow show`
+    gives it too, in text and JSON."""
+    routing = _example(world, "routing")
+    try:
+        done = world["cli"]("workflow", "run", routing, "--input", "my printer is on fire", "--watch")
+        assert done.returncode == 0, done.stderr
+        lines = done.stdout.splitlines()
+        trace_id = lines[0].split()[1]
+        run = wait_status(world, trace_id, "succeeded")
+        skipped = [s["step_id"] for s in run["steps"] if s["status"] == "skipped"]
+        assert len(skipped) == 1, run["steps"]
+        assert f"[{skipped[0]}] skipped: its `when` was false" in lines
+        assert run["output"]["category"] in ("technical", "billing") and run["output"]["reply"]
+        assert lines[-1].startswith("run succeeded in ")
+        at = lines.index("output:")
+        assert json.loads("\n".join(lines[at + 1:-1])) == run["output"]
+        shown = world["cli"]("workflow", "show", trace_id)
+        assert shown.returncode == 0, shown.stderr
+        text = shown.stdout
+        assert f"{skipped[0]} · skipped" in text
+        assert json.loads(text[text.index("\noutput\n") + 8:]) == run["output"]
+        as_json = json.loads(world["cli"]("workflow", "show", trace_id, "--json").stdout)
+        assert as_json["output"] == run["output"]
+        events = world["cli"]("workflow", "events", trace_id, "--json")  # item 9: --json is taken
+        assert events.returncode == 0, events.stderr
+        assert json.loads(events.stdout)[-1]["data"]["output"] == run["output"]
+    finally:
+        _forget(world, routing)
+
+
+def test_show_names_each_item_by_its_path(world):
+    """Issue 29, item 6: a foreach's items are listed as research[0], research[1], …"""
+    research = _example(world, "research_each_topic")
+    try:
+        done = world["cli"]("workflow", "run", research, "--input-json", "--input",
+                            json.dumps({"topics": ["tea", "coffee", "cocoa"]}), "--watch")
+        assert done.returncode == 0, done.stderr + done.stdout
+        trace_id = done.stdout.splitlines()[0].split()[1]
+        shown = world["cli"]("workflow", "show", trace_id)
+        assert shown.returncode == 0, shown.stderr
+        for n in range(3):
+            assert f"research[{n}] · succeeded" in shown.stdout, shown.stdout
+    finally:
+        _forget(world, research)
+
+
+def test_the_fake_model_follows_a_prompts_directives_through_a_run(world):
+    """Issue 29, items 7 and 9: `fake:category=billing` routes the run to billing, and a
+    step told `fake:fail=1` fails once, says so in a retrying line, and succeeds."""
+    worker = {"worker": world["worker_id"]}
+    body = {"name": "directed", "steps": [
+        {"id": "classify", "agent": worker, "prompt": "Classify {{input}} fake:category=billing",
+         "output_schema": {"type": "object", "required": ["category"], "properties": {
+             "category": {"type": "string", "enum": ["technical", "billing"]}}}},
+        {"id": "billing", "agent": worker, "depends_on": ["classify"],
+         "when": "steps.classify.output.category == 'billing'",
+         "prompt": "Answer the bill fake:fail=1", "retry": {"max_attempts": 2}},
+        {"id": "technical", "agent": worker, "depends_on": ["classify"],
+         "when": "steps.classify.output.category == 'technical'", "prompt": "Fix it"}]}
+    created = httpx.post(f"{world['server'].base_url}/api/v1/workflow/template", json=body,
+                         headers={"Authorization": f"Bearer {world['token']}"})
+    assert created.status_code == 201, created.text
+    try:
+        done = world["cli"]("workflow", "run", created.json()["template_id"], "--input", "my bill", "--watch")
+        assert done.returncode == 0, done.stderr + done.stdout
+        lines = done.stdout.splitlines()
+        assert "[technical] skipped: its `when` was false" in lines
+        retrying = next(i for i, line in enumerate(lines) if line.startswith("[billing] attempt 1 failed, trying again"))
+        started = [i for i, line in enumerate(lines) if line == "[billing] started"]
+        assert len(started) == 2 and started[0] < retrying < started[1], lines
+        run = wait_status(world, lines[0].split()[1], "succeeded")
+        billing = next(s for s in run["steps"] if s["step_id"] == "billing")
+        assert billing["status"] == "succeeded" and billing["attempt"] == 2
+    finally:
+        _forget(world, created.json()["template_id"])

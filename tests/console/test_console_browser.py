@@ -230,6 +230,8 @@ def run_it(console: Console, fake) -> str:
     assert step_text(page, "final") == SUMMARY  # every token once
     assert page.locator(".final-output").inner_text() == SUMMARY
     assert page.locator('article[data-step="ask"] .answer').inner_text() == "Answer: yes"
+    # A human step's question is stored once (in reply_requested): its card still shows it.
+    assert page.locator('article[data-step="ask"] details pre').text_content().endswith(" right?")
     assert re.search(r"Tokens: \d+ prompt · \d+ completion · \d+ total", page.locator(".outcome .usage").inner_text())
     log = page.locator("ol.event-log")
     assert log.get_attribute("data-count") == log.get_attribute("data-last")  # no gap, no repeat

@@ -42,7 +42,7 @@ def test_mcp_servers_page_at_390_px(chromium, served, screenshots):
             # the stdio refusal names the setting, next to the form
             page.get_by_label("Name", exact=True).fill("shell")
             page.get_by_label("Transport").select_option("stdio")
-            page.get_by_label("Command").fill("/bin/sh")
+            page.get_by_label("Command").fill("sh")
             page.get_by_role("button", name="Add MCP server").click()
             page.get_by_role("alert").filter(has_text="ORCHESTRA_MCP_STDIO_COMMANDS").wait_for()
 

@@ -29,7 +29,7 @@ def world(tmp_path_factory):
                                             "model_id": "fake-model", "api_key": "k",
                                             "base_url": fake.base_url})
     assert provider.status_code == 201, provider.text
-    worker = http.post("/agent/worker", json={"name": "w", "provider_id": provider.json()["provider_id"]})
+    worker = http.post("/agent/worker", json={"name": "helper", "provider_id": provider.json()["provider_id"]})
     assert worker.status_code == 201, worker.text
     yield {"http": http, "fake": fake, "worker": worker.json()["worker_id"]}
     http.close()
@@ -38,7 +38,7 @@ def world(tmp_path_factory):
 
 
 def example(world, name: str, **changes) -> str:
-    body = json.loads((EXAMPLES / f"{name}.json").read_text().replace("WORKER_ID", world["worker"]))
+    body = json.loads((EXAMPLES / f"{name}.json").read_text())  # its steps name the worker helper
     for sid, fields in changes.items():
         next(s for s in body["steps"] if s["id"] == sid).update(fields)
     body["name"] += f" {time.monotonic_ns()}"  # one template per use

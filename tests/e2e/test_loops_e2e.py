@@ -26,7 +26,7 @@ class World:
             "api_key": "k", "base_url": fake.base_url})
         assert provider.status_code == 201, provider.text
         worker = self.http.post("/agent/worker", json={
-            "name": "w", "provider_id": provider.json()["provider_id"], "tools": []})
+            "name": "helper", "provider_id": provider.json()["provider_id"], "tools": []})
         assert worker.status_code == 201, worker.text
         self.worker = {"worker": worker.json()["worker_id"]}
 
@@ -348,12 +348,12 @@ def test_save_time_rules(world):
 
 
 def example(world: World, name: str) -> str:
-    """An examples/templates file as examples/README.md uses it: WORKER_ID replaced."""
+    """An examples/templates file as examples/README.md uses it (its steps name the worker helper)."""
     import json
     from pathlib import Path
 
     text = (Path(__file__).resolve().parents[2] / "examples" / "templates" / name).read_text()
-    body = json.loads(text.replace("WORKER_ID", world.worker["worker"]))
+    body = json.loads(text)
     made = world.http.post("/workflow/template", json=body)
     assert made.status_code == 201, made.text
     return made.json()["template_id"]

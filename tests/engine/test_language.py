@@ -152,7 +152,7 @@ def test_every_language_problem_has_its_path():
     assert any(f == "input_schema.type" for f, _ in found)
     assert "limits.deadline_seconds" in problems_at
     assert ("output", "`steps.zz.output` names unknown step 'zz'") in found
-    assert checked.workers == [("steps.3.agent.worker", "w1")]
+    assert [(where, ref) for where, ref, _agent in checked.workers] == [("steps.3.agent.worker", "w1")]
 
 
 def test_human_default_rules():

@@ -218,6 +218,10 @@ async def test_retry_of_a_failed_run_reuses_what_succeeded(core, fake_llm):
     assert fake_llm.chat_requests[-1]["messages"][-1]["content"] == "use first output"
     rows = await steps_of(core, again.trace_id)
     assert (rows["a"].reused, rows["a"].output, rows["b"].reused) == (True, "first output", False)
+    source = await steps_of(core, trace_id)
+    assert source["a"].usage and source["a"].usage["completion_tokens"] > 0
+    assert rows["a"].usage is None  # its tokens were spent by the source run: never counted twice
+    assert rows["b"].usage and rows["b"].usage["completion_tokens"] > 0
     evs = await events(core, again.trace_id)
     reused = [e for e in evs if e.kind == "step_finished" and e.data.get("reused")]
     assert len(reused) == 1 and reused[0].data["output"] == "first output"

@@ -38,6 +38,7 @@ from orchestra.engine.llm.openai_compat import (
     to_openai_messages,
 )
 from orchestra.engine.llm.retry import backoff_delay, retry_after_from_headers
+from tests.engine.conftest import LOOPBACK
 from tests.fakes.fake_llm import FakeLLM
 
 CALC = ToolSpec(
@@ -168,9 +169,7 @@ async def test_tool_round_trip_messages_are_sent_in_openai_shape(fake_llm, llm_c
 
 @pytest.mark.asyncio
 async def test_bad_key_gives_the_providers_message_and_is_not_retryable(fake_llm):
-    client = OpenAICompatClient(
-        kind="openai_compatible", api_key="bad-key", base_url=fake_llm.base_url
-    )
+    client = OpenAICompatClient(kind="openai_compatible", api_key="bad-key", base_url=fake_llm.base_url, egress=LOOPBACK)
     with pytest.raises(LLMError) as info:
         await events_of(client)
     assert info.value.status == 401 and not info.value.retryable
@@ -237,7 +236,7 @@ async def test_stream_ending_without_finish_reason_is_a_retryable_cut(fake_llm, 
 async def test_timeout_is_retryable(fake_llm):
     fake_llm.script_text("late", initial_delay=3)
     client = OpenAICompatClient(
-        kind="openai_compatible", api_key="k", base_url=fake_llm.base_url, timeout=0.3
+        kind="openai_compatible", api_key="k", base_url=fake_llm.base_url, timeout=0.3, egress=LOOPBACK
     )
     with pytest.raises(LLMError) as info:
         await events_of(client)
@@ -249,7 +248,7 @@ async def test_timeout_is_retryable(fake_llm):
 async def test_unreachable_server_is_retryable():
     with FakeLLM() as fake:
         url = fake.base_url
-    client = OpenAICompatClient(kind="openai_compatible", api_key="k", base_url=url, timeout=2)
+    client = OpenAICompatClient(kind="openai_compatible", api_key="k", base_url=url, timeout=2, egress=LOOPBACK)
     with pytest.raises(LLMError) as info:
         await client.list_models()
     assert info.value.retryable and info.value.status is None
@@ -265,9 +264,9 @@ async def test_list_models(fake_llm, llm_client):
 @pytest.mark.asyncio
 async def test_only_the_configured_key_is_accepted():
     with FakeLLM(api_key="right") as fake:
-        good = OpenAICompatClient(kind="openai_compatible", api_key="right", base_url=fake.base_url)
+        good = OpenAICompatClient(kind="openai_compatible", api_key="right", base_url=fake.base_url, egress=LOOPBACK)
         wrong = OpenAICompatClient(
-            kind="openai_compatible", api_key="wrong", base_url=fake.base_url
+            kind="openai_compatible", api_key="wrong", base_url=fake.base_url, egress=LOOPBACK
         )
         assert await good.list_models()
         with pytest.raises(LLMError, match="Incorrect API key provided"):
@@ -362,9 +361,7 @@ async def test_rate_limit_then_success_takes_two_attempts(fake_llm, llm_client):
 
 @pytest.mark.asyncio
 async def test_non_retryable_errors_are_raised_at_once(fake_llm):
-    client = OpenAICompatClient(
-        kind="openai_compatible", api_key="bad-key", base_url=fake_llm.base_url
-    )
+    client = OpenAICompatClient(kind="openai_compatible", api_key="bad-key", base_url=fake_llm.base_url, egress=LOOPBACK)
     calls = 0
 
     async def attempt() -> ChatResult:
@@ -619,7 +616,7 @@ async def test_openai_asks_for_json_schema_and_the_fake_answers_its_shape(fake_l
 
 @pytest.mark.asyncio
 async def test_deepseek_gets_json_object_and_the_schema_as_an_instruction(fake_llm):
-    client = OpenAICompatClient(kind="deepseek", api_key="k", base_url=fake_llm.base_url)
+    client = OpenAICompatClient(kind="deepseek", api_key="k", base_url=fake_llm.base_url, egress=LOOPBACK)
     await collect(client.stream_chat(model="m", messages=HELLO, tools=[], output_schema=VERDICT))
     body = fake_llm.chat_requests[-1]
     assert body["response_format"] == {"type": "json_object"}

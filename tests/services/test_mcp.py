@@ -37,6 +37,12 @@ def settings_overrides():
     return {"mcp_stdio_commands": f"mcp-server-time,{PYTHON}"}
 
 
+@pytest.fixture(autouse=True)
+def _this_python_first_on_path(monkeypatch):
+    """A stdio command is a bare name found on the server's PATH: this test's Python."""
+    monkeypatch.setenv("PATH", f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ.get('PATH', '')}")
+
+
 async def test_secrets_are_encrypted_at_rest_and_masked(core, fake_mcp):
     server = await svc.create_server(core, name="fake", transport="streamable_http", url=fake_mcp.url,
                                      headers={"Authorization": "Bearer top-secret-abcd"})
@@ -91,10 +97,10 @@ async def test_a_stdio_server_gets_only_path_home_and_its_own_env(core, monkeypa
     monkeypatch.setenv("LEAKY_SECRET", "must-not-pass")
     monkeypatch.setenv("USER", "someone")
     monkeypatch.setenv("SHELL", "/bin/sh")
-    server = await svc.create_server(core, name="local", transport="stdio", command=sys.executable,
+    server = await svc.create_server(core, name="local", transport="stdio", command=PYTHON,
                                      args=FAKE_STDIO, env={"OWN_TOKEN": "own-value-123456"})
     assert server.last_error is None, server.last_error
-    sessions = RunSessions(core.settings.mcp_stdio_allowed)
+    sessions = RunSessions(core.settings.mcp_stdio_allowed, core.settings.egress)
     try:
         names = set((await sessions.call(server_config(server, core.secrets.decrypt), "env", {})).split(","))
     finally:
@@ -105,7 +111,7 @@ async def test_a_stdio_server_gets_only_path_home_and_its_own_env(core, monkeypa
 
 
 async def test_stdio_is_checked_again_at_every_start(core):
-    server = await svc.create_server(core, name="local", transport="stdio", command=sys.executable,
+    server = await svc.create_server(core, name="local", transport="stdio", command=PYTHON,
                                      args=FAKE_STDIO)
     config = server_config(server, core.secrets.decrypt)
     # the operator removed the command from ORCHESTRA_MCP_STDIO_COMMANDS since
@@ -120,7 +126,7 @@ async def test_stdio_is_checked_again_at_every_start(core):
     assert {t["name"] for t in refreshed.tools} >= {"echo", "env"}  # the last listing is kept
     with pytest.raises(ValidationError) as refused:
         await svc.update_server(strict, server_id=server.id, name="local", transport="stdio",
-                                command=sys.executable, args=FAKE_STDIO)
+                                command=PYTHON, args=FAKE_STDIO)
     assert "ORCHESTRA_MCP_STDIO_COMMANDS" in refused.value.message
 
 
@@ -128,7 +134,7 @@ async def test_a_run_s_sessions_are_closed_and_a_closed_set_opens_none(core, fak
     server = await svc.create_server(core, name="fake", transport="streamable_http", url=fake_mcp.url)
     config = server_config(server, core.secrets.decrypt)
     before = fake_mcp.stats()["connects"]
-    sessions = RunSessions(frozenset())
+    sessions = RunSessions(frozenset(), core.settings.egress)
     assert await sessions.call(config, "echo", {"text": "a"}) == "a"
     assert await sessions.call(config, "echo", {"text": "b"}) == "b"
     assert sessions.opened == 1 and fake_mcp.stats()["connects"] == before + 1

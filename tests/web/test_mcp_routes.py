@@ -166,7 +166,7 @@ async def test_an_unreachable_server_is_saved_with_its_error(client, admin, fake
 
 
 async def test_stdio_is_refused_unless_its_command_is_allowed(client, admin):
-    body = {"name": "shell", "transport": "stdio", "command": "/bin/sh", "args": ["-c", "id"]}
+    body = {"name": "shell", "transport": "stdio", "command": "sh", "args": ["-c", "id"]}
     response = await client.post(MCP, json=body, headers=admin["headers"])
     assert response.status_code == 422 and response.json()["error"] == "ValidationError"
     assert "ORCHESTRA_MCP_STDIO_COMMANDS" in response.json()["message"]

@@ -321,3 +321,54 @@ async def test_structured_human_reply_and_run_retry_routes(client, alice, users)
     assert_error(await client.post(f"{API}/run/{trace_id}/retry", headers=bob["headers"]), 404, "NotFoundError")
     bad = await client.post(f"{API}/run/{trace_id}/retry", headers=alice["headers"], json={"from_step": "zz"})
     assert assert_error(bad, 422, "ValidationError")["detail"][0]["field"] == "from_step"
+
+
+async def test_a_template_names_a_worker_by_name(client, alice, users, worker):
+    """Issue 29, item 4: `{"worker": "w"}` (a name, any case) is resolved to the worker's id
+    when saved, inner steps included; an unknown name lists the names there are; another
+    user's worker name is not resolved."""
+    steps = [{"id": "a", "agent": {"worker": "W"}, "prompt": "p"},
+             {"id": "each", "foreach": {"items": "['x', 'y']"}, "depends_on": ["a"],
+              "agent": {"worker": "w"}, "prompt": "{{item}}"}]
+    saved = await make_template(client, alice, steps)
+    assert [s["agent"] for s in saved["template"]["steps"]] == [{"worker": worker}, {"worker": worker}]
+    stored = await WorkflowTemplate.aget_by_id(saved["template_id"])
+    assert [s["agent"] for s in stored.steps] == [{"worker": worker}, {"worker": worker}]
+    wrong = await client.post(f"{API}/template", headers=alice["headers"], json={
+        "name": "t2", "steps": [{"id": "a", "agent": {"worker": "plain"}, "prompt": "p"}]})
+    body = assert_error(wrong, 422, "ValidationError")
+    (problem,) = [d for d in body["detail"] if d["field"] == "steps.0.agent.worker"]
+    assert "unknown worker 'plain'" in problem["problem"] and "(yours: w)" in problem["problem"]
+    bob = await users.make("bob")
+    theirs = await client.post(f"{API}/template", headers=bob["headers"], json={
+        "name": "t3", "steps": [{"id": "a", "agent": {"worker": "w"}, "prompt": "p"}]})
+    assert "(yours: none yet)" in assert_error(theirs, 422, "ValidationError")["detail"][0]["problem"]
+
+
+async def test_an_expression_that_mixes_types_is_refused_at_save(client, alice):
+    """Issue 29, item 9: `urgency >= '4'` compares the output_schema's integer with a string;
+    it failed at run time only. Now `template check` and saves name it; the right spelling,
+    equality across types, optional fields and comprehensions are passed."""
+    classify = {"id": "classify", "agent": {"human": True}, "prompt": "Classify",
+                "output_schema": {"type": "object", "required": ["urgency"], "properties": {
+                    "urgency": {"type": "integer"}, "note": {"type": "string"}}}}
+
+    def template(when: str) -> dict:
+        return {"name": "typed", "steps": [classify, {"id": "escalate", "agent": {"human": True}, "prompt": "Now?",
+                                                      "depends_on": ["classify"], "when": when}]}
+
+    checked = await client.post(f"{API}/template/check", headers=alice["headers"],
+                                json=template("steps.classify.output.urgency >= '4'"))
+    assert checked.status_code == 200, checked.text
+    body = checked.json()
+    assert body["valid"] is False
+    (problem,) = body["problems"]
+    assert problem["field"] == "steps.1.when" and "e.g. 4 not '4'" in problem["problem"]
+    refused = await client.post(f"{API}/template", headers=alice["headers"],
+                                json=template("steps.classify.output.urgency >= '4'"))
+    assert_error(refused, 422, "ValidationError")
+    assert await WorkflowTemplate.aget_or_none(WorkflowTemplate.name == "typed") is None
+    for fine in ("steps.classify.output.urgency >= 4", "steps.classify.output.urgency == '4'",
+                 "steps.classify.output.note.size() > 2", "[1, 2].exists(x, x == steps.classify.output.urgency)"):
+        answer = await client.post(f"{API}/template/check", headers=alice["headers"], json=template(fine))
+        assert answer.json()["valid"] is True, (fine, answer.text)

@@ -41,7 +41,9 @@ class Checked:
     steps: list[dict[str, Any]] = field(default_factory=list)
     options: dict[str, Any] = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)
-    workers: list[tuple[str, str]] = field(default_factory=list)  # (field, worker id) to look up
+    # (field, worker id or name, the step's agent dict): looked up by the caller, which
+    # writes the worker's id into the agent when the template named it
+    workers: list[tuple[str, str, dict[str, str]]] = field(default_factory=list)
 
     def add(self, where: str, problem: str) -> None:
         self.problems.append({"field": where, "problem": problem})
@@ -87,8 +89,9 @@ def _check_agent(agent: Any, where: str, checked: Checked) -> dict[str, Any] | N
         if not isinstance(value, str) or not value:
             checked.add(f"{where}.worker", f"unknown worker {value!r} (not one of yours)")
             return None
-        checked.workers.append((f"{where}.worker", value))
-        return {"worker": value}
+        resolved = {"worker": value}
+        checked.workers.append((f"{where}.worker", value, resolved))  # an id or a name: see services
+        return resolved
     checked.add(where, AGENT_SHAPE)
     return None
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import anthropic
 
+from orchestra.egress import EgressPolicy, find_refusal
 from orchestra.engine.llm.base import (
     STRUCTURED_TOOL,
     ChatMessage,
@@ -113,6 +114,9 @@ def to_anthropic_tools(tools: list[ToolSpec]) -> list[dict[str, Any]]:
 
 def map_anthropic_error(err: Exception, *, streaming: bool = False) -> LLMError:
     """Translate an SDK (or transport) exception to `LLMError` with the provider's message."""
+    refused = find_refusal(err)
+    if refused is not None:
+        return LLMError(f"Could not reach the provider: {refused}", retryable=False)
     if isinstance(err, anthropic.APITimeoutError):
         return LLMError("The provider did not answer in time (timeout).", retryable=True)
     if isinstance(err, (anthropic.APIConnectionError, *_TRANSPORT_ERRORS)):
@@ -157,15 +161,25 @@ class AnthropicClient:
         timeout: float = 60.0,
         max_tokens: int = DEFAULT_MAX_TOKENS,
         http_client: Any = None,
+        egress: EgressPolicy = EgressPolicy(),
     ) -> None:
         """`http_client` (an SDK-compatible async HTTP client) replaces the SDK's own,
-        e.g. to route through a proxy or a test transport."""
+        e.g. to route through a test transport; without one, connections obey `egress`."""
         if not api_key:
             raise LLMError("An API key is required for Anthropic providers.")
         self.max_tokens = max_tokens
         if base_url:
             # The SDK adds `/v1/...` itself; accept URLs copied with the version included.
             base_url = base_url.rstrip("/").removesuffix("/v1")
+        if http_client is None:
+            import httpx2
+
+            from orchestra.tls import client_tls
+
+            http_client = httpx2.AsyncClient(
+                timeout=timeout, follow_redirects=True,
+                transport=egress.transport(verify=client_tls(), limits=httpx2.Limits(
+                    max_connections=1000, max_keepalive_connections=100)))
         self._client = anthropic.AsyncAnthropic(
             api_key=api_key,
             base_url=base_url or None,

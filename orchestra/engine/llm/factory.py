@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+from orchestra.egress import EgressPolicy
 from orchestra.engine.llm.base import ChatClient, LLMError
 
 SUPPORTED_KINDS = ("openai", "deepseek", "anthropic", "ollama", "openai_compatible")
 
 
 def make_client(
-    *, kind: str, api_key: str | None, base_url: str | None, timeout: float = 60.0
+    *, kind: str, api_key: str | None, base_url: str | None, timeout: float = 60.0,
+    egress: EgressPolicy = EgressPolicy(),
 ) -> ChatClient:
-    """A client for `kind`; `base_url` overrides the kind's default endpoint.
+    """A client for `kind`; `base_url` overrides the kind's default endpoint. Its
+    connections obey `egress` (the default: public addresses only).
 
     Raises `LLMError` (not retryable) for an unknown kind, an `openai_compatible`
     provider without `base_url`, or an `anthropic` provider without a key, so the
@@ -19,11 +22,12 @@ def make_client(
     if kind == "anthropic":
         from orchestra.engine.llm.anthropic import AnthropicClient
 
-        return AnthropicClient(api_key=api_key, base_url=base_url, timeout=timeout)
+        return AnthropicClient(api_key=api_key, base_url=base_url, timeout=timeout, egress=egress)
     if kind in SUPPORTED_KINDS:
         from orchestra.engine.llm.openai_compat import OpenAICompatClient
 
-        return OpenAICompatClient(kind=kind, api_key=api_key, base_url=base_url, timeout=timeout)
+        return OpenAICompatClient(kind=kind, api_key=api_key, base_url=base_url, timeout=timeout,
+                                  egress=egress)
     raise LLMError(
         f"Unsupported provider kind {kind!r}; supported kinds: {', '.join(SUPPORTED_KINDS)}."
     )

@@ -26,6 +26,7 @@ from orchestra.engine.llm.base import (
     Usage,
     schema_instructions,
 )
+from orchestra.egress import EgressPolicy, find_refusal
 from orchestra.engine.llm.retry import retry_after_from_headers
 from orchestra.tls import client_tls
 
@@ -123,7 +124,11 @@ async def status_error(response: httpx.Response) -> LLMError:
 
 def transport_error(err: httpx.TransportError, *, streaming: bool = False) -> LLMError:
     """A timeout or a connection failure as a retryable LLMError. `streaming` says the
-    answer had already begun, so a failure means the stream was cut, not never reached."""
+    answer had already begun, so a failure means the stream was cut, not never reached.
+    A connection the egress rule refused is not retried: its message names the rule."""
+    refused = find_refusal(err)
+    if refused is not None:
+        return LLMError(f"Could not reach the provider: {refused}", retryable=False)
     if isinstance(err, httpx.TimeoutException):
         what = "stopped sending" if streaming else "did not answer"
         return LLMError(f"The provider {what} in time (timeout).", retryable=True)
@@ -225,6 +230,7 @@ class OpenAICompatClient:
         api_key: str | None,
         base_url: str | None,
         timeout: float = 60.0,
+        egress: EgressPolicy = EgressPolicy(),
     ) -> None:
         if kind not in OPENAI_KINDS:
             raise LLMError(f"Unsupported provider kind for the OpenAI client: {kind!r}.")
@@ -239,8 +245,10 @@ class OpenAICompatClient:
         self._client = httpx.AsyncClient(
             headers={"Authorization": f"Bearer {api_key or _PLACEHOLDER_KEY}"},
             timeout=timeout,
-            limits=httpx.Limits(max_connections=1000, max_keepalive_connections=100),
-            verify=client_tls(),
+            # Every new connection obeys the egress rule (resolved once, pooled after).
+            transport=egress.transport(
+                verify=client_tls(),
+                limits=httpx.Limits(max_connections=1000, max_keepalive_connections=100)),
         )
 
     async def stream_chat(

@@ -5,7 +5,8 @@ from __future__ import annotations
 # kind -> the fields its `data` carries besides trace_id, seq, ts (and step_id for steps)
 EVENT_FIELDS: dict[str, str] = {
     "run_started": '`status: "running"`, `input`, `steps: [ids]`',
-    "step_started": "`agent`, `prompt` (rendered)",
+    "step_started": "`agent`, `prompt` (rendered; an agent step's: a human step's question is "
+                    "stored once, in its `reply_requested`)",
     "token": "`text`: streamed model text, coalesced about every 50 ms",
     "tool_call": "`call_id`, `name`, `arguments` (object)",
     "tool_result": "`call_id`, `name`, `result` (string or null), `error` (only on failure)",

@@ -106,8 +106,9 @@ class ProviderList(Success):
 
 
 class ProviderCheck(Success):
-    ok: Literal[True]
-    models: list[str]
+    ok: bool = Field(description="true: the provider listed its models; false: see `error`.")
+    models: list[str] = Field(None, description="Only when ok: the model ids, sorted.")
+    error: str = Field(None, description="Only when not ok: why, in a sentence (never the provider's body).")
 
 
 class Tool(Shape):
@@ -359,6 +360,8 @@ class PendingReply(Shape):
 
 class RunDetailView(RunSummary):
     input: Any = Field(description="The text input, or the JSON value under the template's input_schema.")
+    output: Any = Field(description="The run's output (the template's `output`, as `run_finished` gave it); "
+                                    "null until the run succeeds.")
     files: list[AttachedFile]
     steps: list[StepState]
     pending_replies: list[PendingReply]

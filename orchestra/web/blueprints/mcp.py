@@ -6,6 +6,7 @@ from __future__ import annotations
 from sanic import Blueprint, Request
 from sanic.response import json
 
+from orchestra.engine.tools.mcp.stdio import COMMAND_PATTERN, ENV_NAME_PATTERN
 from orchestra.services import mcp as mcp_service
 from orchestra.services.roles import Role
 from orchestra.web.apidoc import models as out
@@ -57,7 +58,9 @@ def _transport_rules() -> dict:
 
 class McpServerBody(Body):
     """A server; `url` (and `headers`) for streamable_http, `command` (`args`, `env`) for
-    stdio, whose command's base name ORCHESTRA_MCP_STDIO_COMMANDS must list (else 422)."""
+    stdio, a bare command name ORCHESTRA_MCP_STDIO_COMMANDS must list (else 422). A `url`
+    the egress rule refuses is 422 (ORCHESTRA_EGRESS_ALLOW). On PUT a masked value keeps
+    its secret only while `url` / `command` is unchanged."""
 
     model_config = Body.model_config | {"json_schema_extra": _transport_rules()}
 
@@ -94,14 +97,15 @@ class McpServerBody(Body):
         additionalProperties={"type": "string", "pattern": _HEADER_VALUE},
     )
     command: str | None = rule(
-        None, description="stdio: the program to start (its base name must be allowed).",
-        maxLength=mcp_service.COMMAND_MAX,
+        None, description="stdio: a bare command name (no path), listed in ORCHESTRA_MCP_STDIO_COMMANDS "
+        "and looked up on the server's own PATH.",
+        maxLength=mcp_service.COMMAND_MAX, pattern=COMMAND_PATTERN,
     )
     args: list[str] | None = rule(None, description="stdio: its arguments.", maxItems=mcp_service.ARGS_MAX)
     env: dict[str, str] | None = rule(
-        None, description=f"stdio: its environment, besides PATH and HOME. {_SECRET_VALUES}",
-        maxProperties=mcp_service.SECRETS_MAX,
-        propertyNames={"pattern": mcp_service.ENV_NAME.pattern},
+        None, description="stdio: its environment, besides the server's PATH and HOME; names "
+        f"no runtime or library interprets (docs/api.md, the env rule). {_SECRET_VALUES}",
+        maxProperties=mcp_service.SECRETS_MAX, propertyNames={"pattern": ENV_NAME_PATTERN},
         additionalProperties={"type": "string", "pattern": _ENV_VALUE},
     )
     timeout_seconds: float | None = rule(

@@ -144,10 +144,10 @@ async def delete(request: Request, provider_id: str):
 
 @bp.post("/<provider_id:str>/check")
 @documented(
-    "Ask the provider for its models (proves the key and URL work)", response=out.ProviderCheck,
-    errors={502: "ProviderError: the provider refused or could not be reached."},
+    "Ask the provider for its models (proves the key and URL work); a provider that cannot "
+    "be reached or refuses is `ok: false` with `error`, a sentence of ours", response=out.ProviderCheck,
 )
 @protected(Role.ADMINISTRATOR)
 async def check(request: Request, provider_id: str):
-    models = await provider_service.check_provider(request.app.ctx.core, provider_id=provider_id)
-    return json({"message": SUCCESS, "ok": True, "models": models})
+    answer = await provider_service.check_provider(request.app.ctx.core, provider_id=provider_id)
+    return json({"message": SUCCESS, **answer})

@@ -379,7 +379,9 @@ async def cancel_run(request: Request, trace_id: str):
 @bp.post("/reply/<trace_id:str>")
 @documented(
     "Answer the question a waiting run asked", body=ReplyBody, response=out.Replied,
-    errors={409: "ConflictError: the run waits for no reply, or request_id is not open."},
+    errors={409: "ConflictError: the run waits for no reply, or request_id is not open.",
+            413: "PayloadTooLargeError: the body is over its limit, or `content` is larger than a "
+                 "step's output may be (ORCHESTRA_STEP_OUTPUT_MAX_BYTES); the question stays open."},
     links={"Read": Link("workflow.get_run", {"trace_id": "$response.body#/trace_id"})},
 )
 @protected(Role.USER)

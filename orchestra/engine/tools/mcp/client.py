@@ -9,17 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import shutil
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchestra.egress import EgressPolicy
 from orchestra.engine.tools import ToolError
+from orchestra.engine.tools.mcp.stdio import stdio_parameters
 
-STDIO_SETTING = "ORCHESTRA_MCP_STDIO_COMMANDS"
-STDIO_INHERITED = ("PATH", "HOME")  # all a stdio server gets from us, besides its own env
 RESULT_MAX_CHARS = 200_000  # what one call may hand the model
 
 
@@ -61,43 +59,21 @@ class McpServerError(ToolError):
     """The server could not be reached, timed out, or went away (shown to the model)."""
 
 
-def command_base_name(command: str) -> str:
-    return os.path.basename(command.strip())
-
-
-def stdio_refusal(command: str, allowed: frozenset[str]) -> str | None:
-    """Why `command` may not start as a stdio server, or None when it may."""
-    base = command_base_name(command)
-    if base and base in allowed:
-        return None
-    listed = ", ".join(sorted(allowed)) or "nothing"
-    return (f"The command '{base}' is not allowed for stdio MCP servers: {STDIO_SETTING} "
-            f"lists {listed}.")
-
-
 def _stdio_parameters(config: McpServerConfig, allowed: frozenset[str]) -> Any:
-    """The SDK's spawn parameters. The SDK adds a few variables of ours (LOGNAME, SHELL,
-    TERM, USER) to every child; `env -u` takes them away again, so the server sees only
-    PATH, HOME and its own env (no secret value ever appears on a command line)."""
-    from mcp.client.stdio import DEFAULT_INHERITED_ENV_VARS, StdioServerParameters
-
-    refusal = stdio_refusal(config.command or "", allowed)
-    if refusal:
-        raise McpServerError(refusal)
-    env = {k: os.environ[k] for k in STDIO_INHERITED if k in os.environ}
-    env.update(config.env)
-    unset = [name for name in DEFAULT_INHERITED_ENV_VARS if name not in env]
-    program = shutil.which(config.command or "", path=env.get("PATH"))
-    if program is None:
-        raise McpServerError(f"The command '{config.command}' was not found on PATH.")
-    env_tool = shutil.which("env") or "/usr/bin/env"
-    args = [f"-u{name}" for name in unset] + ["--", program, *config.args]
-    return StdioServerParameters(command=env_tool, args=args, env=env)
+    """The SDK's spawn parameters, every stdio rule checked again (SPEC §9: at every
+    start of the process); McpServerError naming what is refused."""
+    try:
+        return stdio_parameters(config, allowed)
+    except ValueError as exc:
+        raise McpServerError(f"The MCP server '{config.name}' was not started: {exc}") from None
 
 
 @asynccontextmanager
-async def connect(config: McpServerConfig, allowed: frozenset[str]) -> AsyncIterator[Any]:
-    """An initialised `mcp.Client` for the server; the caller bounds the time it takes."""
+async def connect(
+    config: McpServerConfig, allowed: frozenset[str], egress: EgressPolicy = EgressPolicy(),
+) -> AsyncIterator[Any]:
+    """An initialised `mcp.Client` for the server; the caller bounds the time it takes.
+    Over HTTP every new connection obeys the egress rule (the SDK follows no redirect)."""
     from mcp import Client
 
     if config.transport == "stdio":
@@ -112,7 +88,7 @@ async def connect(config: McpServerConfig, allowed: frozenset[str]) -> AsyncIter
 
     timeout = httpx2.Timeout(config.timeout_seconds, read=max(config.timeout_seconds, 300.0))
     async with httpx2.AsyncClient(headers=dict(config.headers), timeout=timeout,
-                                  verify=client_tls()) as http:
+                                  transport=egress.transport(verify=client_tls())) as http:
         transport = streamable_http_client(config.url or "", http_client=http)
         async with Client(transport, cache=None,
                           read_timeout_seconds=config.timeout_seconds) as client:

@@ -13,6 +13,7 @@ import asyncio
 import logging
 from typing import Any
 
+from orchestra.egress import EgressPolicy, find_refusal
 from orchestra.engine.tools import ToolError
 from orchestra.engine.tools.mcp.client import (
     McpServerConfig,
@@ -31,9 +32,12 @@ CLOSE_SECONDS = 5.0  # how long closing one session may take (a stdio server get
 class McpSession:
     """One open client to one server, held by its own task until `close()`."""
 
-    def __init__(self, config: McpServerConfig, allowed: frozenset[str]) -> None:
+    def __init__(
+        self, config: McpServerConfig, allowed: frozenset[str], egress: EgressPolicy = EgressPolicy(),
+    ) -> None:
         self.config = config
         self._allowed = allowed
+        self._egress = egress
         self._client: Any = None
         self._stop = asyncio.Event()
         self._task: asyncio.Task | None = None
@@ -64,7 +68,7 @@ class McpSession:
 
     async def _hold(self, ready: asyncio.Future) -> None:
         try:
-            async with connect(self.config, self._allowed) as client:
+            async with connect(self.config, self._allowed, self._egress) as client:
                 self._client = client
                 ready.set_result(None)
                 await self._stop.wait()
@@ -137,8 +141,9 @@ class RunSessions:
     """The MCP sessions of one run: `call()` opens a server's session at its first use;
     `aclose()` (the run's end) closes them all. `opened` counts sessions opened."""
 
-    def __init__(self, allowed: frozenset[str]) -> None:
+    def __init__(self, allowed: frozenset[str], egress: EgressPolicy = EgressPolicy()) -> None:
         self._allowed = allowed
+        self._egress = egress
         self._sessions: dict[str, McpSession] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self.opened = 0
@@ -159,7 +164,7 @@ class RunSessions:
             if session is not None:  # lost, or the server was changed: start again
                 self._sessions.pop(config.server_id, None)
                 await session.close()
-            session = McpSession(config, self._allowed)
+            session = McpSession(config, self._allowed, self._egress)
             self.opened += 1
             await session.open()
             self._sessions[config.server_id] = session
@@ -184,5 +189,8 @@ def _reason(exc: BaseException) -> str:
 def _unreachable(config: McpServerConfig, exc: BaseException) -> ToolError:
     if isinstance(exc, ToolError):
         return exc
+    refused = find_refusal(exc)
+    if refused is not None:
+        return McpServerError(f"The MCP server '{config.name}' was not called: {refused}")
     return McpServerError(f"The MCP server '{config.name}' could not be reached: {_reason(exc)}")
 

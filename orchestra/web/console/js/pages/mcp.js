@@ -57,7 +57,7 @@ function AddServer({ onAdded }) {
         ? html`<${TextField} label="URL" value=${form.url} onInput=${set('url')} type="url" required
                              problem=${problems.url} hint="the server's MCP endpoint, e.g. https://host/mcp" />`
         : html`<${TextField} label="Command" value=${form.command} onInput=${set('command')} required
-                             problem=${problems.command} hint="its name must be in ORCHESTRA_MCP_STDIO_COMMANDS" />
+                             problem=${problems.command} hint="a bare name (no path) listed in ORCHESTRA_MCP_STDIO_COMMANDS" />
                <${TextArea} label="Arguments" value=${form.args} onInput=${set('args')} rows="2"
                             problem=${problems.args} hint="one per line" />`}
       <${TextArea} label=${http ? 'Headers' : 'Environment'} value=${form.pairs} onInput=${set('pairs')} rows="2"

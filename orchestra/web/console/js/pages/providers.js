@@ -56,6 +56,7 @@ export function Providers() {
     show(p.provider_id, { busy: true });
     try {
       const answer = await api('POST', `/provider/${p.provider_id}/check`);
+      if (!answer.ok) { show(p.provider_id, { error: answer.error }); return; }  // cannot be reached or refuses
       show(p.provider_id, { ok: `Works: ${answer.models.length} models (${answer.models.slice(0, 5).join(', ')}${answer.models.length > 5 ? ', …' : ''}).` });
     } catch (err) {
       show(p.provider_id, { error: err });

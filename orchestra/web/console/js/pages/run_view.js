@@ -59,7 +59,9 @@ function apply(state, { kind, data, seq }) {
         ? { ...t, result: data.result, error: data.error, done: true } : t)) }));
     case 'reply_requested':
       return withStep({ ...state, status: 'waiting_reply', questions: [...state.questions,
-        { request_id: data.request_id, step_id: data.step_id, path: id, prompt: data.prompt, schema: data.schema || null }] }, id, () => ({ status: 'waiting_reply' }));
+        { request_id: data.request_id, step_id: data.step_id, path: id, prompt: data.prompt, schema: data.schema || null }] }, id,
+        // a human step's prompt is stored once, here (its step_started has none): the card shows it too
+        (s) => ({ status: 'waiting_reply', ...(s.agent && s.agent.human ? { prompt: data.prompt } : {}) }));
     case 'reply_received': {
       const questions = state.questions.filter((q) => q.request_id !== data.request_id);
       return withStep({ ...state, questions, status: questions.length ? 'waiting_reply' : 'running' }, id,
