@@ -52,8 +52,10 @@ def _step_kinds(schema: dict[str, Any]) -> None:
 
 
 @amends("WorkerAgent")
-def _worker_id(schema: dict[str, Any]) -> None:
-    schema["properties"]["worker"]["pattern"] = ID_PATTERN
+def _worker_ref(schema: dict[str, Any]) -> None:
+    """The id or the name of one of the owner's workers: not empty."""
+    schema["properties"]["worker"].update(
+        minLength=1, description="The id or the name (ignoring case) of one of your workers.")
 
 
 class TemplateDraft(Body):
