@@ -19,7 +19,6 @@ import re
 import unicodedata
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import urlparse
 
 from peewee import OP, Expression, IntegrityError, Value
 
@@ -33,6 +32,7 @@ from orchestra.engine.tools.mcp.client import McpServerConfig
 from orchestra.engine.tools.mcp.stdio import STDIO_SETTING, command_problem, command_refusal, env_refusal
 from orchestra.engine.tools.mcp.sessions import McpSession
 from orchestra.errors import ConflictError, NotFoundError, ValidationError
+from orchestra.services.providers import BASE_URL
 
 TRANSPORTS = ("streamable_http", "stdio")
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -92,17 +92,12 @@ def clean_transport(value: str) -> str:
 
 
 def clean_url(value: str | None) -> str:
+    """An http(s) URL of the form providers.BASE_URL_PATTERN states (the OpenAPI document
+    publishes it), not blank."""
     url = (value or "").strip()
-    try:
-        parsed = urlparse(url)
-        host = parsed.hostname
-        parsed.port  # noqa: B018 - raises for a bad port
-    except ValueError:
-        parsed, host = None, None
-    bad = any(ch.isspace() or unicodedata.category(ch)[0] == "C" for ch in url)
-    if not url or len(url) > URL_MAX or bad or parsed is None or parsed.scheme not in ("http", "https") \
-            or not host:
-        raise ValidationError.field("url", "must be an http:// or https:// URL with a host")
+    if not url or len(url) > URL_MAX or BASE_URL.search(value or "") is None:
+        raise ValidationError.field("url", "must be an http:// or https:// URL whose host is an IP "
+                                    "address or an ASCII host name, with an optional port up to 65535")
     return url
 
 

@@ -22,6 +22,7 @@ from orchestra.egress import find_refusal
 from orchestra.engine.llm.factory import SUPPORTED_KINDS, make_client
 from orchestra.engine.llm.openai_compat import DEFAULT_BASE_URLS
 from orchestra.errors import ConflictError, NotFoundError, ValidationError
+from orchestra.services.charset import has_control
 from orchestra.services.crypto import mask
 
 NAME_MAX = 128
@@ -37,12 +38,13 @@ _UNSET: Any = object()
 
 
 def clean_name(value: str, field: str = "name", max_length: int = NAME_MAX) -> str:
-    """A display name: NFKC, stripped, 1..max_length characters, no control characters."""
+    """A display name: NFKC, stripped, 1..max_length characters, no control or format
+    character (charset.CONTROL_RANGES, which the OpenAPI document publishes)."""
     name = unicodedata.normalize("NFKC", value).strip()
     if not 1 <= len(name) <= max_length:
         raise ValidationError.field(field, f"must be 1 to {max_length} characters long")
-    if any(unicodedata.category(ch)[0] == "C" for ch in name):
-        raise ValidationError.field(field, "must not contain control characters")
+    if has_control(name):
+        raise ValidationError.field(field, "must not contain control or format characters")
     return name
 
 

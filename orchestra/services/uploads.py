@@ -243,6 +243,7 @@ class _Receiver:
         self._value = bytearray()
         self.ended = False
         self.too_large: str | None = None
+        self.too_many = False  # more than MAX_FILES file parts: a 422, as the form's maxItems says
         self.text_field_named_file = False
 
     def callbacks(self) -> dict[str, Any]:
@@ -274,7 +275,7 @@ class _Receiver:
             self.text_field_named_file = True
             return
         if len(self.parts) >= MAX_FILES:
-            self.too_large = self.too_large or f"At most {MAX_FILES} files may be sent at once."
+            self.too_many = True
             return
         file_id = new_id()
         part = _Part(
@@ -314,8 +315,8 @@ async def receive(
     """Store every `file` part of a multipart/form-data body arriving as `chunks`.
 
     400 BadRequestError: not multipart/form-data, no boundary, malformed or truncated.
-    413 PayloadTooLargeError: a file over `upload_max_bytes`, more than MAX_FILES files,
-    or a body over `body_limit`. 422 ValidationError: no part named `file` with a file name.
+    413 PayloadTooLargeError: a file over `upload_max_bytes`, or a body over `body_limit`.
+    422 ValidationError: no part named `file` with a file name, or more than MAX_FILES.
     On any error nothing is left behind.
     """
     limit = core.settings.upload_max_bytes
@@ -334,6 +335,8 @@ async def receive(
                 raise BadRequestError(f"The multipart body is malformed: {exc}.") from None
             if receiver.too_large:
                 raise PayloadTooLargeError(receiver.too_large)
+            if receiver.too_many:
+                raise ValidationError.field("file", f"at most {MAX_FILES} files may be sent at once")
             for part in receiver.parts:
                 await writer.submit(part)
         if not receiver.ended:

@@ -7,6 +7,8 @@ a byte order mark; UTF-16 or UTF-32; bytes that are not UTF-8; nesting deeper th
 recursion); `NaN`, `Infinity`, `-Infinity`; a key twice in one object; a number longer
 than `MAX_NUMBER_CHARS` characters or too large for a double. (A `\\u` escape of half a
 surrogate pair is valid JSON text: it passes here; string fields refuse it, a 422.)
+A whole number written as `5.0` or `5e0` is read as the integer 5 (JSON Schema's
+`integer` counts it as one).
 """
 
 from __future__ import annotations
@@ -105,8 +107,15 @@ def _constant(name: str) -> Any:
     raise JSONBodyError(f"The request body contains {name}, which is not a JSON number.")
 
 
-def _float(digits: str) -> float:
+def _float(digits: str) -> float | int:
+    """A number written with a fraction or exponent; a whole one (`5.0`, `1e3`) is the
+    integer it equals, as JSON Schema counts it, so an integer field takes it."""
     value = float(digits)  # its length is checked before parsing
     if math.isinf(value):
         raise JSONBodyError("The request body has a number too large to represent.")
+    if value.is_integer() and abs(value) <= _EXACT:
+        return int(value)
     return value
+
+
+_EXACT = 2**53  # past it a double no longer holds every integer

@@ -11,11 +11,12 @@ from sanic import Request
 from orchestra.errors import ValidationError
 from typing import Any
 
-from orchestra.services.paging import DEFAULT_LIMIT, MAX_LIMIT, Page
+from orchestra.services.paging import DEFAULT_LIMIT, MAX_LIMIT, Page, cursor_pattern
 from orchestra.web.apidoc.operation import Param, query
 from orchestra.web.responses import SUCCESS
 
-CURSOR_PATTERN = r"^[A-Za-z0-9_-]{1,512}$"
+# The list each parameter name pages, as the services name it in their cursors.
+_KINDS = {"runs": "run", "templates": "template", "workers": "worker", "files": "file"}
 
 
 def raw_arg(request: Request, name: str) -> str | None:
@@ -49,12 +50,13 @@ def page_params(what: str, default: int = DEFAULT_LIMIT) -> tuple[Param, Param]:
     return (
         query("limit", f"At most this many {what} (default {default}).",
               type="integer", minimum=1, maximum=MAX_LIMIT),
-        query("cursor", "Where the previous page ended: its next_cursor (opaque).",
-              type="string", pattern=CURSOR_PATTERN),
+        query("cursor", "Where the previous page ended: its next_cursor. Any cursor of this "
+              "form is a position in the list (the page holds the rows after it).",
+              type="string", pattern=cursor_pattern(_KINDS[what])),
     )
 
 
-PAGE_ERRORS = "ValidationError: limit out of range, or a cursor this list did not give."
+PAGE_ERRORS = "ValidationError: limit out of range, or a cursor not of this list's form."
 
 
 def page_body(key: str, items: list[Any], page: Page) -> dict[str, Any]:

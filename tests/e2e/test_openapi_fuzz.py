@@ -3,9 +3,12 @@ included, driven by the document's links), as a super administrator and as a pla
 on SQLite, and as a super administrator on PostgreSQL (skipped without
 ORCHESTRA_TEST_POSTGRES_URL).
 
-A failure prints schemathesis' report (each failing case with a curl line to replay it).
-The number of examples per operation is bounded so the whole module runs in a few minutes;
-`ORCHESTRA_FUZZ_EXAMPLES` and `ORCHESTRA_FUZZ_SEED` widen or vary the search.
+schemathesis' defaults throughout (SPEC §15): schemathesis.toml names no exception and
+widens no status, so every rule the server enforces must be in the document. A failure
+prints schemathesis' report (each failing case with a curl line to replay it). The seed
+is fixed (SEED) so a run is repeatable; the number of examples per operation is bounded
+so the whole module runs in a few minutes; `ORCHESTRA_FUZZ_EXAMPLES` and
+`ORCHESTRA_FUZZ_SEED` widen or vary the search.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from tests.conftest import ServerProcess
 
 CONFIG = Path(__file__).with_name("schemathesis.toml")
 EXAMPLES = os.environ.get("ORCHESTRA_FUZZ_EXAMPLES", "12")
-SEED = os.environ.get("ORCHESTRA_FUZZ_SEED", "20261122")
+SEED = os.environ.get("ORCHESTRA_FUZZ_SEED", "20261122")  # the recorded seed
 PASSWORD = "fuzz-password-1"
 
 pytestmark = pytest.mark.skipif(shutil.which("st") is None and not Path(sys.executable).with_name("st").exists(),

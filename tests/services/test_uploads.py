@@ -93,10 +93,12 @@ async def test_exactly_the_limit_is_accepted(core, owner):
     assert stored.size == 1000
 
 
-async def test_too_many_files_is_413(core, owner):
+async def test_too_many_files_is_422_as_the_form_schema_says(core, owner):
+    """The document's UploadForm says `maxItems: 20`: one more is a shape error, not a size."""
     body = multipart(*[("file", f"{i}.txt", b"1", None) for i in range(uploads.MAX_FILES + 1)])
-    with pytest.raises(PayloadTooLargeError):
+    with pytest.raises(ValidationError) as refused:
         await uploads.receive(core, owner_id=owner, content_type=CONTENT_TYPE, chunks=chunked(body, 999))
+    assert refused.value.detail[0]["field"] == "file"
     assert files_on_disk(core, owner) == []
 
 

@@ -53,6 +53,12 @@ def operation_path(doc: dict, path: str) -> str:
 
 
 @pytest.fixture
+def settings_overrides() -> dict:
+    """The docs' stdio example runs mcp-server-time: a server that allows it documents it."""
+    return {"mcp_stdio_commands": "mcp-server-time"}
+
+
+@pytest.fixture
 async def doc(client) -> dict:
     return (await client.get("/api/v1/docs/openapi.json")).json()
 

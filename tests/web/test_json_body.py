@@ -69,3 +69,11 @@ def test_a_megabyte_of_brackets_is_answered():
     assert len(parsed) == 70_000 and parsed[-1] == [1, {"a": "b"}]
     with pytest.raises(JSONBodyError, match="deeper than 64 levels"):
         parse(nested(500_000))
+
+
+def test_a_whole_number_with_a_fraction_or_exponent_is_that_integer():
+    """JSON Schema's `integer` counts 5.0 as 5 (schemathesis sends it for integer fields):
+    a strict int field must take it, so the parser reads it as the integer."""
+    value = parse(b'{"i": 5.0, "e": 1e3, "f": 2.5, "big": 1e300, "neg": -7.0}')
+    assert value == {"i": 5, "e": 1000, "f": 2.5, "big": 1e300, "neg": -7}
+    assert [type(value[k]) for k in ("i", "e", "f", "big", "neg")] == [int, int, float, float, int]

@@ -102,6 +102,21 @@ async def test_a_cursor_of_another_list_is_422(client, alice):
     assert response.status_code == 422 and response.json()["detail"][0]["field"] == "cursor"
 
 
+async def test_any_cursor_of_the_documented_form_is_a_position(client, alice):
+    """A cursor the server did not give, but of the form the document states, pages from
+    that position (runs are newest first): before every run there is nothing older, after
+    them all every run, at T0 and the id 0001 only the run 0000-…"""
+    await add_runs(alice["user_id"], 3)
+    for cursor, count in (("run.0.0", 0), ("run.99999999999999999.z", 3), ("run.1767268800000000.0001", 1)):
+        response = await client.get(f"{API}/workflow/run?cursor={cursor}", headers=alice["headers"])
+        assert response.status_code == 200, response.text
+        assert len(response.json()["runs"]) == count, cursor
+    for path, kind in (("/workflow/template", "template"), ("/agent/worker", "worker"),
+                       ("/adapter/client/upload", "file")):
+        response = await client.get(f"{API}{path}?cursor={kind}.0.0", headers=alice["headers"])
+        assert response.status_code == 200, (path, response.text)
+
+
 @pytest.mark.parametrize("limit", ["0", "1001", "-1", "", "1.5", "２"])
 async def test_limit_out_of_range_is_422(client, alice, limit):
     for path in ("/workflow/run", "/workflow/template", "/agent/worker", "/adapter/client/upload"):

@@ -19,7 +19,7 @@ from orchestra import __version__
 from orchestra.services.roles import Role
 from orchestra.web.apidoc import models
 from orchestra.web.apidoc.operation import Link, Operation, operation_of
-from orchestra.web.apidoc.rules import NO_NUL, REF, REFERENCED_MODELS
+from orchestra.web.apidoc.rules import AMENDMENTS, NO_NUL, REF, REFERENCED_MODELS
 from orchestra.web.validation import STR_MAX, Body
 
 API_PREFIX = "/api/v1/"
@@ -79,7 +79,8 @@ def build_document(app: Sanic) -> dict[str, Any]:
     missing = [f"{m.upper()} {p}" for p, m, h, _ in routes if operation_of(h) is None]
     if missing:
         raise UndocumentedRoute("routes without @documented: " + ", ".join(missing))
-    schemas = _component_schemas([operation_of(h) for _, _, h, _ in routes])
+    schemas = _component_schemas([operation_of(h) for _, _, h, _ in routes],
+                                 getattr(app.ctx, "settings", None))
     operation_ids = {name for *_, name in routes}
     paths: dict[str, dict[str, Any]] = {}
     for path, method, handler, name in routes:
@@ -241,9 +242,11 @@ def _models_of(operations: list[Operation]) -> list[type[pydantic.BaseModel]]:
     return list(dict.fromkeys(found))
 
 
-def _component_schemas(operations: list[Operation]) -> dict[str, Any]:
+def _component_schemas(operations: list[Operation], settings: Any = None) -> dict[str, Any]:
     """Every model's JSON Schema (2020-12, which OpenAPI 3.1 uses), cleaned for the document.
-    A model class placed in a field's documented rule (`items=Step`) is added as well."""
+    A model class placed in a field's documented rule (`items=Step`) is added as well; a
+    model with a `settings_schema(schema, settings)` hook states the rules this server's
+    settings make (the stdio commands it allows)."""
     wanted = _models_of(operations)
     while True:
         pairs = [(m, "validation") for m in wanted]
@@ -257,9 +260,44 @@ def _component_schemas(operations: list[Operation]) -> dict[str, Any]:
             break
         wanted += embedded
     by_name = _all_models(wanted)
+    refusing = _refusing_nul(defs, {name for name, model in by_name.items() if _refuses_nul(model)})
+    schemas = {name: _clean(schema, refuse_nul=name in refusing) for name, schema in sorted(defs.items())}
+    if any(_refs(schema) & {JSON_TEXT} for schema in schemas.values()):
+        schemas[JSON_TEXT] = _json_text()
+    for name, schema in schemas.items():
+        if name in AMENDMENTS:
+            AMENDMENTS[name](schema)
+        hook = getattr(by_name.get(name), "settings_schema", None)
+        if hook is not None and settings is not None:
+            hook(schema, settings)
+    return schemas
+
+
+def _refusing_nul(defs: dict[str, Any], roots: set[str]) -> set[str]:
+    """The components whose strings refuse NUL: those of bodies that refuse it, and every
+    component such a body refers to (a template's Step, Foreach, Loop …)."""
+    found = set(roots)
+    while True:
+        more = set().union(*(_refs(defs[name]) for name in found if name in defs)) - found
+        if not more:
+            return found
+        found |= more
+
+
+JSON_TEXT = "JsonWithoutNul"
+
+
+def _json_text() -> dict[str, Any]:
+    """Any JSON value whose strings and keys hold no NUL (a body's free-form fields)."""
+    ref = {"$ref": REF.format(model=JSON_TEXT)}
     return {
-        name: _clean(schema, refuse_nul=_refuses_nul(by_name.get(name)))
-        for name, schema in sorted(defs.items())
+        "description": "Any JSON value without the NUL character in a string or key.",
+        "anyOf": [
+            {"type": "string", "pattern": NO_NUL},
+            {"type": ["number", "boolean", "null"]},
+            {"type": "array", "items": ref},
+            {"type": "object", "propertyNames": {"pattern": NO_NUL}, "additionalProperties": ref},
+        ],
     }
 
 
@@ -306,7 +344,7 @@ def _refuses_nul(model: type | None) -> bool:
 
 
 _SUBSCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
-_SUBSCHEMAS = ("items", "additionalProperties", "not", "if", "then", "else", "contains")
+_SUBSCHEMAS = ("items", "additionalProperties", "not", "if", "then", "else", "contains", "propertyNames")
 
 
 def _clean(schema: Any, *, refuse_nul: bool) -> Any:
@@ -325,6 +363,14 @@ def _clean(schema: Any, *, refuse_nul: bool) -> Any:
         out["properties"] = {k: _clean(v, refuse_nul=refuse_nul) for k, v in out["properties"].items()}
     if out.get("maxLength") == STR_MAX:  # every body string's cap; the 1 MiB body limit comes first
         del out["maxLength"]
+    if out.get("propertyNames") == {}:  # a key's cap (STR_MAX) only: nothing left to say
+        del out["propertyNames"]
+    if refuse_nul and out.get("type") == "object" and "propertyNames" not in out and _is_free_map(out):
+        out["propertyNames"] = {"pattern": NO_NUL}  # a key is a string of the body too
+        if out.get("additionalProperties", True) is True:
+            out["additionalProperties"] = {"$ref": REF.format(model=JSON_TEXT)}
+    if refuse_nul and _is_any(out):
+        out["$ref"] = REF.format(model=JSON_TEXT)
     if "default" in out and out["default"] is None and not _allows_null(out):
         del out["default"]
     if refuse_nul and _is_free_string(out):
@@ -336,6 +382,19 @@ def _allows_null(schema: dict) -> bool:
     if schema.get("type") == "null" or "null" in (schema.get("type") or []):
         return True
     return any(_allows_null(s) for s in schema.get("anyOf", []) + schema.get("oneOf", []))
+
+
+_SHAPING = ("type", "$ref", "anyOf", "oneOf", "allOf", "enum", "const", "properties", "not")
+
+
+def _is_any(schema: dict) -> bool:
+    """A schema that allows any JSON value (pydantic's `Any`)."""
+    return not any(key in schema for key in _SHAPING)
+
+
+def _is_free_map(schema: dict) -> bool:
+    """An object whose keys the model does not name (a dict field)."""
+    return "properties" not in schema and schema.get("additionalProperties", True) is not False
 
 
 def _is_free_string(schema: dict) -> bool:

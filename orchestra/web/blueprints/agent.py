@@ -10,7 +10,8 @@ from orchestra.services import agents
 from orchestra.services.roles import Role
 from orchestra.web.apidoc import models as out
 from orchestra.web.apidoc.operation import Link, documented
-from orchestra.web.apidoc.rules import model_rule, name_rule, rule, text_rule
+from orchestra.web.apidoc.rules import display_name, id_rule, model_rule, name_rule, rule, text_rule
+from orchestra.services.providers import NAME_MAX
 from orchestra.web.auth import protected
 from orchestra.web.paging import PAGE_ERRORS, page_args, page_body, page_params
 from orchestra.web.responses import SUCCESS
@@ -26,14 +27,14 @@ def _tools(default):
         description="Names from GET /resource/tool (duplicates dropped).",
         items={"anyOf": [
             {"enum": REGISTRY.names()},
-            {"type": "string", "pattern": r"^[A-Za-z0-9_-]{1,64}\.",
+            {"type": "string", "pattern": r"^[A-Za-z0-9_-]{1,64}\.[^\u0000]*$",
              "description": "A tool of an MCP server: <server name>.<tool name>."},
         ]},
     )
 
 
 def _bound_skill():
-    return rule(None, description="A skill name (ignoring case), or null.")
+    return rule(None, description="A skill name (ignoring case), or null.", **display_name(NAME_MAX))
 
 
 class WorkerBody(Body):
@@ -42,7 +43,7 @@ class WorkerBody(Body):
     name: str = name_rule()
     description: str = text_rule("")
     system_prompt: str = text_rule("", long=True)
-    provider_id: str = rule(description="The id of a provider.")
+    provider_id: str = id_rule(description="The id of a provider.")
     model: str | None = model_rule(None)
     tools: list[str] = _tools([])
     bound_skill: str | None = _bound_skill()
@@ -55,7 +56,7 @@ class WorkerUpdateBody(ClosedBody):
     name: str = name_rule(None)
     description: str = text_rule(None)
     system_prompt: str = text_rule(None, long=True)
-    provider_id: str = rule(None, description="The id of a provider.")
+    provider_id: str = id_rule(None, description="The id of a provider.")
     model: str | None = model_rule(None)
     tools: list[str] = _tools(None)
     bound_skill: str | None = _bound_skill()
@@ -66,7 +67,7 @@ class NodeBody(ClosedBody):
 
     model_config = ClosedBody.model_config | {"json_schema_extra": {"minProperties": 1}}
 
-    provider: str | None = rule(None, description="A provider id; null clears it.")
+    provider: str | None = id_rule(None, description="A provider id; null clears it.")
     model: str | None = model_rule(None)
 
 

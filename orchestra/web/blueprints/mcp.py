@@ -11,7 +11,8 @@ from orchestra.services import mcp as mcp_service
 from orchestra.services.roles import Role
 from orchestra.web.apidoc import models as out
 from orchestra.web.apidoc.operation import Link, documented
-from orchestra.web.apidoc.rules import rule
+from orchestra.services.charset import SPACE_RANGES, char_class
+from orchestra.web.apidoc.rules import URL_PATTERN, rule
 from orchestra.web.auth import protected
 from orchestra.web.responses import SUCCESS
 from orchestra.web.validation import Body, parse_body
@@ -24,11 +25,60 @@ _SECRET_VALUES = (
 )
 
 
+_SPACE = char_class(SPACE_RANGES)
+_REGEX_SPECIAL = set("\\^$.|?*+()[]{}/")
+# A secret value: a masked one (…abcd) is only a stored value sent back on PUT.
+_UNMASKED = "^(?!\u2026)"
+_HEADER_VALUE = rf"{_UNMASKED}[\t -~]{{0,{mcp_service.SECRET_MAX}}}$"
+_ENV_VALUE = rf"{_UNMASKED}[^\u0000]{{0,{mcp_service.SECRET_MAX}}}$"
+
+
+def _transport_rules() -> dict:
+    """What each transport requires and refuses: a streamable_http server has a `url` and
+    no command, args or env; a stdio server a `command` and no url or headers (an empty
+    value counts as none)."""
+    return {
+        "if": {"properties": {"transport": {"const": "stdio"}}},
+        "then": {
+            "required": ["command"],
+            "properties": {
+                "command": {"type": "string", "pattern": r"\S"},
+                "url": {"maxLength": 0}, "headers": {"maxProperties": 0},
+            },
+        },
+        "else": {
+            "required": ["url"],
+            "properties": {
+                "url": {"type": "string", "pattern": URL_PATTERN},
+                "command": {"maxLength": 0}, "args": {"maxItems": 0}, "env": {"maxProperties": 0},
+            },
+        },
+    }
+
+
 class McpServerBody(Body):
     """A server; `url` (and `headers`) for streamable_http, `command` (`args`, `env`) for
     stdio, a bare command name ORCHESTRA_MCP_STDIO_COMMANDS must list (else 422). A `url`
     the egress rule refuses is 422 (ORCHESTRA_EGRESS_ALLOW). On PUT a masked value keeps
     its secret only while `url` / `command` is unchanged."""
+
+    model_config = Body.model_config | {"json_schema_extra": _transport_rules()}
+
+    @staticmethod
+    def settings_schema(schema: dict, settings) -> None:
+        """The stdio commands this server allows (ORCHESTRA_MCP_STDIO_COMMANDS), exactly;
+        with none, the stdio transport is not offered at all."""
+        allowed = sorted(settings.mcp_stdio_allowed)
+        if not allowed:
+            schema["properties"]["transport"]["enum"] = ["streamable_http"]
+            schema["properties"]["transport"]["description"] += (
+                " stdio is off: ORCHESTRA_MCP_STDIO_COMMANDS lists no command.")
+            return
+        names = "|".join("".join("\\" + c if c in _REGEX_SPECIAL else c for c in name) for name in allowed)
+        schema["then"]["properties"]["command"] = {
+            "type": "string", "pattern": f"^[{_SPACE}]*(?:{names})[{_SPACE}]*$",
+            "description": "One of ORCHESTRA_MCP_STDIO_COMMANDS: " + ", ".join(allowed) + ".",
+        }
 
     name: str = rule(
         description="1-64 letters, digits, '_' or '-'; prefixes its tools' names.",
@@ -36,12 +86,15 @@ class McpServerBody(Body):
     )
     transport: str = rule(enum=list(mcp_service.TRANSPORTS), description="How to reach the server.")
     url: str | None = rule(
-        None, description="streamable_http: the server's MCP endpoint, http(s)://…",
+        None, description="streamable_http: the server's MCP endpoint, http(s)://host[:port][/path].",
         maxLength=mcp_service.URL_MAX,
     )
     headers: dict[str, str] | None = rule(
-        None, description=f"streamable_http: HTTP headers sent with every request. {_SECRET_VALUES}",
+        None, description=f"streamable_http: HTTP headers sent with every request (printable "
+        f"ASCII values). {_SECRET_VALUES}",
         maxProperties=mcp_service.SECRETS_MAX,
+        propertyNames={"pattern": mcp_service.HEADER_NAME.pattern},
+        additionalProperties={"type": "string", "pattern": _HEADER_VALUE},
     )
     command: str | None = rule(
         None, description="stdio: a bare command name (no path), listed in ORCHESTRA_MCP_STDIO_COMMANDS "
@@ -53,6 +106,7 @@ class McpServerBody(Body):
         None, description="stdio: its environment, besides the server's PATH and HOME; names "
         f"no runtime or library interprets (docs/api.md, the env rule). {_SECRET_VALUES}",
         maxProperties=mcp_service.SECRETS_MAX, propertyNames={"pattern": ENV_NAME_PATTERN},
+        additionalProperties={"type": "string", "pattern": _ENV_VALUE},
     )
     timeout_seconds: float | None = rule(
         None, description="Bound on connecting and on each call, seconds (default 30).",

@@ -16,7 +16,7 @@ from orchestra.web.apidoc import models as out
 from orchestra.web.apidoc.events import event_schema, stream_description
 from orchestra.web.apidoc.operation import Link, documented, header, query
 from orchestra.engine.language.model import EXPRESSION_MAX, MAX_STEPS, Step, TemplateLimits
-from orchestra.web.apidoc.rules import free_text, rule, stripped
+from orchestra.web.apidoc.rules import ID_PATTERN, amends, free_text, id_rule, rule, stripped
 from orchestra.web.auth import protected
 from orchestra.web.paging import PAGE_ERRORS, count_arg, page_args, page_body, page_params
 from orchestra.web.responses import SUCCESS
@@ -27,7 +27,58 @@ bp = Blueprint("workflow", url_prefix="/workflow")
 
 
 
-class TemplateBody(Body):
+_NULL = {"type": "null"}  # absent or null
+
+
+@amends("Step")
+def _step_kinds(schema: dict[str, Any]) -> None:
+    """A step is one of four kinds, as the template service checks (validate.py): an agent
+    or human step (agent and prompt), a loop (loop.steps instead), a foreach over an agent
+    (foreach, agent, prompt) or a foreach over steps (foreach, steps, output)."""
+    agent = {"agent": {"type": "object"}, "prompt": {"type": "string"}}
+    schema["anyOf"] = [
+        {"required": ["agent", "prompt"],
+         "properties": {**agent, "foreach": _NULL, "loop": _NULL, "steps": False, "output": False}},
+        {"required": ["loop"],
+         "properties": {"loop": {"type": "object"}, "foreach": _NULL, "agent": False, "prompt": False,
+                        "steps": False, "output": False}},
+        {"required": ["foreach", "agent", "prompt"],
+         "properties": {**agent, "foreach": {"type": "object"}, "loop": _NULL, "steps": False,
+                        "output": False}},
+        {"required": ["foreach", "steps"],
+         "properties": {"foreach": {"type": "object"}, "steps": {"type": "array"}, "loop": _NULL,
+                        "agent": False, "prompt": False}},
+    ]
+
+
+@amends("WorkerAgent")
+def _worker_ref(schema: dict[str, Any]) -> None:
+    """The id or the name of one of the owner's workers: not empty."""
+    schema["properties"]["worker"].update(
+        minLength=1, description="The id or the name (ignoring case) of one of your workers.")
+
+
+class TemplateDraft(Body):
+    """What `template/check` reads: only the shapes pydantic checks are a 422 here; every
+    problem of the steps and options is answered in the 200's `problems`."""
+
+    name: str = rule(description="Not checked here (saving checks it).")
+    description: str = ""
+    steps: list[Any] = rule(description="Any steps: each problem is answered with its path.")
+    shared: bool | None = None
+    input_schema: dict[str, Any] | None = None
+    limits: TemplateLimits | None = None
+    output: str | None = None
+
+    def options(self) -> dict[str, Any]:
+        """The language's template-level fields that were sent."""
+        sent = {k: getattr(self, k) for k in service.OPTION_FIELDS if getattr(self, k) is not None}
+        if "limits" in sent:
+            sent["limits"] = sent["limits"].model_dump(exclude_none=True)
+        return sent
+
+
+class TemplateBody(TemplateDraft):
     name: str = rule(
         description=f"1-{service.NAME_MAX} characters (stripped); unique among your templates.",
         pattern=stripped(service.NAME_MAX, controls=False),
@@ -48,21 +99,15 @@ class TemplateBody(Body):
         maxLength=EXPRESSION_MAX,
     )
 
-    def options(self) -> dict[str, Any]:
-        """The language's template-level fields that were sent."""
-        sent = {k: getattr(self, k) for k in service.OPTION_FIELDS if getattr(self, k) is not None}
-        if "limits" in sent:
-            sent["limits"] = sent["limits"].model_dump(exclude_none=True)
-        return sent
-
 
 class RunBody(Body):
-    template_id: str = rule(description="A template you may read (yours or shared).")
+    template_id: str = id_rule(description="A template you may read (yours or shared).")
     input: Any = rule(
         "", description="The text {{input}} stands for; under the template's input_schema any "
         "JSON value that validates (422 names each violation: input.topics.2).",
     )
-    files: list[str] | None = rule(None, description="Ids of your uploads, listed to agent steps.")
+    files: list[str] | None = rule(None, description="Ids of your uploads, listed to agent steps.",
+                                   items={"type": "string", "pattern": ID_PATTERN})
 
 
 class RetryBody(Body):
@@ -143,14 +188,14 @@ async def create_template(request: Request):
 
 @bp.post("/template/check")
 @documented(
-    "Check a template without saving it", body=TemplateBody, response=out.TemplateCheck,
+    "Check a template without saving it", body=TemplateDraft, response=out.TemplateCheck,
     description="Runs every save-time check (shapes, ids, references, cycles, expressions, "
     "schemas, your workers) and answers 200 with each problem and its path; nothing is stored. "
     "`orchestra template check FILE` uses it.",
 )
 @protected(Role.USER)
 async def check_template(request: Request):
-    body = parse_body(request, TemplateBody)
+    body = parse_body(request, TemplateDraft)
     checked = await service.check_template(
         request.app.ctx.core, owner_id=request.ctx.principal.user_id, steps=body.steps,
         options=body.options(),
@@ -251,7 +296,7 @@ async def start_run(request: Request):
     "List your runs, newest first (paged)", response=out.RunList,
     errors={
         403: "PermissionDeniedError: all=true is for ADMINISTRATOR and above.",
-        422: "ValidationError: limit or all out of range, or a cursor this list did not give.",
+        422: "ValidationError: limit or all out of range, or a cursor not of this list's form.",
     },
     params=(
         *page_params("runs"),
