@@ -212,13 +212,17 @@ async def test_token_claims_are_exactly_the_specified_ones(client):
     for token, kind, ttl in ((body["access_token"], "access", 15 * 60), (body["refresh_token"], "refresh", 7 * 24 * 3600)):
         assert jwt.get_unverified_header(token)["alg"] == "HS256"
         claims = jwt.decode(token, SECRET, algorithms=["HS256"], issuer="orchestra")
-        assert set(claims) == {"sub", "name", "role", "type", "jti", "iat", "exp", "iss"}
+        # SPEC §2's claims, plus the refresh family on the access token (SPEC §15)
+        extra = {"fam"} if kind == "access" else set()
+        assert set(claims) == {"sub", "name", "role", "type", "jti", "iat", "exp", "iss"} | extra
         assert claims["sub"] == user_id and claims["name"] == "alice" and claims["role"] == "USER"
         assert claims["type"] == kind and claims["iss"] == "orchestra"
         assert claims["exp"] - claims["iat"] == ttl
         assert abs(claims["iat"] - time.time()) < 60
     a, r = (jwt.decode(body[k], SECRET, algorithms=["HS256"]) for k in ("access_token", "refresh_token"))
     assert a["jti"] != r["jti"]
+    family = (await RefreshToken.aget(RefreshToken.jti == r["jti"])).family
+    assert a["fam"] == family
 
 
 def forge(claims: dict, *, key: str = SECRET, algorithm: str = "HS256") -> str:
@@ -345,6 +349,63 @@ async def test_a_reused_refresh_token_revokes_its_whole_family(client, users):
     assert_error(await refresh(client, second["refresh_token"]), 401, "TokenInvalidError")
     # ... but another login (another family) is untouched.
     assert (await refresh(client, other_session["refresh_token"])).status_code == 200
+
+
+FILES = "/api/v1/adapter/client/upload"  # a USER route: the token works or it does not
+
+
+async def test_a_reused_refresh_token_stops_its_familys_access_tokens_at_once(client, users):
+    # root lists the users between requests, so the server answers from its copy of the
+    # user table (no store round trip); alice's route re-reads her row instead: both paths.
+    root = await users.make("root", "SUPER_ADMINISTRATOR")
+    alice = await users.make("alice")
+    other_session = (await login(client, "alice")).json()
+    rotated = (await refresh(client, alice["refresh_token"])).json()
+    assert jwt.decode(rotated["access_token"], SECRET, algorithms=["HS256"])["fam"] == \
+        jwt.decode(alice["access_token"], SECRET, algorithms=["HS256"])["fam"]
+    root_rotated = (await refresh(client, root["refresh_token"])).json()
+    for headers in (alice["headers"], bearer(rotated["access_token"])):
+        assert (await client.get(FILES, headers=headers)).status_code == 200
+    assert (await client.get(f"{AUTH}/list", headers=root["headers"])).status_code == 200
+
+    assert_error(await refresh(client, alice["refresh_token"]), 401, "TokenInvalidError")
+    assert_error(await refresh(client, root["refresh_token"]), 401, "TokenInvalidError")
+    # Every access token of the two families is refused by the very next request ...
+    for headers in (alice["headers"], bearer(rotated["access_token"])):
+        body = assert_error(await client.get(FILES, headers=headers), 401, "TokenInvalidError")
+        assert "revoked" in body["message"]
+    for token in (root["access_token"], root_rotated["access_token"]):
+        assert_error(await client.get(f"{AUTH}/list", headers=bearer(token)), 401, "TokenInvalidError")
+    # ... while alice's other login (another family) goes on.
+    assert (await client.get(FILES, headers=bearer(other_session["access_token"]))).status_code == 200
+    root_again = (await login(client, "root")).json()
+    assert (await client.get(f"{AUTH}/list", headers=bearer(root_again["access_token"]))).status_code == 200
+    assert_error(await client.get(f"{AUTH}/list", headers=root["headers"]), 401, "TokenInvalidError")
+
+
+async def test_a_password_change_stops_every_access_token_of_the_user(client, users):
+    alice = await users.make("alice")
+    bob = await users.make("bob")
+    await auth_service.set_password(client.app.ctx.core, user_id=alice["user_id"], password="another-password")
+    assert_error(await client.get(FILES, headers=alice["headers"]), 401, "TokenInvalidError")
+    assert (await client.get(FILES, headers=bob["headers"])).status_code == 200
+    fresh = (await login(client, "alice", "another-password")).json()
+    assert (await client.get(FILES, headers=bearer(fresh["access_token"]))).status_code == 200
+
+
+async def test_an_access_token_without_a_family_stops_when_its_users_family_is_revoked(client, users):
+    """Tokens minted before access tokens named their family (no `fam`) keep working
+    until one of their user's families is revoked after they were issued."""
+    alice = await users.make("alice")
+    bob = await users.make("bob")
+    older = bearer(forge(claims_for(alice, role="USER", iat=int(time.time()) - 5)))
+    bobs_older = bearer(forge(claims_for(bob, role="USER")))
+    assert (await client.get(FILES, headers=older)).status_code == 200
+    rotated = (await refresh(client, alice["refresh_token"])).json()
+    assert_error(await refresh(client, alice["refresh_token"]), 401, "TokenInvalidError")
+    assert_error(await client.get(FILES, headers=older), 401, "TokenInvalidError")
+    assert_error(await client.get(FILES, headers=bearer(rotated["access_token"])), 401, "TokenInvalidError")
+    assert (await client.get(FILES, headers=bobs_older)).status_code == 200
 
 
 async def test_refresh_with_garbage_is_401(client):
