@@ -31,6 +31,7 @@ class Settings:
     cors_origins: str = ""
     request_max_bytes: int = 1024 * 1024
     upload_max_bytes: int = 20 * 1024 * 1024
+    upload_quota_bytes: int = 1024 * 1024 * 1024  # all of one user's stored uploads together
     # Argon2id cost: argon2-cffi's defaults (RFC 9106 low-memory profile).
     argon2_time_cost: int = 3
     argon2_memory_cost: int = 65536
@@ -167,6 +168,9 @@ SETTING_DOCS: dict[str, SettingDoc] = {
     "cors_origins": SettingDoc("comma-separated origins of a front end served elsewhere", "empty (CORS off)"),
     "request_max_bytes": SettingDoc("largest JSON body (413 beyond)"),
     "upload_max_bytes": SettingDoc("largest uploaded file (413 beyond)"),
+    "upload_quota_bytes": SettingDoc(
+        "bytes all of one user's stored uploads may take together; an upload that would pass it "
+        "is refused whole (413, nothing kept)"),
     "argon2_time_cost": SettingDoc("argon2id passes per password hash"),
     "argon2_memory_cost": SettingDoc("argon2id memory per hash, KiB"),
     "argon2_parallelism": SettingDoc("argon2id lanes per hash"),
