@@ -54,6 +54,7 @@ class Settings:
     foreach_max_items: int = 1000  # items one foreach may map; more fail the step
     header_timeout: float = 10.0  # seconds for a whole request head, from its first byte
     body_min_rate: int = 240  # bytes a second a body must average after header_timeout (0: off)
+    response_timeout: float = 3600.0  # seconds a request may go without a byte in or out (503 beyond)
     access_log: bool = False
     console: bool = True
     log_format: str = "text"  # "text" or "json" (one object a line)
@@ -207,6 +208,9 @@ SETTING_DOCS: dict[str, SettingDoc] = {
     "body_min_rate": SettingDoc(
         "bytes a second a request body (an upload too) must average once it has had "
         "`ORCHESTRA_HEADER_TIMEOUT` seconds (408 and close below; `0`: no minimum)"),
+    "response_timeout": SettingDoc(
+        "seconds a request may be handled without a byte received or sent (streams send pings); "
+        "past it the request answers 503 `OverloadedError` with `Retry-After`, never 500"),
     "access_log": SettingDoc("log every request", flag="--access-log/--no-access-log"),
     "console": SettingDoc("serve the web console at `/` (`0`: off, and `/` is the JSON 404; docs/console.md)"),
     "log_format": SettingDoc(
