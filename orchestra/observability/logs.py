@@ -107,10 +107,17 @@ def configure(kind: str = "text", *, stream=None) -> None:
 _LAST_RESORT = logging.lastResort
 
 
+def _drop_ours(logger: logging.Logger) -> None:
+    for handler in list(logger.handlers):
+        if getattr(handler, "_orchestra", False):
+            logger.removeHandler(handler)
+
+
 def _everything_else_as_python_does() -> None:
     """Undo `_everything_else_as_json` (a text configuration after a JSON one)."""
     logging.lastResort = _LAST_RESORT
     logging.captureWarnings(False)
+    _drop_ours(logging.getLogger("py.warnings"))
     sys.excepthook = sys.__excepthook__
     threading.excepthook = threading.__excepthook__
 
@@ -126,6 +133,10 @@ def _everything_else_as_json(formatter: logging.Formatter, stream) -> None:
     last_resort.addFilter(ContextFilter())
     logging.lastResort = last_resort
     logging.captureWarnings(True)
+    py_warnings = logging.getLogger("py.warnings")  # else logging gives it a NullHandler
+    _drop_ours(py_warnings)
+    last_resort._orchestra = True  # type: ignore[attr-defined]
+    py_warnings.addHandler(last_resort)
     crash = logging.getLogger("orchestra.crash")
 
     def excepthook(kind, value, tb) -> None:
