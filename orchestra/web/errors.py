@@ -72,8 +72,9 @@ def _not_served_in_time(request: Request, exc: BaseException) -> OverloadedError
     a locked store), a deadline of our own, or its task cancelled while the client is still
     there. The client may try again; never a 500."""
     timeout = request.app.config.RESPONSE_TIMEOUT
-    logger.warning("%s %s was not served in time (%s): answered 503", request.method,
-                   request.path, type(exc).__name__)
+    if not getattr(exc, "quiet", False):  # Sanic's RequestCancelled: the client left, no news
+        logger.warning("%s %s was not served in time (%s): answered 503", request.method,
+                       request.path, type(exc).__name__)
     message = "The request could not be served in time; try again shortly."
     if isinstance(exc, sanic_exc.ServiceUnavailable):
         message = (f"The request could not be served within {timeout:g} seconds "
