@@ -63,3 +63,49 @@ def test_reuse_on_one_process_stops_the_familys_access_token_on_the_other(tmp_pa
     finally:
         a.stop()
         b.stop()
+
+
+def test_a_revocation_whose_signal_was_missed_is_read_from_the_store(tmp_path, postgres_url):
+    """The revocation is written by another client just after the process's LISTEN
+    connection was cut, so its signal may be lost: the process does not trust its copy
+    while disconnected and reads the store again once it is back, so the family's access
+    token is refused all the same, on every request."""
+    import asyncio
+    import time
+
+    import asyncpg
+
+    server = ServerProcess(tmp_path / "s", database_url=postgres_url).start()
+    try:
+        made = server.cli("user", "create", "root", "--role", "SUPER_ADMINISTRATOR",
+                          "--password-stdin", input="password-123\n")
+        assert made.returncode == 0, made.stderr
+        root = _session(server, "root")
+        with httpx.Client(base_url=server.base_url, timeout=30) as http:
+            for _ in range(3):  # the copy is taken and served
+                assert http.get(f"{AUTH}/list", headers=_bearer(root)).status_code == 200
+
+            async def revoke_behind_its_back() -> None:
+                conn = await asyncpg.connect(postgres_url)
+                try:  # only this test's database: other tests' listeners are left alone
+                    await conn.execute(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                        "WHERE application_name = 'orchestra-listen' AND datname = current_database()")
+                    await conn.execute(
+                        "UPDATE refresh_token SET revoked = true, "
+                        "access_revoked_at = now() AT TIME ZONE 'utc' "
+                        "WHERE user_id = (SELECT id FROM \"user\" WHERE user_name = 'root')")
+                finally:
+                    await conn.close()
+
+            asyncio.run(revoke_behind_its_back())
+            deadline = time.monotonic() + 10
+            statuses = []
+            while time.monotonic() < deadline:  # down, then back: refused throughout
+                statuses.append(http.get(f"{AUTH}/list", headers=_bearer(root)).status_code)
+                if len(statuses) >= 20:
+                    break
+                time.sleep(0.1)
+            assert set(statuses) == {401}, statuses
+    finally:
+        server.stop()
