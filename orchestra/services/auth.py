@@ -26,7 +26,7 @@ from orchestra.errors import (
 )
 from orchestra.services.roles import ROLE_NAMES, Role
 from orchestra.services.tokens import ACCESS, REFRESH
-from orchestra.services.user_snapshot import UserSnapshot
+from orchestra.services.user_snapshot import UserSnapshot, naive_utc
 
 USER_NAME_PATTERN = re.compile(r"^[\w.@-]+$")
 USER_NAME_LENGTH = (3, 64)
@@ -219,8 +219,7 @@ async def _user_and_revocation(
         RefreshToken.access_revoked_at.is_null(False)
         & ((RefreshToken.family == family) if family is not None
            else ((RefreshToken.user == user_id)
-                 & (RefreshToken.access_revoked_at >= dt.datetime.fromtimestamp(
-                     int(issued_at), dt.timezone.utc).replace(tzinfo=None))))
+                 & (RefreshToken.access_revoked_at >= naive_utc(issued_at))))
     ).limit(1)
     rows = await core.db.list(
         User.select(User, fn.EXISTS(revocations).alias("access_revoked")).where(User.id == user_id)

@@ -44,12 +44,12 @@ class _Copy:
         if family is not None:
             return family in self.revoked_families
         latest = self.user_revoked_at.get(user_id)
-        return latest is not None and latest >= _naive_utc(issued_at)
+        return latest is not None and latest >= naive_utc(issued_at)
 
 
-def _naive_utc(timestamp: float) -> dt.datetime:
+def naive_utc(timestamp: float) -> dt.datetime:
     """A unix time as the store's naive UTC datetime."""
-    return dt.datetime.fromtimestamp(int(timestamp), dt.timezone.utc).replace(tzinfo=None)
+    return dt.datetime.fromtimestamp(int(timestamp), dt.UTC).replace(tzinfo=None)
 
 
 class UserSnapshot:
