@@ -33,6 +33,7 @@ class Settings:
     cors_origins: str = ""
     request_max_bytes: int = 1024 * 1024
     upload_max_bytes: int = 20 * 1024 * 1024
+    upload_quota_bytes: int = 1024 * 1024 * 1024  # all of one user's stored uploads together
     # Argon2id cost: argon2-cffi's defaults (RFC 9106 low-memory profile).
     argon2_time_cost: int = 3
     argon2_memory_cost: int = 65536
@@ -62,6 +63,7 @@ class Settings:
     schema_timeout_ms: int = 1000  # a JSON Schema check too large for the event loop, in a worker
     header_timeout: float = 10.0  # seconds for a whole request head, from its first byte
     body_min_rate: int = 240  # bytes a second a body must average after header_timeout (0: off)
+    response_timeout: float = 3600.0  # seconds a request may go without a byte in or out (503 beyond)
     access_log: bool = False
     console: bool = True
     log_format: str = "text"  # "text" or "json" (one object a line)
@@ -187,6 +189,9 @@ SETTING_DOCS: dict[str, SettingDoc] = {
     "cors_origins": SettingDoc("comma-separated origins of a front end served elsewhere", "empty (CORS off)"),
     "request_max_bytes": SettingDoc("largest JSON body (413 beyond)"),
     "upload_max_bytes": SettingDoc("largest uploaded file (413 beyond)"),
+    "upload_quota_bytes": SettingDoc(
+        "bytes all of one user's stored uploads may take together; an upload that would pass it "
+        "is refused whole (413, nothing kept)"),
     "argon2_time_cost": SettingDoc("argon2id passes per password hash"),
     "argon2_memory_cost": SettingDoc("argon2id memory per hash, KiB"),
     "argon2_parallelism": SettingDoc("argon2id lanes per hash"),
@@ -247,6 +252,9 @@ SETTING_DOCS: dict[str, SettingDoc] = {
     "body_min_rate": SettingDoc(
         "bytes a second a request body (an upload too) must average once it has had "
         "`ORCHESTRA_HEADER_TIMEOUT` seconds (408 and close below; `0`: no minimum)"),
+    "response_timeout": SettingDoc(
+        "seconds a request may be handled without a byte received or sent (streams send pings); "
+        "past it the request answers 503 `OverloadedError` with `Retry-After`, never 500"),
     "access_log": SettingDoc("log every request", flag="--access-log/--no-access-log"),
     "console": SettingDoc("serve the web console at `/` (`0`: off, and `/` is the JSON 404; docs/console.md)"),
     "log_format": SettingDoc(

@@ -58,9 +58,23 @@ def exit_code_for(error: OrchestraError) -> ExitCode:
     return _BY_STATUS.get(error.status, ExitCode.ERROR)
 
 
+JSON_MESSAGES = False  # `orchestra serve` with ORCHESTRA_LOG_FORMAT=json: messages are log records
+
+
+def say(markup: str, plain: str, *, level: int = 20) -> None:
+    """A message to stderr: rich `markup`, or, while JSON_MESSAGES is on, `plain` as one
+    log record of `orchestra.cli` (one JSON line)."""
+    if JSON_MESSAGES:
+        import logging
+
+        logging.getLogger("orchestra.cli").log(level, plain)
+    else:
+        err.print(markup, highlight=False)
+
+
 def fail(message: str, code: ExitCode = ExitCode.ERROR) -> "typer.Exit":
     """Print one readable line to stderr and exit with `code`."""
-    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
+    say(f"[bold red]error:[/] {escape(message)}", message, level=40)
     raise typer.Exit(int(code))
 
 

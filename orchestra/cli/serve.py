@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import shutil
 import socket
@@ -12,7 +13,8 @@ from typing import Optional
 
 import typer
 
-from orchestra.cli.console import ExitCode, err, fail, handle_errors, run
+from orchestra.cli import console
+from orchestra.cli.console import ExitCode, fail, handle_errors, run, say
 from orchestra.cli.single_server import hold_sqlite_store
 from orchestra.cli.store import check_home, describe_store, open_core, settings_from
 from orchestra.settings import Settings
@@ -50,18 +52,23 @@ def register(app: typer.Typer) -> None:
         settings = settings_from(
             ctx, host=host, port=port, workers=workers, database_url=db, access_log=access_log
         )
+        if settings.log_format == "json":  # from here on, every line written is a JSON object
+            from orchestra.observability import logs
+
+            logs.configure("json")
+            console.JSON_MESSAGES = True
         check_address(settings.host, settings.port)  # one clear line now, not a worker's traceback
         check_home(settings)
         if settings.database_url.startswith("sqlite:"):  # any other URL is judged by _prepare
             hold_sqlite_store(settings)
         admins = run(_prepare(settings))
         if admins == 0:
-            err.print(
-                "[yellow]No super administrator yet.[/] Make the first one with:\n"
+            say("[yellow]No super administrator yet.[/] Make the first one with:\n"
                 "  orchestra user create admin --role SUPER_ADMINISTRATOR\n"
                 "or promote a registered user:  orchestra user promote <user_name>",
-                highlight=False,
-            )
+                "No super administrator yet. Make the first one with `orchestra user create admin "
+                "--role SUPER_ADMINISTRATOR`, or promote a registered user with `orchestra user "
+                "promote <user_name>`.", level=30)
         line = listening_banner(settings)
         from orchestra.engine.memory import tune_allocator
 
@@ -137,7 +144,11 @@ def serving_app(settings: Settings, listening_line: str):
     async def announce(_app) -> None:
         name = os.environ.get("SANIC_WORKER_NAME", "")
         if settings.workers == 1 or name.endswith("-0-0"):
-            err.print(listening_line, highlight=False, markup=False)
+            if settings.log_format == "json":
+                logging.getLogger("orchestra.serve").info(
+                    "; ".join(" ".join(part.split()) for part in listening_line.splitlines()))
+            else:
+                console.err.print(listening_line, highlight=False, markup=False)
 
     async def worker_gone(_app) -> None:
         metrics.process_exited(os.getpid())  # its live gauges leave the shared sums

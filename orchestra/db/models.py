@@ -103,6 +103,9 @@ class RefreshToken(BaseModel):
     user = ForeignKeyField(User, on_delete="CASCADE", index=True)
     used_at = DateTimeField(null=True)
     revoked = BooleanField(default=False)
+    # When the family's access tokens were stopped too (reuse detected, password changed);
+    # null when only its refresh tokens were revoked (a role change) or never.
+    access_revoked_at = DateTimeField(null=True, index=True)
     expires_at = DateTimeField(index=True)
     created_at = DateTimeField(default=utcnow)
 

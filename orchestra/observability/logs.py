@@ -3,7 +3,10 @@
 A JSON line has `ts` (UTC, ISO 8601), `level`, `logger`, `msg`, and `request_id` and
 `trace_id` (the run's id) when the line was logged for a request or a run; an
 exception's traceback goes in `exc`. Sanic's own loggers (server, errors, the access
-log) get the same formatter, so a log collector reads one shape.
+log) get the same formatter, so a log collector reads one shape. In `json`, so does
+everything else the process could write: any other library's records (Python's last-
+resort handler), `warnings`, uncaught exceptions (in the main thread and others), and
+child processes' stderr (see observability/child_stderr.py).
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import threading
 from datetime import datetime, timezone
 
 from orchestra.observability import context
@@ -19,6 +23,7 @@ FORMATS = ("text", "json")
 SANIC_LOGGERS = ("sanic.root", "sanic.error", "sanic.access", "sanic.server", "sanic.websockets")
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s%(ids)s: %(message)s"
 _ACCESS_FIELDS = ("host", "request", "status", "byte")  # what Sanic's access log adds
+_EXTRA_FIELDS = ("child",)  # a child process's stderr line: which child
 
 
 class ContextFilter(logging.Filter):
@@ -54,7 +59,7 @@ class JsonFormatter(logging.Formatter):
             value = getattr(record, key, None)
             if value:
                 line[key] = value
-        for key in _ACCESS_FIELDS:
+        for key in (*_ACCESS_FIELDS, *_EXTRA_FIELDS):
             value = getattr(record, key, None)
             if value not in (None, ""):
                 line[key] = value
@@ -94,3 +99,57 @@ def configure(kind: str = "text", *, stream=None) -> None:
                 sanic_handler.setFormatter(formatter)
                 if not any(isinstance(f, ContextFilter) for f in sanic_handler.filters):
                     sanic_handler.addFilter(ContextFilter())
+        _everything_else_as_json(formatter, stream)
+    else:
+        _everything_else_as_python_does()
+
+
+_LAST_RESORT = logging.lastResort
+
+
+def _drop_ours(logger: logging.Logger) -> None:
+    for handler in list(logger.handlers):
+        if getattr(handler, "_orchestra", False):
+            logger.removeHandler(handler)
+
+
+def _everything_else_as_python_does() -> None:
+    """Undo `_everything_else_as_json` (a text configuration after a JSON one)."""
+    logging.lastResort = _LAST_RESORT
+    logging.captureWarnings(False)
+    _drop_ours(logging.getLogger("py.warnings"))
+    sys.excepthook = sys.__excepthook__
+    threading.excepthook = threading.__excepthook__
+
+
+def _everything_else_as_json(formatter: logging.Formatter, stream) -> None:
+    """Records of loggers with no handler (asyncio, httpx, the mcp SDK …) go to Python's
+    last-resort handler, which writes plain text: make it write JSON. `warnings` become
+    records; an uncaught exception is logged as one record instead of a printed traceback."""
+    # Python's own last resort writes to whatever sys.stderr is when a record comes.
+    last_resort = logging.StreamHandler(stream) if stream is not None else logging._StderrHandler()
+    last_resort.setLevel(logging.WARNING)
+    last_resort.setFormatter(formatter)
+    last_resort.addFilter(ContextFilter())
+    logging.lastResort = last_resort
+    logging.captureWarnings(True)
+    py_warnings = logging.getLogger("py.warnings")  # else logging gives it a NullHandler
+    _drop_ours(py_warnings)
+    last_resort._orchestra = True  # type: ignore[attr-defined]
+    py_warnings.addHandler(last_resort)
+    crash = logging.getLogger("orchestra.crash")
+
+    def excepthook(kind, value, tb) -> None:
+        if issubclass(kind, KeyboardInterrupt):
+            return sys.__excepthook__(kind, value, tb)
+        crash.critical("uncaught %s: %s", kind.__name__, value, exc_info=(kind, value, tb))
+
+    def thread_excepthook(args) -> None:
+        if args.exc_type is SystemExit:
+            return
+        crash.error("uncaught %s in thread %s: %s", args.exc_type.__name__,
+                    getattr(args.thread, "name", "?"), args.exc_value,
+                    exc_info=(args.exc_type, args.exc_value, args.exc_traceback))
+
+    sys.excepthook = excepthook
+    threading.excepthook = thread_excepthook

@@ -10,7 +10,7 @@ import unicodedata
 import uuid
 from dataclasses import dataclass
 
-from peewee import IntegrityError
+from peewee import IntegrityError, fn
 
 from orchestra.core import Core
 from orchestra.db.database import release_connection
@@ -26,7 +26,7 @@ from orchestra.errors import (
 )
 from orchestra.services.roles import ROLE_NAMES, Role
 from orchestra.services.tokens import ACCESS, REFRESH
-from orchestra.services.user_snapshot import UserSnapshot
+from orchestra.services.user_snapshot import UserSnapshot, naive_utc
 
 USER_NAME_PATTERN = re.compile(r"^[\w.@-]+$")
 USER_NAME_LENGTH = (3, 64)
@@ -120,6 +120,7 @@ def _snapshot(core: Core) -> UserSnapshot:
         snapshot = UserSnapshot(
             None if core.is_postgres else core.db.database,
             core.signals if core.is_postgres else None,
+            access_ttl=core.settings.access_ttl,
         )
         core.extras["user_snapshot"] = snapshot
     return snapshot
@@ -165,7 +166,7 @@ async def set_password(core: Core, *, user_id: str, password: str) -> None:
     await release_connection(core.db)
     user.password_hash = await core.passwords.hash(password)
     await user.asave(only=[User.password_hash])
-    await revoke_all_tokens(core, user.id)
+    await revoke_all_tokens(core, user.id, stop_access=True)
 
 
 async def _ensure_not_last_super_administrator(core: Core, verb: str) -> None:
@@ -183,18 +184,49 @@ async def count_super_administrators(core: Core) -> int:
     return await core.db.count(User.select().where(User.role == Role.SUPER_ADMINISTRATOR.value))
 
 
-async def confirm_role(core: Core, *, user_id: str, minimum: Role) -> User:
-    """Re-read the caller from the store: a deleted or demoted user's token stops at once."""
+async def confirm_role(
+    core: Core, *, user_id: str, minimum: Role, family: str | None = None,
+    issued_at: float = 0.0,
+) -> User:
+    """Re-read the caller from the store: a deleted or demoted user's token stops at once,
+    and so does an access token whose refresh family was revoked (reuse detected, password
+    changed). From the in-process copy while the store has not changed since it was
+    taken; else one query reads the user and the family's state together.
+
+    `family` is the token's `fam` claim; a token minted before families were named has
+    none, and is refused when any of its user's families was revoked after it was issued
+    (such tokens are all expired one access lifetime after the upgrade)."""
     current = _snapshot(core).current()  # the store's state, when nothing changed since
     if current is not None:
         user = current.by_id.get(user_id)
+        revoked = user is not None and current.access_revoked(user_id, family, issued_at)
     else:
-        user = await User.aget_or_none(User.id == user_id)
+        user, revoked = await _user_and_revocation(core, user_id, family, issued_at)
     if user is None:
         raise TokenInvalidError("The token's user no longer exists.")
+    if revoked:
+        raise TokenInvalidError("The token's session has been revoked; log in again.")
     if not Role(user.role).at_least(minimum):
         raise PermissionDeniedError(f"This operation needs the role {minimum.value}.")
     return user
+
+
+async def _user_and_revocation(
+    core: Core, user_id: str, family: str | None, issued_at: float
+) -> tuple[User | None, bool]:
+    """The user and whether the token's family was revoked, in one round trip."""
+    revocations = RefreshToken.select(RefreshToken.jti).where(
+        RefreshToken.access_revoked_at.is_null(False)
+        & ((RefreshToken.family == family) if family is not None
+           else ((RefreshToken.user == user_id)
+                 & (RefreshToken.access_revoked_at >= naive_utc(issued_at))))
+    ).limit(1)
+    rows = await core.db.list(
+        User.select(User, fn.EXISTS(revocations).alias("access_revoked")).where(User.id == user_id)
+    )
+    if not rows:
+        return None, False
+    return rows[0], bool(rows[0].access_revoked)
 
 
 # --- login and tokens ---------------------------------------------------------------
@@ -245,7 +277,7 @@ async def refresh(core: Core, *, refresh_token: str) -> TokenPair:
 
 async def _issue_pair(core: Core, user: User, *, family: str) -> TokenPair:
     access = core.tokens.issue(
-        user_id=user.id, name=user.user_name, role=user.role, token_type=ACCESS
+        user_id=user.id, name=user.user_name, role=user.role, token_type=ACCESS, family=family
     )
     refresh_token = core.tokens.issue(
         user_id=user.id, name=user.user_name, role=user.role, token_type=REFRESH
@@ -262,16 +294,27 @@ async def _issue_pair(core: Core, user: User, *, family: str) -> TokenPair:
 
 
 async def _revoke_family(core: Core, family: str) -> None:
+    """A used refresh token came back: end the family, its access tokens included, on
+    every process (the update changes the store's version; on PostgreSQL a trigger
+    signals it)."""
     await core.db.aexecute(
-        RefreshToken.update(revoked=True).where(RefreshToken.family == family)
+        RefreshToken.update(revoked=True, access_revoked_at=fn.COALESCE(
+            RefreshToken.access_revoked_at, utcnow()
+        )).where(RefreshToken.family == family)
     )
+    _snapshot(core).changed()
 
 
-async def revoke_all_tokens(core: Core, user_id: str) -> None:
-    """End every refresh family of a user (role change, password change)."""
-    await core.db.aexecute(
-        RefreshToken.update(revoked=True).where(RefreshToken.user == user_id)
-    )
+async def revoke_all_tokens(core: Core, user_id: str, *, stop_access: bool = False) -> None:
+    """End every refresh family of a user (role change, password change). With
+    `stop_access` (password change) the families' access tokens stop at once too; after
+    a role change they keep working, at the lower of their role and the stored one."""
+    update = {"revoked": True}
+    if stop_access:
+        update["access_revoked_at"] = fn.COALESCE(RefreshToken.access_revoked_at, utcnow())
+    await core.db.aexecute(RefreshToken.update(**update).where(RefreshToken.user == user_id))
+    if stop_access:
+        _snapshot(core).changed()
 
 
 async def prune_expired_tokens(core: Core, *, now: dt.datetime | None = None) -> int:

@@ -17,6 +17,7 @@ from orchestra.errors import TokenExpiredError, TokenInvalidError
 ISSUER = "orchestra"
 ALGORITHM = "HS256"
 REQUIRED_CLAIMS = ["sub", "name", "role", "type", "jti", "iat", "exp", "iss"]
+FAMILY_CLAIM = "fam"  # the refresh family an access token belongs to (absent on older tokens)
 ACCESS, REFRESH = "access", "refresh"
 VERIFIED_CACHE_SIZE = 4096
 
@@ -42,7 +43,10 @@ class TokenService:
         # token is verified once, then only its expiry and type are checked again.
         self._verified: OrderedDict[str, dict[str, Any]] = OrderedDict()
 
-    def issue(self, *, user_id: str, name: str, role: str, token_type: str) -> IssuedToken:
+    def issue(self, *, user_id: str, name: str, role: str, token_type: str,
+              family: str | None = None) -> IssuedToken:
+        """A signed token; `family` names the refresh family it belongs to (`fam`), so
+        that revoking the family stops the token at once."""
         now = int(self._clock())
         jti = uuid.uuid4().hex
         claims = {
@@ -55,6 +59,8 @@ class TokenService:
             "exp": now + self._ttl[token_type],
             "iss": ISSUER,
         }
+        if family is not None:
+            claims[FAMILY_CLAIM] = family
         return IssuedToken(jwt.encode(claims, self._secret, algorithm=ALGORITHM), jti, claims["exp"])
 
     def decode(self, token: str, *, expected_type: str) -> dict[str, Any]:
@@ -99,6 +105,7 @@ class TokenService:
 
 
 STRING_CLAIMS = ("sub", "name", "role", "type", "jti", "iss")
+OPTIONAL_STRING_CLAIMS = (FAMILY_CLAIM,)
 TIME_CLAIMS = ("exp", "iat", "nbf")  # nbf only when present
 
 
@@ -107,6 +114,9 @@ def _checked_claims(claims: dict[str, Any]) -> dict[str, Any]:
     accepts "123" for `exp`, which later broke the expiry check of the cache with a 500)."""
     for claim in STRING_CLAIMS:
         if not isinstance(claims.get(claim), str):
+            raise TokenInvalidError(f"The token's '{claim}' claim is malformed.")
+    for claim in OPTIONAL_STRING_CLAIMS:
+        if claim in claims and not isinstance(claims[claim], str):
             raise TokenInvalidError(f"The token's '{claim}' claim is malformed.")
     for claim in TIME_CLAIMS:
         if claim == "nbf" and claim not in claims:

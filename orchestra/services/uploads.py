@@ -14,7 +14,14 @@ sweeps every `.part` file no live process holds, and every per-user folder left 
 (`sweep_stray_files`). A live upload of another worker sharing the folder is never touched.
 
 The request holds no store connection while the body streams in (`@protected` hands it
-back after reading the caller); the store is used once, to record the finished files.
+back after reading the caller); the store is read once before, for the owner's usage,
+and used once after, to record the finished files.
+
+Per-user quota (`ORCHESTRA_UPLOAD_QUOTA_BYTES`): a request whose files would take the
+owner's stored uploads past it is refused whole (413). The body is cut off as soon as
+it passes what was left when it began; the final word is taken when the files are
+recorded, under a lock on the owner's row (PostgreSQL, every process) or SQLite's write
+lock, so concurrent uploads of one user cannot pass the quota together.
 """
 
 from __future__ import annotations
@@ -31,11 +38,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from peewee import fn
 from python_multipart.exceptions import FormParserError
 from python_multipart.multipart import MultipartParser, parse_options_header
 
 from orchestra.core import Core
-from orchestra.db.models import Upload, iso, new_id, storable
+from orchestra.db.database import release_connection
+from orchestra.db.models import Upload, User, iso, new_id, storable
 from orchestra.errors import BadRequestError, NotFoundError, PayloadTooLargeError, ValidationError
 from orchestra.services.paging import DEFAULT_LIMIT, Page, keyset_page
 
@@ -233,9 +242,12 @@ def _remove_if_unlocked(path: Path) -> int:
 class _Receiver:
     """Callbacks for the push parser: routes part data into `_Part`s, checks limits."""
 
-    def __init__(self, folder: Path, limit: int) -> None:
+    def __init__(self, folder: Path, limit: int, room: int | None = None, quota: int = 0) -> None:
         self.folder = folder
         self.limit = limit
+        self.room = room  # bytes the owner may still store (None: not checked here)
+        self.quota = quota
+        self.total = 0  # file bytes received, all parts
         self.parts: list[_Part] = []
         self.current: _Part | None = None
         self.headers: dict[str, bytes] = {}
@@ -293,6 +305,10 @@ class _Receiver:
         if part is None or self.too_large:
             return
         part.size += end - start
+        self.total += end - start
+        if self.room is not None and self.total > self.room:
+            self.too_large = quota_message(self.quota, self.quota - self.room, self.total)
+            return
         if part.size > self.limit:
             self.too_large = (
                 f"'{part.filename}' is larger than the limit of {self.limit} bytes a file."
@@ -319,8 +335,11 @@ async def receive(
     422 ValidationError: no part named `file` with a file name, or more than MAX_FILES.
     On any error nothing is left behind.
     """
-    limit = core.settings.upload_max_bytes
-    parser = _parser_for(content_type, _Receiver(owner_dir(core, owner_id), limit))
+    limit, quota = core.settings.upload_max_bytes, core.settings.upload_quota_bytes
+    folder = owner_dir(core, owner_id)
+    used = await stored_bytes(core, owner_id)
+    await release_connection(core.db)  # none is held while the body streams in
+    parser = _parser_for(content_type, _Receiver(folder, limit, max(quota - used, 0), quota))
     receiver: _Receiver = parser.receiver  # type: ignore[attr-defined]
     received, cap = 0, body_limit(limit)
     writer = _Writer()
@@ -404,17 +423,43 @@ def _parser_for(content_type: str | None, receiver: _Receiver) -> MultipartParse
     return parser
 
 
+def quota_message(quota: int, used: int, incoming: int) -> str:
+    """The 413 sentence of a request that would pass the owner's quota."""
+    return (
+        f"The upload quota of {quota} bytes per user (ORCHESTRA_UPLOAD_QUOTA_BYTES) would be "
+        f"exceeded: {used} bytes are stored and this request carries {incoming} more."
+    )
+
+
+async def stored_bytes(core: Core, owner_id: str) -> int:
+    """The bytes of all of the owner's stored uploads."""
+    rows = await core.db.list(
+        Upload.select(fn.COALESCE(fn.SUM(Upload.size), 0).alias("total"))
+        .where(Upload.owner == owner_id)
+    )
+    return int(rows[0].total) if rows else 0
+
+
 async def _commit(core: Core, owner_id: str, parts: list[_Part]) -> list[Upload]:
-    """Rename the finished temp files into place, then record them in one transaction."""
+    """Check the quota, rename the finished temp files into place and record them, in one
+    transaction that holds the owner's lock: concurrent uploads of one user (on any
+    process) are checked one after the other, each seeing the others' files."""
 
     def rename_all() -> None:
         for part in parts:
             os.replace(part.tmp_path, part.final_path)
             part.close()
 
-    await asyncio.to_thread(rename_all)
+    incoming = sum(part.size for part in parts)
+    quota = core.settings.upload_quota_bytes
     try:
-        async with core.db.atomic():
+        async with core.write_transaction():
+            if core.is_postgres:  # SQLite's write transaction is already exclusive
+                await core.db.list(User.select(User.id).where(User.id == owner_id).for_update())
+            used = await stored_bytes(core, owner_id)
+            if used + incoming > quota:
+                raise PayloadTooLargeError(quota_message(quota, used, incoming))
+            await asyncio.to_thread(rename_all)
             return [
                 await Upload.acreate(
                     id=part.file_id,

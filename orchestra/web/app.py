@@ -76,7 +76,8 @@ def create_app(settings: Settings | None = None, *, name: str | None = None) -> 
     app.config.REQUEST_MAX_HEADER_SIZE = HEAD_MAX_BYTES
     app.config.ACCESS_LOG = settings.access_log
     app.config.FALLBACK_ERROR_FORMAT = "json"
-    app.config.RESPONSE_TIMEOUT = 3600  # SSE streams and slow uploads live long
+    # A handler silent this long (no byte in or out) is cancelled: 503 OverloadedError.
+    app.config.RESPONSE_TIMEOUT = settings.response_timeout
     app.config.REQUEST_TIMEOUT = 60
     app.config.KEEP_ALIVE_TIMEOUT = 15
     # On SIGTERM the engine's grace comes first (before_server_stop); then open

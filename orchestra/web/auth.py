@@ -11,7 +11,7 @@ from orchestra.db.database import release_connection
 from orchestra.errors import AuthenticationRequiredError, PermissionDeniedError, TokenInvalidError
 from orchestra.services import auth as auth_service
 from orchestra.services.roles import Role
-from orchestra.services.tokens import ACCESS
+from orchestra.services.tokens import ACCESS, FAMILY_CLAIM
 
 
 @dataclass(frozen=True)
@@ -21,6 +21,8 @@ class Principal:
     user_id: str
     name: str
     role: Role
+    family: str | None = None  # the token's refresh family (`fam`); None on older tokens
+    issued_at: float = 0.0  # the token's `iat`
 
     def at_least(self, role: Role) -> bool:
         return self.role.at_least(role)
@@ -52,7 +54,8 @@ def authenticate(request: Request, *, allow_query: bool = False) -> Principal:
         role = Role(claims["role"])
     except ValueError:
         raise TokenInvalidError("The token carries an unknown role.") from None
-    return Principal(user_id=claims["sub"], name=claims["name"], role=role)
+    return Principal(user_id=claims["sub"], name=claims["name"], role=role,
+                     family=claims.get(FAMILY_CLAIM), issued_at=claims["iat"])
 
 
 def require_role(principal: Principal, minimum: Role) -> None:
@@ -64,7 +67,8 @@ def protected(minimum: Role = Role.USER, *, allow_query: bool = False):
     """Decorator: authenticate, then authorise with the *lower* of the token's role and
     the role stored now. The caller is re-read from the store on every request, so a
     deleted user's token stops at once and a demotion takes effect at once on every
-    route (a promotion waits for a new token). Sets `request.ctx.principal`, whose role
+    route (a promotion waits for a new token); an access token whose refresh family was
+    revoked stops at once too. Sets `request.ctx.principal`, whose role
     is that effective role, and hands the pooled store connection back before the
     handler runs: a slow body or a slow handler must not hold one."""
 
@@ -74,7 +78,10 @@ def protected(minimum: Role = Role.USER, *, allow_query: bool = False):
             core = request.app.ctx.core
             principal = authenticate(request, allow_query=allow_query)
             require_role(principal, minimum)
-            user = await auth_service.confirm_role(core, user_id=principal.user_id, minimum=minimum)
+            user = await auth_service.confirm_role(
+                core, user_id=principal.user_id, minimum=minimum,
+                family=principal.family, issued_at=principal.issued_at,
+            )
             stored = Role(user.role)
             if stored.rank < principal.role.rank:
                 principal = replace(principal, role=stored)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import logging
+import math
 import os
 
 from sanic import Request, Sanic
@@ -42,6 +44,8 @@ def to_orchestra_error(request: Request, exc: BaseException) -> OrchestraError:
         if str(exc) in ("", "Bad Request"):  # Sanic's word for a request head it cannot parse
             return BadRequestError("The request is not well-formed HTTP/1.1.")
         return BadRequestError(str(exc))
+    if isinstance(exc, sanic_exc.ServiceUnavailable):  # Sanic's response timeout
+        return _not_served_in_time(request, exc)
     if isinstance(exc, sanic_exc.SanicException) and 400 <= exc.status_code < 500:
         error = OrchestraError(str(exc) or "The request was refused.")
         error.status = exc.status_code
@@ -56,8 +60,26 @@ def to_orchestra_error(request: Request, exc: BaseException) -> OrchestraError:
     outage = _store_outage(request)
     if outage is not None and outage.failed(exc, f"{request.method} {request.path}"):
         return StoreUnavailableError(headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
+    if isinstance(exc, (TimeoutError, asyncio.CancelledError)):  # a deadline passed
+        return _not_served_in_time(request, exc)
     logger.exception("unhandled error on %s %s", request.method, request.path, exc_info=exc)
     return OrchestraError()
+
+
+def _not_served_in_time(request: Request, exc: BaseException) -> OverloadedError:
+    """A request that could not be served in time: Sanic's response timeout (the handler
+    was silent past `ORCHESTRA_RESPONSE_TIMEOUT`, e.g. queued behind a busy event loop or
+    a locked store), a deadline of our own, or its task cancelled while the client is still
+    there. The client may try again; never a 500."""
+    timeout = request.app.config.RESPONSE_TIMEOUT
+    if not getattr(exc, "quiet", False):  # Sanic's RequestCancelled: the client left, no news
+        logger.warning("%s %s was not served in time (%s): answered 503", request.method,
+                       request.path, type(exc).__name__)
+    message = "The request could not be served in time; try again shortly."
+    if isinstance(exc, sanic_exc.ServiceUnavailable):
+        message = (f"The request could not be served within {timeout:g} seconds "
+                   "(ORCHESTRA_RESPONSE_TIMEOUT); try again shortly.")
+    return OverloadedError(message, headers={"Retry-After": str(max(1, math.ceil(min(timeout, 5))))})
 
 
 def _store_outage(request: Request) -> StoreOutage | None:
@@ -112,3 +134,5 @@ def error_response(request: Request, exc: BaseException) -> HTTPResponse:
 def install(app: Sanic) -> None:
     """Route every exception of `app` through `error_response`."""
     app.error_handler.add(Exception, error_response)
+    # Not an Exception: Sanic hands a cancelled request task's CancelledError here too.
+    app.error_handler.add(asyncio.CancelledError, error_response)

@@ -212,13 +212,17 @@ async def test_token_claims_are_exactly_the_specified_ones(client):
     for token, kind, ttl in ((body["access_token"], "access", 15 * 60), (body["refresh_token"], "refresh", 7 * 24 * 3600)):
         assert jwt.get_unverified_header(token)["alg"] == "HS256"
         claims = jwt.decode(token, SECRET, algorithms=["HS256"], issuer="orchestra")
-        assert set(claims) == {"sub", "name", "role", "type", "jti", "iat", "exp", "iss"}
+        # SPEC §2's claims, plus the refresh family on the access token (SPEC §15)
+        extra = {"fam"} if kind == "access" else set()
+        assert set(claims) == {"sub", "name", "role", "type", "jti", "iat", "exp", "iss"} | extra
         assert claims["sub"] == user_id and claims["name"] == "alice" and claims["role"] == "USER"
         assert claims["type"] == kind and claims["iss"] == "orchestra"
         assert claims["exp"] - claims["iat"] == ttl
         assert abs(claims["iat"] - time.time()) < 60
     a, r = (jwt.decode(body[k], SECRET, algorithms=["HS256"]) for k in ("access_token", "refresh_token"))
     assert a["jti"] != r["jti"]
+    family = (await RefreshToken.aget(RefreshToken.jti == r["jti"])).family
+    assert a["fam"] == family
 
 
 def forge(claims: dict, *, key: str = SECRET, algorithm: str = "HS256") -> str:

@@ -35,11 +35,13 @@ class _Counter:
     def __init__(self, request: Request) -> None:
         self.request = request
         self.received = 0
+        self.ended = False  # the whole body was read (a quota refusal comes after that)
 
     async def chunks(self) -> AsyncIterator[bytes]:
         while True:
             chunk = await self.request.stream.read()
             if chunk is None:
+                self.ended = True
                 return
             self.received += len(chunk)
             yield chunk
@@ -57,7 +59,8 @@ class _Counter:
     response=out.Uploaded, status=201,
     errors={
         400: "BadRequestError: not multipart/form-data, or a malformed body.",
-        413: "PayloadTooLargeError: a file over the limit, too many files, or too big a body.",
+        413: "PayloadTooLargeError: a file over the limit, too many files, too big a body, or "
+             "the files would take your stored uploads past the per-user quota.",
         422: "ValidationError: no part named file with a file name.",
     },
     links={
@@ -86,7 +89,8 @@ async def upload(request: Request):
             chunks=body.chunks(),
         )
     except PayloadTooLargeError:
-        await _drain(request, budget=cap - body.received)
+        if not body.ended:
+            await _drain(request, budget=cap - body.received)
         raise
     return json(
         {"message": SUCCESS, "files": [_public(upload_service.describe(f)) for f in files]},

@@ -77,9 +77,15 @@ async def connect(
     from mcp import Client
 
     if config.transport == "stdio":
+        from mcp.client.stdio import stdio_client
+
+        from orchestra.observability.child_stderr import stderr_to_log
+
         target: Any = _stdio_parameters(config, allowed)
-        async with Client(target, cache=None, read_timeout_seconds=config.timeout_seconds) as client:
-            yield client
+        with stderr_to_log(f"mcp:{config.name}") as errlog:  # its stderr as log lines
+            async with Client(stdio_client(target, errlog=errlog), cache=None,
+                              read_timeout_seconds=config.timeout_seconds) as client:
+                yield client
         return
     import httpx2
     from mcp.client.streamable_http import streamable_http_client
