@@ -142,3 +142,14 @@ async def test_a_run_s_sessions_are_closed_and_a_closed_set_opens_none(core, fak
     with pytest.raises(ToolError):
         await sessions.call(config, "echo", {"text": "c"})
     assert fake_mcp.stats()["connects"] == before + 1
+
+
+async def test_a_stdio_server_that_dies_at_start_is_reported_in_its_own_words(core):
+    """Issue 29, item 8: its stderr's last lines are the error (it was 'Connection closed'),
+    without the server's own env secrets."""
+    crash = "import os, sys; sys.stderr.write('boom: bad config for ' + os.environ['MY_TOKEN'] + '\\n'); sys.exit(3)"
+    server = await svc.create_server(core, name="crashy", transport="stdio", command=PYTHON,
+                                     args=["-c", crash], env={"MY_TOKEN": "secret-value-777"}, timeout_seconds=10)
+    assert server.last_error is not None
+    assert "could not be started" in server.last_error and "boom: bad config for ***" in server.last_error
+    assert "secret-value-777" not in server.last_error

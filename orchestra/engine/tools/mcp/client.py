@@ -79,13 +79,28 @@ async def connect(
     if config.transport == "stdio":
         from mcp.client.stdio import stdio_client
 
-        from orchestra.observability.child_stderr import stderr_to_log
+        from orchestra.observability.child_stderr import ChildStderr
 
         target: Any = _stdio_parameters(config, allowed)
-        with stderr_to_log(f"mcp:{config.name}") as errlog:  # its stderr as log lines
-            async with Client(stdio_client(target, errlog=errlog), cache=None,
+        stderr = ChildStderr(f"mcp:{config.name}")  # its stderr as log lines, its last ones kept
+        started = False
+        try:
+            async with Client(stdio_client(target, errlog=stderr.file), cache=None,
                               read_timeout_seconds=config.timeout_seconds) as client:
+                started = True
                 yield client
+        except Exception as exc:
+            if started:
+                raise
+            stderr.close(wait=1.0)  # it has exited: read what it said
+            said = _redacted(stderr.tail(), config)
+            if not said:
+                raise
+            raise McpServerError(
+                f"The MCP server '{config.name}' could not be started ({_first_line(exc)}); "
+                f"its last words on stderr: {said}") from None
+        finally:
+            stderr.close()
         return
     import httpx2
     from mcp.client.streamable_http import streamable_http_client
@@ -99,6 +114,21 @@ async def connect(
         async with Client(transport, cache=None,
                           read_timeout_seconds=config.timeout_seconds) as client:
             yield client
+
+
+def _first_line(exc: BaseException) -> str:
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return (str(exc).strip() or type(exc).__name__).splitlines()[0][:200]
+
+
+def _redacted(text: str, config: McpServerConfig) -> str:
+    """`text` without the server's own secrets (its env values), which a failing child
+    may print: an error is shown to every signed-in user."""
+    for value in config.env.values():
+        if len(value) >= 4:
+            text = text.replace(value, "***")
+    return text
 
 
 async def list_tools(client: Any) -> list[dict[str, Any]]:
