@@ -87,7 +87,8 @@ def add_providers(console: Console, fake_url: str) -> None:
     page.locator('tr[data-provider="fake"]').get_by_role("button", name="Check").click()
     page.get_by_text("Works: 2 models (fake-model, fake-model-large).").wait_for()
     page.locator('tr[data-provider="broken"]').get_by_role("button", name="Check").click()
-    page.get_by_role("alert").filter(has_text="Incorrect API key provided").wait_for()
+    # our own sentence, never the provider's body (SPEC §3: check echoes nothing it was answered)
+    page.get_by_role("alert").filter(has_text="Provider 'broken' refused the API key (HTTP 401); check the key.").wait_for()
     console.shot("03-providers")
 
 
