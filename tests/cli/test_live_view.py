@@ -12,6 +12,8 @@ import select
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -263,16 +265,24 @@ def test_a_refused_answer_is_said_and_asked_again_at_once(world):
     assert run["steps"][0]["output"] == {"approved": True, "notes": "fine"}
 
 
+@contextmanager
+def example_template(world, stem: str) -> Iterator[str]:
+    """examples/templates/<stem>.json saved for the test (its template_id), deleted after."""
+    from tests.cli.cli_harness import EXAMPLES
+
+    created = world["api"].post("/workflow/template", json=json.loads((EXAMPLES / f"{stem}.json").read_text()))
+    assert created.status_code == 201, created.text
+    try:
+        yield created.json()["template_id"]
+    finally:
+        world["api"].delete(f"/workflow/template/{created.json()['template_id']}")
+
+
 def test_the_final_view_shows_skipped_steps_as_skipped_and_the_run_output(world):
     """Issue 29, items 2 and 5, on a terminal: the branch that did not run is `skipped`
     with its reason (it was `cancelled` with an empty panel), and the output closes the view."""
-    from tests.cli.cli_harness import EXAMPLES
-
-    body = json.loads((EXAMPLES / "routing.json").read_text())
-    created = world["api"].post("/workflow/template", json=body)
-    assert created.status_code == 201, created.text
-    try:
-        term = Terminal(world, "workflow", "run", created.json()["template_id"], "--input", "help", "--watch")
+    with example_template(world, "routing") as template_id:
+        term = Terminal(world, "workflow", "run", template_id, "--input", "help", "--watch")
         try:
             code = term.finish(timeout=60)
         finally:
@@ -283,20 +293,13 @@ def test_the_final_view_shows_skipped_steps_as_skipped_and_the_run_output(world)
         assert "cancelled" not in final and "waiting for the agent" not in final, final
         assert "output:" in final and '"reply":' in final, final
         assert final.rstrip().splitlines()[-1].startswith("run succeeded in ")
-    finally:
-        world["api"].delete(f"/workflow/template/{created.json()['template_id']}")
 
 
 def test_a_question_inside_a_loop_shows_what_it_asks_about(world):
     """Issue 29, item 3: `improve#1.review · waiting_reply` is shown with its question (the
     draft it asks about), in the loop's panel above the prompt."""
-    from tests.cli.cli_harness import EXAMPLES
-
-    body = json.loads((EXAMPLES / "review_until_approved.json").read_text())
-    created = world["api"].post("/workflow/template", json=body)
-    assert created.status_code == 201, created.text
-    try:
-        term = Terminal(world, "workflow", "run", created.json()["template_id"], "--input", "tea", "--watch")
+    with example_template(world, "review_until_approved") as template_id:
+        term = Terminal(world, "workflow", "run", template_id, "--input", "tea", "--watch")
         try:
             assert term.read_until("your answer: "), term.screen[-2000:]
             waiting = "\n".join(emulated(term.raw))
@@ -308,5 +311,3 @@ def test_a_question_inside_a_loop_shows_what_it_asks_about(world):
         finally:
             term.kill()
         assert code == 0, term.screen[-3000:]
-    finally:
-        world["api"].delete(f"/workflow/template/{created.json()['template_id']}")

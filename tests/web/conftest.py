@@ -13,3 +13,31 @@ async def admin(users):
 async def user(users):
     """A plain USER, logged in."""
     return await users.make("plainuser", "USER")
+
+
+@pytest.fixture
+async def alice(users):
+    """A plain USER named alice, logged in."""
+    return await users.make("alice")
+
+
+@pytest.fixture
+def make_worker(client, fake_llm):
+    """`await make_worker(owner, tools)`: a provider on the fake model (made once) and a
+    worker named `w` of `owner` using it; returns the worker's id."""
+    from orchestra.services import agents, providers
+
+    core = client.app.ctx.core
+    made: dict[str, str] = {}
+
+    async def make(owner: dict, tools: list[str]) -> str:
+        if "provider" not in made:
+            provider = await providers.create_provider(
+                core, name="fake", kind="openai_compatible", model_id="fake-model", api_key="k",
+                base_url=fake_llm.base_url)
+            made["provider"] = provider.id
+        worker = await agents.create_worker(core, owner_id=owner["user_id"], name="w",
+                                            provider_id=made["provider"], tools=tools)
+        return worker.id
+
+    return make

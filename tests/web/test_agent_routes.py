@@ -11,10 +11,6 @@ WORKERS = "/api/v1/agent/worker"
 NODES = "/api/v1/agent/node"
 
 
-@pytest.fixture
-async def alice(users):
-    return await users.make("alice", "USER")
-
 
 @pytest.fixture
 async def bob(users):

@@ -19,10 +19,6 @@ def database_url(both_stores: str) -> str:
     return both_stores
 
 
-@pytest.fixture
-async def alice(users):
-    return await users.make("alice")
-
 
 @pytest.fixture
 async def bob(users):

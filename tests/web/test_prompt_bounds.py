@@ -29,23 +29,10 @@ def settings_overrides():
     return {"prompt_max_bytes": PROMPT_LIMIT, "step_output_max_bytes": OUTPUT_LIMIT}
 
 
-@pytest.fixture
-async def alice(users):
-    return await users.make("alice")
-
 
 @pytest.fixture
-async def worker(client, alice, fake_llm):
-    from orchestra.services import agents, providers
-
-    core = client.app.ctx.core
-    provider = await providers.create_provider(
-        core, name="fake", kind="openai_compatible", model_id="fake-model", api_key="k",
-        base_url=fake_llm.base_url,
-    )
-    w = await agents.create_worker(core, owner_id=alice["user_id"], name="w", provider_id=provider.id,
-                                   tools=["ask_user"])
-    return w.id
+async def worker(alice, make_worker):
+    return await make_worker(alice, ["ask_user"])
 
 
 async def run(client, who, steps, input, *, end=("succeeded", "failed")) -> dict:

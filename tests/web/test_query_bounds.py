@@ -13,10 +13,6 @@ def database_url(both_stores: str) -> str:
     return both_stores
 
 
-@pytest.fixture
-async def alice(users):
-    return await users.make("alice")
-
 
 async def finished_run(client, who) -> str:
     template_id = (await make_template(client, who, [human()]))["template_id"]

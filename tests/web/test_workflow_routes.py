@@ -19,23 +19,10 @@ def assert_error(response, status: int, error: str) -> dict:
     return body
 
 
-@pytest.fixture
-async def alice(users):
-    return await users.make("alice")
-
 
 @pytest.fixture
-async def worker(client, alice, fake_llm):
-    from orchestra.services import agents, providers
-
-    core = client.app.ctx.core
-    provider = await providers.create_provider(
-        core, name="fake", kind="openai_compatible", model_id="fake-model", api_key="k",
-        base_url=fake_llm.base_url,
-    )
-    w = await agents.create_worker(core, owner_id=alice["user_id"], name="w", provider_id=provider.id,
-                                   tools=["calculator"])
-    return w.id
+async def worker(alice, make_worker):
+    return await make_worker(alice, ["calculator"])
 
 
 def human(sid="h", prompt="Your name for {{input}}?", depends_on=(), **extra):
