@@ -344,8 +344,10 @@ class RunLifecycle:
 
 
 def step_output(row: RunStep) -> Any:
-    """A step row's output: its JSON value when it has one, else its text."""
-    return row.output_value if row.output_value is not None else (row.output or "")
+    """A step row's output: its JSON value when it has one, else its text (None for a
+    JSON null, a skipped or a failed step: the same value the run had before it was
+    handed over, and the same the run detail shows)."""
+    return row.output_value if row.output_value is not None else row.output
 
 
 def _past_stopping(live: LiveRun) -> None:

@@ -31,6 +31,7 @@ from orchestra.engine.language.typecheck import type_problems
 from orchestra.engine.language.validate import Checked
 from orchestra.engine.language.validate import check_template as check_template_language
 from orchestra.engine.log import Event
+from orchestra.engine.run_task import step_output
 from orchestra.engine.sizes import check_reply_size
 from orchestra.engine.vocabulary import FINISHED, EventKind, RunStatus, StepStatus
 from orchestra.errors import ConflictError, NotFoundError, PermissionDeniedError, ValidationError
@@ -340,11 +341,6 @@ def run_summary(run: WorkflowRun) -> dict[str, Any]:
 def run_input(run: WorkflowRun) -> Any:
     """The run's input: a JSON value under an input_schema, else the text."""
     return run.input_value if "input_schema" in (run.spec or {}) else run.input
-
-
-def step_output(row: RunStep) -> Any:
-    """A step row's output: its JSON value when it has one, else its text."""
-    return row.output_value if row.output_value is not None else row.output
 
 
 async def run_detail(core: Core, run: WorkflowRun) -> dict[str, Any]:

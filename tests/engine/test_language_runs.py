@@ -3,6 +3,7 @@ a real store, through the services the HTTP routes call."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
@@ -259,3 +260,39 @@ async def test_on_tool_error_fail_fails_the_step_at_the_first_tool_error(core, f
     stored = (await wf.get_template(core, user_id=who["user_id"], is_admin=False,
                                     template_id=(await WorkflowRun.aget_by_id(strict)).template_id)).steps
     assert stored[0]["tools"] == {"on_tool_error": "fail"}
+
+
+async def test_a_null_structured_output_reads_null_after_a_take_over(core, fake_llm):
+    """Issue 24: a step whose JSON output is null read as "" once another engine resumed
+    the run (the engine's step_output differed from the service's), so `steps.a.output ==
+    null` turned false after a restart and skipped the step it guarded."""
+    who = await setup_agent(core, fake_llm)
+    steps = [human("a", output_schema={"type": "null"}),
+             human("c", depends_on=["a"]),
+             human("b", prompt="a was {{ steps.a.output }}", depends_on=["c"], when="steps.a.output == null")]
+    trace_id = await start(core, who, steps)
+    kw = {"user_id": who["user_id"], "is_admin": False, "trace_id": trace_id}
+    await wait_status(core, trace_id, "waiting_reply")
+    await wf.reply(core, **kw, content=None)
+    await wait_for_question(core, trace_id, "c")
+    await core.engine.stop(grace=0.2)  # handed back: the next engine resumes from the rows
+    stopped = core.extras.pop("engine")
+    core.extras["on_close"] = [hook for hook in core.extras.get("on_close", [])
+                               if getattr(hook, "__self__", None) is not stopped]
+    await core.engine.start()
+    await wait_for_question(core, trace_id, "c")
+    await wf.reply(core, **kw, content="go")
+    await wait_for_question(core, trace_id, "b")
+    asked = [e.data for e in await events(core, trace_id) if e.kind == "reply_requested"]
+    assert asked[-1]["step_id"] == "b" and asked[-1]["prompt"] == "a was null"
+
+
+async def wait_for_question(core, trace_id: str, step_id: str, timeout: float = 10.0) -> None:
+    """Until the run's newest open question is `step_id`'s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pending = (await wf.run_detail(core, await WorkflowRun.aget(WorkflowRun.trace_id == trace_id)))["pending_replies"]
+        if pending and pending[-1]["step_id"] == step_id:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{step_id} never asked")
