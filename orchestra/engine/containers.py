@@ -37,9 +37,8 @@ class Containers:
     """Engine part: foreach and loop steps."""
 
     # -- foreach --------------------------------------------------------------------------
-    async def _foreach(self, live: LiveRun, step: dict[str, Any], path: str,
-                       variables: dict[str, Any]) -> Any:
-        spec = step["foreach"]
+    async def _foreach_items(self, spec: dict[str, Any], variables: dict[str, Any]) -> list[Any]:
+        """The list a foreach maps, or StepFailure saying why there is none to map."""
         try:
             items = await Scope(variables, self.sandbox).evaluate(spec["items"])
         except ExpressionError as exc:
@@ -53,6 +52,16 @@ class Containers:
                 f"foreach items (`{spec['items']}`) gave {len(items)} items; at most {limit} "
                 "may be mapped (ORCHESTRA_FOREACH_MAX_ITEMS)."
             )
+        return items
+
+    async def _foreach(self, live: LiveRun, step: dict[str, Any], path: str,
+                       variables: dict[str, Any]) -> Any:
+        spec = step["foreach"]
+        try:
+            items = await self._foreach_items(spec, variables)
+        except StepFailure as failure:  # it never started: its row and step_failed all the same
+            self._instance_failed(live, step, path, failure.message)
+            raise
         self._instance_started(live, step, path, {"items": len(items)})
         results: list[Any] = [None] * len(items)
         failed: list[int] = []
