@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-MAX_FIELDS = 8
+from orchestra.engine.language.examples import MAX_FIELDS, schema_example
 
 
 def _type_of(schema: Any) -> str:
@@ -30,32 +30,9 @@ def _type_of(schema: Any) -> str:
     return str(kind) if kind else "any value"
 
 
-def example(schema: Any, depth: int = 0) -> Any:
-    """A value of `schema`'s shape: enum and const first, then a stand-in per type."""
-    if not isinstance(schema, dict) or depth > 4:
-        return "…"
-    if isinstance(schema.get("enum"), list) and schema["enum"]:
-        return schema["enum"][0]
-    if "const" in schema:
-        return schema["const"]
-    if "default" in schema:
-        return schema["default"]
-    kind = schema.get("type")
-    if isinstance(kind, list):
-        kind = next((k for k in kind if k != "null"), kind[0] if kind else None)
-    if kind == "object" or (kind is None and isinstance(schema.get("properties"), dict)):
-        properties = schema.get("properties") or {}
-        return {name: example(sub, depth + 1) for name, sub in list(properties.items())[:MAX_FIELDS]}
-    if kind == "array":
-        return [example(schema.get("items"), depth + 1)]
-    if kind == "boolean":
-        return True
-    if kind in ("integer", "number"):
-        low = schema.get("minimum", schema.get("exclusiveMinimum"))
-        return low if isinstance(low, (int, float)) else 1
-    if kind == "null":
-        return None
-    return "…"
+def example(schema: Any) -> Any:
+    """A value of `schema`'s shape with every property shown (at most MAX_FIELDS)."""
+    return schema_example(schema, every_property=True)
 
 
 def expected_answer(schema: Any) -> list[str]:

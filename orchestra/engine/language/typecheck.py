@@ -14,56 +14,22 @@ Only what the schemas promise is checked: a missing optional field, a comprehens
 
 from __future__ import annotations
 
-import re
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import cel
 
-from orchestra.engine.language import expressions
-from orchestra.engine.language.expressions import LEGACY, compile_expression, placeholders
+from orchestra.engine.instances import walk
+from orchestra.engine.language.examples import schema_example
+from orchestra.engine.language.expressions import (
+    LEGACY,
+    ExpressionError,
+    compile_expression,
+    placeholders,
+)
 
-MAX_DEPTH = 6  # of an example value
-# A comprehension may iterate over what it is given: such expressions are left to run
-# time (bounded there). Decided on the raw text: a false "yes" only skips a check.
-_MACRO = re.compile(r"(?<!\w)(?:all|exists|exists_one|map|filter)(?!\w)")
-
-
-def example_of(schema: Any, depth: int = 0) -> Any:
-    """A small value of `schema`'s shape: const, enum, default, then a stand-in per type
-    (required properties only: optional ones may be absent at run time)."""
-    if not isinstance(schema, dict) or depth > MAX_DEPTH:
-        return None
-    if "const" in schema:
-        return schema["const"]
-    if isinstance(schema.get("enum"), list) and schema["enum"]:
-        return schema["enum"][0]
-    if "default" in schema:
-        return schema["default"]
-    for key in ("anyOf", "oneOf", "allOf"):
-        if isinstance(schema.get(key), list) and schema[key]:
-            return example_of(schema[key][0], depth + 1)
-    kind = schema.get("type")
-    if isinstance(kind, list):
-        kind = next((k for k in kind if k != "null"), None)
-    if kind == "object" or (kind is None and isinstance(schema.get("properties"), dict)):
-        properties = schema.get("properties") or {}
-        return {name: example_of(properties.get(name, {}), depth + 1) for name in schema.get("required") or []
-                if isinstance(name, str)}
-    if kind == "array":
-        return [example_of(schema.get("items"), depth + 1)]
-    if kind == "boolean":
-        return True
-    if kind == "integer":
-        low = schema.get("minimum")
-        return int(low) if isinstance(low, (int, float)) else 1
-    if kind == "number":
-        low = schema.get("minimum")
-        return float(low) if isinstance(low, (int, float)) else 1.5
-    if kind == "null":
-        return None
-    if kind == "string":
-        return "text"
-    return None
+MISFIT = ("its operands do not fit the operation for values of the declared schemas (CEL "
+          "converts nothing: compare a number with a number, e.g. 4 not '4')")
 
 
 def _sites(steps: list[dict[str, Any]], options: dict[str, Any]) -> Iterator[tuple[str, str]]:
@@ -83,43 +49,29 @@ def _sites(steps: list[dict[str, Any]], options: dict[str, Any]) -> Iterator[tup
         yield "output", options["output"]
 
 
-def _all_steps(steps: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
-    for step in steps:
-        yield step
-        for key in ("foreach", "loop"):
-            inner = step.get(key)
-            if isinstance(inner, dict) and isinstance(inner.get("steps"), list):
-                yield from _all_steps([s for s in inner["steps"] if isinstance(s, dict)])
-        if isinstance(step.get("steps"), list):
-            yield from _all_steps([s for s in step["steps"] if isinstance(s, dict)])
-
-
 def type_problems(steps: list[dict[str, Any]], options: dict[str, Any]) -> list[tuple[str, str]]:
     """(field, problem) for each top-level expression that fails on its declared types."""
     schema = options.get("input_schema")
     values = {
-        "input": example_of(schema) if schema is not None else "text",
-        "steps": {s["id"]: {"output": example_of(s["output_schema"]) if "output_schema" in s else "text",
+        "input": schema_example(schema) if schema is not None else "text",
+        "steps": {s["id"]: {"output": schema_example(s["output_schema"]) if "output_schema" in s else "text",
                             "status": "succeeded"}
-                  for s in _all_steps(steps) if isinstance(s.get("id"), str)},
+                  for s, _depth, _where in walk(steps) if isinstance(s.get("id"), str)},
     }
     found = []
     for where, source in _sites(steps, options):
         try:
             compiled = compile_expression(source)
-        except expressions.ExpressionError:
+        except ExpressionError:
             continue  # the language check reports it
-        if _MACRO.search(source):
-            continue
-        if compiled.variables - {"input", "steps"}:
+        # A comprehension may iterate over what it is given: left to run time (bounded there).
+        if compiled.macros or compiled.variables - {"input", "steps"}:
             continue
         try:
             compiled.program.execute(cel.Context({k: v for k, v in values.items() if k in compiled.variables}))
         except TypeError as exc:
             if "No such overload" in str(exc):
-                found.append((where, f"expression `{source[:120]}`: its operands do not fit the operation for "
-                                     "values of the declared schemas (CEL converts nothing: compare a number "
-                                     "with a number, e.g. 4 not '4')"))
-        except Exception:  # noqa: BLE001 - a missing optional field, a division by zero: run-time matters
+                found.append((where, f"expression `{source[:120]}`: {MISFIT}"))
+        except Exception:  # noqa: BLE001, S112 - a missing optional field, a division by zero: run-time matters
             continue
     return found
