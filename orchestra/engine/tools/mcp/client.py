@@ -14,7 +14,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestra.egress import EgressPolicy
+from orchestra.egress import PUBLIC_ONLY, EgressPolicy
 from orchestra.engine.tools import ToolError
 from orchestra.engine.tools.mcp.stdio import stdio_parameters
 
@@ -70,7 +70,7 @@ def _stdio_parameters(config: McpServerConfig, allowed: frozenset[str]) -> Any:
 
 @asynccontextmanager
 async def connect(
-    config: McpServerConfig, allowed: frozenset[str], egress: EgressPolicy = EgressPolicy(),
+    config: McpServerConfig, allowed: frozenset[str], egress: EgressPolicy = PUBLIC_ONLY,
 ) -> AsyncIterator[Any]:
     """An initialised `mcp.Client` for the server; the caller bounds the time it takes.
     Over HTTP every new connection obeys the egress rule (the SDK follows no redirect)."""
@@ -97,7 +97,7 @@ async def connect(
             if not said:
                 raise
             raise McpServerError(
-                f"The MCP server '{config.name}' could not be started ({_first_line(exc)}); "
+                f"The MCP server '{config.name}' could not be started ({failure_reason(exc)}); "
                 f"its last words on stderr: {said}") from None
         finally:
             stderr.close()
@@ -116,10 +116,12 @@ async def connect(
             yield client
 
 
-def _first_line(exc: BaseException) -> str:
+def failure_reason(exc: BaseException) -> str:
+    """One readable line for an SDK or transport failure (exception groups unwrapped)."""
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
-    return (str(exc).strip() or type(exc).__name__).splitlines()[0][:200]
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0][:300]
 
 
 def _redacted(text: str, config: McpServerConfig) -> str:

@@ -13,12 +13,13 @@ import asyncio
 import logging
 from typing import Any
 
-from orchestra.egress import EgressPolicy, find_refusal
+from orchestra.egress import PUBLIC_ONLY, EgressPolicy, find_refusal
 from orchestra.engine.tools import ToolError
 from orchestra.engine.tools.mcp.client import (
     McpServerConfig,
     McpServerError,
     connect,
+    failure_reason,
     list_tools,
     load_sdk,
     result_text,
@@ -33,7 +34,7 @@ class McpSession:
     """One open client to one server, held by its own task until `close()`."""
 
     def __init__(
-        self, config: McpServerConfig, allowed: frozenset[str], egress: EgressPolicy = EgressPolicy(),
+        self, config: McpServerConfig, allowed: frozenset[str], egress: EgressPolicy = PUBLIC_ONLY,
     ) -> None:
         self.config = config
         self._allowed = allowed
@@ -80,7 +81,7 @@ class McpSession:
             if not ready.done():
                 ready.set_exception(_unreachable(self.config, exc))
             else:
-                logger.info("MCP server %s went away: %s", self.config.name, _reason(exc))
+                logger.info("MCP server %s went away: %s", self.config.name, failure_reason(exc))
         finally:
             self._client = None
 
@@ -108,7 +109,7 @@ class McpSession:
             raise
         except Exception as exc:  # noqa: BLE001 - the protocol or transport failed
             raise McpServerError(
-                f"The MCP server '{self.config.name}' failed the call: {_reason(exc)}"
+                f"The MCP server '{self.config.name}' failed the call: {failure_reason(exc)}"
             ) from None
         finally:
             if not watch.done():  # timed out, cancelled, or the server went away
@@ -141,7 +142,7 @@ class RunSessions:
     """The MCP sessions of one run: `call()` opens a server's session at its first use;
     `aclose()` (the run's end) closes them all. `opened` counts sessions opened."""
 
-    def __init__(self, allowed: frozenset[str], egress: EgressPolicy = EgressPolicy()) -> None:
+    def __init__(self, allowed: frozenset[str], egress: EgressPolicy = PUBLIC_ONLY) -> None:
         self._allowed = allowed
         self._egress = egress
         self._sessions: dict[str, McpSession] = {}
@@ -178,19 +179,11 @@ class RunSessions:
             await asyncio.gather(*(s.close() for s in sessions), return_exceptions=True)
 
 
-def _reason(exc: BaseException) -> str:
-    """One readable line for an SDK or transport failure (exception groups unwrapped)."""
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        exc = exc.exceptions[0]
-    text = str(exc).strip() or type(exc).__name__
-    return text.splitlines()[0][:300]
-
-
 def _unreachable(config: McpServerConfig, exc: BaseException) -> ToolError:
     if isinstance(exc, ToolError):
         return exc
     refused = find_refusal(exc)
     if refused is not None:
         return McpServerError(f"The MCP server '{config.name}' was not called: {refused}")
-    return McpServerError(f"The MCP server '{config.name}' could not be reached: {_reason(exc)}")
+    return McpServerError(f"The MCP server '{config.name}' could not be reached: {failure_reason(exc)}")
 
