@@ -233,6 +233,10 @@ class EgressPolicy:
         return EgressTransport(self, verify=verify, limits=limits or httpx2.Limits())
 
 
+#: The rule with nothing allowed (ORCHESTRA_EGRESS_ALLOW empty): public addresses only.
+PUBLIC_ONLY = EgressPolicy()
+
+
 @functools.cache
 def _parse(text: str) -> EgressPolicy:
     entries = tuple(_parse_entry(part.strip()) for part in text.split(",") if part.strip())

@@ -14,7 +14,15 @@ from typing import Any, Optional
 import typer
 
 from orchestra.cli.console import ExitCode, fail, handle_errors, out, print_json, success
-from orchestra.cli.remote import JSON, SERVER, TOKEN, connect, resolve_named, resolve_provider, show_fields
+from orchestra.cli.remote import (
+    JSON,
+    SERVER,
+    TOKEN,
+    connect,
+    resolve_named,
+    resolve_provider,
+    show_fields,
+)
 from orchestra.cli.remote import without_message as _worker
 
 app = typer.Typer(help="Your workers on a server: list, create, show, update, delete.", no_args_is_help=True)

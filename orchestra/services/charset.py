@@ -67,7 +67,7 @@ def code_ranges(wanted) -> list[tuple[int, int]]:
     return found
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def nfkc_class(allowed: str) -> str:
     """A class of the characters whose NFKC form is one character matching the regular
     expression class `allowed` (e.g. `[\\w.@-]`): computed once from this Python's data."""

@@ -29,8 +29,13 @@ from orchestra.egress import SETTING as EGRESS_SETTING
 from orchestra.engine.tools import ToolError
 from orchestra.engine.tools.mcp.catalog import McpCatalog, server_config
 from orchestra.engine.tools.mcp.client import McpServerConfig
-from orchestra.engine.tools.mcp.stdio import STDIO_SETTING, command_problem, command_refusal, env_refusal
 from orchestra.engine.tools.mcp.sessions import McpSession
+from orchestra.engine.tools.mcp.stdio import (
+    STDIO_SETTING,
+    command_problem,
+    command_refusal,
+    env_refusal,
+)
 from orchestra.errors import ConflictError, NotFoundError, ValidationError
 from orchestra.services.providers import BASE_URL
 

@@ -16,9 +16,9 @@ from peewee import IntegrityError
 from orchestra.core import Core
 from orchestra.db.database import release_connection
 from orchestra.db.models import Provider, SystemNode, Worker, iso, name_key, storable
-from orchestra.engine.llm.base import LLMError
 from orchestra.egress import SETTING as EGRESS_SETTING
 from orchestra.egress import find_refusal
+from orchestra.engine.llm.base import LLMError
 from orchestra.engine.llm.factory import SUPPORTED_KINDS, make_client
 from orchestra.engine.llm.openai_compat import DEFAULT_BASE_URLS
 from orchestra.errors import ConflictError, NotFoundError, ValidationError

@@ -62,7 +62,7 @@ class Directives:
     text: str | None = None
 
     @classmethod
-    def of(cls, prompt: str) -> "Directives":
+    def of(cls, prompt: str) -> Directives:
         found = cls()
         for match in _DIRECTIVE.finditer(prompt):
             name, value = match.group(1), _value_at(prompt, match.end())

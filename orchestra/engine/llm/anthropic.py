@@ -14,7 +14,7 @@ from typing import Any
 
 import anthropic
 
-from orchestra.egress import EgressPolicy, find_refusal
+from orchestra.egress import PUBLIC_ONLY, EgressPolicy, find_refusal
 from orchestra.engine.llm.base import (
     STRUCTURED_TOOL,
     ChatMessage,
@@ -161,7 +161,7 @@ class AnthropicClient:
         timeout: float = 60.0,
         max_tokens: int = DEFAULT_MAX_TOKENS,
         http_client: Any = None,
-        egress: EgressPolicy = EgressPolicy(),
+        egress: EgressPolicy = PUBLIC_ONLY,
     ) -> None:
         """`http_client` (an SDK-compatible async HTTP client) replaces the SDK's own,
         e.g. to route through a test transport; without one, connections obey `egress`."""

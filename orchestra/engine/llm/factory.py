@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from orchestra.egress import EgressPolicy
+from orchestra.egress import PUBLIC_ONLY, EgressPolicy
 from orchestra.engine.llm.base import ChatClient, LLMError
 
 SUPPORTED_KINDS = ("openai", "deepseek", "anthropic", "ollama", "openai_compatible")
@@ -10,7 +10,7 @@ SUPPORTED_KINDS = ("openai", "deepseek", "anthropic", "ollama", "openai_compatib
 
 def make_client(
     *, kind: str, api_key: str | None, base_url: str | None, timeout: float = 60.0,
-    egress: EgressPolicy = EgressPolicy(),
+    egress: EgressPolicy = PUBLIC_ONLY,
 ) -> ChatClient:
     """A client for `kind`; `base_url` overrides the kind's default endpoint. Its
     connections obey `egress` (the default: public addresses only).

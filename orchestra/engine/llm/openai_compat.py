@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx2 as httpx
 
+from orchestra.egress import PUBLIC_ONLY, EgressPolicy, find_refusal
 from orchestra.engine.llm.base import (
     ChatMessage,
     ChatResult,
@@ -26,7 +27,6 @@ from orchestra.engine.llm.base import (
     Usage,
     schema_instructions,
 )
-from orchestra.egress import EgressPolicy, find_refusal
 from orchestra.engine.llm.retry import retry_after_from_headers
 from orchestra.tls import client_tls
 
@@ -230,7 +230,7 @@ class OpenAICompatClient:
         api_key: str | None,
         base_url: str | None,
         timeout: float = 60.0,
-        egress: EgressPolicy = EgressPolicy(),
+        egress: EgressPolicy = PUBLIC_ONLY,
     ) -> None:
         if kind not in OPENAI_KINDS:
             raise LLMError(f"Unsupported provider kind for the OpenAI client: {kind!r}.")

@@ -7,11 +7,11 @@ from sanic.response import json
 
 from orchestra.engine.tools import REGISTRY
 from orchestra.services import agents
+from orchestra.services.providers import NAME_MAX
 from orchestra.services.roles import Role
 from orchestra.web.apidoc import models as out
 from orchestra.web.apidoc.operation import Link, documented
 from orchestra.web.apidoc.rules import display_name, id_rule, model_rule, name_rule, rule, text_rule
-from orchestra.services.providers import NAME_MAX
 from orchestra.web.auth import protected
 from orchestra.web.paging import PAGE_ERRORS, page_args, page_body, page_params
 from orchestra.web.responses import SUCCESS

@@ -8,10 +8,10 @@ from sanic.response import json
 
 from orchestra.engine.tools.mcp.stdio import COMMAND_PATTERN, ENV_NAME_PATTERN
 from orchestra.services import mcp as mcp_service
+from orchestra.services.charset import SPACE_RANGES, char_class
 from orchestra.services.roles import Role
 from orchestra.web.apidoc import models as out
 from orchestra.web.apidoc.operation import Link, documented
-from orchestra.services.charset import SPACE_RANGES, char_class
 from orchestra.web.apidoc.rules import URL_PATTERN, rule
 from orchestra.web.auth import protected
 from orchestra.web.responses import SUCCESS

@@ -20,7 +20,7 @@ class McpTool(Tool):
     """One tool of one MCP server; runs through the calling run's session to it, and
     records how the server answered (its status is that of the last contact)."""
 
-    def __init__(self, config: McpServerConfig, tool: dict[str, Any], catalog: "McpCatalog | None" = None) -> None:
+    def __init__(self, config: McpServerConfig, tool: dict[str, Any], catalog: McpCatalog | None = None) -> None:
         self.config = config
         self.catalog = catalog
         self.tool_name = str(tool["name"])
