@@ -69,6 +69,7 @@ class McpCatalog:
         self._db = db
         self._decrypt = decrypt
         self.snapshot: StoreSnapshot[dict[str, McpTool]] = StoreSnapshot(self._read, {}, max_age=max_age)
+        self._status: dict[str, str | None] = {}  # server id -> last_error, as last read or written
 
     def invalidate(self) -> None:
         self.snapshot.invalidate()
@@ -84,8 +85,13 @@ class McpCatalog:
 
     async def contact(self, server_id: str, error: str | None) -> None:
         """Store the outcome of a contact with a server (a tool call at run time), as a
-        refresh does: `last_error` set, or cleared once it answers again. The row is written
-        only when the status changes; a store that is away does not fail the call."""
+        refresh does: `last_error` set, or cleared once it answers again. Nothing is sent to
+        the store while the status read with the catalog is unchanged (a call that answers,
+        as the last did, costs no round trip; a change anywhere drops the catalog through
+        its cache hint), and the row is written only when it differs; a store that is away
+        does not fail the call."""
+        if server_id in self._status and self._status[server_id] == error:
+            return
         changed = McpServer.last_error.is_null(False) if error is None else (
             McpServer.last_error.is_null() | (McpServer.last_error != error))
         try:
@@ -93,9 +99,12 @@ class McpCatalog:
                                     .where((McpServer.id == server_id) & changed))
         except Exception as exc:  # noqa: BLE001 - the status is a hint; the call's outcome stands
             logger.warning("MCP server %s: its status could not be stored: %r", server_id, exc)
+            return
+        self._status[server_id] = error
 
     async def _read(self) -> dict[str, McpTool]:
         rows = await self._db.list(McpServer.select().order_by(McpServer.name_key))
+        self._status = {row.id: row.last_error for row in rows}
         tools: dict[str, McpTool] = {}
         for row in rows:
             try:
