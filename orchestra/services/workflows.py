@@ -72,18 +72,30 @@ async def check_template(
             _problem(checked.problems, field, problem)
     if not checked.workers:
         return checked
-    mine = await core.db.list(Worker.select(Worker.id, Worker.name, Worker.name_key).where(Worker.owner == owner_id))
-    by_id = {w.id: w for w in mine}
-    by_name = {w.name_key: w for w in mine}
+    refs = {ref for _field, ref, _agent in checked.workers}
+    named = await core.db.list(Worker.select(Worker.id, Worker.name_key).where(
+        (Worker.owner == owner_id) & (Worker.id.in_(refs) | Worker.name_key.in_({name_key(r) for r in refs}))))
+    by_id = {w.id: w for w in named}
+    by_name = {w.name_key: w for w in named}
+    names: str | None = None  # the owner's worker names, read only for an error
     for field, ref, agent in checked.workers:
         worker = by_id.get(ref) or by_name.get(name_key(ref))
         if worker is None:
-            names = ", ".join(sorted(w.name for w in mine)) or "none yet"
+            if names is None:
+                names = ", ".join(await _worker_names(core, owner_id)) or "none yet"
             _problem(checked.problems, field,
                      f"unknown worker {ref!r}: not the id or name of one of your workers (yours: {names})")
         else:
             agent["worker"] = worker.id  # a name is resolved once, here: runs use the id
     return checked
+
+
+async def _worker_names(core: Core, owner_id: str, most: int = 20) -> list[str]:
+    """The owner's first `most` worker names (by name), then "…" when there are more."""
+    rows = await core.db.list(Worker.select(Worker.name).where(Worker.owner == owner_id)
+                              .order_by(Worker.name_key).limit(most + 1))
+    names = [w.name for w in rows[:most]]
+    return names + (["…"] if len(rows) > most else [])
 
 
 async def validate_steps(core: Core, *, owner_id: str, steps: list[Any],
