@@ -517,11 +517,12 @@ class FakeLLM:
 
     @property
     def chat_requests(self) -> list[dict[str, Any]]:
-        """The JSON bodies of the chat-completion requests received so far."""
+        """The JSON bodies of the chat-completion requests received so far, those that were
+        a JSON object: a client killed mid-request leaves one in `requests` that asked nothing."""
         return [
             r.body
             for r in self.requests
-            if r.method == "POST" and r.path.rstrip("/").endswith("/chat/completions")
+            if r.method == "POST" and r.path.rstrip("/").endswith("/chat/completions") and isinstance(r.body, dict)
         ]
 
     # -- used by the handler --------------------------------------------------------

@@ -4,8 +4,10 @@ the structured fields, the tool and its arguments, and how many times it fails."
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
+import time
 
 import httpx
 import pytest
@@ -66,3 +68,20 @@ def test_help_documents_every_directive_with_an_example():
     for example in ("fake:category=billing", "fake:tool=", 'fake:args={"timezone": "Europe/Paris"}',
                     "fake:fail=2", "fake:fail_status=", "fake:value=", "fake:text="):
         assert example in shown.stdout, example
+
+
+def test_a_request_cut_before_its_body_is_no_chat_request():
+    """A client killed between its request head and its body (a server process under
+    kill -9) asked the model nothing: it is recorded, but not among the chat requests that
+    tests count prompts in."""
+    with FakeLLM() as fake:
+        port = int(fake.base_url.rsplit(":", 1)[1].split("/")[0])
+        with socket.create_connection(("127.0.0.1", port)) as conn:
+            conn.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 50\r\n"
+                         b"Authorization: Bearer k\r\n\r\n")
+        _ask(fake, "a whole one")
+        deadline = time.monotonic() + 5
+        while len(fake.requests) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(fake.requests) == 2
+        assert [body["messages"][-1]["content"] for body in fake.chat_requests] == ["a whole one"]
