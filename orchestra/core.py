@@ -1,52 +1,61 @@
-"""The composition root: the resources every entry point shares (settings, the store,
-hashing, tokens, secrets, signals) and the one place the run engine is wired to them.
+"""The composition root: `Core.open(settings)` builds, in this one place, everything a
+process shares — the store, hashing, tokens, secrets, signals, the caches and their
+invalidation, the agent cache, the tool registry, the MCP catalog, the user snapshot,
+the outage state, the event log and the run engine — and `close()` takes it down.
 
-The web app keeps one `Core` on `app.ctx.core`; CLI commands open one for the
-duration of a command. Services take it as their first argument. `core.engine` builds
-the engine on first use with what it needs from the services (agents, tools, the
-upload reader, the signals): the engine itself imports nothing from services.
+The root stands above services and engine: it imports them, nothing in them imports
+it (services are typed against `orchestra.services.shared.Shared`, whose fields `Core`
+fills). The web app keeps one `Core` on `app.ctx.core`; a CLI command opens one for
+its duration.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
 
 from orchestra.db import migrate
 from orchestra.db.database import connect, is_postgres_url
-from orchestra.db.signals import Signals, make_signals
+from orchestra.db.outage import StoreOutage
+from orchestra.db.signals import make_signals
+from orchestra.engine.engine import Engine
+from orchestra.engine.log import EventLog
+from orchestra.engine.tools import default_registry
+from orchestra.engine.tools.mcp.catalog import McpCatalog
+from orchestra.services import uploads
+from orchestra.services.agent_cache import AGENT_TABLES, AgentCache
+from orchestra.services.caches import Caches
 from orchestra.services.crypto import SecretBox
 from orchestra.services.passwords import PasswordService
+from orchestra.services.shared import Shared
 from orchestra.services.tokens import TokenService
+from orchestra.services.user_snapshot import UserSnapshot
 from orchestra.settings import Settings
 
-if TYPE_CHECKING:
-    from orchestra.engine.engine import Engine
+MCP_TABLES = frozenset({"mcp_server"})
 
 
-@dataclass
-class Core:
-    settings: Settings
-    db: Any
-    passwords: PasswordService
-    tokens: TokenService
-    secrets: SecretBox
-    signals: Signals  # cross-process hints; listening starts when a server (or engine) needs it
-    # Filled by later layers (the engine, caches) when they start; see web/app.py.
-    extras: dict[str, Any] = field(default_factory=dict)
+@dataclass(eq=False)
+class Core(Shared):
+    """Everything this process shares, built by `open` (see `Shared` for the fields)."""
 
     @classmethod
-    async def open(cls, settings: Settings, *, migrate_schema: bool = True) -> "Core":
-        """Connect the store (applying pending migrations) and build the services."""
+    async def open(cls, settings: Settings, *, migrate_schema: bool = True) -> Core:
+        """Connect the store (applying pending migrations) and build every part."""
         settings.ensure_home()
         secret = settings.load_secret_key()
         postgres = is_postgres_url(settings.database_url)
         db = connect(settings.database_url, pool_size=settings.db_pool_size if postgres else 8)
         if migrate_schema:
             await migrate.upgrade(db)
-        return cls(
+        secrets = SecretBox(secret)
+        signals = make_signals(settings)
+        mcp_catalog = McpCatalog(db, secrets.decrypt)
+        tool_registry = default_registry()
+        tool_registry.add_source(mcp_catalog)
+        core = cls(
             settings=settings,
             db=db,
+            is_postgres=postgres,
             passwords=PasswordService(
                 time_cost=settings.argon2_time_cost,
                 memory_cost=settings.argon2_memory_cost,
@@ -57,59 +66,64 @@ class Core:
             tokens=TokenService(
                 secret=secret, access_ttl=settings.access_ttl, refresh_ttl=settings.refresh_ttl
             ),
-            secrets=SecretBox(secret),
-            signals=make_signals(settings),
+            secrets=secrets,
+            signals=signals,
+            outage=StoreOutage(),
+            caches=Caches(),
+            # On SQLite it probes the file's version; on PostgreSQL a trigger's hint.
+            user_snapshot=UserSnapshot(
+                None if postgres else db.database,
+                signals if postgres else None,
+                access_ttl=settings.access_ttl,
+            ),
+            agent_cache=AgentCache(db, secrets.decrypt, signals),
+            tool_registry=tool_registry,
+            mcp_catalog=mcp_catalog,
+            event_log=EventLog(db),
         )
+        wire_caches(core)
+        core.engine = build_engine(core)
 
-    @property
-    def engine(self) -> "Engine":
-        """This Core's one run engine (kept in `extras["engine"]`), built on first use.
-        Deleting a user stops their live runs; closing the Core stops the engine."""
-        engine = self.extras.get("engine")
-        if engine is None:
-            engine = self.extras["engine"] = self._build_engine()
-        return engine
+        async def stop_their_runs(user_id: str) -> None:
+            await core.engine.cancel_owner(user_id, reason="The run's user was deleted.")
 
-    def _build_engine(self) -> "Engine":
-        # Imported here: services import this module for `Core`.
-        from orchestra.engine.engine import Engine
-        from orchestra.services import uploads
-        from orchestra.services.agents import agent_cache, tool_registry
+        async def drop_their_workers(user_id: str) -> None:  # they went with the user
+            core.caches.changed("worker")
 
-        async def read_upload(owner_id: str, file_id: str) -> str:
-            return await uploads.read_text(self, owner_id=owner_id, file_id=file_id)
-
-        engine = Engine(
-            self,
-            agents=agent_cache(self),
-            registry=tool_registry(self),
-            read_upload=read_upload,
-            signals=self.signals,
-            exclusive=not self.is_postgres,
-        )
-
-        async def on_user_deleted(user_id: str) -> None:
-            await engine.cancel_owner(user_id, reason="The run's user was deleted.")
-
-        self.extras.setdefault("on_user_deleted", []).append(on_user_deleted)
-        self.extras.setdefault("on_close", []).append(engine.stop)
-        return engine
-
-    @property
-    def is_postgres(self) -> bool:
-        return is_postgres_url(self.settings.database_url)
-
-    def write_transaction(self):
-        """A transaction that reads, then writes. On SQLite it takes the write lock at
-        BEGIN (IMMEDIATE): a deferred one that read first would fail with "database is
-        locked" when a concurrent writer got in between, instead of waiting its turn."""
-        return self.db.atomic() if self.is_postgres else self.db.atomic(lock_type="IMMEDIATE")
+        core.on_user_deleted.extend((stop_their_runs, drop_their_workers))
+        return core
 
     async def close(self) -> None:
-        """Stop what was started on this Core (the engine's runs are handed back), then
-        release the pool (aiosqlite threads would otherwise keep the process alive)."""
-        for hook in self.extras.pop("on_close", []):
-            await hook()
+        """Stop the engine (its runs are handed back), stop listening, then release the
+        pool (aiosqlite threads would otherwise keep the process alive)."""
+        await self.engine.stop()
         await self.signals.stop()
         self.passwords.close()
         await self.db.close_pool()
+
+
+def wire_caches(core: Shared) -> None:
+    """A change on any process (the PostgreSQL trigger's `cache` hint, or a reload
+    anywhere) drops the copies built from that table; a lost LISTEN connection drops
+    them all, since hints may have been missed."""
+    core.caches.register(AGENT_TABLES, core.agent_cache.invalidate)
+    core.caches.register(MCP_TABLES, core.mcp_catalog.invalidate)
+    core.signals.on("cache", core.caches.changed)
+    core.signals.on_resync(core.caches.invalidate_all)
+
+
+def build_engine(core: Shared) -> Engine:
+    """A run engine given this process's parts (a test builds a second one to play the
+    next process after a stop)."""
+
+    async def read_upload(owner_id: str, file_id: str) -> str:
+        return await uploads.read_text(core, owner_id=owner_id, file_id=file_id)
+
+    return Engine(
+        core,
+        agents=core.agent_cache,
+        registry=core.tool_registry,
+        read_upload=read_upload,
+        signals=core.signals,
+        exclusive=not core.is_postgres,
+    )

@@ -126,13 +126,6 @@ class RateLimitedError(OrchestraError):
     default_message = "Too many requests; try again later."
 
 
-class ProviderError(OrchestraError):
-    """The model provider answered with an error or could not be reached."""
-
-    status, error = 502, "ProviderError"
-    default_message = "The model provider could not be reached."
-
-
 class OverloadedError(OrchestraError):
     status, error = 503, "OverloadedError"
     default_message = "The server is busy; try again shortly."

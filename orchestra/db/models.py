@@ -268,19 +268,3 @@ class McpServer(NamedModel):
     created_by = ForeignKeyField(User, null=True, on_delete="SET NULL")
     created_at = DateTimeField(default=utcnow)
     updated_at = DateTimeField(default=utcnow)
-
-
-ALL_MODELS = [
-    User,
-    RefreshToken,
-    Provider,
-    Skill,
-    Worker,
-    SystemNode,
-    Upload,
-    WorkflowTemplate,
-    WorkflowRun,
-    RunStep,
-    RunEvent,
-    McpServer,
-]

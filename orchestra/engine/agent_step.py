@@ -29,7 +29,7 @@ from orchestra.engine.tools import ToolContext, ToolError
 from orchestra.engine.vocabulary import EventKind
 from orchestra.errors import OrchestraError
 from orchestra.observability import runs as observe
-from orchestra.observability.instrument import instrument_client
+from orchestra.engine.llm.instrumented import instrument_client
 
 logger = logging.getLogger("orchestra.engine")
 
@@ -234,19 +234,10 @@ class AgentSteps:
         return result, await coalescer.take()
 
     async def _client_for(self, config) -> Any:
-        """One provider client per (kind, URL, key), reused across steps and runs; built in
-        a thread the first time (importing a provider SDK takes ~1–4 s of CPU), holding no
-        store connection meanwhile."""
-        key = (config.provider_kind, config.provider_base_url, config.provider_api_key)
-        client = self._clients.get(key)
-        if client is None:
-            await self.log.release()
-            async with self._clients_lock:
-                client = self._clients.get(key)
-                if client is None:
-                    client = await asyncio.to_thread(self._build_client, config)
-                    self._clients[key] = client
-        return client
+        """The provider's client (`ProviderClients`), built in a thread the first time
+        (importing a provider SDK takes ~1–4 s of CPU), holding no store connection
+        meanwhile."""
+        return await self.clients.get(config, before_build=self.log.release)
 
     def _build_client(self, config) -> Any:
         return instrument_client(make_client(

@@ -6,7 +6,7 @@ answers replies and cancels from any process.
 turns and tool calls), `questions` (human questions and replies). A run's own writes go
 through its `RunWriter`, in order. The engine is given what it needs — an agent
 resolver, the tool registry, a file reader, the signals — by the composition root
-(`orchestra.core.Core.engine`); it imports nothing from services.
+(`orchestra.core`); it imports nothing from services.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-from orchestra.db.models import WorkflowRun
 from orchestra.db.database import make_database
+from orchestra.db.models import WorkflowRun
 from orchestra.db.outage import StoreOutage
 from orchestra.db.signals import Signals
 from orchestra.engine.agent_step import AgentSteps
@@ -26,6 +26,7 @@ from orchestra.engine.containers import Containers
 from orchestra.engine.feed import Feeds
 from orchestra.engine.language.sandbox import Bounds, Sandbox
 from orchestra.engine.live import LiveRun
+from orchestra.engine.llm.clients import ProviderClients
 from orchestra.engine.log import EventLog
 from orchestra.engine.ownership import Ownership, process_identity
 from orchestra.engine.questions import HumanQuestions
@@ -70,10 +71,10 @@ class Engine(ClaimLoops, RunLifecycle, Scheduler, Containers, AgentSteps, HumanQ
         self.read_upload = read_upload
         self.signals = signals
         self.exclusive = exclusive  # one process serves this store (SQLite)
-        self.log = EventLog(core.db)
+        self.log: EventLog = core.event_log  # the process's one event log
         self.log.fence_for = self._fence_of  # an owner's appends check its claim
         self.feeds = Feeds(self.log, signals)
-        self.outage: StoreOutage = core.extras.setdefault("store_outage", StoreOutage())
+        self.outage: StoreOutage = core.outage
         self.lease_db = core.db  # the lease loop's connection; its own one on PostgreSQL
         self.ownership = Ownership(
             core.db, me=process_identity(), lease_seconds=self.settings.run_lease_seconds
@@ -86,8 +87,7 @@ class Engine(ClaimLoops, RunLifecycle, Scheduler, Containers, AgentSteps, HumanQ
         # user's heavy runs never make another's request wait for a worker.
         self.sandbox = Sandbox(Bounds.from_settings(self.settings))
         self.request_sandbox = Sandbox(Bounds.from_settings(self.settings))
-        self._clients: dict[tuple, Any] = {}
-        self._clients_lock = asyncio.Lock()
+        self.clients = ProviderClients(self._build_client)  # by provider; never keyed by a key
         self._loops: list[asyncio.Task] = []
         self._wake: asyncio.Event | None = None
         self._started: asyncio.Future | None = None
@@ -172,12 +172,7 @@ class Engine(ClaimLoops, RunLifecycle, Scheduler, Containers, AgentSteps, HumanQ
                 await self.signals.notify("control", "wake:")
             except Exception:  # noqa: BLE001 - others find the runs on their next scan
                 pass
-        for client in self._clients.values():
-            try:
-                await client.aclose()
-            except Exception:  # noqa: BLE001 - closing is best effort
-                pass
-        self._clients.clear()
+        await self.clients.close()
         if self.lease_db is not self.db:
             try:
                 await self.lease_db.close_pool()

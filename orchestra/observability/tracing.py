@@ -36,10 +36,6 @@ def wanted() -> bool:
     return any(os.environ.get(name) for name in ENDPOINT_ENV)
 
 
-def enabled() -> bool:
-    return _tracer is not None
-
-
 def setup(exporter: Any = None, *, simple: bool = False) -> bool:
     """Start tracing in this process: to `exporter` (tests: an in-memory one), else to the
     OTLP endpoint of the environment. False when not asked for, or the extra is missing."""

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 
 from peewee import IntegrityError, fn
 
-from orchestra.core import Core
 from orchestra.db.database import release_connection
 from orchestra.db.models import RefreshToken, User, storable, utcnow
 from orchestra.errors import (
@@ -25,8 +24,9 @@ from orchestra.errors import (
     ValidationError,
 )
 from orchestra.services.roles import ROLE_NAMES, Role
+from orchestra.services.shared import Shared
 from orchestra.services.tokens import ACCESS, REFRESH
-from orchestra.services.user_snapshot import UserSnapshot, naive_utc
+from orchestra.services.user_snapshot import naive_utc
 
 USER_NAME_PATTERN = re.compile(r"^[\w.@-]+$")
 USER_NAME_LENGTH = (3, 64)
@@ -71,7 +71,7 @@ def parse_role(value: str, field: str = "new_authority") -> Role:
 # --- users ------------------------------------------------------------------------
 
 
-async def register(core: Core, *, user_name: str, password: str, role: Role = Role.USER) -> User:
+async def register(core: Shared, *, user_name: str, password: str, role: Role = Role.USER) -> User:
     """Store a new user with an argon2id hash of the password; returns the user."""
     name, key = normalize_user_name(user_name)
     check_password(password)
@@ -86,11 +86,11 @@ async def register(core: Core, *, user_name: str, password: str, role: Role = Ro
         )
     except IntegrityError:  # lost a race with a concurrent registration of the same name
         raise UserAlreadyExistsError(f"The user name '{name}' is taken.") from None
-    _snapshot(core).changed()
+    core.user_snapshot.changed()
     return user
 
 
-async def get_user(core: Core, user_id: str) -> User:
+async def get_user(core: Shared, user_id: str) -> User:
     """The user with this id, or UserNotExistError."""
     # An id that cannot exist is not sent to the store (PostgreSQL refuses NUL in text).
     user = None
@@ -101,7 +101,7 @@ async def get_user(core: Core, user_id: str) -> User:
     return user
 
 
-async def find_user(core: Core, user_name: str) -> User:
+async def find_user(core: Shared, user_name: str) -> User:
     """The user with this name (case-insensitive), or UserNotExistError."""
     try:
         _, key = normalize_user_name(user_name)
@@ -114,24 +114,12 @@ async def find_user(core: Core, user_name: str) -> User:
     return user
 
 
-def _snapshot(core: Core) -> UserSnapshot:
-    snapshot = core.extras.get("user_snapshot")
-    if snapshot is None:
-        snapshot = UserSnapshot(
-            None if core.is_postgres else core.db.database,
-            core.signals if core.is_postgres else None,
-            access_ttl=core.settings.access_ttl,
-        )
-        core.extras["user_snapshot"] = snapshot
-    return snapshot
-
-
-async def list_users(core: Core) -> list[User]:
+async def list_users(core: Shared) -> list[User]:
     """Every user, oldest first (re-read only when the store has changed)."""
-    return list(await _snapshot(core).users(core.db))
+    return list(await core.user_snapshot.users(core.db))
 
 
-async def set_role(core: Core, *, user_id: str, new_role: Role) -> User:
+async def set_role(core: Shared, *, user_id: str, new_role: Role) -> User:
     """Change a user's authority, keeping at least one super administrator."""
     async with core.write_transaction():
         user = await get_user(core, user_id)
@@ -139,27 +127,27 @@ async def set_role(core: Core, *, user_id: str, new_role: Role) -> User:
             await _ensure_not_last_super_administrator(core, "demote")
         user.role = new_role.value
         await user.asave(only=[User.role])
-    _snapshot(core).changed()
+    core.user_snapshot.changed()
     await revoke_all_tokens(core, user.id)
     return user
 
 
-async def delete_user(core: Core, *, user_id: str) -> User:
+async def delete_user(core: Shared, *, user_id: str) -> User:
     """Delete a user and everything the user owns, files included."""
     async with core.write_transaction():
         user = await get_user(core, user_id)
         if user.role == Role.SUPER_ADMINISTRATOR:
             await _ensure_not_last_super_administrator(core, "delete")
         await core.db.aexecute(User.delete().where(User.id == user.id))
-    _snapshot(core).changed()
+    core.user_snapshot.changed()
     await release_connection(core.db)  # removing the files may take a while
     await asyncio.to_thread(shutil.rmtree, core.settings.uploads_dir / user.id, ignore_errors=True)
-    for hook in core.extras.get("on_user_deleted", []):
+    for hook in core.on_user_deleted:
         await hook(user.id)
     return user
 
 
-async def set_password(core: Core, *, user_id: str, password: str) -> None:
+async def set_password(core: Shared, *, user_id: str, password: str) -> None:
     """Replace a user's password and end every session the user has."""
     check_password(password)
     user = await get_user(core, user_id)
@@ -169,7 +157,7 @@ async def set_password(core: Core, *, user_id: str, password: str) -> None:
     await revoke_all_tokens(core, user.id, stop_access=True)
 
 
-async def _ensure_not_last_super_administrator(core: Core, verb: str) -> None:
+async def _ensure_not_last_super_administrator(core: Shared, verb: str) -> None:
     query = User.select(User.id).where(User.role == Role.SUPER_ADMINISTRATOR.value)
     if core.is_postgres:  # lock the rows so two concurrent demotions cannot both pass
         query = query.for_update()
@@ -180,12 +168,12 @@ async def _ensure_not_last_super_administrator(core: Core, verb: str) -> None:
         )
 
 
-async def count_super_administrators(core: Core) -> int:
+async def count_super_administrators(core: Shared) -> int:
     return await core.db.count(User.select().where(User.role == Role.SUPER_ADMINISTRATOR.value))
 
 
 async def confirm_role(
-    core: Core, *, user_id: str, minimum: Role, family: str | None = None,
+    core: Shared, *, user_id: str, minimum: Role, family: str | None = None,
     issued_at: float = 0.0,
 ) -> User:
     """Re-read the caller from the store: a deleted or demoted user's token stops at once,
@@ -196,7 +184,7 @@ async def confirm_role(
     `family` is the token's `fam` claim; a token minted before families were named has
     none, and is refused when any of its user's families was revoked after it was issued
     (such tokens are all expired one access lifetime after the upgrade)."""
-    current = _snapshot(core).current()  # the store's state, when nothing changed since
+    current = core.user_snapshot.current()  # the store's state, when nothing changed since
     if current is not None:
         user = current.by_id.get(user_id)
         revoked = user is not None and current.access_revoked(user_id, family, issued_at)
@@ -212,7 +200,7 @@ async def confirm_role(
 
 
 async def _user_and_revocation(
-    core: Core, user_id: str, family: str | None, issued_at: float
+    core: Shared, user_id: str, family: str | None, issued_at: float
 ) -> tuple[User | None, bool]:
     """The user and whether the token's family was revoked, in one round trip."""
     revocations = RefreshToken.select(RefreshToken.jti).where(
@@ -232,7 +220,7 @@ async def _user_and_revocation(
 # --- login and tokens ---------------------------------------------------------------
 
 
-async def login(core: Core, *, user_name: str, password: str) -> TokenPair:
+async def login(core: Shared, *, user_name: str, password: str) -> TokenPair:
     """Verify the password and issue a token pair in a new refresh family."""
     core.passwords.ensure_capacity()  # overloaded: 503 before any store work
     user = await find_user(core, user_name)
@@ -245,7 +233,7 @@ async def login(core: Core, *, user_name: str, password: str) -> TokenPair:
     return await _issue_pair(core, user, family=uuid.uuid4().hex)
 
 
-async def refresh(core: Core, *, refresh_token: str) -> TokenPair:
+async def refresh(core: Shared, *, refresh_token: str) -> TokenPair:
     """Rotate a refresh token: single use; a reused one revokes its whole family."""
     claims = core.tokens.decode(refresh_token, expected_type=REFRESH)
     jti = claims["jti"]
@@ -275,7 +263,7 @@ async def refresh(core: Core, *, refresh_token: str) -> TokenPair:
     )
 
 
-async def _issue_pair(core: Core, user: User, *, family: str) -> TokenPair:
+async def _issue_pair(core: Shared, user: User, *, family: str) -> TokenPair:
     access = core.tokens.issue(
         user_id=user.id, name=user.user_name, role=user.role, token_type=ACCESS, family=family
     )
@@ -293,7 +281,7 @@ async def _issue_pair(core: Core, user: User, *, family: str) -> TokenPair:
     return TokenPair(access.token, refresh_token.token)
 
 
-async def _revoke_family(core: Core, family: str) -> None:
+async def _revoke_family(core: Shared, family: str) -> None:
     """A used refresh token came back: end the family, its access tokens included, on
     every process (the update changes the store's version; on PostgreSQL a trigger
     signals it)."""
@@ -302,10 +290,10 @@ async def _revoke_family(core: Core, family: str) -> None:
             RefreshToken.access_revoked_at, utcnow()
         )).where(RefreshToken.family == family)
     )
-    _snapshot(core).changed()
+    core.user_snapshot.changed()
 
 
-async def revoke_all_tokens(core: Core, user_id: str, *, stop_access: bool = False) -> None:
+async def revoke_all_tokens(core: Shared, user_id: str, *, stop_access: bool = False) -> None:
     """End every refresh family of a user (role change, password change). With
     `stop_access` (password change) the families' access tokens stop at once too; after
     a role change they keep working, at the lower of their role and the stored one."""
@@ -314,10 +302,10 @@ async def revoke_all_tokens(core: Core, user_id: str, *, stop_access: bool = Fal
         update["access_revoked_at"] = fn.COALESCE(RefreshToken.access_revoked_at, utcnow())
     await core.db.aexecute(RefreshToken.update(**update).where(RefreshToken.user == user_id))
     if stop_access:
-        _snapshot(core).changed()
+        core.user_snapshot.changed()
 
 
-async def prune_expired_tokens(core: Core, *, now: dt.datetime | None = None) -> int:
+async def prune_expired_tokens(core: Shared, *, now: dt.datetime | None = None) -> int:
     """Forget refresh tokens past their expiry (retention does this hourly: an expired
     token is refused by its own `exp`, so its row proves nothing any more); how many."""
     return await core.db.aexecute(

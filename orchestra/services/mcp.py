@@ -22,12 +22,11 @@ from typing import Any
 
 from peewee import OP, Expression, IntegrityError, Value
 
-from orchestra.core import Core
 from orchestra.db.database import release_connection
 from orchestra.db.models import McpServer, Worker, iso, name_key, storable, utcnow
 from orchestra.egress import SETTING as EGRESS_SETTING
 from orchestra.engine.tools import ToolError
-from orchestra.engine.tools.mcp.catalog import McpCatalog, server_config
+from orchestra.engine.tools.mcp.catalog import server_config
 from orchestra.engine.tools.mcp.client import McpServerConfig
 from orchestra.engine.tools.mcp.sessions import McpSession
 from orchestra.engine.tools.mcp.stdio import (
@@ -38,6 +37,7 @@ from orchestra.engine.tools.mcp.stdio import (
 )
 from orchestra.errors import ConflictError, NotFoundError, ValidationError
 from orchestra.services.providers import BASE_URL
+from orchestra.services.shared import Shared
 
 TRANSPORTS = ("streamable_http", "stdio")
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -52,25 +52,6 @@ MASK = "…"
 ERROR_MAX = 1000
 SAVE_PROBE_SECONDS = 10.0  # a save waits at most this long for the listing (refresh: the timeout)
 
-_CACHE_TABLES = frozenset({"mcp_server"})
-
-
-# --- the catalog of this process ---------------------------------------------------------
-
-
-def mcp_catalog(core: Core) -> McpCatalog:
-    """The one McpCatalog of this Core: dropped on a change anywhere (the PostgreSQL
-    trigger's `cache` hint, or this process's own writes) and after a lost LISTEN."""
-    catalog = core.extras.get("mcp_catalog")
-    if catalog is None:
-        catalog = core.extras["mcp_catalog"] = McpCatalog(core.db, core.secrets.decrypt)
-        core.signals.on("cache", lambda table: table in _CACHE_TABLES and catalog.invalidate())
-        core.signals.on_resync(catalog.invalidate)
-    return catalog
-
-
-def _invalidate(core: Core) -> None:
-    mcp_catalog(core).invalidate()
 
 
 # --- field rules ----------------------------------------------------------------------------
@@ -127,7 +108,7 @@ def clean_command(value: str | None, allowed: frozenset[str]) -> str:
     return command
 
 
-async def check_url_egress(core: Core, url: str) -> None:
+async def check_url_egress(core: Shared, url: str) -> None:
     """422 naming `url` and ORCHESTRA_EGRESS_ALLOW when the egress rule refuses it."""
     refusal = await core.settings.egress.url_refusal(url)
     if refusal:
@@ -183,14 +164,14 @@ def _clean_secrets(
     return result
 
 
-def _seal(core: Core, secrets: dict[str, str]) -> tuple[str | None, dict[str, str]]:
+def _seal(core: Shared, secrets: dict[str, str]) -> tuple[str | None, dict[str, str]]:
     if not secrets:
         return None, {}
     return (core.secrets.encrypt(json.dumps(secrets)),
             {key: mask_secret(value) for key, value in secrets.items()})
 
 
-def _open(core: Core, ciphertext: str | None, what: str, server: McpServer) -> dict[str, str]:
+def _open(core: Shared, ciphertext: str | None, what: str, server: McpServer) -> dict[str, str]:
     if not ciphertext:
         return {}
     try:
@@ -235,7 +216,7 @@ def server_view(server: McpServer) -> dict[str, Any]:
 
 
 async def probe(
-    core: Core, config: McpServerConfig, *, limit: float | None = None
+    core: Shared, config: McpServerConfig, *, limit: float | None = None
 ) -> tuple[list[dict[str, Any]] | None, str | None]:
     """Connect, list the tools, close: `(tools, None)` or `(None, error)`. Bounded by the
     server's timeout (or `limit`, if lower); no store connection is held meanwhile."""
@@ -273,7 +254,7 @@ def _name_taken(name: str) -> ConflictError:
     return ConflictError(f"An MCP server named '{name}' already exists (names ignore case).")
 
 
-async def _ensure_name_free(core: Core, name: str, *, except_id: str | None = None) -> None:
+async def _ensure_name_free(core: Shared, name: str, *, except_id: str | None = None) -> None:
     query = McpServer.select(McpServer.id).where(McpServer.name_key == name_key(name))
     if except_id is not None:
         query = query.where(McpServer.id != except_id)
@@ -282,7 +263,7 @@ async def _ensure_name_free(core: Core, name: str, *, except_id: str | None = No
 
 
 def _shape(
-    core: Core, *, transport: str, url: str | None, headers: dict[str, str] | None,
+    core: Shared, *, transport: str, url: str | None, headers: dict[str, str] | None,
     command: str | None, args: list[str] | None, env: dict[str, str] | None,
     stored: McpServer | None = None,
 ) -> dict[str, Any]:
@@ -309,7 +290,7 @@ def _shape(
             "args": clean_args(args), "env": _clean_secrets("env", env, old, hints, env_refusal, False, moved)}
 
 
-def _apply(core: Core, server: McpServer, fields: dict[str, Any]) -> McpServerConfig:
+def _apply(core: Shared, server: McpServer, fields: dict[str, Any]) -> McpServerConfig:
     server.url, server.command, server.args = fields["url"], fields["command"], fields["args"]
     server.headers_encrypted, server.headers_hint = _seal(core, fields["headers"])
     server.env_encrypted, server.env_hint = _seal(core, fields["env"])
@@ -330,7 +311,7 @@ def _record_probe(server: McpServer, tools: list[dict[str, Any]] | None, error: 
 
 
 async def create_server(
-    core: Core,
+    core: Shared,
     *,
     name: str,
     transport: str,
@@ -358,34 +339,23 @@ async def create_server(
         await server.asave(force_insert=True)
     except IntegrityError:
         raise _name_taken(name) from None
-    _invalidate(core)
+    core.caches.changed("mcp_server")
     return server
 
 
-async def list_servers(core: Core) -> list[McpServer]:
+async def list_servers(core: Shared) -> list[McpServer]:
     """Every server, by name."""
     return await core.db.list(McpServer.select().order_by(McpServer.name_key, McpServer.id))
 
 
-async def get_server(core: Core, server_id: str) -> McpServer:
+async def get_server(core: Shared, server_id: str) -> McpServer:
     server = await McpServer.aget_or_none(McpServer.id == server_id) if storable(server_id) else None
     if server is None:
         raise NotFoundError(f"No MCP server has the id '{server_id}'.")
     return server
 
 
-async def find_server(core: Core, name_or_id: str) -> McpServer:
-    """A server by id, or by name (case-insensitive)."""
-    if storable(name_or_id):
-        server = await McpServer.aget_or_none(McpServer.id == name_or_id)
-        if server is None:
-            server = await McpServer.aget_or_none(McpServer.name_key == name_key(name_or_id.strip()))
-        if server is not None:
-            return server
-    raise NotFoundError(f"No MCP server is named or has the id '{name_or_id}'.")
-
-
-async def _workers_using(core: Core, names: list[str]) -> list[Worker]:
+async def _workers_using(core: Shared, names: list[str]) -> list[Worker]:
     """Workers (of any user) whose tools include one named `<name>.…` for a name given."""
     if not names:
         return []
@@ -400,7 +370,7 @@ async def _workers_using(core: Core, names: list[str]) -> list[Worker]:
 
 
 async def update_server(
-    core: Core,
+    core: Shared,
     *,
     server_id: str,
     name: str,
@@ -437,15 +407,13 @@ async def update_server(
                 tools = [f"{name}.{t[len(old_name) + 1:]}" if t.startswith(f"{old_name}.") else t
                          for t in worker.tools]
                 await core.db.aexecute(Worker.update(tools=tools).where(Worker.id == worker.id))
-    _invalidate(core)
-    if name != old_name:
-        from orchestra.services.agents import agent_cache
-
-        agent_cache(core).invalidate()
+    core.caches.changed("mcp_server")
+    if name != old_name:  # workers' tool names were renamed with it
+        core.caches.changed("worker")
     return server
 
 
-async def delete_server(core: Core, *, server_id: str) -> McpServer:
+async def delete_server(core: Shared, *, server_id: str) -> McpServer:
     """Delete a server whose tools no worker uses; 409 naming the workers otherwise."""
     async with core.write_transaction():
         server = await get_server(core, server_id)
@@ -459,11 +427,11 @@ async def delete_server(core: Core, *, server_id: str) -> McpServer:
                                     for w in workers]},
             )
         await core.db.aexecute(McpServer.delete().where(McpServer.id == server.id))
-    _invalidate(core)
+    core.caches.changed("mcp_server")
     return server
 
 
-async def refresh_server(core: Core, *, server_id: str) -> McpServer:
+async def refresh_server(core: Shared, *, server_id: str) -> McpServer:
     """Connect and list the tools again; the outcome (tools, or last_error) is stored."""
     server = await get_server(core, server_id)
     try:
@@ -475,5 +443,5 @@ async def refresh_server(core: Core, *, server_id: str) -> McpServer:
     if tools is not None:
         values[McpServer.tools] = _valid_tools(tools)
     await core.db.aexecute(McpServer.update(values).where(McpServer.id == server.id))
-    _invalidate(core)
+    core.caches.changed("mcp_server")
     return await get_server(core, server_id)

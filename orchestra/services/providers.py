@@ -13,7 +13,6 @@ from typing import Any
 
 from peewee import IntegrityError
 
-from orchestra.core import Core
 from orchestra.db.database import release_connection
 from orchestra.db.models import Provider, SystemNode, Worker, iso, name_key, storable
 from orchestra.egress import SETTING as EGRESS_SETTING
@@ -24,6 +23,7 @@ from orchestra.engine.llm.openai_compat import DEFAULT_BASE_URLS
 from orchestra.errors import ConflictError, NotFoundError, ValidationError
 from orchestra.services.charset import has_control
 from orchestra.services.crypto import mask
+from orchestra.services.shared import Shared
 
 NAME_MAX = 128
 MODEL_MAX = 256
@@ -34,7 +34,7 @@ CHECK_TIMEOUT = 20.0
 _UNSET: Any = object()
 
 
-# --- field rules shared with agents.py -------------------------------------------------
+# --- field rules shared with services/agents -------------------------------------------------
 
 
 def clean_name(value: str, field: str = "name", max_length: int = NAME_MAX) -> str:
@@ -147,17 +147,19 @@ def provider_view(provider: Provider) -> dict[str, Any]:
     }
 
 
-def decrypt_api_key(core: Core, provider: Provider) -> str | None:
+def decrypt_api_key(core: Shared, provider: Provider) -> str | None:
     """The plain key, or None; ValueError when the server secret changed since storing it."""
     if provider.api_key_encrypted is None:
         return None
     return core.secrets.decrypt(provider.api_key_encrypted)
 
 
-def _invalidate(core: Core) -> None:
-    from orchestra.services.agents import agent_cache  # agents imports this module
-
-    agent_cache(core).invalidate()
+async def providers_by_id(core: Shared, ids: set[str]) -> dict[str, Provider]:
+    """The providers of these ids (for views naming a worker's or node's provider)."""
+    if not ids:
+        return {}
+    rows = await core.db.list(Provider.select().where(Provider.id.in_(list(ids))))
+    return {p.id: p for p in rows}
 
 
 # --- operations -------------------------------------------------------------------------
@@ -167,7 +169,7 @@ def _name_taken(name: str) -> ConflictError:
     return ConflictError(f"A provider named '{name}' already exists (names ignore case).")
 
 
-async def _ensure_name_free(core: Core, name: str, *, except_id: str | None = None) -> None:
+async def _ensure_name_free(core: Shared, name: str, *, except_id: str | None = None) -> None:
     """A friendly early 409; the unique index on `name_key` is what decides under races."""
     query = Provider.select(Provider.id).where(Provider.name_key == name_key(name))
     if except_id is not None:
@@ -181,7 +183,7 @@ def _check_shape(kind: str, base_url: str | None) -> None:
         raise ValidationError.field("base_url", "is required for the provider kind openai_compatible")
 
 
-async def _check_egress(core: Core, kind: str, base_url: str | None) -> None:
+async def _check_egress(core: Shared, kind: str, base_url: str | None) -> None:
     """422 naming base_url and ORCHESTRA_EGRESS_ALLOW when the egress rule refuses the
     URL the provider would be called at (the kind's default when base_url is null)."""
     url = base_url or DEFAULT_BASE_URLS.get(kind)
@@ -203,7 +205,7 @@ def _keep_key_check(provider: Provider, base_url: str | None) -> None:
 
 
 async def create_provider(
-    core: Core,
+    core: Shared,
     *,
     name: str,
     kind: str,
@@ -233,23 +235,23 @@ async def create_provider(
         )
     except IntegrityError:  # the unique name_key index: a concurrent create took the name
         raise _name_taken(name) from None
-    _invalidate(core)
+    core.caches.changed("provider")
     return provider
 
 
-async def list_providers(core: Core) -> list[Provider]:
+async def list_providers(core: Shared) -> list[Provider]:
     """Every provider, oldest first."""
     return await core.db.list(Provider.select().order_by(Provider.created_at, Provider.id))
 
 
-async def get_provider(core: Core, provider_id: str) -> Provider:
+async def get_provider(core: Shared, provider_id: str) -> Provider:
     provider = await Provider.aget_or_none(Provider.id == provider_id) if storable(provider_id) else None
     if provider is None:
         raise NotFoundError(f"No provider has the id '{provider_id}'.")
     return provider
 
 
-async def find_provider(core: Core, name_or_id: str) -> Provider:
+async def find_provider(core: Shared, name_or_id: str) -> Provider:
     """A provider by id, or by name (case-insensitive); for the CLI."""
     if not storable(name_or_id):
         raise NotFoundError(f"No provider is named or has the id '{name_or_id}'.")
@@ -262,7 +264,7 @@ async def find_provider(core: Core, name_or_id: str) -> Provider:
 
 
 async def update_provider(
-    core: Core,
+    core: Shared,
     *,
     provider_id: str,
     name: str = _UNSET,
@@ -296,11 +298,11 @@ async def update_provider(
         await provider.asave()
     except IntegrityError:  # the unique name_key index: a concurrent rename took the name
         raise _name_taken(provider.name) from None
-    _invalidate(core)
+    core.caches.changed("provider")
     return provider
 
 
-async def delete_provider(core: Core, *, provider_id: str) -> Provider:
+async def delete_provider(core: Shared, *, provider_id: str) -> Provider:
     """Delete a provider no worker or system node uses; 409 naming the users otherwise."""
     async with core.write_transaction():
         provider = await get_provider(core, provider_id)
@@ -330,7 +332,7 @@ async def delete_provider(core: Core, *, provider_id: str) -> Provider:
             raise ConflictError(
                 f"Provider '{provider.name}' is in use by a worker; try again."
             ) from None
-    _invalidate(core)
+    core.caches.changed("provider")
     return provider
 
 
@@ -358,7 +360,7 @@ def _check_error(name: str, err: LLMError) -> str:
     return f"Provider '{name}' refused the request (HTTP {status})."
 
 
-async def check_provider(core: Core, *, provider_id: str) -> dict[str, Any]:
+async def check_provider(core: Shared, *, provider_id: str) -> dict[str, Any]:
     """Ask the provider for its models with the stored key and URL: `{ok: true, models}`,
     or `{ok: false, error}` when it cannot be reached or refuses (SPEC §3); 404 only for
     an unknown provider."""

@@ -20,10 +20,10 @@ from dataclasses import dataclass
 
 from peewee import ModelSelect
 
-from orchestra.core import Core
 from orchestra.db.database import release_connection
 from orchestra.db.models import WorkflowRun, utcnow
 from orchestra.services.auth import prune_expired_tokens
+from orchestra.services.shared import Shared
 
 logger = logging.getLogger("orchestra.retention")
 
@@ -63,7 +63,7 @@ def _ended_before(cutoff: dt.datetime) -> ModelSelect:
     )
 
 
-async def _delete_batch(core: Core, cutoff: dt.datetime, batch: int) -> int | None:
+async def _delete_batch(core: Shared, cutoff: dt.datetime, batch: int) -> int | None:
     """Delete up to `batch` ended runs and their rows in one transaction; the number
     deleted, or None when another process holds the retention lock."""
     async with core.write_transaction():
@@ -82,7 +82,7 @@ async def _delete_batch(core: Core, cutoff: dt.datetime, batch: int) -> int | No
 
 
 async def prune_runs(
-    core: Core, *, older_than: dt.timedelta, now: dt.datetime | None = None, batch: int = BATCH,
+    core: Shared, *, older_than: dt.timedelta, now: dt.datetime | None = None, batch: int = BATCH,
     stop: asyncio.Event | None = None,
 ) -> int | None:
     """Delete runs that ended more than `older_than` before `now`; how many (None: another
@@ -102,7 +102,7 @@ async def prune_runs(
 
 
 async def prune(
-    core: Core, *, older_than: dt.timedelta | None, now: dt.datetime | None = None,
+    core: Shared, *, older_than: dt.timedelta | None, now: dt.datetime | None = None,
     stop: asyncio.Event | None = None,
 ) -> Pruned:
     """One round: ended runs older than `older_than` (None: keep every run) and expired
@@ -117,7 +117,7 @@ class RetentionTimer:
     """The server's retention: a round at start, then one every PERIOD_SECONDS. Stopping
     lets a round's current batch finish (a store statement is never cancelled midway)."""
 
-    def __init__(self, core: Core, *, period: float = PERIOD_SECONDS) -> None:
+    def __init__(self, core: Shared, *, period: float = PERIOD_SECONDS) -> None:
         self.core = core
         self.period = period
         self.task: asyncio.Task | None = None

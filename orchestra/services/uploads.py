@@ -42,11 +42,11 @@ from peewee import fn
 from python_multipart.exceptions import FormParserError
 from python_multipart.multipart import MultipartParser, parse_options_header
 
-from orchestra.core import Core
 from orchestra.db.database import release_connection
 from orchestra.db.models import Upload, User, iso, new_id, storable
 from orchestra.errors import BadRequestError, NotFoundError, PayloadTooLargeError, ValidationError
 from orchestra.services.paging import DEFAULT_LIMIT, Page, keyset_page
+from orchestra.services.shared import Shared
 
 FIELD = "file"
 MAX_FILES = 20  # file parts in one request
@@ -112,7 +112,7 @@ def describe(upload: Upload) -> dict[str, Any]:
     }
 
 
-def owner_dir(core: Core, owner_id: str) -> Path:
+def owner_dir(core: Shared, owner_id: str) -> Path:
     """`uploads/<owner_id>`; the id comes from our own token, checked to be one component."""
     if not _SAFE_COMPONENT.match(owner_id):
         raise NotFoundError("No such file.")
@@ -326,7 +326,7 @@ class _Receiver:
 
 
 async def receive(
-    core: Core, *, owner_id: str, content_type: str | None, chunks: AsyncIterable[bytes]
+    core: Shared, *, owner_id: str, content_type: str | None, chunks: AsyncIterable[bytes]
 ) -> list[Upload]:
     """Store every `file` part of a multipart/form-data body arriving as `chunks`.
 
@@ -431,7 +431,7 @@ def quota_message(quota: int, used: int, incoming: int) -> str:
     )
 
 
-async def stored_bytes(core: Core, owner_id: str) -> int:
+async def stored_bytes(core: Shared, owner_id: str) -> int:
     """The bytes of all of the owner's stored uploads."""
     rows = await core.db.list(
         Upload.select(fn.COALESCE(fn.SUM(Upload.size), 0).alias("total"))
@@ -440,7 +440,7 @@ async def stored_bytes(core: Core, owner_id: str) -> int:
     return int(rows[0].total) if rows else 0
 
 
-async def _commit(core: Core, owner_id: str, parts: list[_Part]) -> list[Upload]:
+async def _commit(core: Shared, owner_id: str, parts: list[_Part]) -> list[Upload]:
     """Check the quota, rename the finished temp files into place and record them, in one
     transaction that holds the owner's lock: concurrent uploads of one user (on any
     process) are checked one after the other, each seeing the others' files."""
@@ -480,7 +480,7 @@ async def _commit(core: Core, owner_id: str, parts: list[_Part]) -> list[Upload]
 # --- reading and removing -------------------------------------------------------------
 
 
-async def get_upload(core: Core, *, owner_id: str, file_id: str) -> Upload:
+async def get_upload(core: Shared, *, owner_id: str, file_id: str) -> Upload:
     """One of the owner's files; 404 for unknown ids and for other users' files alike."""
     if not storable(file_id) or len(file_id) > 64:
         raise NotFoundError("No such file.")
@@ -491,7 +491,7 @@ async def get_upload(core: Core, *, owner_id: str, file_id: str) -> Upload:
 
 
 async def list_uploads(
-    core: Core, *, owner_id: str, limit: int = DEFAULT_LIMIT, cursor: str | None = None
+    core: Shared, *, owner_id: str, limit: int = DEFAULT_LIMIT, cursor: str | None = None
 ) -> Page[Upload]:
     """A page of the owner's files, oldest first."""
     return await keyset_page(
@@ -500,7 +500,7 @@ async def list_uploads(
     )
 
 
-async def open_upload(core: Core, *, owner_id: str, file_id: str) -> tuple[Upload, BinaryIO]:
+async def open_upload(core: Shared, *, owner_id: str, file_id: str) -> tuple[Upload, BinaryIO]:
     """The row and an open binary handle on its bytes (the caller closes it)."""
     upload = await get_upload(core, owner_id=owner_id, file_id=file_id)
     path = owner_dir(core, owner_id) / upload.id
@@ -511,7 +511,7 @@ async def open_upload(core: Core, *, owner_id: str, file_id: str) -> tuple[Uploa
     return upload, handle
 
 
-async def delete_upload(core: Core, *, owner_id: str, file_id: str) -> None:
+async def delete_upload(core: Shared, *, owner_id: str, file_id: str) -> None:
     """Remove the row, then the file."""
     upload = await get_upload(core, owner_id=owner_id, file_id=file_id)
     deleted = await core.db.aexecute(Upload.delete().where(Upload.id == upload.id))
@@ -520,7 +520,7 @@ async def delete_upload(core: Core, *, owner_id: str, file_id: str) -> None:
     await asyncio.to_thread((owner_dir(core, owner_id) / upload.id).unlink, missing_ok=True)
 
 
-async def read_text(core: Core, *, owner_id: str, file_id: str, max_bytes: int = 200_000) -> str:
+async def read_text(core: Shared, *, owner_id: str, file_id: str, max_bytes: int = 200_000) -> str:
     """The first `max_bytes` of one of the owner's files as text (UTF-8, bad bytes replaced),
     with a closing note when the file was cut. For the `read_upload` tool."""
     upload, handle = await open_upload(core, owner_id=owner_id, file_id=file_id)

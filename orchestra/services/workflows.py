@@ -13,7 +13,6 @@ from typing import Any
 
 from peewee import IntegrityError
 
-from orchestra.core import Core
 from orchestra.db.models import (
     RunStep,
     Upload,
@@ -36,6 +35,7 @@ from orchestra.engine.sizes import check_reply_size
 from orchestra.engine.vocabulary import FINISHED, EventKind, RunStatus, StepStatus
 from orchestra.errors import ConflictError, NotFoundError, PermissionDeniedError, ValidationError
 from orchestra.services.paging import DEFAULT_LIMIT, Page, keyset_page
+from orchestra.services.shared import Shared
 
 EVENTS_MAX = 1000  # events in one page of GET /run/{id}/events
 OPTION_FIELDS = ("input_schema", "limits", "output")  # template-level language options
@@ -62,7 +62,7 @@ def _clean_name(name: str) -> str:
 
 
 async def check_template(
-    core: Core, *, owner_id: str, steps: Any, options: dict[str, Any] | None = None
+    core: Shared, *, owner_id: str, steps: Any, options: dict[str, Any] | None = None
 ) -> Checked:
     """Every problem of a template (engine.language.validate, plus whether each worker is
     the owner's), without storing anything: `POST /template/check` and saves use it."""
@@ -90,7 +90,7 @@ async def check_template(
     return checked
 
 
-async def _worker_names(core: Core, owner_id: str, most: int = 20) -> list[str]:
+async def _worker_names(core: Shared, owner_id: str, most: int = 20) -> list[str]:
     """The owner's first `most` worker names (by name), then "…" when there are more."""
     rows = await core.db.list(Worker.select(Worker.name).where(Worker.owner == owner_id)
                               .order_by(Worker.name_key).limit(most + 1))
@@ -98,7 +98,7 @@ async def _worker_names(core: Core, owner_id: str, most: int = 20) -> list[str]:
     return names + (["…"] if len(rows) > most else [])
 
 
-async def validate_steps(core: Core, *, owner_id: str, steps: list[Any],
+async def validate_steps(core: Shared, *, owner_id: str, steps: list[Any],
                          options: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Normalised steps, or one 422 listing every problem (shape, ids, agents, references,
     cycles, expressions, schemas)."""
@@ -129,7 +129,7 @@ def _name_taken(name: str) -> ConflictError:
     return ConflictError(f"You already have a template named '{name}' (names ignore case).")
 
 
-async def _ensure_name_free(core: Core, owner_id: str, name: str, except_id: str | None = None) -> None:
+async def _ensure_name_free(core: Shared, owner_id: str, name: str, except_id: str | None = None) -> None:
     """A friendly early 409; the unique (owner, name_key) index decides under races."""
     query = WorkflowTemplate.select(WorkflowTemplate.id).where(
         (WorkflowTemplate.owner == owner_id) & (WorkflowTemplate.name_key == name_key(name))
@@ -154,7 +154,7 @@ def _check_share(shared: bool, is_admin: bool) -> None:
 
 
 async def create_template(
-    core: Core,
+    core: Shared,
     *,
     owner_id: str,
     is_admin: bool,
@@ -182,7 +182,7 @@ async def create_template(
 
 
 async def list_templates(
-    core: Core, *, user_id: str, limit: int = DEFAULT_LIMIT, cursor: str | None = None
+    core: Shared, *, user_id: str, limit: int = DEFAULT_LIMIT, cursor: str | None = None
 ) -> Page[WorkflowTemplate]:
     """A page of the caller's templates and every shared one, oldest first."""
     query = WorkflowTemplate.select().where(
@@ -195,7 +195,7 @@ async def list_templates(
 
 
 async def get_template(
-    core: Core, *, user_id: str, is_admin: bool, template_id: str, write: bool = False
+    core: Shared, *, user_id: str, is_admin: bool, template_id: str, write: bool = False
 ) -> WorkflowTemplate:
     """A template the caller may read (own or shared), or may change (`write`)."""
     template = await WorkflowTemplate.aget_or_none(WorkflowTemplate.id == template_id)
@@ -207,7 +207,7 @@ async def get_template(
 
 
 async def update_template(
-    core: Core,
+    core: Shared,
     *,
     user_id: str,
     is_admin: bool,
@@ -240,7 +240,7 @@ async def update_template(
     return await _save_template(template, create=False)
 
 
-async def delete_template(core: Core, *, user_id: str, is_admin: bool, template_id: str) -> None:
+async def delete_template(core: Shared, *, user_id: str, is_admin: bool, template_id: str) -> None:
     """Delete a template; its runs keep their own copy of the steps."""
     template = await get_template(
         core, user_id=user_id, is_admin=is_admin, template_id=template_id, write=True
@@ -252,7 +252,7 @@ async def delete_template(core: Core, *, user_id: str, is_admin: bool, template_
 
 
 async def start_run(
-    core: Core,
+    core: Shared,
     *,
     user_id: str,
     is_admin: bool,
@@ -312,7 +312,7 @@ async def start_run(
 
 
 async def list_runs(
-    core: Core, *, user_id: str, is_admin: bool, all_users: bool = False,
+    core: Shared, *, user_id: str, is_admin: bool, all_users: bool = False,
     limit: int = DEFAULT_LIMIT, cursor: str | None = None,
 ) -> Page[WorkflowRun]:
     """A page of the caller's runs, newest first (`all_users`: everyone's, administrators only)."""
@@ -327,7 +327,7 @@ async def list_runs(
     )
 
 
-async def get_run(core: Core, *, user_id: str, is_admin: bool, trace_id: str) -> WorkflowRun:
+async def get_run(core: Shared, *, user_id: str, is_admin: bool, trace_id: str) -> WorkflowRun:
     """A run the caller may see: their own, or any run for an administrator."""
     run = await WorkflowRun.aget_or_none(WorkflowRun.trace_id == trace_id)
     if run is None or (run.owner_id != user_id and not is_admin):
@@ -355,7 +355,7 @@ def run_input(run: WorkflowRun) -> Any:
     return run.input_value if "input_schema" in (run.spec or {}) else run.input
 
 
-async def run_detail(core: Core, run: WorkflowRun) -> dict[str, Any]:
+async def run_detail(core: Shared, run: WorkflowRun) -> dict[str, Any]:
     """The run with each step instance's status, output, error, usage and times (top-level
     steps in template order, each followed by its items, iterations and their inner
     steps, SPEC §8), and open questions."""
@@ -394,7 +394,7 @@ async def run_detail(core: Core, run: WorkflowRun) -> dict[str, Any]:
             "started_at": iso(row.started_at) if row else None,
             "finished_at": iso(row.finished_at) if row else None,
         })
-    last = await core.engine.log.last_event(run.trace_id)
+    last = await core.event_log.last_event(run.trace_id)
     return {
         **run_summary(run),
         "input": run_input(run),
@@ -407,14 +407,14 @@ async def run_detail(core: Core, run: WorkflowRun) -> dict[str, Any]:
     }
 
 
-async def pending_replies(core: Core, run: WorkflowRun) -> list[dict[str, str]]:
+async def pending_replies(core: Shared, run: WorkflowRun) -> list[dict[str, str]]:
     """`[{request_id, step_id, prompt}]` the run waits on, oldest first."""
     if run.status in FINISHED:
         return []
     return await core.engine.open_questions(run.trace_id)
 
 
-async def cancel_run(core: Core, *, user_id: str, is_admin: bool, trace_id: str) -> WorkflowRun:
+async def cancel_run(core: Shared, *, user_id: str, is_admin: bool, trace_id: str) -> WorkflowRun:
     """Cancel an unfinished run wherever it executes; 409 when it has already ended."""
     run = await get_run(core, user_id=user_id, is_admin=is_admin, trace_id=trace_id)
     if run.status in FINISHED:
@@ -424,7 +424,7 @@ async def cancel_run(core: Core, *, user_id: str, is_admin: bool, trace_id: str)
 
 
 async def reply(
-    core: Core, *, user_id: str, is_admin: bool, trace_id: str, content: Any, request_id: str | None = None
+    core: Shared, *, user_id: str, is_admin: bool, trace_id: str, content: Any, request_id: str | None = None
 ) -> dict[str, str]:
     """Answer the question a waiting run asked; 409 when it waits for none (or not this one),
     422 when the answer does not fit the step's output_schema, 413 when it is larger than
@@ -450,7 +450,7 @@ def _descendants(steps: list[dict[str, Any]], root: str) -> set[str]:
 
 
 async def retry_run(
-    core: Core, *, user_id: str, is_admin: bool, trace_id: str, from_step: str | None = None
+    core: Shared, *, user_id: str, is_admin: bool, trace_id: str, from_step: str | None = None
 ) -> WorkflowRun:
     """A new run of an ended run's steps and input (SPEC §7): every step that succeeded is
     reused (its row copied with `reused`, its provider never called), except `from_step`
@@ -509,25 +509,25 @@ def _reused_row(trace_id: str, row: RunStep, path: str) -> dict[str, Any]:
 
 
 async def open_stream(
-    core: Core, *, user_id: str, is_admin: bool, trace_id: str, last_event_id: int
+    core: Shared, *, user_id: str, is_admin: bool, trace_id: str, last_event_id: int
 ) -> WorkflowRun | None:
     """The run whose stream the caller may read, or None when `last_event_id` is already
     its terminal event (the stream has nothing more: 204)."""
     run = await get_run(core, user_id=user_id, is_admin=is_admin, trace_id=trace_id)
-    last = await core.engine.log.last_event(trace_id)
+    last = await core.event_log.last_event(trace_id)
     if last is not None and last.terminal and last_event_id >= last.seq:
         return None
     return run
 
 
 async def list_events(
-    core: Core, *, user_id: str, is_admin: bool, trace_id: str, after: int = 0,
+    core: Shared, *, user_id: str, is_admin: bool, trace_id: str, after: int = 0,
     limit: int = EVENTS_MAX,
 ) -> tuple[list[Event], int | None]:
     """Up to `limit` stored events of a run after `after` (a JSON alternative to the
     stream), and the `after` of the next page (None when these were the last)."""
     await get_run(core, user_id=user_id, is_admin=is_admin, trace_id=trace_id)
-    events = await core.engine.log.stored(trace_id, after=after, limit=limit + 1)
+    events = await core.event_log.stored(trace_id, after=after, limit=limit + 1)
     if len(events) <= limit:
         return events, None
     return events[:limit], events[limit - 1].seq

@@ -36,14 +36,8 @@ from orchestra.testing.fake_answers import (
 from orchestra.testing.fake_script import ScriptedReply
 
 DEFAULT_MODELS = ("fake-model", "fake-model-large")
-INVALID_KEY_ERROR = {
-    "error": {
-        "message": "Incorrect API key provided",
-        "type": "invalid_request_error",
-        "code": "invalid_api_key",
-        "param": None,
-    }
-}
+INVALID_KEY_ERROR = {"error": {"message": "Incorrect API key provided", "type": "invalid_request_error",
+                               "code": "invalid_api_key", "param": None}}
 
 @dataclass
 class RecordedRequest:
@@ -83,13 +77,13 @@ class _Handler(BaseHTTPRequestHandler):
         # Each SSE chunk is its own small write: without TCP_NODELAY, Nagle holds the
         # second one until the client's delayed ACK (~40 ms on Linux) on every reply.
         self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.server.fake._track(self.connection, True)
+        self.server.fake._track(self.connection, self.client_address[1])
 
     def finish(self) -> None:
         try:
             super().finish()
         finally:
-            self.server.fake._track(self.connection, False)
+            self.server.fake._track(self.connection, None)
 
     def log_message(self, format: str, *args: Any) -> None:
         if self.server.fake.verbose:
@@ -346,7 +340,7 @@ class FakeLLM:
         self._requests: list[RecordedRequest] = []
         self._failures: dict[str, int] = {}  # fake:fail counts, per distinct prompt
         self._lock = threading.Lock()
-        self._conns: set[socket.socket] = set()
+        self._conns: dict[socket.socket, int] = {}  # open connections: their client ports
         self._stopping = threading.Event()
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
@@ -526,9 +520,14 @@ class FakeLLM:
         ]
 
     # -- used by the handler --------------------------------------------------------
-    def _track(self, conn: socket.socket, opened: bool) -> None:
+    def open_client_ports(self) -> set[int]:
+        """The client ports of the connections open now (RecordedRequest.client_port)."""
         with self._lock:
-            (self._conns.add if opened else self._conns.discard)(conn)
+            return set(self._conns.values())
+
+    def _track(self, conn: socket.socket, port: int | None) -> None:
+        with self._lock:
+            self._conns.update({conn: port}) if port else self._conns.pop(conn, None)
 
     def _record(self, method: str, path: str, headers: dict[str, str], body: Any, client_port: int) -> None:
         lowered = {name.lower(): value for name, value in headers.items()}

@@ -87,7 +87,7 @@ def _store_outage(request: Request) -> StoreOutage | None:
     core = getattr(request.app.ctx, "core", None)
     if core is None:
         return None
-    return core.extras.setdefault("store_outage", StoreOutage())
+    return core.outage
 
 
 _NO_DESCRIPTORS = (errno.EMFILE, errno.ENFILE)

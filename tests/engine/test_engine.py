@@ -10,7 +10,7 @@ import pytest
 
 from orchestra.db.models import RunEvent, RunStep, WorkflowRun
 from orchestra.engine.prompts import render_prompt
-from orchestra.engine.tools import Tool, ToolContext, default_registry
+from orchestra.engine.tools import Tool, ToolContext
 from orchestra.errors import ConflictError
 from orchestra.services import agents, auth, providers
 from orchestra.services import workflows as wf
@@ -179,14 +179,12 @@ class _Boom(Tool):
 
 
 async def test_a_tool_that_raises_is_reported_to_the_model(core, fake_llm):
-    registry = default_registry()
-    registry.register(_Boom())
-    core.extras["tool_registry"] = registry
+    core.tool_registry.register(_Boom())
     who = await setup_agent(core, fake_llm, tools=("calculator",))
     # the worker's tools are checked at creation; offer boom through the registry override
     from orchestra.db.models import Worker
     await core.db.aexecute(Worker.update(tools=["boom"]).where(Worker.id == who["worker_id"]))
-    agents.agent_cache(core).invalidate()
+    core.agent_cache.invalidate()
     fake_llm.script_tool_call("boom", {})
     fake_llm.script_text("I could not do it.")
     trace_id = await start(core, who, [worker_step(who)])

@@ -8,7 +8,7 @@ from orchestra.engine.language import expressions as ex
 from orchestra.engine.language import schemas
 from orchestra.engine.language.model import NODE_NAMES
 from orchestra.engine.language.validate import check_template
-from orchestra.services.agents import NODE_SPECS
+from orchestra.services.node_specs import NODE_SPECS
 
 STEPS = {
     "review": {"output": {"approved": True, "notes": ["a", "b"]}, "status": "succeeded"},

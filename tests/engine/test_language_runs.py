@@ -8,11 +8,13 @@ import time
 
 import pytest
 
+from orchestra.core import build_engine
 from orchestra.db.models import WorkflowRun
 from orchestra.errors import ConflictError, ValidationError
 from orchestra.services import workflows as wf
 from tests.engine.test_engine import events, kinds, setup_agent, steps_of, wait_status, worker_step
 from tests.fakes.fake_llm import FakeLLM, fake_llm  # noqa: F401 - fixture
+
 
 @pytest.fixture
 def database_url(both_stores: str) -> str:
@@ -276,9 +278,7 @@ async def test_a_null_structured_output_reads_null_after_a_take_over(core, fake_
     await wf.reply(core, **kw, content=None)
     await wait_for_question(core, trace_id, "c")
     await core.engine.stop(grace=0.2)  # handed back: the next engine resumes from the rows
-    stopped = core.extras.pop("engine")
-    core.extras["on_close"] = [hook for hook in core.extras.get("on_close", [])
-                               if getattr(hook, "__self__", None) is not stopped]
+    core.engine = build_engine(core)  # the next process's engine
     await core.engine.start()
     await wait_for_question(core, trace_id, "c")
     await wf.reply(core, **kw, content="go")

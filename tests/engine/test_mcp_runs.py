@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
+from orchestra.core import build_engine
 from orchestra.db.models import McpServer, WorkflowRun
-
 from orchestra.engine.tools import wire_name
 from orchestra.services import mcp as mcp_service
 from tests.engine.test_engine import (
@@ -241,9 +241,7 @@ async def test_hand_back_closes_the_sessions_and_the_resumed_run_opens_its_own(c
     assert sessions.closed and not sessions._sessions
     assert (await WorkflowRun.aget(WorkflowRun.trace_id == trace_id)).owner_process is None
     # the next engine resumes the run: the step starts again and calls the tool again
-    stopped = core.extras.pop("engine")
-    core.extras["on_close"] = [hook for hook in core.extras.get("on_close", [])
-                               if getattr(hook, "__self__", None) is not stopped]
+    core.engine = build_engine(core)  # the next process's engine
     fake_llm.script_tool_call(wire_name("fake.echo"), {"text": "after"})
     fake_llm.script_text("Resumed.")
     await core.engine.start()

@@ -8,8 +8,7 @@ from typing import Any, ClassVar
 import pytest
 
 from orchestra.db.models import Worker
-from orchestra.engine.tools import Tool, ToolContext, default_registry
-from orchestra.services import agents
+from orchestra.engine.tools import Tool, ToolContext
 from tests.engine.test_engine import events, setup_agent, start, wait_status, worker_step
 from tests.fakes.fake_llm import FakeLLM, fake_llm  # noqa: F401 - fixture
 
@@ -36,12 +35,10 @@ class _Repeat(Tool):
 
 
 async def test_a_tool_result_past_the_output_bound_is_not_stored(core, fake_llm):
-    registry = default_registry()
-    registry.register(_Repeat())
-    core.extras["tool_registry"] = registry
+    core.tool_registry.register(_Repeat())
     who = await setup_agent(core, fake_llm, tools=("calculator",))
     await core.db.aexecute(Worker.update(tools=["repeat"]).where(Worker.id == who["worker_id"]))
-    agents.agent_cache(core).invalidate()
+    core.agent_cache.invalidate()
     fake_llm.script_tool_call("repeat", {"text": "ü", "times": 600})  # 600 characters, 1,200 bytes
     fake_llm.script_tool_call("repeat", {"text": "ü", "times": 400})  # 800 bytes: fits
     fake_llm.script_text("done")

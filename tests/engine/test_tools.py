@@ -10,7 +10,6 @@ import pytest
 
 from orchestra.engine.llm import ToolSpec
 from orchestra.engine.tools import (
-    REGISTRY,
     Tool,
     ToolContext,
     ToolError,
@@ -22,6 +21,7 @@ from orchestra.engine.tools.calculator import calculate
 from orchestra.engine.tools.current_time import now_iso
 
 CTX = ToolContext(user_id="u1", trace_id="t1", step_id="s1")
+REGISTRY = default_registry()  # the built-ins, as every Core starts with
 
 
 # -- calculator -------------------------------------------------------------------------

@@ -8,7 +8,7 @@ from orchestra.db.models import Worker
 from orchestra.errors import ConflictError, NotFoundError, ValidationError
 from orchestra.services import agents, auth
 from orchestra.services import providers as psvc
-from orchestra.services.agents import AgentConfig, agent_cache
+from orchestra.services.agent_cache import AgentConfig
 
 
 @pytest.fixture
@@ -35,7 +35,7 @@ async def test_worker_config_carries_everything_the_engine_needs(core, owner, pr
         tools=["calculator", "calculator", "current_time"], bound_skill="CONCISE",
     )
     assert worker.tools == ["calculator", "current_time"] and worker.bound_skill == "concise"
-    config = await agent_cache(core).worker(worker.id)
+    config = await core.agent_cache.worker(worker.id)
     assert config == AgentConfig(
         kind="worker", id=worker.id, owner_id=owner.id, name="writer", system_prompt="You write.",
         skill_instructions="Be brief.", tools=("calculator", "current_time"), provider_id=provider.id,
@@ -45,7 +45,7 @@ async def test_worker_config_carries_everything_the_engine_needs(core, owner, pr
 
 
 async def test_node_configs(core, provider):
-    cache = agent_cache(core)
+    cache = core.agent_cache
     planner = await cache.node("planner")
     assert planner.kind == "node" and planner.tools == ("current_time",) and planner.provider_id is None
     assert planner.owner_id is None and planner.system_prompt
@@ -58,7 +58,7 @@ async def test_node_configs(core, provider):
 
 
 async def test_every_write_invalidates(core, owner, provider):
-    cache = agent_cache(core)
+    cache = core.agent_cache
     skill = await agents.create_skill(core, name="s", instructions="v1")
     worker = await agents.create_worker(core, owner_id=owner.id, name="w", provider_id=provider.id, bound_skill="s")
     assert (await cache.worker(worker.id)).skill_instructions == "v1"
@@ -76,7 +76,7 @@ async def test_every_write_invalidates(core, owner, provider):
 
 
 async def test_direct_store_changes_appear_after_reload(core, owner, provider):
-    cache = agent_cache(core)
+    cache = core.agent_cache
     worker = await agents.create_worker(core, owner_id=owner.id, name="w", provider_id=provider.id)
     assert (await cache.worker(worker.id)).name == "w"
     await core.db.aexecute(Worker.update(name="changed").where(Worker.id == worker.id))
@@ -86,7 +86,7 @@ async def test_direct_store_changes_appear_after_reload(core, owner, provider):
 
 
 async def test_worker_created_elsewhere_is_found_on_a_miss(core, owner, provider):
-    cache = agent_cache(core)
+    cache = core.agent_cache
     await cache.reload()
     row = await Worker.acreate(owner=owner.id, name="external", provider=provider.id, tools=[])
     config = await cache.worker(row.id)
@@ -95,16 +95,11 @@ async def test_worker_created_elsewhere_is_found_on_a_miss(core, owner, provider
 
 
 async def test_deleting_the_owner_invalidates(core, owner, provider):
-    cache = agent_cache(core)
+    cache = core.agent_cache
     worker = await agents.create_worker(core, owner_id=owner.id, name="w", provider_id=provider.id)
     assert await cache.worker(worker.id) is not None
     await auth.delete_user(core, user_id=owner.id)
     assert await cache.worker(worker.id) is None
-
-
-async def test_one_cache_per_core(core):
-    assert agent_cache(core) is agent_cache(core)
-    assert core.extras["agent_cache"] is agent_cache(core)
 
 
 async def test_worker_rules(core, owner, provider):
@@ -145,7 +140,7 @@ async def test_node_rules(core):
     nodes = await agents.list_nodes(core)
     assert [n["name"] for n in nodes] == list(agents.NODE_SPECS)
     for spec in agents.NODE_SPECS.values():  # fixed tools exist in the registry
-        assert all(t in agents.tool_registry(core) for t in spec.tools)
+        assert all(t in core.tool_registry for t in spec.tools)
 
 
 async def test_nul_characters_are_422_or_not_found_never_a_store_error(core, owner, provider):
@@ -159,7 +154,7 @@ async def test_nul_characters_are_422_or_not_found_never_a_store_error(core, own
         await agents.get_skill(core, nul)
     with pytest.raises(NotFoundError):
         await agents.get_worker(core, owner_id=owner.id, worker_id=nul)
-    assert await agent_cache(core).worker(nul) is None
+    assert await core.agent_cache.worker(nul) is None
     for kwargs in ({"description": nul}, {"instructions": nul}, {"name": nul}):
         with pytest.raises(ValidationError):
             await agents.create_skill(core, **{"name": "s", **kwargs})

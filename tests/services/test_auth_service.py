@@ -214,7 +214,7 @@ async def test_delete_user_removes_tokens_files_and_calls_hooks(core, settings):
     async def hook(user_id):
         seen.append(user_id)
 
-    core.extras.setdefault("on_user_deleted", []).append(hook)
+    core.on_user_deleted.append(hook)
     await auth.delete_user(core, user_id=bob.id)
     assert await User.aget_or_none(User.id == bob.id) is None
     assert await core.db.count(RefreshToken.select()) == 0

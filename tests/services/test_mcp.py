@@ -74,12 +74,17 @@ async def test_a_changed_server_reaches_another_process(core, fake_mcp, database
     """On PostgreSQL, the trigger's `cache` hint drops another process's catalog at once
     (one process serves a SQLite store: its own writes drop its catalog)."""
     assert core.is_postgres
+    from orchestra.core import wire_caches
     from orchestra.db.database import postgres_params
+    from orchestra.engine.tools.mcp.catalog import McpCatalog
+    from orchestra.services.caches import Caches
 
-    other = dataclasses.replace(core, signals=PostgresSignals(postgres_params(database_url)), extras={})
+    other = dataclasses.replace(core, signals=PostgresSignals(postgres_params(database_url)),
+                                caches=Caches(), mcp_catalog=McpCatalog(core.db, core.secrets.decrypt))
+    wire_caches(other)
     await other.signals.start()
     try:
-        catalog = svc.mcp_catalog(other)
+        catalog = other.mcp_catalog
         await catalog.load()
         assert catalog.tools() == []
         await svc.create_server(core, name="fake", transport="streamable_http", url=fake_mcp.url)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from orchestra.db.models import Provider, User
-from orchestra.errors import ConflictError, NotFoundError, ProviderError, ValidationError
+from orchestra.errors import ConflictError, NotFoundError, ValidationError
 from orchestra.services import agents, auth
 from orchestra.services import providers as svc
 from tests.fakes.fake_llm import FakeLLM, fake_llm  # noqa: F401 - registers the fixture

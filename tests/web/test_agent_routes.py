@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from orchestra.db.models import SystemNode, Worker
-from orchestra.services.agents import agent_cache
 
 WORKERS = "/api/v1/agent/worker"
 NODES = "/api/v1/agent/node"
@@ -188,7 +187,7 @@ async def test_reload_counts_and_access(client, admin, alice, provider_id):
 
 
 async def test_cache_sees_route_writes(client, admin, alice, provider_id):
-    cache = agent_cache(client.app.ctx.core)
+    cache = client.app.ctx.core.agent_cache
     wid = (await make_worker(client, alice, provider_id))["worker_id"]
     config = await cache.worker(wid)
     assert config.name == "writer" and config.provider_api_key == "sk-secret-key-0001"

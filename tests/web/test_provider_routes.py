@@ -235,7 +235,6 @@ async def test_check_of_a_stored_unusable_host_is_ok_false_not_500(client, admin
 
     pid = (await register(client, admin, provider="ollama", base_url="http://127.0.0.1:9/v1"))["provider_id"]
     await Provider.update(base_url="http://\u0378.com/v1").where(Provider.id == pid).aexecute()
-    client.app.ctx.core.extras.pop("providers", None)
     response = await client.post(f"{URL}/{pid}/check", headers=admin["headers"])
     assert response.status_code == 200, response.text
     assert response.json()["ok"] is False and "not a usable URL" in response.json()["error"]

@@ -36,7 +36,6 @@ ERROR_TEXT = {
     422: "ValidationError: the body does not match its schema; detail lists {field, problem}.",
     429: "RateLimitedError: too many requests from this client; see Retry-After.",
     431: "RequestHeaderFieldsTooLargeError: a header, or all of them, over the limit.",
-    502: "ProviderError: the model provider refused or could not be reached.",
     503: "OverloadedError: the server is busy; or StoreUnavailableError: the store cannot "
          "be reached for a moment. See Retry-After.",
 }

@@ -5,7 +5,7 @@ from __future__ import annotations
 from sanic import Blueprint, Request
 from sanic.response import json
 
-from orchestra.engine.tools import REGISTRY
+from orchestra.engine.tools import default_registry
 from orchestra.services import agents
 from orchestra.services.providers import NAME_MAX
 from orchestra.services.roles import Role
@@ -26,7 +26,7 @@ def _tools(default):
         default,
         description="Names from GET /resource/tool (duplicates dropped).",
         items={"anyOf": [
-            {"enum": REGISTRY.names()},
+            {"enum": default_registry().names()},  # the built-in tools
             {"type": "string", "pattern": r"^[A-Za-z0-9_-]{1,64}\.[^\u0000]*$",
              "description": "A tool of an MCP server: <server name>.<tool name>."},
         ]},
@@ -185,5 +185,5 @@ async def update_node(request: Request, name: str):
 @documented("Drop the cached worker and node state and read it again", response=out.Reloaded)
 @protected(Role.ADMINISTRATOR)
 async def reload(request: Request):
-    counts = await agents.reload_everywhere(request.app.ctx.core)
+    counts = await request.app.ctx.core.agent_cache.reload_everywhere()
     return json({"message": SUCCESS, **counts})

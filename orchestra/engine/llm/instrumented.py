@@ -1,4 +1,4 @@
-"""Metrics and spans around the engine's outside calls: model streams and tools."""
+"""Metrics and spans around the engine's model streams (`orchestra_llm_*`, `llm <kind>`)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+from orchestra.engine.llm.base import ChatResult
 from orchestra.observability import metrics, tracing
 
 
@@ -23,8 +24,6 @@ class InstrumentedChatClient:
         return getattr(self._client, name)
 
     async def stream_chat(self, *, model: str, messages, tools, **options: Any) -> AsyncIterator[Any]:
-        from orchestra.engine.llm.base import ChatResult
-
         started = time.perf_counter()
         span = tracing.start_span(f"llm {self._provider}", {
             "gen_ai.system": self._provider, "gen_ai.request.model": model})

@@ -1,0 +1,204 @@
+"""Workers (SPEC §3): each belongs to its owner; another user's worker is simply not
+found. Provider, tools and bound skill are checked together (one 422 naming every
+unknown reference); a write drops the agent cache's copy (through `Caches`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from peewee import IntegrityError
+
+from orchestra.db.models import Provider, Skill, Worker, iso, name_key, storable, utcnow
+from orchestra.errors import ConflictError, NotFoundError, ValidationError
+from orchestra.services.agents.skills import PROMPT_MAX
+from orchestra.services.paging import DEFAULT_LIMIT, Page, keyset_page
+from orchestra.services.providers import clean_model, clean_name, clean_text, providers_by_id
+from orchestra.services.shared import Shared
+
+_UNSET: Any = object()
+
+
+def worker_view(worker: Worker, provider: Provider | None = None) -> dict[str, Any]:
+    return {
+        "worker_id": worker.id,
+        "id": worker.id,
+        "owner_id": worker.owner_id,
+        "name": worker.name,
+        "description": worker.description,
+        "system_prompt": worker.system_prompt,
+        "provider_id": worker.provider_id,
+        "provider_name": provider.name if provider else None,
+        "model": worker.model,
+        "tools": list(worker.tools or []),
+        "bound_skill": worker.bound_skill,
+        "created_at": iso(worker.created_at),
+        "updated_at": iso(worker.updated_at),
+    }
+
+
+async def worker_views(core: Shared, workers: list[Worker]) -> list[dict[str, Any]]:
+    providers = await providers_by_id(core, {w.provider_id for w in workers})
+    return [worker_view(w, providers.get(w.provider_id)) for w in workers]
+
+
+async def _check_references(
+    core: Shared, *, provider_id: str = _UNSET, tools: list[str] = _UNSET, bound_skill: str | None = _UNSET
+) -> tuple[list[str] | Any, str | None | Any]:
+    """Check provider, tools and skill together; one 422 listing every unknown name.
+    Returns (tools without duplicates, the skill's stored name)."""
+    problems: list[dict[str, str]] = []
+    if provider_id is not _UNSET and (
+        not storable(provider_id) or await Provider.aget_or_none(Provider.id == provider_id) is None
+    ):
+        problems.append({"field": "provider_id", "problem": f"unknown provider '{provider_id}'"})
+    if tools is not _UNSET:
+        registry = core.tool_registry
+        await registry.load()
+        tools = list(dict.fromkeys(tools))
+        for index, name in enumerate(tools):
+            if name not in registry:
+                problems.append({
+                    "field": f"tools.{index}",
+                    "problem": f"unknown tool '{name}'; available: {', '.join(registry.names())}",
+                })
+    if bound_skill is not _UNSET and bound_skill is not None:
+        rows = []
+        if storable(bound_skill):
+            rows = await core.db.list(Skill.select().where(Skill.name_key == name_key(bound_skill.strip())))
+        if rows:
+            bound_skill = rows[0].name
+        else:
+            problems.append({"field": "bound_skill", "problem": f"unknown skill '{bound_skill}'"})
+    if problems:
+        summary = "; ".join(f"{p['field']}: {p['problem']}" for p in problems)
+        raise ValidationError(f"Unknown references: {summary}.", detail=problems)
+    return tools, bound_skill
+
+
+def _worker_name_taken(name: str) -> ConflictError:
+    return ConflictError(f"You already have a worker named '{name}' (names ignore case).")
+
+
+async def _ensure_worker_name_free(
+    core: Shared, owner_id: str, name: str, *, except_id: str | None = None
+) -> None:
+    """A friendly early 409; the unique (owner, name_key) index decides under races."""
+    query = Worker.select(Worker.id).where(
+        (Worker.owner == owner_id) & (Worker.name_key == name_key(name))
+    )
+    if except_id is not None:
+        query = query.where(Worker.id != except_id)
+    if await core.db.exists(query):
+        raise _worker_name_taken(name)
+
+
+async def _save_worker(core: Shared, worker: Worker, *, create: bool) -> Worker:
+    """Insert or update; an IntegrityError is the name index (409) or a provider deleted
+    meanwhile (422): which one is read back from the store."""
+    try:
+        await worker.asave(force_insert=create)
+    except IntegrityError:
+        taken = Worker.select(Worker.id).where(
+            (Worker.owner == worker.owner_id)
+            & (Worker.name_key == name_key(worker.name))
+            & (Worker.id != worker.id)
+        )
+        if await core.db.exists(taken):
+            raise _worker_name_taken(worker.name) from None
+        raise ValidationError.field("provider_id", f"unknown provider '{worker.provider_id}'") from None
+    return worker
+
+
+async def create_worker(
+    core: Shared,
+    *,
+    owner_id: str,
+    name: str,
+    provider_id: str,
+    description: str = "",
+    system_prompt: str = "",
+    model: str | None = None,
+    tools: list[str] = (),
+    bound_skill: str | None = None,
+) -> Worker:
+    """Create one of the owner's workers; 422 naming any unknown provider, tool or skill."""
+    name = clean_name(name)
+    description = clean_text(description, "description")
+    system_prompt = clean_text(system_prompt, "system_prompt", PROMPT_MAX)
+    model = clean_model(model, "model") if model is not None else None
+    await _ensure_worker_name_free(core, owner_id, name)
+    tools, bound_skill = await _check_references(
+        core, provider_id=provider_id, tools=list(tools), bound_skill=bound_skill
+    )
+    worker = Worker(
+        owner=owner_id, name=name, description=description, system_prompt=system_prompt,
+        provider=provider_id, model=model, tools=tools, bound_skill=bound_skill,
+    )
+    await _save_worker(core, worker, create=True)
+    core.caches.changed("worker")
+    return worker
+
+
+async def list_workers(
+    core: Shared, *, owner_id: str, limit: int = DEFAULT_LIMIT, cursor: str | None = None
+) -> Page[Worker]:
+    """A page of the owner's workers, oldest first."""
+    return await keyset_page(
+        core.db, Worker.select().where(Worker.owner == owner_id), kind="worker",
+        at=Worker.created_at, key=Worker.id, limit=limit, cursor=cursor,
+    )
+
+
+async def get_worker(core: Shared, *, owner_id: str, worker_id: str) -> Worker:
+    """One of the owner's workers; another user's is 404, like a missing one."""
+    worker = None
+    if storable(worker_id):
+        worker = await Worker.aget_or_none((Worker.id == worker_id) & (Worker.owner == owner_id))
+    if worker is None:
+        raise NotFoundError(f"You have no worker with the id '{worker_id}'.")
+    return worker
+
+
+async def update_worker(core: Shared, *, owner_id: str, worker_id: str, **changes: Any) -> Worker:
+    """Change the given fields (name, description, system_prompt, provider_id, model,
+    tools, bound_skill); null model or bound_skill clears it."""
+    allowed = {"name", "description", "system_prompt", "provider_id", "model", "tools", "bound_skill"}
+    unknown = set(changes) - allowed
+    if unknown:
+        raise ValidationError.field(min(unknown), "cannot be changed")
+    worker = await get_worker(core, owner_id=owner_id, worker_id=worker_id)
+    if "name" in changes:
+        worker.name = clean_name(changes["name"])
+        await _ensure_worker_name_free(core, owner_id, worker.name, except_id=worker.id)
+    if "description" in changes:
+        worker.description = clean_text(changes["description"], "description")
+    if "system_prompt" in changes:
+        worker.system_prompt = clean_text(changes["system_prompt"], "system_prompt", PROMPT_MAX)
+    if "model" in changes:
+        worker.model = clean_model(changes["model"], "model") if changes["model"] is not None else None
+    tools, skill = await _check_references(
+        core,
+        provider_id=changes.get("provider_id", _UNSET),
+        tools=list(changes["tools"]) if "tools" in changes else _UNSET,
+        bound_skill=changes.get("bound_skill", _UNSET),
+    )
+    if "provider_id" in changes:
+        worker.provider = changes["provider_id"]
+    if tools is not _UNSET:
+        worker.tools = tools
+    if skill is not _UNSET:
+        worker.bound_skill = skill
+    worker.updated_at = utcnow()
+    await _save_worker(core, worker, create=False)
+    core.caches.changed("worker")
+    return worker
+
+
+async def delete_worker(core: Shared, *, owner_id: str, worker_id: str) -> Worker:
+    worker = await get_worker(core, owner_id=owner_id, worker_id=worker_id)
+    await core.db.aexecute(Worker.delete().where(Worker.id == worker.id))
+    core.caches.changed("worker")
+    return worker
+
+

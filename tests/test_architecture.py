@@ -1,0 +1,161 @@
+"""The shape of the code: no import cycle in orchestra/ and no module over 600 lines.
+
+The import graph is read with `ast` from every module of the package, counting every
+import wherever it stands — at the top, inside a function, under `TYPE_CHECKING` — since
+an import inside a function ties two modules just as much (it only hides the tie).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "orchestra"
+LINES_MAX = 600
+
+# Cycles inside orchestra/engine that its restructuring (issue 24) removes; each entry
+# is the set of modules of one cycle. Whoever breaks one deletes its entry here (the
+# test fails while an entry names a cycle that no longer exists). Nothing outside
+# orchestra/engine may be listed.
+KNOWN_ENGINE_CYCLES_TO_REMOVE: list[frozenset[str]] = [
+    frozenset({"orchestra.engine.live", "orchestra.engine.questions"}),
+]
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+def imported(node: ast.AST, name: str, is_package: bool, known: set[str]) -> set[str]:
+    """The orchestra modules an import statement names (a `from m import x` names `m.x`
+    when that is a module, else `m`)."""
+    if isinstance(node, ast.Import):
+        targets = [alias.name for alias in node.names]
+    elif isinstance(node, ast.ImportFrom):
+        if node.level:
+            base = name.split(".") if is_package else name.split(".")[:-1]
+            base = base[: len(base) - node.level + 1]
+            source = ".".join(base + ([node.module] if node.module else []))
+        else:
+            source = node.module or ""
+        targets = [f"{source}.{alias.name}" if f"{source}.{alias.name}" in known else source
+                   for alias in node.names]
+    else:
+        return set()
+    found = set()
+    for target in targets:
+        while target and target not in known:  # `import orchestra.a.b.c` where c is a name
+            target = target.rpartition(".")[0]
+        if target and target != name:
+            found.add(target)
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    known = modules()
+    names = set(known)
+    graph: dict[str, set[str]] = {}
+    for name, path in known.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        edges: set[str] = set()
+        for node in ast.walk(tree):
+            edges |= imported(node, name, path.name == "__init__.py", names)
+        graph[name] = edges
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[frozenset[str]] = []
+    counter = 0
+
+    def visit(start: str) -> None:  # iterative: the graph may be deep
+        nonlocal counter
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = counter
+        counter += 1
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = set()
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.add(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(frozenset(component))
+
+    for name in sorted(graph):
+        if name not in index:
+            visit(name)
+    return found
+
+
+def describe(cycle: frozenset[str], graph: dict[str, set[str]]) -> str:
+    ties = [f"{a} -> {b}" for a in sorted(cycle) for b in sorted(graph[a] & cycle)]
+    return "{" + ", ".join(sorted(cycle)) + "}: " + "; ".join(ties)
+
+
+def test_the_graph_sees_function_level_and_relative_imports():
+    source = "def f():\n    from orchestra.core import Core\n    from . import shared\n"
+    tree = ast.parse(source)
+    known = {"orchestra.core", "orchestra.services", "orchestra.services.shared", "orchestra.services.x"}
+    found = set()
+    for node in ast.walk(tree):
+        found |= imported(node, "orchestra.services.x", False, known)
+    assert found == {"orchestra.core", "orchestra.services.shared"}
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [frozenset("abc")]
+
+
+def test_no_import_cycle_in_orchestra():
+    graph = import_graph()
+    found = cycles(graph)
+    unexpected = [c for c in found if c not in KNOWN_ENGINE_CYCLES_TO_REMOVE]
+    assert not unexpected, "import cycles:\n" + "\n".join(describe(c, graph) for c in unexpected)
+    for known in KNOWN_ENGINE_CYCLES_TO_REMOVE:
+        assert all(name.startswith("orchestra.engine.") for name in known), known
+    gone = [c for c in KNOWN_ENGINE_CYCLES_TO_REMOVE if c not in found]
+    assert not gone, f"these cycles are gone: delete them from the list: {gone}"
+
+
+def test_the_composition_root_is_imported_only_by_entry_points():
+    """orchestra.core stands above services and engine: only the web app and the CLI
+    (and tests) import it."""
+    graph = import_graph()
+    importers = sorted(name for name, edges in graph.items() if "orchestra.core" in edges)
+    assert all(name.startswith(("orchestra.web", "orchestra.cli")) for name in importers), importers
+
+
+def test_no_module_over_600_lines():
+    long = {name: n for name, path in modules().items()
+            if (n := len(path.read_text(encoding="utf-8").splitlines())) > LINES_MAX}
+    assert not long, f"modules over {LINES_MAX} lines: {long}"
