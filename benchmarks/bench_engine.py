@@ -102,7 +102,7 @@ async def bench(steps: int, repeat: int) -> None:
             ]
             template = await wf.create_template(core, owner_id=user.id, is_admin=False, name="chain", steps=chain)
             engine = core.engine
-            config = await agents.agent_cache(core).worker(worker.id)
+            config = await core.agent_cache.worker(worker.id)
             key = (config.provider_kind, config.provider_base_url, config.provider_api_key)
             timed = engine._clients[key] = TimedClient(engine._client(config))
 

@@ -71,52 +71,25 @@ def import_graph() -> dict[str, set[str]]:
     return graph
 
 
+def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:
+        for child in graph[todo.pop()]:
+            if child not in seen:
+                seen.add(child)
+                todo.append(child)
+    return seen
+
+
 def cycles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
-    """The strongly connected components of more than one module (Tarjan)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
+    """The groups of modules that import one another, directly or not (the strongly
+    connected components of more than one module)."""
+    reach = {name: reachable(graph, name) for name in graph}
     found: list[frozenset[str]] = []
-    counter = 0
-
-    def visit(start: str) -> None:  # iterative: the graph may be deep
-        nonlocal counter
-        work = [(start, iter(sorted(graph[start])))]
-        index[start] = low[start] = counter
-        counter += 1
-        stack.append(start)
-        on_stack.add(start)
-        while work:
-            node, children = work[-1]
-            child = next(children, None)
-            if child is not None:
-                if child not in index:
-                    index[child] = low[child] = counter
-                    counter += 1
-                    stack.append(child)
-                    on_stack.add(child)
-                    work.append((child, iter(sorted(graph[child]))))
-                elif child in on_stack:
-                    low[node] = min(low[node], index[child])
-                continue
-            work.pop()
-            if work:
-                low[work[-1][0]] = min(low[work[-1][0]], low[node])
-            if low[node] == index[node]:
-                component = set()
-                while True:
-                    member = stack.pop()
-                    on_stack.discard(member)
-                    component.add(member)
-                    if member == node:
-                        break
-                if len(component) > 1:
-                    found.append(frozenset(component))
-
     for name in sorted(graph):
-        if name not in index:
-            visit(name)
+        component = frozenset({name} | {other for other in reach[name] if name in reach[other]})
+        if len(component) > 1 and component not in found:
+            found.append(component)
     return found
 
 

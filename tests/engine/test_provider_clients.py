@@ -14,7 +14,7 @@ from orchestra.services import providers
 from orchestra.services.agent_cache import AgentConfig
 from tests.engine.conftest import LOOPBACK
 from tests.engine.test_engine import setup_agent, start, wait_status, worker_step
-from tests.fakes.fake_llm import FakeLLM, fake_llm  # noqa: F401 - fixture
+from tests.fakes.fake_llm import FakeLLM
 
 
 def chat_requests(fake: FakeLLM):
