@@ -1,7 +1,8 @@
 """The composition root: `Core.open(settings)` builds, in this one place, everything a
 process shares — the store, hashing, tokens, secrets, signals, the caches and their
 invalidation, the agent cache, the tool registry, the MCP catalog, the user snapshot,
-the outage state, the event log and the run engine — and `close()` takes it down.
+the outage state, the event log and its live feeds, and the run engine — and `close()`
+takes it down.
 
 The root stands above services and engine: it imports them, nothing in them imports
 it (services are typed against `orchestra.services.shared.Shared`, whose fields `Core`
@@ -18,6 +19,7 @@ from orchestra.db.database import connect, is_postgres_url
 from orchestra.db.outage import StoreOutage
 from orchestra.db.signals import make_signals
 from orchestra.engine.engine import Engine
+from orchestra.engine.feed import Feeds
 from orchestra.engine.log import EventLog
 from orchestra.engine.tools import default_registry
 from orchestra.engine.tools.mcp.catalog import McpCatalog
@@ -52,6 +54,7 @@ class Core(Shared):
         mcp_catalog = McpCatalog(db, secrets.decrypt)
         tool_registry = default_registry()
         tool_registry.add_source(mcp_catalog)
+        event_log = EventLog(db)
         core = cls(
             settings=settings,
             db=db,
@@ -79,7 +82,8 @@ class Core(Shared):
             agent_cache=AgentCache(db, secrets.decrypt, signals),
             tool_registry=tool_registry,
             mcp_catalog=mcp_catalog,
-            event_log=EventLog(db),
+            event_log=event_log,
+            feeds=Feeds(event_log, signals),
         )
         wire_caches(core)
         core.engine = build_engine(core)

@@ -23,7 +23,6 @@ from orchestra.db.signals import Signals
 from orchestra.engine.agent_step import AgentSteps
 from orchestra.engine.claims import ClaimLoops
 from orchestra.engine.containers import Containers
-from orchestra.engine.feed import Feeds
 from orchestra.engine.language.sandbox import Bounds, Sandbox
 from orchestra.engine.live import LiveRun
 from orchestra.engine.llm.clients import ProviderClients
@@ -49,7 +48,7 @@ class AgentResolver(Protocol):
 
 
 class Engine(ClaimLoops, RunLifecycle, Scheduler, Containers, AgentSteps, HumanQuestions):
-    """Owns this process's run tasks, its claims and leases, and its live event feeds."""
+    """Owns this process's run tasks, its claims and leases."""
 
     def __init__(
         self,
@@ -73,7 +72,6 @@ class Engine(ClaimLoops, RunLifecycle, Scheduler, Containers, AgentSteps, HumanQ
         self.exclusive = exclusive  # one process serves this store (SQLite)
         self.log: EventLog = core.event_log  # the process's one event log
         self.log.fence_for = self._fence_of  # an owner's appends check its claim
-        self.feeds = Feeds(self.log, signals)
         self.outage: StoreOutage = core.outage
         self.lease_db = core.db  # the lease loop's connection; its own one on PostgreSQL
         self.ownership = Ownership(

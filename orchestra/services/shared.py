@@ -2,8 +2,8 @@
 
 The store, a write transaction, the caches and their invalidation, and the parts the
 composition root (`orchestra/core.py`) built once — the agent cache, the tool
-registry, the MCP catalog, the user snapshot, the outage state, the event log and the
-run engine — as typed fields. Services import this module, never the root: the root
+registry, the MCP catalog, the user snapshot, the outage state, the event log, its live
+feeds and the run engine — as typed fields. Services import this module, never the root: the root
 stands above them and builds this object.
 """
 
@@ -17,6 +17,7 @@ from peewee import Database
 
 from orchestra.db.outage import StoreOutage
 from orchestra.db.signals import Signals
+from orchestra.engine.feed import Feeds
 from orchestra.engine.log import EventLog
 from orchestra.engine.tools import ToolRegistry
 from orchestra.engine.tools.mcp.catalog import McpCatalog
@@ -52,6 +53,7 @@ class Shared:
     tool_registry: ToolRegistry  # the built-in tools, then the MCP catalog's
     mcp_catalog: McpCatalog
     event_log: EventLog  # run events: appended by the engine, read by services
+    feeds: Feeds  # live fan-out of the log's appends and `events` hints, for streams
     # Called (in order) after a user was deleted: their live runs stop, caches drop them.
     on_user_deleted: list[UserDeletedHook] = field(default_factory=list)
     # The run engine: given the parts above, so the root builds it last (`Core.open`).

@@ -19,7 +19,7 @@ PROMPT_MAX = 100_000
 NAME_MAX = 128
 EXPRESSION_MAX = 1_000
 TIMEOUT_MAX = 86_400
-NODE_NAMES = ("planner", "reviewer", "summarizer")  # services/agents.NODE_SPECS (checked in tests)
+NODE_NAMES = ("planner", "reviewer", "summarizer")  # services/node_specs.NODE_SPECS (checked in tests)
 _NOT_BLANK = r"^[^\u0000]*[^\s\u0000][^\u0000]*$"
 
 
