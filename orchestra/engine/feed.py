@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from orchestra.db.outage import backoff, is_unreachable
-from orchestra.engine.log import Event, EventLog
+from orchestra.engine.store.events import Event, EventLog
 
 logger = logging.getLogger("orchestra.engine")
 

@@ -29,7 +29,6 @@ from orchestra.engine.language.model import (
 
 Problem = dict[str, str]
 AGENT_SHAPE = 'must be {"worker": worker_id}, {"node": name} or {"human": true}'
-STEP_FIELDS = tuple(Step.model_fields)
 # Variables a top-level step may use; foreach/loop bodies (loops issue) add item, index, loop.
 STEP_VARIABLES = frozenset({"input", "steps"})
 

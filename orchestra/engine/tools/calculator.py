@@ -13,7 +13,7 @@ import operator
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from orchestra.engine.tools import Tool, ToolContext, ToolError
+from orchestra.engine.tools.base import Tool, ToolContext, ToolError
 
 MAX_EXPRESSION_LENGTH = 500
 MAX_INT_BITS = 4096  # about 1233 decimal digits
