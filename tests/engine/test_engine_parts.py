@@ -18,7 +18,6 @@ from orchestra.engine.store.events import EventLog, StoreContention
 from orchestra.services import auth
 from orchestra.services import workflows as wf
 from tests.engine.test_engine import events, kinds, setup_agent, start, wait_status
-from tests.fakes.fake_llm import fake_llm  # noqa: F401 - fixture
 
 ENGINE = Path(__file__).resolve().parents[2] / "orchestra" / "engine"
 HUMAN = [{"id": "h", "agent": {"human": True}, "prompt": "Your name?"}]

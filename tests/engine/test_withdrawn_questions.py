@@ -14,7 +14,6 @@ from orchestra.engine.model import StopReason
 from orchestra.errors import ConflictError
 from tests.engine.test_engine import events, kinds, setup_agent, start, wait_status
 from tests.engine.test_fencing import wait_kind
-from tests.fakes.fake_llm import fake_llm  # noqa: F401 - fixture
 
 
 async def crash_and_resume(core, trace_id: str) -> None:
