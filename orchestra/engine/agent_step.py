@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from orchestra.engine.coalescer import TokenCoalescer
 from orchestra.engine.language.policies import read_structured, repair_prompt
+from orchestra.engine.language.sandbox import Sandbox
 from orchestra.engine.language.schemas import describe
 from orchestra.engine.live import LiveRun, StepFailure
 from orchestra.engine.llm import (
@@ -27,10 +28,9 @@ from orchestra.engine.llm import (
 from orchestra.engine.model import At, StepDef
 from orchestra.engine.questions import Questions
 from orchestra.engine.records import Records
+from orchestra.engine.sizes import OUTPUT_SETTING, check_question, utf8_size
 from orchestra.engine.store import RunStore
 from orchestra.engine.store.events import RunGone
-from orchestra.engine.sizes import OUTPUT_SETTING, check_question, utf8_size
-from orchestra.engine.language.sandbox import Sandbox
 from orchestra.engine.tools.base import ToolContext, ToolError, ToolRegistry
 from orchestra.engine.vocabulary import EventKind
 from orchestra.errors import OrchestraError

@@ -15,9 +15,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from orchestra.engine.calls import Calls
 from orchestra.engine.instances import inside, item_path, iteration_path
 from orchestra.engine.language.expressions import ExpressionError, Scope
-from orchestra.engine.calls import Calls
 from orchestra.engine.language.sandbox import Sandbox
 from orchestra.engine.live import HandBack, LiveRun, LiveRuns, StepFailure
 from orchestra.engine.model import At, ForeachDef, StepDef

@@ -30,9 +30,9 @@ from orchestra.engine.language.model import NAME_MAX, PROMPT_MAX
 from orchestra.engine.language.typecheck import type_problems
 from orchestra.engine.language.validate import Checked
 from orchestra.engine.language.validate import check_template as check_template_language
-from orchestra.engine.store.events import Event
 from orchestra.engine.run_task import step_output
 from orchestra.engine.sizes import check_reply_size
+from orchestra.engine.store.events import Event
 from orchestra.engine.vocabulary import FINISHED, EventKind, RunStatus, StepStatus
 from orchestra.errors import ConflictError, NotFoundError, PermissionDeniedError, ValidationError
 from orchestra.services.paging import DEFAULT_LIMIT, Page, keyset_page
