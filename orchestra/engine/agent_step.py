@@ -8,6 +8,7 @@ Provider clients are built once per (kind, URL, key) and shared by every run.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
@@ -39,6 +40,43 @@ from orchestra.observability.instrument import instrument_client
 from orchestra.settings import Settings
 
 logger = logging.getLogger("orchestra.engine")
+
+
+def _first_messages(live: LiveRun, config: Any, prompt: str) -> list[ChatMessage]:
+    """The system prompt (the agent's and its skills'), then the prompt with the run's
+    attached files listed."""
+    system = "\n\n".join(p for p in (config.system_prompt, config.skill_instructions) if p)
+    user_text = prompt
+    if live.files:
+        listed = ", ".join(f"{f['file_id']} ({f.get('filename', '')})" for f in live.files)
+        user_text += f"\n\nAttached files (read them with read_upload by file_id): {listed}"
+    return ([ChatMessage("system", system)] if system else []) + [ChatMessage("user", user_text)]
+
+
+async def _streamed(stream: Any, coalescer: TokenCoalescer, limit: int) -> ChatResult:
+    """One streamed answer: its text goes to `coalescer` as it comes, bounded by `limit`
+    bytes (StepFailure past it). An error after text was shown is not retryable: the
+    user has seen part of this answer, which must never be repeated."""
+    shown = 0
+    result: ChatResult | None = None
+    try:
+        async for event in stream:
+            if isinstance(event, TextDelta) and event.text:
+                shown += utf8_size(event.text)
+                if shown > limit:
+                    raise StepFailure(
+                        f"The step's output passed the limit of {limit} bytes ({OUTPUT_SETTING})."
+                    )
+                coalescer.add(event.text)
+            elif isinstance(event, ChatResult):
+                result = event
+    except LLMError as exc:
+        if shown:
+            raise LLMError(exc.message, status=exc.status, retryable=False) from exc
+        raise
+    if result is None:
+        raise LLMError("The provider's stream ended without a result.", retryable=not shown)
+    return result
 
 
 class AgentResolver(Protocol):
@@ -74,21 +112,7 @@ class AgentSteps:
         """(output, usage, the last token text, not yet appended: the caller stores it).
         With `output_schema` the output is the answer's JSON value, validated; a mismatch
         is told to the model and asked again, `schema_repairs` times at most."""
-        agent = step.agent
-        if agent.worker is not None:
-            config = await self.agents.worker(agent.worker)
-            if config is None:
-                raise StepFailure(f"The worker '{agent.worker}' no longer exists.")
-        else:
-            config = await self.agents.node(agent.node)
-            if config is None:
-                raise StepFailure(f"The system node '{agent.node}' does not exist.")
-        if not config.provider_kind or not config.model:
-            raise StepFailure(
-                f"The {config.kind} '{config.name}' has no provider configured."
-                + (" An administrator can set one with PUT /api/v1/agent/node/"
-                   f"{config.name}." if config.kind == "node" else "")
-            )
+        config = await self._config(step)
         registry = self.registry
         try:
             await registry.load()  # the MCP servers' tools, when their copy is stale
@@ -96,14 +120,7 @@ class AgentSteps:
             client = await self.client_for(config)
         except (ToolError, LLMError) as exc:
             raise StepFailure(exc.message) from None
-        system = "\n\n".join(p for p in (config.system_prompt, config.skill_instructions) if p)
-        user_text = prompt
-        if live.files:
-            listed = ", ".join(f"{f['file_id']} ({f.get('filename', '')})" for f in live.files)
-            user_text += f"\n\nAttached files (read them with read_upload by file_id): {listed}"
-        messages = ([ChatMessage("system", system)] if system else []) + [
-            ChatMessage("user", user_text)
-        ]
+        messages = _first_messages(live, config, prompt)
         ctx = ToolContext(
             user_id=live.owner_id,
             trace_id=live.trace_id,
@@ -130,14 +147,13 @@ class AgentSteps:
                 value, violations = await read_structured(result.text, schema, self.sandbox)
                 if not violations:
                     return value, usage, pending_text
+                self._emit_tokens(live, at, pending_text)
                 if repairs_left <= 0:
-                    self._emit_tokens(live, at, pending_text)
                     raise StepFailure(
                         "The answer did not match output_schema after "
                         f"{self.settings.schema_repairs} repair rounds: {describe(violations)}"
                     )
                 repairs_left -= 1  # tell the model what was wrong and ask again
-                self._emit_tokens(live, at, pending_text)
                 messages.append(ChatMessage("assistant", result.text))
                 messages.append(ChatMessage("user", repair_prompt(violations, schema)))
                 continue
@@ -147,12 +163,35 @@ class AgentSteps:
             messages.append(ChatMessage("assistant", result.text or None, tool_calls=result.tool_calls))
             for call in result.tool_calls:
                 name = catalog_names.get(call.name, call.name)  # the model may use an encoded name
-                content, error = await self._tool(live, at, registry, call, ctx, name)
-                if error is not None and step.fail_on_tool_error:
-                    raise StepFailure(f"The tool {name} failed (tools.on_tool_error is 'fail'): {error}")
-                messages.append(
-                    ChatMessage("tool", content, tool_call_id=call.id, name=call.name)
-                )
+                messages.append(await self._tool_message(live, at, step, ctx, call, name))
+
+    async def _config(self, step: StepDef) -> Any:
+        """The step's worker or node configuration; StepFailure when it cannot answer."""
+        agent = step.agent
+        if agent.worker is not None:
+            config = await self.agents.worker(agent.worker)
+            if config is None:
+                raise StepFailure(f"The worker '{agent.worker}' no longer exists.")
+        else:
+            config = await self.agents.node(agent.node)
+            if config is None:
+                raise StepFailure(f"The system node '{agent.node}' does not exist.")
+        if not config.provider_kind or not config.model:
+            raise StepFailure(
+                f"The {config.kind} '{config.name}' has no provider configured."
+                + (" An administrator can set one with PUT /api/v1/agent/node/"
+                   f"{config.name}." if config.kind == "node" else "")
+            )
+        return config
+
+    async def _tool_message(self, live: LiveRun, at: At, step: StepDef, ctx: ToolContext,
+                            call: Any, name: str) -> ChatMessage:
+        """Run one tool call; the message the model reads about it. A failed call fails
+        the step under `tools.on_tool_error: fail`."""
+        content, error = await self._tool(live, at, self.registry, call, ctx, name)
+        if error is not None and step.fail_on_tool_error:
+            raise StepFailure(f"The tool {name} failed (tools.on_tool_error is 'fail'): {error}")
+        return ChatMessage("tool", content, tool_call_id=call.id, name=call.name)
 
     async def _ask_bounded(self, live: LiveRun, at: At, question: str) -> Any:
         """`ask_user`: the model's question, bounded as a prompt is, put to the user."""
@@ -209,31 +248,12 @@ class AgentSteps:
 
         coalescer = TokenCoalescer(emit, interval=self.token_interval)
 
+        extra = {"output_schema": output_schema} if output_schema is not None else {}
+
         async def attempt() -> ChatResult:
             await self.store.release()  # no pooled connection held while the model talks
-            shown = 0
-            result: ChatResult | None = None
-            try:
-                extra = {"output_schema": output_schema} if output_schema is not None else {}
-                async for event in client.stream_chat(model=model, messages=messages, tools=tools,
-                                                      **extra):
-                    if isinstance(event, TextDelta) and event.text:
-                        shown += utf8_size(event.text)
-                        if shown > limit:
-                            raise StepFailure(
-                                f"The step's output passed the limit of {limit} bytes "
-                                f"({OUTPUT_SETTING})."
-                            )
-                        coalescer.add(event.text)
-                    elif isinstance(event, ChatResult):
-                        result = event
-            except LLMError as exc:
-                if shown:  # the user has seen part of this answer: never repeat it
-                    raise LLMError(exc.message, status=exc.status, retryable=False) from exc
-                raise
-            if result is None:
-                raise LLMError("The provider's stream ended without a result.", retryable=not shown)
-            return result
+            return await _streamed(client.stream_chat(model=model, messages=messages, tools=tools,
+                                                      **extra), coalescer, limit)
 
         try:
             result = await with_retries(
@@ -288,8 +308,6 @@ class AgentSteps:
     async def close(self) -> None:
         """Close every provider client (best effort)."""
         for client in self.clients.values():
-            try:
+            with contextlib.suppress(Exception):  # closing is best effort
                 await client.aclose()
-            except Exception:  # noqa: BLE001 - closing is best effort
-                pass
         self.clients.clear()

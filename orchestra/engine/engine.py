@@ -14,6 +14,7 @@ file reader, the signals) by the composition root; it imports nothing from servi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -195,10 +196,8 @@ class Engine:
             except Exception:  # noqa: BLE001 - then their leases run out, as after a crash
                 logger.warning("could not hand back %d run(s) at shutdown", len(late))
         if self._started is not None and self._started.done() and not self._started.exception():
-            try:
+            with contextlib.suppress(Exception):  # others find the runs on their next scan
                 await self.signals.notify("control", "wake:")
-            except Exception:  # noqa: BLE001 - others find the runs on their next scan
-                pass
         await self.agent_steps.close()
         await self.store.stop()
         await self.sandbox.close()

@@ -20,7 +20,14 @@ from orchestra.db.outage import StoreOutage, release_quietly, sleep_backoff
 from orchestra.engine.language import policies
 from orchestra.engine.language.expressions import ExpressionError
 from orchestra.engine.language.sandbox import Sandbox
-from orchestra.engine.live import HandBack, LimitReached, LiveRun, LiveRuns, RunFailed, StepFailure
+from orchestra.engine.live import (
+    HandBack,
+    LimitReached,
+    LiveRun,
+    LiveRuns,
+    RunFailed,
+    StepFailure,
+)
 from orchestra.engine.memory import trim_soon
 from orchestra.engine.model import StepDef, StopReason
 from orchestra.engine.scheduler import Scheduler

@@ -24,7 +24,14 @@ from typing import Any
 from orchestra.engine.language import policies
 from orchestra.engine.language.expressions import ExpressionError, Scope
 from orchestra.engine.language.sandbox import Sandbox
-from orchestra.engine.live import HandBack, LimitReached, LiveRun, LiveRuns, RunFailed, StepFailure
+from orchestra.engine.live import (
+    HandBack,
+    LimitReached,
+    LiveRun,
+    LiveRuns,
+    RunFailed,
+    StepFailure,
+)
 from orchestra.engine.model import At, StepDef, StepKind
 from orchestra.engine.records import Records
 from orchestra.engine.store import RunStore

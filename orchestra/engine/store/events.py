@@ -10,6 +10,7 @@ of them from the store's `events` signal.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import random
 from collections.abc import Awaitable, Callable
@@ -236,10 +237,8 @@ class EventLog:
 
         pwasyncio binds a connection to each task until the task ends; a stream or a
         run that waits must not hold one, or a few of them drain the pool."""
-        try:
+        with contextlib.suppress(Exception):  # releasing is best effort
             await release_connection(self.db)
-        except Exception:  # noqa: BLE001 - releasing is best effort
-            pass
 
     # -- reading ----------------------------------------------------------------------
     async def max_seq(self, trace_id: str) -> int:

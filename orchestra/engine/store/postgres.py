@@ -7,6 +7,7 @@ queue behind request traffic); reads that decide a write lock their rows.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from orchestra.db.database import make_database
@@ -31,7 +32,5 @@ class PostgresRunStore(RunStore):
 
     async def stop(self) -> None:
         if self.lease_db is not self.db:
-            try:
+            with contextlib.suppress(Exception):  # closing is best effort
                 await self.lease_db.close_pool()
-            except Exception:  # noqa: BLE001 - closing is best effort
-                pass

@@ -20,7 +20,14 @@ from peewee import IntegrityError
 
 from orchestra.db.models import RunStep, WorkflowRun, utcnow
 from orchestra.engine.model import At, Question
-from orchestra.engine.store.events import Event, EventLog, Fenced, Item, RunGone, SeqRetry
+from orchestra.engine.store.events import (
+    Event,
+    EventLog,
+    Fenced,
+    Item,
+    RunGone,
+    SeqRetry,
+)
 from orchestra.engine.store.ownership import Ownership, process_identity
 from orchestra.engine.vocabulary import ACTIVE, EventKind, RunStatus, StepStatus
 
