@@ -163,3 +163,15 @@ def test_the_engine_has_no_import_circle_and_no_long_module():
     circles = sorted((a, b) for a in graph for b in graph[a]
                      if not a.startswith(b + ".") and reaches(b, a) and a < b)
     assert circles == []
+
+
+def test_the_output_bound_counts_utf8_bytes_not_characters():
+    """ORCHESTRA_STEP_OUTPUT_MAX_BYTES is checked in UTF-8 bytes: five `é` are 5
+    characters but 10 bytes (12 as a JSON string), past a 10-byte limit."""
+    from orchestra.engine.live import StepFailure
+    from orchestra.engine.sizes import check_output, utf8_size
+
+    assert utf8_size("é" * 5) == 10
+    check_output("e" * 8, limit=10, of="step 'a'")  # 10 bytes with its quotes: fits
+    with pytest.raises(StepFailure, match="reached 12 bytes"):
+        check_output("é" * 5, limit=10, of="step 'a'")
