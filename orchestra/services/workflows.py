@@ -36,8 +36,8 @@ from orchestra.engine.sizes import check_reply_size
 from orchestra.engine.vocabulary import FINISHED, EventKind, RunStatus, StepStatus
 from orchestra.errors import ConflictError, NotFoundError, PermissionDeniedError, ValidationError
 from orchestra.services import run_starts
-from orchestra.services.run_starts import StartKey
 from orchestra.services.paging import DEFAULT_LIMIT, Page, keyset_page
+from orchestra.services.run_starts import StartKey
 
 EVENTS_MAX = 1000  # events in one page of GET /run/{id}/events
 OPTION_FIELDS = ("input_schema", "limits", "output")  # template-level language options

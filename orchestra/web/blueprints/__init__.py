@@ -8,7 +8,14 @@ from sanic import Blueprint
 def all_blueprints() -> Blueprint:
     """Every API area, as one group under /api/v1."""
     from orchestra.web.blueprints import (
-        adapter, agent, auth, keys, mcp, provider, resource, workflow,
+        adapter,
+        agent,
+        auth,
+        keys,
+        mcp,
+        provider,
+        resource,
+        workflow,
     )
 
     areas = [auth, keys, provider, agent, resource, mcp, workflow, adapter]
