@@ -16,7 +16,7 @@ from collections.abc import Coroutine
 from typing import Any
 
 from orchestra.db.models import WorkflowRun
-from orchestra.db.outage import StoreOutage, release_quietly, sleep_backoff
+from orchestra.db.outage import StoreOutage, sleep_backoff
 from orchestra.engine.live import CANCELLED_BY_REQUEST, LiveRun, LiveRuns
 from orchestra.engine.model import RunOptions, StopReason, step_defs
 from orchestra.engine.questions import Questions
@@ -86,7 +86,7 @@ class Claims:
         with jitter) and try again — the run keeps what it has; anything else fails it."""
         if isinstance(exc, RunGone) or not self.outage.failed(exc, "writing a run's events"):
             return False
-        await release_quietly(self.store.db)
+        await self.store.release()
         await sleep_backoff(tries)
         return True
 
@@ -183,7 +183,7 @@ class Claims:
     def _lost(self, live: LiveRun) -> None:
         """Another process holds the run now: stop it here, writing nothing more."""
         metrics.lease_renewals("lost")
-        observe.run_outcome(live.trace_id, "lost")
+        observe.run_outcome(live.trace_id, StopReason.LOST)
         logger.warning("run %s is held by another process now", live.trace_id)
         live.writes.abandon()
         self.runs.stop(live, StopReason.LOST)
