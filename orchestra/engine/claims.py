@@ -15,6 +15,8 @@ import logging
 from collections.abc import Coroutine
 from typing import Any
 
+import pydantic
+
 from orchestra.db.models import WorkflowRun
 from orchestra.db.outage import StoreOutage, sleep_backoff
 from orchestra.engine.live import CANCELLED_BY_REQUEST, LiveRun, LiveRuns
@@ -48,10 +50,14 @@ class Claims:
     def launch(self, run: WorkflowRun, *, cancel_message: str = CANCELLED_BY_REQUEST) -> LiveRun:
         """Start the task of a run just claimed (its row as claimed). A run whose cancel
         was requested ends at once, `cancelled` with `cancel_message`."""
+        try:
+            steps, unreadable = step_defs(run.steps or []), None
+        except pydantic.ValidationError as exc:  # stored by an older, looser release
+            steps, unreadable = (), f"The run's steps cannot be read: {exc.errors()[0]['msg']}."
         live = LiveRun(
             run.trace_id, run.owner_id,
             run.input_value if "input_schema" in (run.spec or {}) else (run.input or ""),
-            list(run.files or []), step_defs(run.steps or []), attempt=run.attempts,
+            list(run.files or []), steps, attempt=run.attempts, unreadable=unreadable,
             options=RunOptions.from_spec(run.spec),
             started_epoch=(run.started_at.replace(tzinfo=dt.UTC).timestamp()
                            if run.started_at else None),

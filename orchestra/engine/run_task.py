@@ -75,6 +75,8 @@ class RunTasks:
                     f"(ORCHESTRA_RUN_MAX_ATTEMPTS is {self.settings.run_max_attempts}).",
                 )
                 return
+            if live.unreadable:
+                raise RunFailed("", live.unreadable)
             await self._begin(live)
             states = await self._schedule_within_deadline(live)
             final = await self._output(live, states)
