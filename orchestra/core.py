@@ -1,8 +1,7 @@
 """The composition root: `Core.open(settings)` builds, in this one place, everything a
 process shares — the store, hashing, tokens, secrets, signals, the caches and their
 invalidation, the agent cache, the tool registry, the MCP catalog, the user snapshot,
-the outage state, the event log and its live feeds, and the run engine — and `close()`
-takes it down.
+the outage state, the API key cache and the run engine — and `close()` takes it down.
 
 The root stands above services and engine: it imports them, nothing in them imports
 it (services are typed against `orchestra.services.shared.Shared`, whose fields `Core`
@@ -13,20 +12,20 @@ its duration.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from orchestra.db import migrate
 from orchestra.db.database import connect, is_postgres_url
 from orchestra.db.outage import StoreOutage
 from orchestra.db.signals import make_signals
 from orchestra.engine.engine import Engine
-from orchestra.engine.feed import Feeds
-from orchestra.engine.log import EventLog
 from orchestra.engine.tools import default_registry
 from orchestra.engine.tools.mcp.catalog import McpCatalog
 from orchestra.services import uploads
 from orchestra.services.agent_cache import AGENT_TABLES, AgentCache
 from orchestra.services.caches import Caches
 from orchestra.services.crypto import SecretBox
+from orchestra.services.key_cache import KeyCache, KeyUses
 from orchestra.services.passwords import PasswordService
 from orchestra.services.shared import Shared
 from orchestra.services.tokens import TokenService
@@ -54,7 +53,6 @@ class Core(Shared):
         mcp_catalog = McpCatalog(db, secrets.decrypt)
         tool_registry = default_registry()
         tool_registry.add_source(mcp_catalog)
-        event_log = EventLog(db)
         core = cls(
             settings=settings,
             db=db,
@@ -82,14 +80,15 @@ class Core(Shared):
             agent_cache=AgentCache(db, secrets.decrypt, signals),
             tool_registry=tool_registry,
             mcp_catalog=mcp_catalog,
-            event_log=event_log,
-            feeds=Feeds(event_log, signals),
+            # On SQLite it probes the file's version; on PostgreSQL the triggers' hints.
+            key_cache=KeyCache(None if postgres else db.database, signals if postgres else None),
+            key_uses=KeyUses(),
         )
         wire_caches(core)
-        core.engine = build_engine(core)
 
         async def stop_their_runs(user_id: str) -> None:
-            await core.engine.cancel_owner(user_id, reason="The run's user was deleted.")
+            if (engine := core.built_engine()) is not None:  # else no run of theirs is here
+                await engine.cancel_owner(user_id, reason="The run's user was deleted.")
 
         async def drop_their_workers(user_id: str) -> None:  # they went with the user
             core.caches.changed("worker")
@@ -97,10 +96,20 @@ class Core(Shared):
         core.on_user_deleted.extend((stop_their_runs, drop_their_workers))
         return core
 
+    @cached_property
+    def engine(self) -> Engine:
+        """The run engine, built on first use (a request that only reads needs none)."""
+        return build_engine(self)
+
+    def built_engine(self) -> Engine | None:
+        """The engine if it was built, else None."""
+        return self.__dict__.get("engine")
+
     async def close(self) -> None:
         """Stop the engine (its runs are handed back), stop listening, then release the
         pool (aiosqlite threads would otherwise keep the process alive)."""
-        await self.engine.stop()
+        if (engine := self.built_engine()) is not None:
+            await engine.stop()
         await self.signals.stop()
         self.passwords.close()
         await self.db.close_pool()
@@ -124,10 +133,11 @@ def build_engine(core: Shared) -> Engine:
         return await uploads.read_text(core, owner_id=owner_id, file_id=file_id)
 
     return Engine(
-        core,
+        db=core.db,
+        settings=core.settings,
+        outage=core.outage,
         agents=core.agent_cache,
         registry=core.tool_registry,
         read_upload=read_upload,
         signals=core.signals,
-        exclusive=not core.is_postgres,
     )

@@ -13,14 +13,6 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent.parent / "orchestra"
 LINES_MAX = 600
 
-# Cycles inside orchestra/engine that its restructuring (issue 24) removes; each entry
-# is the set of modules of one cycle. Whoever breaks one deletes its entry here (the
-# test fails while an entry names a cycle that no longer exists). Nothing outside
-# orchestra/engine may be listed.
-KNOWN_ENGINE_CYCLES_TO_REMOVE: list[frozenset[str]] = [
-    frozenset({"orchestra.engine.live", "orchestra.engine.questions"}),
-]
-
 
 def module_name(path: Path) -> str:
     parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
@@ -112,12 +104,7 @@ def test_the_graph_sees_function_level_and_relative_imports():
 def test_no_import_cycle_in_orchestra():
     graph = import_graph()
     found = cycles(graph)
-    unexpected = [c for c in found if c not in KNOWN_ENGINE_CYCLES_TO_REMOVE]
-    assert not unexpected, "import cycles:\n" + "\n".join(describe(c, graph) for c in unexpected)
-    for known in KNOWN_ENGINE_CYCLES_TO_REMOVE:
-        assert all(name.startswith("orchestra.engine.") for name in known), known
-    gone = [c for c in KNOWN_ENGINE_CYCLES_TO_REMOVE if c not in found]
-    assert not gone, f"these cycles are gone: delete them from the list: {gone}"
+    assert not found, "import cycles:\n" + "\n".join(describe(c, graph) for c in found)
 
 
 def test_the_composition_root_is_imported_only_by_entry_points():

@@ -1,10 +1,10 @@
 """What every service is given: `Shared`, one per process (or CLI command).
 
 The store, a write transaction, the caches and their invalidation, and the parts the
-composition root (`orchestra/core.py`) built once — the agent cache, the tool
-registry, the MCP catalog, the user snapshot, the outage state, the event log, its live
-feeds and the run engine — as typed fields. Services import this module, never the root: the root
-stands above them and builds this object.
+composition root (`orchestra/core.py`) built once — the agent cache, the tool registry,
+the MCP catalog, the user snapshot, the outage state and the run engine — as typed
+fields. Services import this module, never the root: the root stands above them and
+builds this object.
 """
 
 from __future__ import annotations
@@ -17,13 +17,12 @@ from peewee import Database
 
 from orchestra.db.outage import StoreOutage
 from orchestra.db.signals import Signals
-from orchestra.engine.feed import Feeds
-from orchestra.engine.log import EventLog
-from orchestra.engine.tools import ToolRegistry
+from orchestra.engine.tools.base import ToolRegistry
 from orchestra.engine.tools.mcp.catalog import McpCatalog
 from orchestra.services.agent_cache import AgentCache
 from orchestra.services.caches import Caches
 from orchestra.services.crypto import SecretBox
+from orchestra.services.key_cache import KeyCache, KeyUses
 from orchestra.services.passwords import PasswordService
 from orchestra.services.tokens import TokenService
 from orchestra.services.user_snapshot import UserSnapshot
@@ -52,12 +51,13 @@ class Shared:
     agent_cache: AgentCache
     tool_registry: ToolRegistry  # the built-in tools, then the MCP catalog's
     mcp_catalog: McpCatalog
-    event_log: EventLog  # run events: appended by the engine, read by services
-    feeds: Feeds  # live fan-out of the log's appends and `events` hints, for streams
+    key_cache: KeyCache  # API keys as requests read them
+    key_uses: KeyUses  # when each key's use was last recorded here
     # Called (in order) after a user was deleted: their live runs stop, caches drop them.
     on_user_deleted: list[UserDeletedHook] = field(default_factory=list)
-    # The run engine: given the parts above, so the root builds it last (`Core.open`).
-    engine: Engine = field(init=False)
+    # The run engine, given the parts above: built by the root on first use (reading a
+    # run needs none), so it is not part of the record's repr or equality.
+    engine: Engine = field(init=False, repr=False, compare=False)
 
     def write_transaction(self):
         """A transaction that reads, then writes. On SQLite it takes the write lock at

@@ -45,7 +45,7 @@ async def test_a_rotated_key_closes_the_old_client_and_the_next_step_sends_the_n
     assert second.headers["authorization"] == "Bearer key-after-rotation"
     assert second.client_port != first.client_port
     assert await closed(fake_llm, first.client_port), "the client of the old key is still open"
-    assert core.engine.clients.providers() == [who["provider_id"]]  # one client, by provider
+    assert core.engine.agent_steps.clients.providers() == [who["provider_id"]]  # one, by provider
 
 
 def config(fake: FakeLLM, key: str) -> AgentConfig:

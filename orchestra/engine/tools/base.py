@@ -1,5 +1,4 @@
-"""What a tool is (`Tool`, its context and errors) and the registry that validates and
-runs tools.
+"""What a tool is, and the registry that validates and runs tools.
 
 A tool is a name, a description and a JSON Schema for its arguments (what the model
 sees), plus `async run(args, ctx) -> str`. Tools report failures the model should see
