@@ -35,7 +35,7 @@ class ClaimLoops:
             list(run.files or []), run.steps, attempt=run.attempts, spec=spec,
             started_epoch=(run.started_at.replace(tzinfo=dt.timezone.utc).timestamp()
                            if run.started_at else None),
-            claim=run.owner_process,
+            claim=run.owner_process, forked_from=run.forked_from,
         )
         live.renewed_at = asyncio.get_running_loop().time()
         live.writes.retry = self._write_failed

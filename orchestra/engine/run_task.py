@@ -26,6 +26,7 @@ from orchestra.engine.live import HandBack, LimitReached, LiveRun, RunFailed, St
 from orchestra.engine.log import Event, Fenced, RunGone
 from orchestra.engine.memory import trim_soon
 from orchestra.engine.questions import read_questions
+from orchestra.engine.reuse import reused_events
 from orchestra.engine.sizes import check_output
 from orchestra.engine.vocabulary import EventKind, RunStatus, StepStatus
 from orchestra.observability import runs as observe
@@ -62,9 +63,8 @@ class RunLifecycle:
                     self.log.append, trace_id, EventKind.RUN_STARTED,
                     {"status": RunStatus.RUNNING, "input": live.input, "steps": [s["id"] for s in live.steps]},
                 )
-                reused = [(EventKind.STEP_FINISHED, {"output": state["output"], "reused": True}, sid)
-                          for sid, state in live.states.items()]
-                if reused:  # steps copied from the run this one retries
+                reused = reused_events(live)
+                if reused:  # steps copied from the run this one retries or forks
                     writes.submit(self.log.append_many, trace_id, reused)
             else:
                 writes.submit(self._set_run, trace_id, status=RunStatus.RUNNING)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import Field
 from sanic import Blueprint, Request
 from sanic.response import HTTPResponse, json
 
@@ -108,6 +109,8 @@ class RunBody(Body):
     )
     files: list[str] | None = rule(None, description="Ids of your uploads, listed to agent steps.",
                                    items={"type": "string", "pattern": ID_PATTERN})
+    version: int | None = Field(None, ge=1, le=2**31 - 1, description="The template version to run "
+                                "(default: the latest); an unknown one is a 404.")
 
 
 class RetryBody(Body):
@@ -272,7 +275,7 @@ async def delete_template(request: Request, template_id: str):
 @bp.post("/run")
 @documented(
     "Start a run of a template", body=RunBody, response=out.RunStarted, status=202,
-    errors={404: "NotFoundError: no template you may read has this id."},
+    errors={404: "NotFoundError: no template you may read has this id, or it has no such version."},
     links=_RUN_LINKS,
     params=(header("traceparent", "W3C trace context: the run's spans join this trace, in "
                    "whichever process executes it (ignored unless well-formed)."),),
@@ -286,6 +289,7 @@ async def start_run(request: Request):
         input=body.input,
         files=body.files,
         trace_parent=tracing.parent_for_run(request.headers),
+        version=body.version,
         **_who(request),
     )
     return json({"message": SUCCESS, "trace_id": run.trace_id, "status": RunStatus.QUEUED}, status=202)
