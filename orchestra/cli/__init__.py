@@ -49,12 +49,12 @@ def root(
 
 def _register_commands() -> None:
     from orchestra.cli import (account, db, files, login, mcp, node, provider, serve, skill, template, tool,
-                               user, worker, workflow)
+                               user, versions, worker, workflow)
 
     serve.register(app)
     app.add_typer(db.app, name="db")
     app.add_typer(user.app, name="user")
-    for area in (login, account, provider, node, tool, mcp, skill, worker, template, files, workflow):
+    for area in (login, account, provider, node, tool, mcp, skill, worker, template, files, workflow, versions):
         area.register(app)
 
 

@@ -149,6 +149,11 @@ class Renderer:
             step.output = _text(output) if output is not None else step.text
             if step.output and not step.parts:  # nothing was shown of it yet
                 step.add("text", step.output)
+        elif kind == EventKind.STEP_REUSED and step:  # a fork's copy: no call was made
+            step.status, step.finished = "succeeded", ts
+            output = data.get("output")
+            step.output = _text(output) if output is not None else ""
+            step.parts = [["note", "set by the fork" if data.get("overridden") else "reused"]]
         elif kind == EventKind.STEP_FAILED and step:
             step.status, step.finished = "failed", ts
             step.error = _text(_pick(data, "error", "message", default="failed"))
@@ -259,6 +264,8 @@ class PlainRenderer(Renderer):
             self._line(f"[{sid}] finished{_seconds(step.started, step.finished)}")
             for line in (step.output or "").splitlines() or [""]:
                 self._line(f"    {line}")
+        elif kind == EventKind.STEP_REUSED and step:
+            self._line(f"[{sid}] {step.parts[0][1]}")
         elif kind == EventKind.STEP_FAILED and step:
             self._line(f"[{sid}] failed{_seconds(step.started, step.finished)}: {step.error}")
         elif kind == EventKind.STEP_SKIPPED and step:

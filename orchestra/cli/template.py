@@ -19,7 +19,7 @@ from orchestra.cli.console import ExitCode, fail, handle_errors, out, print_json
 from orchestra.cli.remote import JSON, SERVER, TOKEN, YES, confirm, connect, read_json_file, resolve_named, \
     show_fields
 
-app = typer.Typer(help="Workflow templates on a server: list, show, check, create, update, delete.",
+app = typer.Typer(help="Workflow templates on a server: list, show, check, create, update, delete, versions, diff, restore.",
                   no_args_is_help=True)
 
 PATH = "/workflow/template"
