@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any, Optional
+from typing import Any
 
 import typer
 
@@ -32,8 +32,8 @@ def register(root: typer.Typer) -> None:
     workflows.app.command("fork")(handle_errors(fork))
 
 
-def versions(ctx: typer.Context, template: str = templates.TEMPLATE, server: Optional[str] = SERVER,
-             token: Optional[str] = TOKEN, json_output: bool = JSON) -> None:
+def versions(ctx: typer.Context, template: str = templates.TEMPLATE, server: str | None = SERVER,
+             token: str | None = TOKEN, json_output: bool = JSON) -> None:
     """List a template's versions, newest first (every save made one)."""
     from rich.table import Table
 
@@ -49,9 +49,9 @@ def versions(ctx: typer.Context, template: str = templates.TEMPLATE, server: Opt
 
 
 def diff(ctx: typer.Context, template: str = templates.TEMPLATE,
-         from_: Optional[int] = typer.Option(None, "--from", min=1, help="The older version (default: the one before --to)."),
-         to: Optional[int] = typer.Option(None, "--to", min=1, help="The newer version (default: the latest)."),
-         server: Optional[str] = SERVER, token: Optional[str] = TOKEN, json_output: bool = JSON) -> None:
+         from_: int | None = typer.Option(None, "--from", min=1, help="The older version (default: the one before --to)."),
+         to: int | None = typer.Option(None, "--to", min=1, help="The newer version (default: the latest)."),
+         server: str | None = SERVER, token: str | None = TOKEN, json_output: bool = JSON) -> None:
     """What changed between two versions, by step id (+ added, - removed, ~ changed fields)."""
     params = {k: v for k, v in (("from", from_), ("to", to)) if v is not None}
     with connect(ctx, server, token) as client:
@@ -70,7 +70,7 @@ def diff(ctx: typer.Context, template: str = templates.TEMPLATE,
 
 def restore(ctx: typer.Context, template: str = templates.TEMPLATE,
             version: int = typer.Argument(..., min=1, help="The version whose content becomes the newest."),
-            server: Optional[str] = SERVER, token: Optional[str] = TOKEN, json_output: bool = JSON) -> None:
+            server: str | None = SERVER, token: str | None = TOKEN, json_output: bool = JSON) -> None:
     """Save an earlier version's content as the newest version."""
     with connect(ctx, server, token) as client:
         tid = templates.template_id(client, template)
@@ -96,13 +96,13 @@ def _outputs(pairs: list[str]) -> dict[str, Any]:
 
 
 def fork(ctx: typer.Context, trace_id: str = typer.Argument(..., help="The run to fork (its trace_id)."),
-         from_step: Optional[str] = typer.Option(None, "--from", help="Run this step again, and what reads it."),
-         input_: Optional[str] = typer.Option(None, "--input", "-i", help="A new input ('-' reads stdin; default: the source's)."),
+         from_step: str | None = typer.Option(None, "--from", help="Run this step again, and what reads it."),
+         input_: str | None = typer.Option(None, "--input", "-i", help="A new input ('-' reads stdin; default: the source's)."),
          input_json: bool = typer.Option(False, "--input-json", "-I", help="Send --input as a JSON value."),
          set_: list[str] = typer.Option([], "--set", help="STEP=JSON: that step's output (repeatable); it is not run."),
-         version: Optional[int] = typer.Option(None, "--version", min=1, help="Run on this template version."),
+         version: int | None = typer.Option(None, "--version", min=1, help="Run on this template version."),
          watch_: bool = typer.Option(False, "--watch", "-w", help="Follow the new run until it ends."),
-         server: Optional[str] = SERVER, token: Optional[str] = TOKEN, json_output: bool = JSON) -> None:
+         server: str | None = SERVER, token: str | None = TOKEN, json_output: bool = JSON) -> None:
     """Start a run that reuses what TRACE finished; prints the new trace_id."""
     body: dict[str, Any] = {"from_step": from_step} if from_step else {}
     if input_ is not None:

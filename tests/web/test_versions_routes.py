@@ -7,7 +7,6 @@ import asyncio
 import pytest
 
 from orchestra.db.models import RunEvent, RunStep, TemplateVersion
-from tests.fakes.fake_llm import FakeLLM, fake_llm  # noqa: F401 - fixture
 from tests.web.test_workflow_routes import API, assert_error, make_template, wait_for
 
 

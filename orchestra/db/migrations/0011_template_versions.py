@@ -30,7 +30,7 @@ from peewee import (
 
 
 def utcnow():
-    return dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+    return dt.datetime.now(dt.UTC).replace(tzinfo=None)
 
 
 class _JSON(TextField):  # the column type of models.JSONField
