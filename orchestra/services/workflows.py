@@ -35,8 +35,9 @@ from orchestra.engine.run_task import step_output
 from orchestra.engine.sizes import check_reply_size
 from orchestra.engine.vocabulary import FINISHED, EventKind, RunStatus, StepStatus
 from orchestra.errors import ConflictError, NotFoundError, PermissionDeniedError, ValidationError
-from orchestra.services import version_store
+from orchestra.services import run_starts, version_store
 from orchestra.services.paging import DEFAULT_LIMIT, Page, keyset_page
+from orchestra.services.run_starts import StartKey
 
 EVENTS_MAX = 1000  # events in one page of GET /run/{id}/events
 OPTION_FIELDS = ("input_schema", "limits", "output")  # template-level language options
@@ -273,13 +274,21 @@ async def start_run(
     input: Any = "",
     files: list[str] | None = None,
     trace_parent: str | None = None,
+    trigger: dict[str, Any] | None = None,
+    remember: StartKey | None = None,
+    template: WorkflowTemplate | None = None,
     version: int | None = None,
 ) -> WorkflowRun:
     """Store a `queued` run of a readable template and hand it to the engine. With an
     `input_schema` the input may be any JSON value and must validate; without one it is
-    text. `trace_parent` (a W3C traceparent) is the trace the run's spans join.
+    text. `trace_parent` (a W3C traceparent) is the trace the run's spans join;
+    `trigger` says what started it (SPEC §11); `remember` is stored in the run's
+    transaction, so a duplicate start fails with IntegrityError (services/run_starts.py).
+    `template`, when the caller has already read it (and checked the user may run it).
     `version`: the template version to run (SPEC §13; default the latest, 404 unknown)."""
-    template = await get_template(core, user_id=user_id, is_admin=is_admin, template_id=template_id)
+    if template is None:
+        template = await get_template(core, user_id=user_id, is_admin=is_admin,
+                                      template_id=template_id)
     pinned = await version_store.for_run(core, template, version)
     spec = pinned.spec or {}
     problems: list[dict[str, str]] = []
@@ -318,7 +327,10 @@ async def start_run(
             files=attached,
             status=RunStatus.QUEUED,
             trace_parent=trace_parent,
+            trigger=trigger,
         )
+        if remember is not None:
+            await run_starts.remember(core, remember, run.trace_id)
         if pinned.steps:  # one statement for every step row
             await core.db.aexecute(RunStep.insert_many([
                 {"run": run.trace_id, "step_id": step["id"], "path": step["id"], "status": StepStatus.PENDING}
@@ -364,6 +376,7 @@ def run_summary(run: WorkflowRun) -> dict[str, Any]:
         "started_at": iso(run.started_at),
         "finished_at": iso(run.finished_at),
         "retry_of": run.retry_of,
+        "trigger": run.trigger,
         "template_version": run.template_version,
         "forked_from": ({"trace_id": run.forked_from.get("trace_id"), "from_step": run.forked_from.get("from_step")}
                         if run.forked_from else None),
