@@ -48,8 +48,8 @@ def downstream(steps: list[dict[str, Any]], root: str) -> set[str]:
     return found
 
 
-async def _fork_steps(core: Core, source: WorkflowRun, version: int | None, *, user_id: str,
-                      is_admin: bool) -> tuple[list[dict[str, Any]], dict[str, Any], str, int | None]:
+async def _fork_steps(core: Core, source: WorkflowRun, version: int | None
+                      ) -> tuple[list[dict[str, Any]], dict[str, Any], str, int | None]:
     """(steps, spec, template name, version) the fork runs: the source's own, or
     `version` of its template (404 when the template or that version is gone)."""
     if version is None:
@@ -60,7 +60,8 @@ async def _fork_steps(core: Core, source: WorkflowRun, version: int | None, *, u
     if template is None:
         raise NotFoundError("The run's template was deleted, and its versions with it: a fork can "
                             "only run the run's own steps (leave out `version`).")
-    template = await workflows.get_template(core, user_id=user_id, is_admin=is_admin, template_id=template.id)
+    # the fork is the source owner's run: the version must be one that owner may run
+    template = await workflows.get_template(core, user_id=source.owner_id, is_admin=False, template_id=template.id)
     pinned = await version_store.for_run(core, template, version)
     return pinned.steps, pinned.spec or {}, pinned.name, pinned.version
 
@@ -116,7 +117,7 @@ async def fork_run(
     """A new run of the source's owner that reuses every source instance the plan allows
     (the source may still be active: what has succeeded so far counts)."""
     source = await workflows.get_run(core, user_id=user_id, is_admin=is_admin, trace_id=trace_id)
-    steps, spec, name, number = await _fork_steps(core, source, version, user_id=user_id, is_admin=is_admin)
+    steps, spec, name, number = await _fork_steps(core, source, version)
     ids = steps_by_id(steps)
     if from_step is not None and from_step not in ids:
         listed = ", ".join(list(ids)[:50])

@@ -202,3 +202,29 @@ def test_a_run_of_version_3_after_version_5_exists_runs_version_3(world):
     assert prompts == ["extra: v3 extra", "only: version 3 x"]
     assert run["template_version"] == 3 and [s["step_id"] for s in run["steps"]] == ["only", "extra"]
     assert world.http.get(f"/workflow/run/{run['trace_id']}").json()["template_version"] == 3
+
+
+def test_saves_racing_on_two_processes_on_postgresql_get_consecutive_numbers(pair):
+    """Twenty saves of one template, half through each of two servers on one PostgreSQL
+    database, all at once: versions 2…21, no gap, no duplicate; refused saves make none."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    human = {"agent": {"human": True}, "depends_on": []}
+    made = pair.http_a.post("/workflow/template", json={"name": "raced", "steps": [{"id": "q", "prompt": "p0", **human}]})
+    assert made.status_code == 201, made.text
+    tid = made.json()["template_id"]
+
+    def save(n: int) -> int:
+        http = pair.client(pair.a if n % 2 else pair.b)
+        steps = [{"id": "q", "prompt": f"p{n}", **human}] if n <= 20 else [{"id": "q", "prompt": "{{steps.x.output}}", **human}]
+        answer = http.put(f"/workflow/template/{tid}", json={"name": "raced", "steps": steps})
+        return answer.json()["template"]["version"] if answer.status_code == 200 else -answer.status_code
+
+    with ThreadPoolExecutor(max_workers=24) as pool:
+        numbers = sorted(pool.map(save, range(1, 25)))
+    assert numbers == [-422] * 4 + list(range(2, 22))
+    listed = pair.http_b.get(f"/workflow/template/{tid}/versions").json()["versions"]
+    assert [v["version"] for v in listed] == list(range(21, 0, -1))
+    latest = pair.http_a.get(f"/workflow/template/{tid}").json()["template"]
+    newest = pair.http_b.get(f"/workflow/template/{tid}/versions/21").json()["version"]
+    assert latest["version"] == 21 and latest["steps"] == newest["steps"]
