@@ -8,11 +8,12 @@ from __future__ import annotations
 from typing import Any
 
 from orchestra.engine import instances
-from orchestra.engine.live import LiveRun, StepAt
+from orchestra.engine.live import LiveRun
+from orchestra.engine.model import At
 from orchestra.engine.vocabulary import EventKind
 
 
-def reused_events(live: LiveRun) -> list[tuple[str, dict[str, Any], str]]:
+def reused_events(live: LiveRun) -> list[tuple[str, dict[str, Any], At | str]]:
     """(kind, data, step) of every instance stored as reused before the run started."""
     if not live.forked_from:
         return [(EventKind.STEP_FINISHED, {"output": state["output"], "reused": True}, sid)
@@ -25,5 +26,5 @@ def reused_events(live: LiveRun) -> list[tuple[str, dict[str, Any], str]]:
         data: dict[str, Any] = {"output": record.output, "source_trace_id": source}
         if path in overridden:
             data["overridden"] = True
-        events.append((EventKind.STEP_REUSED, data, StepAt(step_id, path)))
+        events.append((EventKind.STEP_REUSED, data, At(step_id, path)))
     return events

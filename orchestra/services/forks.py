@@ -17,8 +17,8 @@ from orchestra.core import Core
 from orchestra.db.models import RunStep, WorkflowRun, WorkflowTemplate
 from orchestra.engine import instances
 from orchestra.engine.language import schemas
+from orchestra.engine.records import output_fields
 from orchestra.engine.run_task import step_output
-from orchestra.engine.scheduler import output_fields
 from orchestra.engine.sizes import check_reply_size
 from orchestra.engine.vocabulary import RunStatus, StepStatus
 from orchestra.errors import NotFoundError, ValidationError
