@@ -69,8 +69,10 @@ def protected(minimum: Role = Role.USER, *, allow_query: bool = False):
     deleted user's token stops at once and a demotion takes effect at once on every
     route (a promotion waits for a new token); an access token whose refresh family was
     revoked stops at once too. Sets `request.ctx.principal`, whose role
-    is that effective role, and hands the pooled store connection back before the
-    handler runs: a slow body or a slow handler must not hold one."""
+    is that effective role, and `request.ctx.users_copy`, the in-process user copy the
+    check was answered from (None when it read the store), and hands the pooled store
+    connection back before the handler runs: a slow body or a slow handler must not
+    hold one."""
 
     def decorator(handler):
         @wraps(handler)
@@ -78,7 +80,7 @@ def protected(minimum: Role = Role.USER, *, allow_query: bool = False):
             core = request.app.ctx.core
             principal = authenticate(request, allow_query=allow_query)
             require_role(principal, minimum)
-            user = await auth_service.confirm_role(
+            user, request.ctx.users_copy = await auth_service.confirm_caller(
                 core, user_id=principal.user_id, minimum=minimum,
                 family=principal.family, issued_at=principal.issued_at,
             )
