@@ -60,7 +60,7 @@ def _number(raw: str) -> int:
 async def list_versions(request: Request, template_id: str):
     rows = await versions.list_versions(request.app.ctx.core, template_id=template_id, **_who(request))
     return json({"message": SUCCESS, "template_id": template_id,
-                 "versions": [versions.summary(row) for row in rows]})
+                 "versions": rows})
 
 
 @bp.get("/template/<template_id:str>/versions/<number:str>")
