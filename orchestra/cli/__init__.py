@@ -48,13 +48,14 @@ def root(
 
 
 def _register_commands() -> None:
-    from orchestra.cli import (account, db, files, login, mcp, node, provider, serve, skill, template, tool,
-                               user, worker, workflow)
+    from orchestra.cli import (account, db, files, login, mcp, node, provider, schedule, serve, skill,
+                               subscription, template, tool, user, worker, workflow)
 
     serve.register(app)
     app.add_typer(db.app, name="db")
     app.add_typer(user.app, name="user")
-    for area in (login, account, provider, node, tool, mcp, skill, worker, template, files, workflow):
+    for area in (login, account, provider, node, tool, mcp, skill, worker, template, files, workflow,
+                 schedule, subscription):
         area.register(app)
 
 

@@ -320,6 +320,9 @@ class RunSummary(Shape):
     started_at: Timestamp | None
     finished_at: Timestamp | None
     retry_of: str | None = Field(None, description="The run this one retries (POST /run/{trace_id}/retry).")
+    trigger: dict[str, Any] | None = Field(
+        None, description='What started it: {kind: "schedule", schedule_id, due_at}, {kind: "webhook", '
+        "hook_id, webhook_id}; null when a person (or a key) did through POST /run.")
 
 
 class RunList(Success):
