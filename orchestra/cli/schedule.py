@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any, Optional
+from typing import Any
 
 import typer
 
@@ -27,7 +27,7 @@ def register(root: typer.Typer) -> None:
     root.add_typer(app, name="schedule")
 
 
-def _input(text: Optional[str], as_json: bool) -> Any:
+def _input(text: str | None, as_json: bool) -> Any:
     if text is None:
         return None
     if not as_json:
@@ -49,13 +49,13 @@ def add(
     template: str = typer.Argument(..., help="A template_id or a template's exact name."),
     cron: str = typer.Argument(..., help="Five fields, quoted: '0 9 * * 1-5'."),
     timezone: str = typer.Option("UTC", "--timezone", "--tz", help="An IANA zone (Europe/Paris)."),
-    input_text: Optional[str] = typer.Option(None, "--input", help="The runs' input (text)."),
+    input_text: str | None = typer.Option(None, "--input", help="The runs' input (text)."),
     input_json: bool = typer.Option(False, "--input-json", help="Read --input as JSON (templates with input_schema)."),
     overlap: str = typer.Option("skip", "--overlap", help="skip, allow or cancel_previous."),
     catchup: str = typer.Option("latest", "--catchup", help="none, latest or all."),
     window: int = typer.Option(3600, "--catchup-window", help="Seconds back that missed fires are made up."),
     disabled: bool = typer.Option(False, "--disabled", help="Save it without firing."),
-    server: Optional[str] = SERVER, token: Optional[str] = TOKEN, json_output: bool = JSON,
+    server: str | None = SERVER, token: str | None = TOKEN, json_output: bool = JSON,
 ) -> None:
     """Add a schedule; prints its schedule_id, then its next fires."""
     from orchestra.cli.template import template_id
@@ -75,7 +75,7 @@ def add(
 
 @app.command("list")
 @handle_errors
-def list_schedules(ctx: typer.Context, server: Optional[str] = SERVER, token: Optional[str] = TOKEN,
+def list_schedules(ctx: typer.Context, server: str | None = SERVER, token: str | None = TOKEN,
                    json_output: bool = JSON) -> None:
     """List your schedules with their next fire and last outcome."""
     from rich.table import Table
@@ -97,14 +97,14 @@ def list_schedules(ctx: typer.Context, server: Optional[str] = SERVER, token: Op
 
 @app.command()
 @handle_errors
-def show(ctx: typer.Context, schedule: str = SCHEDULE, server: Optional[str] = SERVER,
-         token: Optional[str] = TOKEN, json_output: bool = JSON) -> None:
+def show(ctx: typer.Context, schedule: str = SCHEDULE, server: str | None = SERVER,
+         token: str | None = TOKEN, json_output: bool = JSON) -> None:
     """Show a schedule: its next 5 fires (in its zone) and its last fire."""
     with connect(ctx, server, token) as client:
         _show(client.get(f"{PATH}/{schedule}")["schedule"], json_output)
 
 
-def _change(ctx: typer.Context, schedule: str, server: Optional[str], token: Optional[str],
+def _change(ctx: typer.Context, schedule: str, server: str | None, token: str | None,
             **changes: Any) -> dict[str, Any]:
     with connect(ctx, server, token) as client:
         current = client.get(f"{PATH}/{schedule}")["schedule"]
@@ -117,14 +117,14 @@ def _change(ctx: typer.Context, schedule: str, server: Optional[str], token: Opt
 @handle_errors
 def update(
     ctx: typer.Context, schedule: str = SCHEDULE,
-    cron: Optional[str] = typer.Option(None, "--cron", help="Five fields, quoted."),
-    timezone: Optional[str] = typer.Option(None, "--timezone", "--tz", help="An IANA zone."),
-    input_text: Optional[str] = typer.Option(None, "--input", help="The runs' input (text)."),
+    cron: str | None = typer.Option(None, "--cron", help="Five fields, quoted."),
+    timezone: str | None = typer.Option(None, "--timezone", "--tz", help="An IANA zone."),
+    input_text: str | None = typer.Option(None, "--input", help="The runs' input (text)."),
     input_json: bool = typer.Option(False, "--input-json", help="Read --input as JSON."),
-    overlap: Optional[str] = typer.Option(None, "--overlap", help="skip, allow or cancel_previous."),
-    catchup: Optional[str] = typer.Option(None, "--catchup", help="none, latest or all."),
-    window: Optional[int] = typer.Option(None, "--catchup-window", help="Seconds."),
-    server: Optional[str] = SERVER, token: Optional[str] = TOKEN, json_output: bool = JSON,
+    overlap: str | None = typer.Option(None, "--overlap", help="skip, allow or cancel_previous."),
+    catchup: str | None = typer.Option(None, "--catchup", help="none, latest or all."),
+    window: int | None = typer.Option(None, "--catchup-window", help="Seconds."),
+    server: str | None = SERVER, token: str | None = TOKEN, json_output: bool = JSON,
 ) -> None:
     """Change some fields of a schedule (the others are kept)."""
     view = _change(ctx, schedule, server, token, cron=cron, timezone=timezone,
@@ -135,8 +135,8 @@ def update(
 
 @app.command()
 @handle_errors
-def enable(ctx: typer.Context, schedule: str = SCHEDULE, server: Optional[str] = SERVER,
-           token: Optional[str] = TOKEN) -> None:
+def enable(ctx: typer.Context, schedule: str = SCHEDULE, server: str | None = SERVER,
+           token: str | None = TOKEN) -> None:
     """Fire again from now on (due times that passed while disabled are not made up)."""
     view = _change(ctx, schedule, server, token, enabled=True)
     success(f"enabled schedule {schedule}; next: {', '.join(view['next_fires'][:3])}")
@@ -144,8 +144,8 @@ def enable(ctx: typer.Context, schedule: str = SCHEDULE, server: Optional[str] =
 
 @app.command()
 @handle_errors
-def disable(ctx: typer.Context, schedule: str = SCHEDULE, server: Optional[str] = SERVER,
-            token: Optional[str] = TOKEN) -> None:
+def disable(ctx: typer.Context, schedule: str = SCHEDULE, server: str | None = SERVER,
+            token: str | None = TOKEN) -> None:
     """Stop firing (the schedule is kept)."""
     _change(ctx, schedule, server, token, enabled=False)
     success(f"disabled schedule {schedule}")
@@ -153,8 +153,8 @@ def disable(ctx: typer.Context, schedule: str = SCHEDULE, server: Optional[str] 
 
 @app.command()
 @handle_errors
-def remove(ctx: typer.Context, schedule: str = SCHEDULE, yes: bool = YES, server: Optional[str] = SERVER,
-           token: Optional[str] = TOKEN) -> None:
+def remove(ctx: typer.Context, schedule: str = SCHEDULE, yes: bool = YES, server: str | None = SERVER,
+           token: str | None = TOKEN) -> None:
     """Remove a schedule (its runs stay)."""
     confirm(f"remove schedule {schedule}", yes)
     with connect(ctx, server, token) as client:

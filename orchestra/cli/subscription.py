@@ -7,7 +7,6 @@ never shown again.
 from __future__ import annotations
 
 import sys
-from typing import Optional
 
 import typer
 
@@ -19,6 +18,7 @@ app = typer.Typer(help="Event subscriptions: add, list, deliveries, retry, remov
 PATH = "/workflow/subscription"
 SUBSCRIPTION = typer.Argument(..., help="A subscription_id.")
 EVENTS = ("run.succeeded", "run.failed", "run.cancelled", "run.waiting_reply")
+EVENT_HELP = f"An event ({', '.join(EVENTS)}); repeat. Default: all."
 
 
 def register(root: typer.Typer) -> None:
@@ -30,9 +30,9 @@ def register(root: typer.Typer) -> None:
 def add(
     ctx: typer.Context,
     url: str = typer.Argument(..., help="Where deliveries are POSTed (http:// or https://)."),
-    event: list[str] = typer.Option([], "--event", "-e", help=f"An event ({', '.join(EVENTS)}); repeat. Default: all."),
-    template: Optional[str] = typer.Option(None, "--template", help="Only runs of this template (id or exact name)."),
-    server: Optional[str] = SERVER, token: Optional[str] = TOKEN, json_output: bool = JSON,
+    event: list[str] = typer.Option([], "--event", "-e", help=EVENT_HELP),
+    template: str | None = typer.Option(None, "--template", help="Only runs of this template (id or exact name)."),
+    server: str | None = SERVER, token: str | None = TOKEN, json_output: bool = JSON,
 ) -> None:
     """Subscribe URL; prints the signing secret (shown this once) on stdout."""
     from orchestra.cli.template import template_id
@@ -51,7 +51,7 @@ def add(
 
 @app.command("list")
 @handle_errors
-def list_subscriptions(ctx: typer.Context, server: Optional[str] = SERVER, token: Optional[str] = TOKEN,
+def list_subscriptions(ctx: typer.Context, server: str | None = SERVER, token: str | None = TOKEN,
                        json_output: bool = JSON) -> None:
     """List your subscriptions (never their secrets)."""
     from rich.table import Table
@@ -70,8 +70,8 @@ def list_subscriptions(ctx: typer.Context, server: Optional[str] = SERVER, token
 
 @app.command()
 @handle_errors
-def deliveries(ctx: typer.Context, subscription: str = SUBSCRIPTION, server: Optional[str] = SERVER,
-               token: Optional[str] = TOKEN, json_output: bool = JSON) -> None:
+def deliveries(ctx: typer.Context, subscription: str = SUBSCRIPTION, server: str | None = SERVER,
+               token: str | None = TOKEN, json_output: bool = JSON) -> None:
     """A subscription's deliveries, newest first, with each attempt's response code."""
     from rich.table import Table
 
@@ -92,7 +92,7 @@ def deliveries(ctx: typer.Context, subscription: str = SUBSCRIPTION, server: Opt
 @handle_errors
 def retry(ctx: typer.Context, subscription: str = SUBSCRIPTION,
           delivery: str = typer.Argument(..., help="A delivery_id."),
-          server: Optional[str] = SERVER, token: Optional[str] = TOKEN) -> None:
+          server: str | None = SERVER, token: str | None = TOKEN) -> None:
     """Attempt a delivery again now (the same webhook-id and body)."""
     with connect(ctx, server, token) as client:
         client.post(f"{PATH}/{subscription}/deliveries/{delivery}/retry")
@@ -101,8 +101,8 @@ def retry(ctx: typer.Context, subscription: str = SUBSCRIPTION,
 
 @app.command()
 @handle_errors
-def remove(ctx: typer.Context, subscription: str = SUBSCRIPTION, yes: bool = YES, server: Optional[str] = SERVER,
-           token: Optional[str] = TOKEN) -> None:
+def remove(ctx: typer.Context, subscription: str = SUBSCRIPTION, yes: bool = YES, server: str | None = SERVER,
+           token: str | None = TOKEN) -> None:
     """Remove a subscription and its deliveries (pending ones are not sent)."""
     confirm(f"remove subscription {subscription}", yes)
     with connect(ctx, server, token) as client:

@@ -20,7 +20,7 @@ from cronsim import CronSim, CronSimError
 CRON_MAX = 256  # characters of a cron expression
 ZONE_MAX = 64  # characters of a zone name
 NEXT_FIRES = 5
-UTC = dt.timezone.utc
+UTC = dt.UTC
 
 
 class CronProblem(ValueError):

@@ -178,7 +178,7 @@ class DeliveryLoop:
 
     async def send(self, row: WebhookDelivery, sub: EventSubscription) -> dict[str, Any]:
         """One attempt, with no store connection held: `{at, response_code, error}`."""
-        at = dt.datetime.now(dt.timezone.utc)
+        at = dt.datetime.now(dt.UTC)
         message_id = webhook_id(row.id)
         try:
             secret = self.core.secrets.decrypt(sub.secret_encrypted)

@@ -109,7 +109,7 @@ def test_every_due_time_fires_once_through_kills_and_an_outage(tmp_path, cluster
             restart_later(servers[(victim + 1) % 3], 1)
             servers[victim].start(timeout=60)
 
-            expected = {dt.datetime.fromtimestamp(first + 60 * i, dt.timezone.utc).replace(tzinfo=None)
+            expected = {dt.datetime.fromtimestamp(first + 60 * i, dt.UTC).replace(tzinfo=None)
                         for i in range(DUE_TIMES)}
             deadline = time.time() + 120
             while True:
@@ -130,7 +130,7 @@ def test_every_due_time_fires_once_through_kills_and_an_outage(tmp_path, cluster
             for run in runs:
                 trigger = json.loads(run["trigger"])
                 assert trigger["kind"] == "schedule"
-                due = dt.datetime.fromisoformat(trigger["due_at"]).astimezone(dt.timezone.utc).replace(tzinfo=None)
+                due = dt.datetime.fromisoformat(trigger["due_at"]).astimezone(dt.UTC).replace(tzinfo=None)
                 triggers[(trigger["schedule_id"], due)] += 1
             # Exactly one run per due time: none lost to a kill or the outage, none doubled.
             assert {k: v for k, v in triggers.items() if k[1] in expected} == dict(keys)

@@ -19,7 +19,7 @@ class Received:
 
 
 class _Handler(BaseHTTPRequestHandler):
-    server: "_Server"
+    server: _Server
 
     def log_message(self, format, *args) -> None:  # noqa: A002 - the base class's name
         pass
@@ -43,7 +43,7 @@ class _Handler(BaseHTTPRequestHandler):
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, receiver: "WebhookReceiver") -> None:
+    def __init__(self, receiver: WebhookReceiver) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
         self.receiver = receiver
 
@@ -64,7 +64,7 @@ class WebhookReceiver:
         assert self._server is not None
         return f"http://127.0.0.1:{self._server.server_address[1]}/hook"
 
-    def __enter__(self) -> "WebhookReceiver":
+    def __enter__(self) -> WebhookReceiver:
         self._server = _Server(self)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()

@@ -11,7 +11,6 @@ import pytest
 
 from orchestra.db.models import WorkflowRun, utcnow
 from orchestra.db.trigger_models import ScheduleFire, WorkflowSchedule
-from tests.fakes.fake_llm import FakeLLM, fake_llm  # noqa: F401 - fixture
 
 API = "/api/v1/workflow"
 

@@ -11,11 +11,10 @@ import json
 import logging
 
 import pytest
-from standardwebhooks.webhooks import Webhook
+from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from orchestra.db.models import RunEvent, utcnow
 from orchestra.db.trigger_models import EventSubscription, WebhookDelivery
-from tests.fakes.fake_llm import FakeLLM, fake_llm  # noqa: F401 - fixture
 from tests.fakes.webhook_receiver import WebhookReceiver
 
 API = "/api/v1/workflow"
@@ -93,7 +92,7 @@ async def test_a_succeeded_run_is_delivered_signed(client, alice, template, capl
         assert payload["template_id"] == template and payload["status"] == "succeeded"
         assert payload["output"] == done["steps"][0]["output"] and payload["ts"]
         assert request.headers["webhook-id"].startswith("msg_")
-        with pytest.raises(Exception):
+        with pytest.raises(WebhookVerificationError):
             Webhook(secret).verify(request.body.replace("succeeded", "failed"), request.headers)
         for _ in range(100):
             deliveries = (await client.get(f"{API}/subscription/{sid}/deliveries", headers=alice["headers"])).json()
