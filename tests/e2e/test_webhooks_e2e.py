@@ -76,16 +76,16 @@ def test_a_receiver_failing_three_times_gets_the_event_on_the_fourth(tmp_path):
 
 
 def test_a_process_killed_mid_delivery_loses_nothing(tmp_path, postgres_url):
-    with FakeLLM() as fake, WebhookReceiver(delay=4.0) as hook:
+    with FakeLLM() as fake, WebhookReceiver(delay=20.0) as hook:
         first = ServerProcess(tmp_path / "a", database_url=postgres_url).start()
         second = ServerProcess(tmp_path / "b", database_url=postgres_url)
         try:
             http, template_id, sub = setup(first, fake, hook.url)
             trace_id = start_run(http, template_id)
             (request,) = hook.wait_for(1, timeout=30)  # the owner's attempt is in flight …
-            second.start()
-            first.kill()  # … and its process dies before the answer
+            first.kill()  # … and its process dies before the answer (20 s later)
             hook.delay = 0.0
+            second.start()
             later = hook.wait_for(2, timeout=60)  # the other process, once the claim ran out
             assert later[1].headers["webhook-id"] == request.headers["webhook-id"]
             assert later[1].body == request.body
