@@ -209,8 +209,8 @@ class WorkflowRun(BaseModel):
     # The W3C traceparent of the request that started the run: every attempt's spans join
     # that trace, in whichever process executes it (orchestra/observability/tracing.py).
     trace_parent = CharField(max_length=64, null=True)
-    # What started the run (SPEC §11): {kind: "schedule", schedule_id, due_at}, {kind:
-    # "webhook", hook_id, webhook_id}; null: a person (or a key) through POST /run.
+    # What started the run (SPEC §11): null for a person (or an API key), else
+    # {kind: "webhook", hook_id, webhook_id} or {kind: "schedule", schedule_id, due_at}.
     trigger = JSONField(null=True)
 
 

@@ -37,7 +37,8 @@ from orchestra.db.trigger_models import ScheduleFire, WorkflowSchedule
 from orchestra.engine.vocabulary import ACTIVE
 from orchestra.errors import ValidationError
 from orchestra.services import cron
-from orchestra.services.trigger_runs import checked_input, runnable_template, store_run
+from orchestra.services.run_access import runnable_template
+from orchestra.services.trigger_runs import checked_input, store_run
 
 logger = logging.getLogger("orchestra.schedules")
 
@@ -212,7 +213,7 @@ class FireLoop:
         if previous is not None and row.overlap == "skip":
             await self._record(row, due_at, "skipped", error=f"run {previous} was still active (overlap: skip)")
             return
-        template = await runnable_template(row.template_id, row.owner_id)
+        template = await runnable_template(self.core, user_id=row.owner_id, template_id=row.template_id)
         if template is None:
             await self._record(row, due_at, "failed", error="the schedule's owner may not run its template")
             return

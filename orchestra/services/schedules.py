@@ -18,7 +18,8 @@ from orchestra.db.trigger_models import ScheduleFire, WorkflowSchedule
 from orchestra.errors import NotFoundError, ValidationError
 from orchestra.services import cron
 from orchestra.services.paging import Page, keyset_page
-from orchestra.services.trigger_runs import checked_input, require_runnable
+from orchestra.services.run_access import require_runnable
+from orchestra.services.trigger_runs import checked_input
 
 OVERLAPS = ("skip", "allow", "cancel_previous")
 CATCHUPS = ("none", "latest", "all")
@@ -63,7 +64,8 @@ async def _fields(core: Core, user_id: str, body: dict[str, Any]) -> dict[str, A
     if isinstance(window, bool) or not isinstance(window, int) or not 0 <= window <= WINDOW_MAX:
         problems.append({"field": "catchup_window_seconds", "problem": f"must be an integer from 0 to {WINDOW_MAX}"})
     try:
-        template = await require_runnable(body["template_id"], user_id)
+        (template,) = await require_runnable(core, user_id=user_id, template_ids=[body["template_id"]],
+                                             field="template_id")
     except ValidationError as exc:
         problems += exc.detail
         template = None

@@ -20,7 +20,7 @@ from orchestra.services.deliveries import webhook_id
 from orchestra.services.outbox import TYPES
 from orchestra.services.paging import Page, keyset_page
 from orchestra.services.providers import BASE_URL
-from orchestra.services.trigger_runs import require_runnable
+from orchestra.services.run_access import require_runnable
 
 URL_MAX = 2048
 DELIVERIES_MAX = 200
@@ -65,7 +65,7 @@ async def create_subscription(core: Core, *, user_id: str, url: str, events: lis
     if unknown or not events:
         raise ValidationError.field("events", f"must be one or more of {', '.join(TYPES)}")
     if template_id is not None:
-        await require_runnable(template_id, user_id)
+        await require_runnable(core, user_id=user_id, template_ids=[template_id], field="template_id")
     url = await check_url(core, url)
     secret = new_secret()
     row = await EventSubscription.acreate(

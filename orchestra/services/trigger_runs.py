@@ -1,9 +1,8 @@
-"""Runs that a machine or a clock starts (SPEC §11): whether a user may run a template,
-and a run stored inside the caller's transaction (a schedule's fire stores its fire
-record and its run in one commit, so a crash in between loses or doubles nothing).
-
-A minimal twin of `workflows.start_run`'s checks, kept apart so the triggers that need
-it (schedules now; hooks and keys later) share one place.
+"""Runs that a clock starts (SPEC §11): the input check of `workflows.start_run`, and a
+run stored inside the caller's transaction — a schedule's fire stores its fire record
+and its run in one commit, so a crash in between loses or doubles nothing (start_run
+commits on its own and hands the run to the engine at once). Who may run a template is
+`run_access`, the one rule for every way a run starts.
 """
 
 from __future__ import annotations
@@ -15,24 +14,6 @@ from orchestra.db.models import RunStep, WorkflowRun, WorkflowTemplate
 from orchestra.engine.language import schemas
 from orchestra.engine.vocabulary import RunStatus, StepStatus
 from orchestra.errors import ValidationError
-
-
-async def runnable_template(template_id: str, user_id: str) -> WorkflowTemplate | None:
-    """The template if `user_id` may run it (their own, or shared), else None."""
-    if not isinstance(template_id, str) or "\x00" in template_id or len(template_id) > 36:
-        return None
-    template = await WorkflowTemplate.aget_or_none(WorkflowTemplate.id == template_id)
-    if template is None or (template.owner_id != user_id and not template.shared):
-        return None
-    return template
-
-
-async def require_runnable(template_id: str, user_id: str, *, field: str = "template_id") -> WorkflowTemplate:
-    """The template, or 422 naming `field` when the user may not run it (SPEC §11)."""
-    template = await runnable_template(template_id, user_id)
-    if template is None:
-        raise ValidationError.field(field, f"is not a template you may run ('{template_id}')")
-    return template
 
 
 async def checked_input(core: Core, template: WorkflowTemplate, value: Any, *,

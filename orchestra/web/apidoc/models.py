@@ -305,6 +305,13 @@ class RunStarted(Success):
     status: Literal["queued"]
 
 
+class RunReplayed(Success):
+    """A start already made with this Idempotency-Key (or webhook-id): nothing new started."""
+
+    trace_id: str = Field(description="The run the first request started.")
+    status: RunStatus = Field(description="That run's status now.")
+
+
 class RunRetried(RunStarted):
     retry_of: str = Field(description="The run whose succeeded steps this one reuses.")
 
@@ -321,8 +328,8 @@ class RunSummary(Shape):
     finished_at: Timestamp | None
     retry_of: str | None = Field(None, description="The run this one retries (POST /run/{trace_id}/retry).")
     trigger: dict[str, Any] | None = Field(
-        None, description='What started it: {kind: "schedule", schedule_id, due_at}, {kind: "webhook", '
-        "hook_id, webhook_id}; null when a person (or a key) did through POST /run.")
+        None, description="What started the run: null for a person or an API key; "
+        '{"kind": "webhook", "hook_id", "webhook_id"} or {"kind": "schedule", "schedule_id", "due_at"}.')
 
 
 class RunList(Success):
