@@ -72,6 +72,7 @@ class Core:
 
     def _build_engine(self) -> Engine:
         # Imported here: services import this module for `Core`.
+        from orchestra.db.outage import StoreOutage
         from orchestra.engine.engine import Engine
         from orchestra.services import uploads
         from orchestra.services.agents import agent_cache, tool_registry
@@ -81,12 +82,13 @@ class Core:
             return await uploads.read_text(self, owner_id=owner_id, file_id=file_id)
 
         engine = Engine(
-            self,
+            db=self.db,
+            settings=self.settings,
+            outage=self.extras.setdefault("store_outage", StoreOutage()),
             agents=agent_cache(self),
             registry=tool_registry(self),
             read_upload=read_upload,
             signals=self.signals,
-            exclusive=not self.is_postgres,
         )
         # The outbox (SPEC §11): run events that subscribers hear of queue their deliveries
         # in the transaction that stores them; this process's delivery loop is woken after.
