@@ -92,7 +92,7 @@ class Core:
         )
         # The outbox (SPEC §11): run events that subscribers hear of queue their deliveries
         # in the transaction that stores them; this process's delivery loop is woken after.
-        engine.log.outbox = EventOutbox(self.db, on_queued=self._wake_deliveries)
+        engine.store.events.outbox = EventOutbox(self.db, on_queued=self._wake_deliveries)
 
         async def on_user_deleted(user_id: str) -> None:
             await engine.cancel_owner(user_id, reason="The run's user was deleted.")

@@ -16,7 +16,7 @@ from typing import Any
 
 from orchestra.db.models import WorkflowRun, new_id, utcnow
 from orchestra.db.trigger_models import EventSubscription, WebhookDelivery
-from orchestra.engine.log import Event
+from orchestra.engine.store.events import Event
 from orchestra.engine.vocabulary import EventKind
 
 #: The engine's event kinds that subscribers may hear of, by their subscription name.
