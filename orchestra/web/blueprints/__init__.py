@@ -17,8 +17,9 @@ def all_blueprints() -> Blueprint:
         resource,
         schedule,
         subscription,
+        versions,
         workflow,
     )
 
-    areas = [auth, keys, provider, agent, resource, mcp, schedule, subscription, workflow, adapter]
+    areas = [auth, keys, provider, agent, resource, mcp, schedule, subscription, workflow, versions, adapter]
     return Blueprint.group(*(area.bp for area in areas), url_prefix="/api/v1")
