@@ -55,11 +55,14 @@ def _register_commands() -> None:
         mcp,
         node,
         provider,
+        schedule,
         serve,
         skill,
+        subscription,
         template,
         tool,
         user,
+        versions,
         worker,
         workflow,
     )
@@ -67,7 +70,8 @@ def _register_commands() -> None:
     serve.register(app)
     app.add_typer(db.app, name="db")
     app.add_typer(user.app, name="user")
-    for area in (login, account, provider, node, tool, mcp, skill, worker, template, files, workflow):
+    for area in (login, account, provider, node, tool, mcp, skill, worker, template, files, workflow, versions,
+                 schedule, subscription):
         area.register(app)
 
 

@@ -15,8 +15,11 @@ def all_blueprints() -> Blueprint:
         mcp,
         provider,
         resource,
+        schedule,
+        subscription,
+        versions,
         workflow,
     )
 
-    areas = [auth, keys, provider, agent, resource, mcp, workflow, adapter]
+    areas = [auth, keys, provider, agent, resource, mcp, schedule, subscription, workflow, versions, adapter]
     return Blueprint.group(*(area.bp for area in areas), url_prefix="/api/v1")
