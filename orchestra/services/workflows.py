@@ -35,6 +35,7 @@ from orchestra.engine.run_task import step_output
 from orchestra.engine.sizes import check_reply_size
 from orchestra.engine.vocabulary import FINISHED, EventKind, RunStatus, StepStatus
 from orchestra.errors import ConflictError, NotFoundError, PermissionDeniedError, ValidationError
+from orchestra.services import composition
 from orchestra.services.paging import DEFAULT_LIMIT, Page, keyset_page
 
 EVENTS_MAX = 1000  # events in one page of GET /run/{id}/events
@@ -62,14 +63,18 @@ def _clean_name(name: str) -> str:
 
 
 async def check_template(
-    core: Core, *, owner_id: str, steps: Any, options: dict[str, Any] | None = None
+    core: Core, *, owner_id: str, steps: Any, options: dict[str, Any] | None = None,
+    template_id: str | None = None,
 ) -> Checked:
     """Every problem of a template (engine.language.validate, plus whether each worker is
-    the owner's), without storing anything: `POST /template/check` and saves use it."""
+    the owner's, each secret exists and each child template may be called: see
+    composition.py), without storing anything: `POST /template/check` and saves use it.
+    `template_id`: the template being replaced (a child must not call it back)."""
     checked = check_template_language(steps, options)
     if not checked.problems:  # a template otherwise sound: do its expressions fit its types?
         for field, problem in type_problems(checked.steps, checked.options):
             _problem(checked.problems, field, problem)
+    await composition.check_calls(core, checked, owner_id=owner_id, template_id=template_id)
     if not checked.workers:
         return checked
     refs = {ref for _field, ref, _agent in checked.workers}
@@ -231,7 +236,8 @@ async def update_template(
     if len(description) > PROMPT_MAX:
         raise ValidationError.field("description", f"must be at most {PROMPT_MAX} characters long")
     template.description = description
-    checked = await check_template(core, owner_id=template.owner_id, steps=steps, options=options)
+    checked = await check_template(core, owner_id=template.owner_id, steps=steps, options=options,
+                                   template_id=template.id)
     if checked.problems:
         _raise(checked.problems)
     template.steps, template.spec = checked.steps, checked.options or None

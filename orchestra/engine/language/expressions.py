@@ -109,6 +109,11 @@ def _spelled(source: str) -> str:
 
 
 @lru_cache(maxsize=4096)
+def without_strings(source: str) -> str:
+    """The expression with its string literals emptied (what names it uses, not says)."""
+    return _STRINGS.sub('""', source)
+
+
 def compile_expression(source: str) -> Compiled:
     """The compiled program of `source` (cached); ExpressionError if too long or invalid."""
     if len(source) > MAX_LENGTH:

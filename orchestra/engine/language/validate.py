@@ -11,6 +11,7 @@ the store: the template service checks that and adds its problems to these.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +30,15 @@ from orchestra.engine.language.model import (
 
 Problem = dict[str, str]
 AGENT_SHAPE = 'must be {"worker": worker_id}, {"node": name} or {"human": true}'
+ACTIONS = ("agent", "http", "workflow")  # what one call of a step is
+# `{{ secrets.NAME }}`: the only way a template names a secret (SPEC §14)
+SECRET_REF = re.compile(r"^secrets\.([A-Za-z_][A-Za-z0-9_]{0,63})$")
+_SECRETS_WORD = re.compile(r"(?<![\w.])secrets(?!\w)")
+SECRETS_ONLY_THERE = "secrets may be used only as {{ secrets.NAME }} in an http step's url and header values"
+# Headers the HTTP client writes itself (framing, the connection, the host it connects to)
+RESERVED_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connection", "upgrade", "te",
+                              "keep-alive", "proxy-connection", "trailer"})
+_HEADER_VALUE = re.compile(r"^[\t\x20-\x7e]*$")
 STEP_FIELDS = tuple(Step.model_fields)
 # Variables a top-level step may use; foreach/loop bodies (loops issue) add item, index, loop.
 STEP_VARIABLES = frozenset({"input", "steps"})
@@ -44,6 +54,11 @@ class Checked:
     # (field, worker id or name, the step's agent dict): looked up by the caller, which
     # writes the worker's id into the agent when the template named it
     workers: list[tuple[str, str, dict[str, str]]] = field(default_factory=list)
+    # (field, secret name) of every `{{ secrets.NAME }}`: the caller checks they exist
+    secrets: list[tuple[str, str]] = field(default_factory=list)
+    # (field, template id or name, the step's workflow dict): the caller resolves each to
+    # a template the owner may run, writes its id, and checks depth and self-calls
+    children: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
 
     def add(self, where: str, problem: str) -> None:
         self.problems.append({"field": where, "problem": problem})
@@ -111,9 +126,9 @@ def _container_shape(raw: dict[str, Any], where: str, checked: Checked) -> bool:
                 checked.add(f"{where}.{name}", "is not a loop step's field (a loop has loop.steps)")
                 ok = False
     elif "steps" in raw:
-        for name in ("agent", "prompt"):
+        for name in ("agent", "prompt", "http", "workflow"):
             if name in raw:
-                checked.add(f"{where}.{name}", "a foreach has either agent and prompt, or steps")
+                checked.add(f"{where}.{name}", "a foreach has either agent and prompt, http, workflow, or steps")
                 ok = False
     else:
         if "output" in raw:
@@ -135,6 +150,8 @@ def _clean_step(raw: Any, where: str, checked: Checked, depth: int = 0,
     if "steps" in raw or "output" in raw:
         checked.add(where, "steps and output belong to a foreach step")
         return None
+    if raw.get("http") is not None or raw.get("workflow") is not None:
+        return _clean_action(raw, where, checked)
     agent = _check_agent(raw.get("agent"), f"{where}.agent", checked)
     try:  # the agent is checked above, in words of its own
         step = Step.model_validate({**raw, "agent": {"human": True}, "depends_on": raw.get("depends_on") or []})
@@ -156,6 +173,66 @@ def _clean_step(raw: Any, where: str, checked: Checked, depth: int = 0,
     return clean
 
 
+def _action_of(raw: dict[str, Any], where: str, checked: Checked) -> str | None:
+    """Which call a step makes (agent, http or workflow); None (problem added) for more
+    than one, or for an http or workflow step with agent-only fields."""
+    given = [name for name in ACTIONS if raw.get(name) is not None]
+    if len(given) > 1:
+        checked.add(where, "a step makes one call: agent (with prompt), http or workflow")
+        return None
+    kind = given[0] if given else "agent"
+    if kind != "agent":
+        bad = [name for name in ("prompt", "tools", "default") if name in raw]
+        for name in bad:
+            checked.add(f"{where}.{name}", f"is not a field of {'an' if kind == 'http' else 'a'} {kind} step")
+        if bad:
+            return None
+    return kind
+
+
+def _clean_actions(step: Step, clean: dict[str, Any], checked: Checked, where: str) -> None:
+    """An http or workflow call as stored (only the fields given), with its own checks."""
+    if step.http is not None:
+        http = step.http.model_dump(exclude_none=True, exclude_unset=True)
+        http["method"], http["url"] = step.http.method, step.http.url
+        if "timeout_seconds" in step.http.model_fields_set:
+            http["timeout_seconds"] = step.http.timeout_seconds
+        if "body" in step.http.model_fields_set:
+            http["body"] = step.http.body
+        for name, value in (step.http.headers or {}).items():
+            if not re.fullmatch(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,256}", name):
+                checked.add(f"{where}.http.headers", f"{name!r} is not a header name (an RFC 9110 token)")
+            elif name.lower() in RESERVED_HEADERS:
+                checked.add(f"{where}.http.headers.{name}", "is written by the HTTP client itself")
+            if not _HEADER_VALUE.fullmatch(value) or len(value) > 8192:
+                checked.add(f"{where}.http.headers.{name}",
+                            "must be at most 8192 printable ASCII characters (tabs allowed)")
+        if step.http.method in ("GET", "HEAD", "OPTIONS") and "body" in http and http["body"] is not None:
+            checked.add(f"{where}.http.body", f"a {step.http.method} request has no body")
+        clean["http"] = http
+    if step.workflow is not None:
+        flow = {"template": step.workflow.template.strip(), "input": step.workflow.input}
+        if step.workflow.version is not None:
+            flow["version"] = step.workflow.version
+        clean["workflow"] = flow
+        checked.children.append((f"{where}.workflow.template", flow["template"], flow))
+
+
+def _clean_action(raw: dict[str, Any], where: str, checked: Checked) -> dict[str, Any] | None:
+    """An http or workflow step as stored, or None (problems added)."""
+    if _action_of(raw, where, checked) is None:
+        return None
+    try:
+        step = Step.model_validate({**raw, "depends_on": raw.get("depends_on") or []})
+    except pydantic.ValidationError as exc:
+        _pydantic_problems(checked, where, exc)
+        return None
+    clean: dict[str, Any] = {"id": step.id, "depends_on": list(dict.fromkeys(step.depends_on or []))}
+    _clean_actions(step, clean, checked, where)
+    _policies(step, clean)
+    return clean
+
+
 def _clean_container(raw: dict[str, Any], where: str, checked: Checked, depth: int,
                      seen: set[str]) -> dict[str, Any] | None:
     """A foreach or loop step as stored, its inner steps checked level by level."""
@@ -173,6 +250,9 @@ def _clean_container(raw: dict[str, Any], where: str, checked: Checked, depth: i
             probe["loop"] = {**raw["loop"], "steps": _PLACEHOLDER_STEPS} if "steps" in raw["loop"] else raw["loop"]
     elif "steps" in raw:
         probe["steps"] = _PLACEHOLDER_STEPS
+    elif raw.get("http") is not None or raw.get("workflow") is not None:
+        if _action_of(raw, where, checked) is None:
+            return None
     else:
         agent = _check_agent(raw.get("agent"), f"{where}.agent", checked)
         probe["agent"] = {"human": True}
@@ -187,7 +267,8 @@ def _clean_container(raw: dict[str, Any], where: str, checked: Checked, depth: i
         inner = _check_level(inner_raw, inner_where, checked, depth + 1, seen)
     if step is None:
         return None
-    if not is_loop and "steps" not in raw:
+    action = not is_loop and "steps" not in raw and (step.http is not None or step.workflow is not None)
+    if not is_loop and "steps" not in raw and not action:
         if step.prompt is None:
             checked.add(f"{where}.prompt", "a foreach needs agent and prompt, or steps")
             return None
@@ -209,6 +290,8 @@ def _clean_container(raw: dict[str, Any], where: str, checked: Checked, depth: i
             clean["steps"] = inner
             if step.output is not None:
                 clean["output"] = step.output
+        elif action:
+            _clean_actions(step, clean, checked, where)
         else:
             clean["agent"], clean["prompt"] = agent, step.prompt
     _policies(step, clean)
@@ -384,6 +467,9 @@ def _check_graph(steps: list[Any], checked: Checked, where: str = "steps") -> di
 def _check_expression(source: str, where: str, visible: set[str], ids: set[str],
                       checked: Checked, *, placeholder: bool = False,
                       allowed: frozenset[str] = STEP_VARIABLES) -> None:
+    if mentions_secrets(source):
+        checked.add(where, SECRETS_ONLY_THERE)
+        return
     legacy = expressions.LEGACY.match(source) if placeholder else None
     if legacy:
         refs: tuple[str, ...] = (legacy.group(1),) if legacy.group(1) else ()
@@ -408,12 +494,50 @@ def _check_expression(source: str, where: str, visible: set[str], ids: set[str],
             checked.add(where, f"{shown} needs step '{ref}' in depends_on (directly or transitively)")
 
 
+def mentions_secrets(source: str) -> bool:
+    """Whether an expression names the `secrets` variable (string literals aside)."""
+    return "secrets" in source and bool(_SECRETS_WORD.search(expressions.without_strings(source)))
+
+
+def _check_http_language(where: str, http: dict[str, Any], ancestors: set[str], ids: set[str],
+                         checked: Checked, allowed: frozenset[str]) -> None:
+    """`{{ }}` of an http step: secrets in url and header values, expressions everywhere."""
+    texts = [(f"{where}.http.url", http.get("url"), True)]
+    texts += [(f"{where}.http.headers.{name}", value, True) for name, value in (http.get("headers") or {}).items()]
+    texts += [(f"{where}.http.body{sub}", value, False) for sub, value in _strings(http.get("body"), "")]
+    for field_path, text, secrets_ok in texts:
+        if not isinstance(text, str):
+            continue
+        for source in expressions.placeholders(text):
+            named = SECRET_REF.match(source.strip())
+            if named and secrets_ok:
+                checked.secrets.append((field_path, named.group(1)))
+                continue
+            _check_expression(source, field_path, ancestors, ids, checked, placeholder=True, allowed=allowed)
+
+
+def _strings(value: Any, where: str) -> list[tuple[str, str]]:
+    """Every string of a JSON value, with its path (`.a.0`), keys aside."""
+    if isinstance(value, str):
+        return [(where, value)]
+    if isinstance(value, dict):
+        return [found for k, v in value.items() for found in _strings(v, f"{where}.{k}")]
+    if isinstance(value, list):
+        return [found for i, v in enumerate(value) for found in _strings(v, f"{where}.{i}")]
+    return []
+
+
 def _check_step_language(where: str, step: dict[str, Any], visible: Visible, ids: set[str],
                          checked: Checked) -> None:
     ancestors, allowed = set(visible.outer), visible.variables
     in_prompt = allowed | {"item", "index"} if "foreach" in step else allowed  # one call per item
     for source in expressions.placeholders(step.get("prompt") or ""):
         _check_expression(source, f"{where}.prompt", ancestors, ids, checked, placeholder=True,
+                          allowed=in_prompt)
+    if isinstance(step.get("http"), dict):
+        _check_http_language(where, step["http"], ancestors, ids, checked, in_prompt)
+    if isinstance(step.get("workflow"), dict) and isinstance(step["workflow"].get("input"), str):
+        _check_expression(step["workflow"]["input"], f"{where}.workflow.input", ancestors, ids, checked,
                           allowed=in_prompt)
     if "when" in step:
         _check_expression(step["when"], f"{where}.when", ancestors, ids, checked, allowed=allowed)

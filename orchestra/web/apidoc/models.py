@@ -176,6 +176,21 @@ class SkillList(Success):
     skills: list[SkillView]
 
 
+class SecretView(Shape):
+    name: str
+    hint: str = Field(description="'…' and the value's last four characters (none of a value under 8).")
+    created_at: Timestamp
+    updated_at: Timestamp
+
+
+class Secret(Success, SecretView):
+    pass
+
+
+class SecretList(Success):
+    secrets: list[SecretView]
+
+
 # --- workers, nodes -------------------------------------------------------------------
 
 
