@@ -1,5 +1,5 @@
 """The `orchestra` command: serve, db, user (straight against the store), and login,
-account, provider, node, tool, skill, worker, template, file, workflow, reload (through
+account, provider, node, tool, mcp, secret, skill, worker, template, file, workflow, reload (through
 a server).
 
 Command modules import their heavy dependencies (the store, the HTTP client, the
@@ -48,13 +48,13 @@ def root(
 
 
 def _register_commands() -> None:
-    from orchestra.cli import (account, db, files, login, mcp, node, provider, serve, skill, template, tool,
-                               user, worker, workflow)
+    from orchestra.cli import (account, db, files, login, mcp, node, provider, secret, serve, skill, template,
+                               tool, user, worker, workflow)
 
     serve.register(app)
     app.add_typer(db.app, name="db")
     app.add_typer(user.app, name="user")
-    for area in (login, account, provider, node, tool, mcp, skill, worker, template, files, workflow):
+    for area in (login, account, provider, node, tool, mcp, secret, skill, worker, template, files, workflow):
         area.register(app)
 
 

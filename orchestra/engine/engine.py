@@ -24,6 +24,7 @@ from orchestra.engine.agent_step import AgentSteps
 from orchestra.engine.claims import ClaimLoops
 from orchestra.engine.containers import Containers
 from orchestra.engine.feed import Feeds
+from orchestra.engine.http_step import HttpSteps
 from orchestra.engine.language.sandbox import Bounds, Sandbox
 from orchestra.engine.live import LiveRun
 from orchestra.engine.log import EventLog
@@ -47,7 +48,7 @@ class AgentResolver(Protocol):
     async def node(self, name: str) -> Any: ...
 
 
-class Engine(ClaimLoops, RunLifecycle, Scheduler, Containers, AgentSteps, HumanQuestions):
+class Engine(ClaimLoops, RunLifecycle, Scheduler, Containers, AgentSteps, HttpSteps, HumanQuestions):
     """Owns this process's run tasks, its claims and leases, and its live event feeds."""
 
     def __init__(
@@ -178,6 +179,7 @@ class Engine(ClaimLoops, RunLifecycle, Scheduler, Containers, AgentSteps, HumanQ
             except Exception:  # noqa: BLE001 - closing is best effort
                 pass
         self._clients.clear()
+        await self._close_http()
         if self.lease_db is not self.db:
             try:
                 await self.lease_db.close_pool()

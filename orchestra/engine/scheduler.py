@@ -23,6 +23,7 @@ import time
 from typing import Any
 
 from orchestra.db.models import utcnow
+from orchestra.engine.http_step import shown_request
 from orchestra.engine.instances import kind_of
 from orchestra.engine.language import policies
 from orchestra.engine.language.expressions import ExpressionError, Scope
@@ -210,6 +211,8 @@ class Scheduler:
             except StepFailure as failure:
                 if attempt < max_attempts:
                     delay = policies.retry_delay(float(retry.get("backoff_seconds", 0)), attempt)
+                    # an HTTP 429/503's Retry-After: the next attempt waits at least that
+                    delay = max(delay, getattr(failure, "retry_after", None) or 0)
                     writes.submit(self.log.append, trace_id, EventKind.STEP_RETRYING, {
                         "attempt": attempt, "error": failure.message, "delay_seconds": delay,
                     }, step_id=sid)
@@ -240,6 +243,8 @@ class Scheduler:
         `timed out after N s` past timeout_seconds (a human step's default, if it has
         one, is then its output). `step["id"]` is a StepAt: it carries the path."""
         trace_id, sid, writes = live.trace_id, step["id"], live.writes
+        if "http" in step or "workflow" in step:
+            return await self._action_attempt(live, step, scope, attempt), None, ""
         try:
             prompt = await render_bounded(step["prompt"], scope, limit=self.settings.prompt_max_bytes,
                                           where=sid.path)  # checked before any event carries it
@@ -266,6 +271,25 @@ class Scheduler:
             if human and "default" in step:
                 await self._time_out_question(live, sid, step["default"])
                 return step["default"], None, ""
+            raise StepFailure(f"timed out after {timeout} s") from None
+
+    async def _action_attempt(self, live: LiveRun, step: dict[str, Any], scope: Scope, attempt: int) -> Any:
+        """One attempt of an http or workflow step: `step_started`, then the call, bounded
+        by the step's timeout_seconds; its output."""
+        sid = step["id"]
+        values: dict[str, Any] = {"status": StepStatus.RUNNING, "attempt": attempt}
+        if attempt == 1:
+            values["started_at"] = utcnow()
+        started = {"http": shown_request(step["http"])} if "http" in step else {"workflow": step["workflow"]}
+        live.writes.submit_many(self._store_instances, (sid.path, str(sid), values, [
+            (EventKind.STEP_STARTED, live.tagged(sid, started), sid)]), live.trace_id)
+        timeout = step.get("timeout_seconds")
+        try:
+            async with asyncio.timeout(timeout):
+                if "http" in step:
+                    return await self._http_attempt(live, step, scope)
+                return await self._child_attempt(live, step, scope, attempt)
+        except TimeoutError:
             raise StepFailure(f"timed out after {timeout} s") from None
 
     async def _store_instances(self, changes: list[tuple], trace_id: str) -> None:

@@ -17,8 +17,8 @@ from typing import Any
 
 import pydantic
 
-from orchestra.engine.language import expressions, schemas
 from orchestra.engine.instances import MAX_DEPTH
+from orchestra.engine.language import expressions, schemas
 from orchestra.engine.language.model import (
     MAX_STEPS,
     NODE_NAMES,
@@ -548,6 +548,12 @@ def _check_step_language(where: str, step: dict[str, Any], visible: Visible, ids
             checked.add(".".join(p for p in (f"{where}.output_schema", sub) if p), problem)
     else:
         schema_problems = []
+    _check_default(where, step, schema, schema_problems, checked)
+
+
+def _check_default(where: str, step: dict[str, Any], schema: Any, schema_problems: list,
+                   checked: Checked) -> None:
+    """A human step's `default`: it needs timeout_seconds and must fit output_schema."""
     human = "human" in step.get("agent", {})
     if "default" in step and "agent" in step:
         if not human:
