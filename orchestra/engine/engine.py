@@ -21,6 +21,7 @@ from orchestra.db.database import make_database
 from orchestra.db.outage import StoreOutage
 from orchestra.db.signals import Signals
 from orchestra.engine.agent_step import AgentSteps
+from orchestra.engine.child_step import ChildSteps
 from orchestra.engine.claims import ClaimLoops
 from orchestra.engine.containers import Containers
 from orchestra.engine.feed import Feeds
@@ -48,7 +49,8 @@ class AgentResolver(Protocol):
     async def node(self, name: str) -> Any: ...
 
 
-class Engine(ClaimLoops, RunLifecycle, Scheduler, Containers, AgentSteps, HttpSteps, HumanQuestions):
+class Engine(ClaimLoops, RunLifecycle, Scheduler, Containers, AgentSteps, HttpSteps, ChildSteps,
+             HumanQuestions):
     """Owns this process's run tasks, its claims and leases, and its live event feeds."""
 
     def __init__(
@@ -123,7 +125,10 @@ class Engine(ClaimLoops, RunLifecycle, Scheduler, Containers, AgentSteps, HttpSt
 
     @property
     def room(self) -> int:
-        return 0 if self.stopping else self.settings.max_runs - len(self.runs)
+        # A parent that waits for a child run holds no slot (SPEC §14): else a chain of runs
+        # could fill ORCHESTRA_MAX_RUNS with waiting parents and never start its children.
+        busy = sum(1 for live in self.runs.values() if not live.child_waits)
+        return 0 if self.stopping else self.settings.max_runs - busy
 
     async def submit(self, trace_id: str) -> None:
         """A run was stored `queued`: take it here if there is room, else wake the others."""

@@ -86,6 +86,7 @@ class LiveRun:
     stop_status: str = RunStatus.CANCELLED  # or "interrupted", "handback", "lost"
     stop_reason: str = "The run was cancelled."
     mcp: RunSessions | None = None  # its MCP sessions, opened at their first call
+    child_waits: int = 0  # workflow steps waiting for their child run (SPEC §14): no slot held
 
     def mcp_sessions(self, allowed: frozenset[str], egress: EgressPolicy) -> RunSessions:
         """The run's MCP sessions (none is opened until a tool of a server is called)."""

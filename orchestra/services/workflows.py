@@ -9,6 +9,7 @@ Execution itself is the engine (`orchestra.engine`, reached as `core.engine`).
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from peewee import IntegrityError
@@ -353,6 +354,8 @@ def run_summary(run: WorkflowRun) -> dict[str, Any]:
         "started_at": iso(run.started_at),
         "finished_at": iso(run.finished_at),
         "retry_of": run.retry_of,
+        # a child run (SPEC §14): the run and step instance that started it
+        "parent": {"trace_id": run.parent_trace_id, "path": run.parent_path} if run.parent_trace_id else None,
     }
 
 
@@ -397,6 +400,7 @@ async def run_detail(core: Core, run: WorkflowRun) -> dict[str, Any]:
             "output": step_output(row) if row else None,
             "error": row.error if row else None,
             "usage": row.usage if row else None,
+            "child_trace_id": row.child_trace_id if row else None,
             "started_at": iso(row.started_at) if row else None,
             "finished_at": iso(row.finished_at) if row else None,
         })
@@ -425,7 +429,9 @@ async def cancel_run(core: Core, *, user_id: str, is_admin: bool, trace_id: str)
     run = await get_run(core, user_id=user_id, is_admin=is_admin, trace_id=trace_id)
     if run.status in FINISHED:
         raise ConflictError(f"The run has already ended ({run.status}).")
-    await core.engine.cancel(trace_id, reason="The run was cancelled by request.")
+    # its child runs (SPEC §14) at once, wherever they run, rather than level by level
+    await asyncio.gather(core.engine.cancel(trace_id, reason="The run was cancelled by request."),
+                         core.engine.cancel_descendants(trace_id, f"Its parent run {trace_id} was cancelled."))
     return await get_run(core, user_id=user_id, is_admin=is_admin, trace_id=trace_id)
 
 
