@@ -29,7 +29,7 @@ database_proxy = DatabaseProxy()
 
 def utcnow() -> dt.datetime:
     """The current UTC time as a naive datetime (what every time column stores)."""
-    return dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+    return dt.datetime.now(dt.UTC).replace(tzinfo=None)
 
 
 def new_id() -> str:

@@ -13,6 +13,7 @@ ended) older than the cut-off are touched; running, queued and waiting runs neve
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import logging
 import re
@@ -148,7 +149,5 @@ class RetentionTimer:
             except Exception:  # a store outage: the next round tries again
                 logger.warning("retention round failed; retrying in %.0f s", self.period, exc_info=True)
             self.first_round.set()
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), self.period)
-            except TimeoutError:
-                pass

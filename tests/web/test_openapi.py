@@ -9,8 +9,8 @@ import pytest
 from openapi_spec_validator import validate
 from sanic import Sanic
 
-from orchestra.engine.log import KINDS
 from orchestra.engine.llm.factory import SUPPORTED_KINDS
+from orchestra.engine.log import KINDS
 from orchestra.services.roles import ROLE_NAMES
 from orchestra.web.apidoc.document import UndocumentedRoute, api_routes, build_document
 from orchestra.web.apidoc.events import EVENT_FIELDS
@@ -252,8 +252,8 @@ async def test_links_lead_from_resources_to_what_uses_them(doc):
     ids = {op["operationId"] for _, _, op in operations(doc)}
     links = {}
     for _, _, op in operations(doc):
-        for status, response in op["responses"].items():
-            for name, link in response.get("links", {}).items():
+        for response in op["responses"].values():
+            for link in response.get("links", {}).values():
                 assert link["operationId"] in ids
                 links[(op["operationId"], link["operationId"])] = link
     assert {

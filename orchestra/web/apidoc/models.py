@@ -12,10 +12,10 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from orchestra.engine import vocabulary
+from orchestra.engine.language.model import Step, TemplateLimits
 from orchestra.engine.llm.factory import SUPPORTED_KINDS
 from orchestra.services.roles import ROLE_NAMES
 from orchestra.services.uploads import MAX_FILES
-from orchestra.engine.language.model import Step, TemplateLimits
 
 Timestamp = Annotated[str, Field(json_schema_extra={"format": "date-time"})]
 RoleName = Literal[tuple(ROLE_NAMES)]  # type: ignore[valid-type]
