@@ -7,7 +7,16 @@ from sanic import Blueprint
 
 def all_blueprints() -> Blueprint:
     """Every API area, as one group under /api/v1."""
-    from orchestra.web.blueprints import adapter, agent, auth, mcp, provider, resource, secret, workflow
+    from orchestra.web.blueprints import (
+        adapter,
+        agent,
+        auth,
+        mcp,
+        provider,
+        resource,
+        secret,
+        workflow,
+    )
 
     areas = [auth, provider, agent, resource, mcp, secret, workflow, adapter]
     return Blueprint.group(*(area.bp for area in areas), url_prefix="/api/v1")
