@@ -50,17 +50,19 @@ class ChildSteps:
         sid: StepAt = step["id"]
         flow = step["workflow"]
         child = child_id(live.trace_id, sid.path, attempt)
-        if await WorkflowRun.aget_or_none(WorkflowRun.trace_id == child) is None:
-            await self._start_child(live, sid, flow, scope, child)
-        await self.log.release()
-        live.child_waits += 1
+        live.child_waits += 1  # from now on this run holds no slot: the child may take it
         live.waiting.add(sid.path)
         try:
+            if await WorkflowRun.aget_or_none(WorkflowRun.trace_id == child) is None:
+                await self._start_child(live, sid, flow, scope, child)
+            await self.log.release()
             run = await self._wait_for_child(live, sid, flow["template"], child)
         except asyncio.CancelledError:
             if not self.stopping and live.stop_status not in ("handback", "lost"):
                 # the step ended without it (a timeout, a failed sibling): its child goes too
-                asyncio.get_running_loop().create_task(self._cancel_tree(child, "The parent step ended."))
+                task = asyncio.get_running_loop().create_task(self._cancel_tree(child, "The parent step ended."))
+                self._child_tasks.add(task)
+                task.add_done_callback(self._child_tasks.discard)
             raise
         finally:
             live.child_waits -= 1
@@ -171,6 +173,27 @@ class ChildSteps:
         await self.log.release()
         if found:
             await asyncio.gather(*(self.cancel(child, reason=reason) for child in found), return_exceptions=True)
+
+    def cancel_descendants_soon(self, trace_id: str, reason: str) -> None:
+        """`cancel_descendants` in the background (a run's end must not wait for it); a
+        failure is logged, and the children's own parent-less runs end as runs do."""
+
+        async def quietly() -> None:
+            try:
+                await self.cancel_descendants(trace_id, reason)
+            except Exception:  # noqa: BLE001 - the store may be away, the engine stopping
+                logger.warning("could not cancel the child runs of %s", trace_id, exc_info=True)
+
+        task = asyncio.get_running_loop().create_task(quietly())
+        self._child_tasks.add(task)
+        task.add_done_callback(self._child_tasks.discard)
+
+    @property
+    def _child_tasks(self) -> set:
+        tasks = self.__dict__.get("_child_task_set")
+        if tasks is None:
+            tasks = self.__dict__["_child_task_set"] = set()
+        return tasks
 
     async def _cancel_tree(self, child: str, reason: str) -> None:
         try:

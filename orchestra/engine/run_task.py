@@ -247,8 +247,7 @@ class RunLifecycle:
         await self._store_with_events(trace_id, store_end)
         observe.run_ended(trace_id, status)
         if status != RunStatus.SUCCEEDED:  # its child runs (SPEC §14) end with it
-            asyncio.get_running_loop().create_task(
-                self.cancel_descendants(trace_id, f"Its parent run {trace_id} ended ({status})."))
+            self.cancel_descendants_soon(trace_id, f"Its parent run {trace_id} ended ({status}).")
 
     async def _store_with_events(
         self, trace_id: str, store: Callable[[], Awaitable[list[Event]]], *, fenced: bool = True

@@ -19,6 +19,7 @@ from urllib.parse import parse_qs, urlsplit
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # head and body are two writes: no 40 ms delayed-ACK stall
     server: _Server
 
     def log_message(self, format: str, *args) -> None:  # noqa: A002 - quiet

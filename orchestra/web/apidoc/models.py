@@ -324,6 +324,11 @@ class RunRetried(RunStarted):
     retry_of: str = Field(description="The run whose succeeded steps this one reuses.")
 
 
+class ParentRun(Shape):
+    trace_id: str
+    path: str = Field(description="The parent's step instance (a workflow step) that started this run.")
+
+
 class RunSummary(Shape):
     trace_id: str
     template_id: str | None = Field(description="null once the template is deleted.")
@@ -335,6 +340,8 @@ class RunSummary(Shape):
     started_at: Timestamp | None
     finished_at: Timestamp | None
     retry_of: str | None = Field(None, description="The run this one retries (POST /run/{trace_id}/retry).")
+    parent: ParentRun | None = Field(None, description="A child run (SPEC §14): the run and step instance that "
+                                     "started it; null for a top run.")
 
 
 class RunList(Success):
@@ -350,7 +357,7 @@ class Usage(Shape):
 class StepState(Shape):
     step_id: str
     path: str = Field(description="The instance's key in the run (the step id; under loops research[3]).")
-    agent: dict[str, Any]
+    agent: dict[str, Any] | None = Field(description="null for an http or workflow step.")
     depends_on: list[str]
     status: StepStatus
     attempt: int = Field(ge=1, description="The attempt that ran last (retry policy).")
@@ -358,6 +365,7 @@ class StepState(Shape):
     output: Any = Field(description="Text, or a JSON value for a step with output_schema; null when skipped.")
     error: str | None
     usage: Usage | None
+    child_trace_id: str | None = Field(None, description="A workflow step's child run (SPEC §14).")
     started_at: Timestamp | None
     finished_at: Timestamp | None
 
