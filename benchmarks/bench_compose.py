@@ -40,7 +40,6 @@ from benchmarks.bench_scale import _admin_sql  # noqa: E402
 from benchmarks.common import median, orchestra_server, percentile, report  # noqa: E402
 from orchestra.testing.fake_http import FakeHttp  # noqa: E402
 
-
 # --- 1. workflow step over its child run ------------------------------------------------
 
 
@@ -99,7 +98,8 @@ def workflow_overhead(pg: str, runs: int, target: FakeHttp) -> None:
 async def http_overhead(calls: int, target: FakeHttp) -> None:
     from orchestra.core import Core
     from orchestra.engine.language.expressions import Scope
-    from orchestra.engine.live import LiveRun, StepAt
+    from orchestra.engine.live import LiveRun
+    from orchestra.engine.model import At, step_defs
     from orchestra.services import secrets
     from orchestra.settings import Settings
     from orchestra.tls import client_tls
@@ -111,18 +111,19 @@ async def http_overhead(calls: int, target: FakeHttp) -> None:
         try:
             await secrets.create_secret(core, name="TOKEN", value="bench-token-0123456789")
             engine = core.engine
-            live = LiveRun(trace_id="bench", owner_id="bench", input="x", files=[], steps=[])
-            plain = {"id": StepAt("get", "get"), "http": {"method": "GET", "url": target.url + "/echo?q={{ input }}"}}
-            secret = {"id": StepAt("get", "get"), "http": {
-                "method": "GET", "url": target.url + "/echo?q={{ input }}",
-                "headers": {"Authorization": "Bearer {{ secrets.TOKEN }}"}}}
+            live = LiveRun(trace_id="bench", owner_id="bench", input="x", files=[], steps=())
+            plain, secret = step_defs([
+                {"id": "get", "http": {"method": "GET", "url": target.url + "/echo?q={{ input }}"}},
+                {"id": "get", "http": {"method": "GET", "url": target.url + "/echo?q={{ input }}",
+                                       "headers": {"Authorization": "Bearer {{ secrets.TOKEN }}"}}}])
+            at = At.top("get")
             tls = client_tls()  # made once, as the step's client does
             bare = httpx2.AsyncClient(trust_env=False, verify=tls)
             url = target.url + "/echo?q=x"
 
             async def step_call(step) -> float:
                 began = time.perf_counter()
-                await engine._http_attempt(live, step, Scope({"input": "x", "steps": {}}, engine.sandbox))
+                await engine.http_steps.attempt(live, step, at, Scope({"input": "x", "steps": {}}, engine.sandbox))
                 return time.perf_counter() - began
 
             async def bare_call() -> float:
@@ -138,7 +139,7 @@ async def http_overhead(calls: int, target: FakeHttp) -> None:
                 return time.perf_counter() - began
 
             async def fresh_step() -> float:
-                await engine._close_http()  # a new pool: a new connection, the egress rule again
+                await engine.http_steps.close()  # a new pool: a new connection, the egress rule again
                 return await step_call(plain)
 
             shapes = {"bare httpx": bare_call, "http step": lambda: step_call(plain),

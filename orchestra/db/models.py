@@ -200,7 +200,7 @@ class WorkflowRun(BaseModel):
     created_at = DateTimeField(default=utcnow, index=True)
     started_at = DateTimeField(null=True)
     finished_at = DateTimeField(null=True, index=True)
-    # Ownership (see engine/ownership.py): the process holding the run and until when
+    # Ownership (see engine/store/ownership.py): the process holding the run and until when
     # (epoch seconds), how many times it was claimed, and a cancel asked from anywhere.
     owner_process = CharField(max_length=128, null=True)
     lease_until = DoubleField(null=True)
@@ -214,6 +214,9 @@ class WorkflowRun(BaseModel):
     parent_trace_id = CharField(max_length=36, null=True, index=True)
     parent_path = CharField(max_length=512, null=True)
     depth = IntegerField(default=1)
+    # What started the run (SPEC §11): null for a person (or an API key), else
+    # {kind: "webhook", hook_id, webhook_id} or {kind: "schedule", schedule_id, due_at}.
+    trigger = JSONField(null=True)
 
 
 class RunStep(BaseModel):

@@ -12,9 +12,11 @@ replaced by `***` (an echoed header included), as are its events, its error and 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from orchestra import redaction
+from orchestra.db.database import release_connection
 from orchestra.db.models import Secret
 from orchestra.engine.http_call import HttpCaller, HttpFailure, HttpRequest
 from orchestra.engine.language.expressions import (
@@ -26,6 +28,7 @@ from orchestra.engine.language.expressions import (
 )
 from orchestra.engine.language.validate import SECRET_REF
 from orchestra.engine.live import LiveRun, StepFailure
+from orchestra.engine.model import At, StepDef
 from orchestra.engine.sizes import prompt_too_large, utf8_size
 from orchestra.observability import tracing
 
@@ -48,24 +51,32 @@ def secret_names(http: dict[str, Any]) -> set[str]:
 
 
 class HttpSteps:
-    """Engine part: one attempt of an `http` step."""
+    """Engine part: one attempt of an `http` step (the client, the secrets it names)."""
 
-    def _http_caller(self) -> HttpCaller:
-        caller = getattr(self, "_http", None)
-        if caller is None:
-            caller = self._http = HttpCaller(self.settings.egress)
-        return caller
+    def __init__(self, settings: Any, *, db: Any, decrypt: Callable[[str], str] | None) -> None:
+        self.settings = settings
+        self.db = db
+        self.decrypt = decrypt
+        self._caller: HttpCaller | None = None
 
-    async def _secret_values(self, names: set[str]) -> dict[str, str]:
+    def caller(self) -> HttpCaller:
+        if self._caller is None:
+            self._caller = HttpCaller(self.settings.egress)
+        return self._caller
+
+    async def secret_values(self, names: set[str]) -> dict[str, str]:
+        """The plain values of `names`; StepFailure for one that no longer exists."""
         if not names:
             return {}
         rows = await self.db.list(Secret.select(Secret.name, Secret.value_encrypted)
                                   .where(Secret.name.in_(sorted(names))))
-        await self.log.release()
+        await release_connection(self.db)
         values = {}
         for row in rows:
             try:
-                values[row.name] = self.core.secrets.decrypt(row.value_encrypted)
+                if self.decrypt is None:
+                    raise ValueError("no key")
+                values[row.name] = self.decrypt(row.value_encrypted)
             except ValueError:
                 raise StepFailure(f"The secret '{row.name}' cannot be decrypted with this server's key "
                                   "(ORCHESTRA_SECRET_KEY changed since it was stored).") from None
@@ -76,27 +87,16 @@ class HttpSteps:
                               "under /api/v1/resource/secret).")
         return values
 
-    async def _http_request(self, live: LiveRun, step: dict[str, Any], scope: Scope) -> tuple[HttpRequest, dict[str, str]]:
+    async def request(self, step: StepDef, at: At, scope: Scope) -> tuple[HttpRequest, dict[str, str]]:
         """The request an http step sends, and the secret values it holds."""
-        http, where = step["http"], str(getattr(step["id"], "path", step["id"]))
-        values = await self._secret_values(secret_names(http))
+        http, where = step.http, at.path
+        values = await self.secret_values(secret_names(http))
         limit = self.settings.prompt_max_bytes
         try:
             url = await _render(http["url"], scope, values, limit, where)
             headers = {name: await _render(value, scope, values, limit, where)
                        for name, value in (http.get("headers") or {}).items()}
-            content = None
-            if "body" in http and http["body"] is not None and http["method"] not in _SEND_AS_IS:
-                body = http["body"]
-                if isinstance(body, str):
-                    content = (await _render(body, scope, {}, limit, where)).encode("utf-8", "surrogatepass")
-                    _default(headers, "text/plain; charset=utf-8")
-                else:
-                    filled = await _fill(body, scope, limit, where)
-                    content = json.dumps(filled, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-                    if len(content) > limit:
-                        raise prompt_too_large(where, len(content), limit)
-                    _default(headers, "application/json")
+            content = await _content(http, headers, scope, limit, where)
         except ExpressionError as exc:
             raise StepFailure(exc.message) from None
         for name, value in headers.items():
@@ -105,29 +105,44 @@ class HttpSteps:
                                   "characters outside ASCII; encode what you insert.")
         return HttpRequest(http["method"], url, headers, content), values
 
-    async def _http_attempt(self, live: LiveRun, step: dict[str, Any], scope: Scope) -> dict[str, Any]:
+    async def attempt(self, live: LiveRun, step: StepDef, at: At, scope: Scope) -> dict[str, Any]:
         """Send the request; its answer, or StepRequestFailure (secrets hidden)."""
-        request, values = await self._http_request(live, step, scope)
+        request, values = await self.request(step, at, scope)
         secrets = tuple(values.values())
         shown = redaction.scrub_text(request.url, secrets) if secrets else request.url
         span = tracing.start_span(f"http {request.method}", {
-            "http.request.method": request.method, "url.full": shown,
-            "orchestra.step": str(getattr(step["id"], "path", step["id"]))})
+            "http.request.method": request.method, "url.full": shown, "orchestra.step": at.path})
         error = None
         try:
-            return await self._http_caller().call(
-                request, timeout=float(step["http"].get("timeout_seconds", 30)), secrets=secrets)
+            return await self.caller().call(
+                request, timeout=float(step.http.get("timeout_seconds") or 30), secrets=secrets)
         except HttpFailure as failure:
             error = failure.message
             raise StepRequestFailure(failure.message, failure.retry_after) from None
         finally:
             span.end(error)
 
-    async def _close_http(self) -> None:
-        caller = getattr(self, "_http", None)
+    async def close(self) -> None:
+        caller, self._caller = self._caller, None
         if caller is not None:
-            self._http = None
             await caller.aclose()
+
+
+async def _content(http: dict[str, Any], headers: dict[str, str], scope: Scope, limit: int,
+                   where: str) -> bytes | None:
+    """The body as sent (a string as text, else JSON), with a default Content-Type."""
+    body = http.get("body")
+    if body is None or http["method"] in _SEND_AS_IS:
+        return None
+    if isinstance(body, str):
+        _default(headers, "text/plain; charset=utf-8")
+        return (await _render(body, scope, {}, limit, where)).encode("utf-8", "surrogatepass")
+    filled = await _fill(body, scope, limit, where)
+    content = json.dumps(filled, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    if len(content) > limit:
+        raise prompt_too_large(where, len(content), limit)
+    _default(headers, "application/json")
+    return content
 
 
 def shown_request(http: dict[str, Any]) -> dict[str, Any]:

@@ -25,19 +25,20 @@ from orchestra.db.models import (
     name_key,
     utcnow,
 )
-from orchestra.engine import instances
+from orchestra.engine import instances, reads
 from orchestra.engine.language import schemas
 from orchestra.engine.language.model import NAME_MAX, PROMPT_MAX
 from orchestra.engine.language.typecheck import type_problems
 from orchestra.engine.language.validate import Checked
 from orchestra.engine.language.validate import check_template as check_template_language
-from orchestra.engine.log import Event
 from orchestra.engine.run_task import step_output
 from orchestra.engine.sizes import check_reply_size
+from orchestra.engine.store.events import Event
 from orchestra.engine.vocabulary import FINISHED, EventKind, RunStatus, StepStatus
 from orchestra.errors import ConflictError, NotFoundError, PermissionDeniedError, ValidationError
-from orchestra.services import composition
+from orchestra.services import composition, run_starts
 from orchestra.services.paging import DEFAULT_LIMIT, Page, keyset_page
+from orchestra.services.run_starts import StartKey
 
 EVENTS_MAX = 1000  # events in one page of GET /run/{id}/events
 OPTION_FIELDS = ("input_schema", "limits", "output")  # template-level language options
@@ -267,11 +268,19 @@ async def start_run(
     input: Any = "",
     files: list[str] | None = None,
     trace_parent: str | None = None,
+    trigger: dict[str, Any] | None = None,
+    remember: StartKey | None = None,
+    template: WorkflowTemplate | None = None,
 ) -> WorkflowRun:
     """Store a `queued` run of a readable template and hand it to the engine. With an
     `input_schema` the input may be any JSON value and must validate; without one it is
-    text. `trace_parent` (a W3C traceparent) is the trace the run's spans join."""
-    template = await get_template(core, user_id=user_id, is_admin=is_admin, template_id=template_id)
+    text. `trace_parent` (a W3C traceparent) is the trace the run's spans join;
+    `trigger` says what started it (SPEC §11); `remember` is stored in the run's
+    transaction, so a duplicate start fails with IntegrityError (services/run_starts.py).
+    `template`, when the caller has already read it (and checked the user may run it)."""
+    if template is None:
+        template = await get_template(core, user_id=user_id, is_admin=is_admin,
+                                      template_id=template_id)
     spec = template.spec or {}
     problems: list[dict[str, str]] = []
     if "input_schema" in spec:
@@ -308,7 +317,10 @@ async def start_run(
             files=attached,
             status=RunStatus.QUEUED,
             trace_parent=trace_parent,
+            trigger=trigger,
         )
+        if remember is not None:
+            await run_starts.remember(core, remember, run.trace_id)
         if template.steps:  # one statement for every step row
             await core.db.aexecute(RunStep.insert_many([
                 {"run": run.trace_id, "step_id": step["id"], "path": step["id"], "status": StepStatus.PENDING}
@@ -356,6 +368,7 @@ def run_summary(run: WorkflowRun) -> dict[str, Any]:
         "retry_of": run.retry_of,
         # a child run (SPEC §14): the run and step instance that started it
         "parent": {"trace_id": run.parent_trace_id, "path": run.parent_path} if run.parent_trace_id else None,
+        "trigger": run.trigger,
     }
 
 
@@ -404,7 +417,7 @@ async def run_detail(core: Core, run: WorkflowRun) -> dict[str, Any]:
             "started_at": iso(row.started_at) if row else None,
             "finished_at": iso(row.finished_at) if row else None,
         })
-    last = await core.engine.log.last_event(run.trace_id)
+    last = await reads.last_event(core.db, run.trace_id)
     return {
         **run_summary(run),
         "input": run_input(run),
@@ -421,7 +434,7 @@ async def pending_replies(core: Core, run: WorkflowRun) -> list[dict[str, str]]:
     """`[{request_id, step_id, prompt}]` the run waits on, oldest first."""
     if run.status in FINISHED:
         return []
-    return await core.engine.open_questions(run.trace_id)
+    return await reads.open_questions(core.db, run.trace_id)
 
 
 async def cancel_run(core: Core, *, user_id: str, is_admin: bool, trace_id: str) -> WorkflowRun:
@@ -526,7 +539,7 @@ async def open_stream(
     """The run whose stream the caller may read, or None when `last_event_id` is already
     its terminal event (the stream has nothing more: 204)."""
     run = await get_run(core, user_id=user_id, is_admin=is_admin, trace_id=trace_id)
-    last = await core.engine.log.last_event(trace_id)
+    last = await reads.last_event(core.db, trace_id)
     if last is not None and last.terminal and last_event_id >= last.seq:
         return None
     return run
@@ -539,7 +552,7 @@ async def list_events(
     """Up to `limit` stored events of a run after `after` (a JSON alternative to the
     stream), and the `after` of the next page (None when these were the last)."""
     await get_run(core, user_id=user_id, is_admin=is_admin, trace_id=trace_id)
-    events = await core.engine.log.stored(trace_id, after=after, limit=limit + 1)
+    events = await reads.stored_events(core.db, trace_id, after=after, limit=limit + 1)
     if len(events) <= limit:
         return events, None
     return events[:limit], events[limit - 1].seq

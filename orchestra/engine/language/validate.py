@@ -39,7 +39,6 @@ SECRETS_ONLY_THERE = "secrets may be used only as {{ secrets.NAME }} in an http 
 RESERVED_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connection", "upgrade", "te",
                               "keep-alive", "proxy-connection", "trailer"})
 _HEADER_VALUE = re.compile(r"^[\t\x20-\x7e]*$")
-STEP_FIELDS = tuple(Step.model_fields)
 # Variables a top-level step may use; foreach/loop bodies (loops issue) add item, index, loop.
 STEP_VARIABLES = frozenset({"input", "steps"})
 
@@ -243,19 +242,10 @@ def _clean_container(raw: dict[str, Any], where: str, checked: Checked, depth: i
         return None
     is_loop = raw.get("loop") is not None
     inner_raw = (raw["loop"].get("steps") if isinstance(raw["loop"], dict) else None) if is_loop else raw.get("steps")
-    probe = {**raw, "depends_on": raw.get("depends_on") or []}
-    agent = None
-    if is_loop:
-        if isinstance(raw["loop"], dict):
-            probe["loop"] = {**raw["loop"], "steps": _PLACEHOLDER_STEPS} if "steps" in raw["loop"] else raw["loop"]
-    elif "steps" in raw:
-        probe["steps"] = _PLACEHOLDER_STEPS
-    elif raw.get("http") is not None or raw.get("workflow") is not None:
-        if _action_of(raw, where, checked) is None:
-            return None
-    else:
-        agent = _check_agent(raw.get("agent"), f"{where}.agent", checked)
-        probe["agent"] = {"human": True}
+    action = not is_loop and "steps" not in raw and (raw.get("http") is not None or raw.get("workflow") is not None)
+    if action and _action_of(raw, where, checked) is None:
+        return None
+    probe, agent = _container_probe(raw, where, checked, is_loop, action)
     try:
         step = Step.model_validate(probe)
     except pydantic.ValidationError as exc:
@@ -267,13 +257,39 @@ def _clean_container(raw: dict[str, Any], where: str, checked: Checked, depth: i
         inner = _check_level(inner_raw, inner_where, checked, depth + 1, seen)
     if step is None:
         return None
-    action = not is_loop and "steps" not in raw and (step.http is not None or step.workflow is not None)
-    if not is_loop and "steps" not in raw and not action:
-        if step.prompt is None:
-            checked.add(f"{where}.prompt", "a foreach needs agent and prompt, or steps")
-            return None
-        if agent is None:
-            return None
+    if not is_loop and "steps" not in raw and not action and step.prompt is None:
+        checked.add(f"{where}.prompt", "a foreach needs agent and prompt, or steps")
+        return None
+    clean = _stored_container(step, raw, is_loop, inner, agent)
+    if clean is not None and action:
+        _clean_actions(step, clean, checked, where)
+    if clean is not None:
+        _policies(step, clean)
+    return clean
+
+
+def _container_probe(raw: dict[str, Any], where: str, checked: Checked,
+                     is_loop: bool, action: bool = False) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """What `Step` validates of a container (its inner steps stand in as a placeholder:
+    they are checked level by level), and a foreach's own agent, checked."""
+    probe = {**raw, "depends_on": raw.get("depends_on") or []}
+    agent = None
+    if is_loop:
+        if isinstance(raw["loop"], dict):
+            probe["loop"] = {**raw["loop"], "steps": _PLACEHOLDER_STEPS} if "steps" in raw["loop"] else raw["loop"]
+    elif "steps" in raw:
+        probe["steps"] = _PLACEHOLDER_STEPS
+    elif not action:  # an http or workflow call per item is checked by Step itself
+        agent = _check_agent(raw.get("agent"), f"{where}.agent", checked)
+        probe["agent"] = {"human": True}
+    return probe, agent
+
+
+def _stored_container(step: Step, raw: dict[str, Any], is_loop: bool,
+                      inner: list[dict[str, Any]] | None,
+                      agent: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A valid container as stored (without its §7 fields), or None when a part of it
+    (its inner steps, its agent) had a problem."""
     clean: dict[str, Any] = {"id": step.id, "depends_on": list(dict.fromkeys(step.depends_on or []))}
     if is_loop:
         if inner is None:
@@ -282,19 +298,20 @@ def _clean_container(raw: dict[str, Any], where: str, checked: Checked, depth: i
         clean["loop"] = {"steps": inner, "until": loop.until, "max_iterations": loop.max_iterations}
         if loop.output is not None:
             clean["loop"]["output"] = loop.output
-    else:
-        clean["foreach"] = step.foreach.model_dump()
-        if "steps" in raw:
-            if inner is None:
-                return None
-            clean["steps"] = inner
-            if step.output is not None:
-                clean["output"] = step.output
-        elif action:
-            _clean_actions(step, clean, checked, where)
-        else:
-            clean["agent"], clean["prompt"] = agent, step.prompt
-    _policies(step, clean)
+        return clean
+    clean["foreach"] = step.foreach.model_dump()
+    if "steps" in raw:
+        if inner is None:
+            return None
+        clean["steps"] = inner
+        if step.output is not None:
+            clean["output"] = step.output
+        return clean
+    if step.http is not None or step.workflow is not None:
+        return clean  # its call is added by the caller (_clean_actions)
+    if agent is None:
+        return None
+    clean["agent"], clean["prompt"] = agent, step.prompt
     return clean
 
 

@@ -320,6 +320,13 @@ class RunStarted(Success):
     status: Literal["queued"]
 
 
+class RunReplayed(Success):
+    """A start already made with this Idempotency-Key (or webhook-id): nothing new started."""
+
+    trace_id: str = Field(description="The run the first request started.")
+    status: RunStatus = Field(description="That run's status now.")
+
+
 class RunRetried(RunStarted):
     retry_of: str = Field(description="The run whose succeeded steps this one reuses.")
 
@@ -342,6 +349,9 @@ class RunSummary(Shape):
     retry_of: str | None = Field(None, description="The run this one retries (POST /run/{trace_id}/retry).")
     parent: ParentRun | None = Field(None, description="A child run (SPEC §14): the run and step instance that "
                                      "started it; null for a top run.")
+    trigger: dict[str, Any] | None = Field(
+        None, description="What started the run: null for a person or an API key; "
+        '{"kind": "webhook", "hook_id", "webhook_id"} or {"kind": "schedule", "schedule_id", "due_at"}.')
 
 
 class RunList(Success):

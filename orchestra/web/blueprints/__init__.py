@@ -11,6 +11,7 @@ def all_blueprints() -> Blueprint:
         adapter,
         agent,
         auth,
+        keys,
         mcp,
         provider,
         resource,
@@ -18,5 +19,5 @@ def all_blueprints() -> Blueprint:
         workflow,
     )
 
-    areas = [auth, provider, agent, resource, mcp, secret, workflow, adapter]
+    areas = [auth, keys, provider, agent, resource, mcp, secret, workflow, adapter]
     return Blueprint.group(*(area.bp for area in areas), url_prefix="/api/v1")
