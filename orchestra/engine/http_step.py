@@ -19,6 +19,7 @@ from orchestra import redaction
 from orchestra.db.database import release_connection
 from orchestra.db.models import Secret
 from orchestra.engine.http_call import HttpCaller, HttpFailure, HttpRequest
+from orchestra.engine.language.calls import SECRET_REF
 from orchestra.engine.language.expressions import (
     LEGACY,
     PLACEHOLDER,
@@ -26,7 +27,6 @@ from orchestra.engine.language.expressions import (
     Scope,
     render,
 )
-from orchestra.engine.language.validate import SECRET_REF
 from orchestra.engine.live import LiveRun, StepFailure
 from orchestra.engine.model import At, StepDef
 from orchestra.engine.sizes import prompt_too_large, utf8_size

@@ -72,6 +72,7 @@ def test_secrets_http_steps_and_child_runs_in_the_console(console):
         trace_id = started.json()["trace_id"]
         console.open(f"run/{trace_id}")
         page.locator('section.run[data-status="succeeded"]').wait_for()
+        console.shot("parent-run")
         page.get_by_role("link", name="Open the child run").click()
         page.wait_for_url(re.compile(r"#/run/[0-9a-f-]{36}$"))
         assert trace_id not in page.url

@@ -11,7 +11,6 @@ the store: the template service checks that and adds its problems to these.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +18,14 @@ import pydantic
 
 from orchestra.engine.instances import MAX_DEPTH
 from orchestra.engine.language import expressions, schemas
+from orchestra.engine.language.calls import (
+    SECRET_REF,
+    SECRETS_ONLY_THERE,
+    action_of,
+    clean_actions,
+    http_texts,
+    mentions_secrets,
+)
 from orchestra.engine.language.model import (
     MAX_STEPS,
     NODE_NAMES,
@@ -30,15 +37,6 @@ from orchestra.engine.language.model import (
 
 Problem = dict[str, str]
 AGENT_SHAPE = 'must be {"worker": worker_id}, {"node": name} or {"human": true}'
-ACTIONS = ("agent", "http", "workflow")  # what one call of a step is
-# `{{ secrets.NAME }}`: the only way a template names a secret (SPEC §14)
-SECRET_REF = re.compile(r"^secrets\.([A-Za-z_][A-Za-z0-9_]{0,63})$")
-_SECRETS_WORD = re.compile(r"(?<![\w.])secrets(?!\w)")
-SECRETS_ONLY_THERE = "secrets may be used only as {{ secrets.NAME }} in an http step's url and header values"
-# Headers the HTTP client writes itself (framing, the connection, the host it connects to)
-RESERVED_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connection", "upgrade", "te",
-                              "keep-alive", "proxy-connection", "trailer"})
-_HEADER_VALUE = re.compile(r"^[\t\x20-\x7e]*$")
 # Variables a top-level step may use; foreach/loop bodies (loops issue) add item, index, loop.
 STEP_VARIABLES = frozenset({"input", "steps"})
 
@@ -172,54 +170,9 @@ def _clean_step(raw: Any, where: str, checked: Checked, depth: int = 0,
     return clean
 
 
-def _action_of(raw: dict[str, Any], where: str, checked: Checked) -> str | None:
-    """Which call a step makes (agent, http or workflow); None (problem added) for more
-    than one, or for an http or workflow step with agent-only fields."""
-    given = [name for name in ACTIONS if raw.get(name) is not None]
-    if len(given) > 1:
-        checked.add(where, "a step makes one call: agent (with prompt), http or workflow")
-        return None
-    kind = given[0] if given else "agent"
-    if kind != "agent":
-        bad = [name for name in ("prompt", "tools", "default") if name in raw]
-        for name in bad:
-            checked.add(f"{where}.{name}", f"is not a field of {'an' if kind == 'http' else 'a'} {kind} step")
-        if bad:
-            return None
-    return kind
-
-
-def _clean_actions(step: Step, clean: dict[str, Any], checked: Checked, where: str) -> None:
-    """An http or workflow call as stored (only the fields given), with its own checks."""
-    if step.http is not None:
-        http = step.http.model_dump(exclude_none=True, exclude_unset=True)
-        http["method"], http["url"] = step.http.method, step.http.url
-        if "timeout_seconds" in step.http.model_fields_set:
-            http["timeout_seconds"] = step.http.timeout_seconds
-        if "body" in step.http.model_fields_set:
-            http["body"] = step.http.body
-        for name, value in (step.http.headers or {}).items():
-            if not re.fullmatch(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,256}", name):
-                checked.add(f"{where}.http.headers", f"{name!r} is not a header name (an RFC 9110 token)")
-            elif name.lower() in RESERVED_HEADERS:
-                checked.add(f"{where}.http.headers.{name}", "is written by the HTTP client itself")
-            if not _HEADER_VALUE.fullmatch(value) or len(value) > 8192:
-                checked.add(f"{where}.http.headers.{name}",
-                            "must be at most 8192 printable ASCII characters (tabs allowed)")
-        if step.http.method in ("GET", "HEAD", "OPTIONS") and "body" in http and http["body"] is not None:
-            checked.add(f"{where}.http.body", f"a {step.http.method} request has no body")
-        clean["http"] = http
-    if step.workflow is not None:
-        flow = {"template": step.workflow.template.strip(), "input": step.workflow.input}
-        if step.workflow.version is not None:
-            flow["version"] = step.workflow.version
-        clean["workflow"] = flow
-        checked.children.append((f"{where}.workflow.template", flow["template"], flow))
-
-
 def _clean_action(raw: dict[str, Any], where: str, checked: Checked) -> dict[str, Any] | None:
     """An http or workflow step as stored, or None (problems added)."""
-    if _action_of(raw, where, checked) is None:
+    if action_of(raw, where, checked) is None:
         return None
     try:
         step = Step.model_validate({**raw, "depends_on": raw.get("depends_on") or []})
@@ -227,7 +180,7 @@ def _clean_action(raw: dict[str, Any], where: str, checked: Checked) -> dict[str
         _pydantic_problems(checked, where, exc)
         return None
     clean: dict[str, Any] = {"id": step.id, "depends_on": list(dict.fromkeys(step.depends_on or []))}
-    _clean_actions(step, clean, checked, where)
+    clean_actions(step, clean, checked, where)
     _policies(step, clean)
     return clean
 
@@ -243,7 +196,7 @@ def _clean_container(raw: dict[str, Any], where: str, checked: Checked, depth: i
     is_loop = raw.get("loop") is not None
     inner_raw = (raw["loop"].get("steps") if isinstance(raw["loop"], dict) else None) if is_loop else raw.get("steps")
     action = not is_loop and "steps" not in raw and (raw.get("http") is not None or raw.get("workflow") is not None)
-    if action and _action_of(raw, where, checked) is None:
+    if action and action_of(raw, where, checked) is None:
         return None
     probe, agent = _container_probe(raw, where, checked, is_loop, action)
     try:
@@ -262,7 +215,7 @@ def _clean_container(raw: dict[str, Any], where: str, checked: Checked, depth: i
         return None
     clean = _stored_container(step, raw, is_loop, inner, agent)
     if clean is not None and action:
-        _clean_actions(step, clean, checked, where)
+        clean_actions(step, clean, checked, where)
     if clean is not None:
         _policies(step, clean)
     return clean
@@ -511,18 +464,10 @@ def _check_expression(source: str, where: str, visible: set[str], ids: set[str],
             checked.add(where, f"{shown} needs step '{ref}' in depends_on (directly or transitively)")
 
 
-def mentions_secrets(source: str) -> bool:
-    """Whether an expression names the `secrets` variable (string literals aside)."""
-    return "secrets" in source and bool(_SECRETS_WORD.search(expressions.without_strings(source)))
-
-
 def _check_http_language(where: str, http: dict[str, Any], ancestors: set[str], ids: set[str],
                          checked: Checked, allowed: frozenset[str]) -> None:
     """`{{ }}` of an http step: secrets in url and header values, expressions everywhere."""
-    texts = [(f"{where}.http.url", http.get("url"), True)]
-    texts += [(f"{where}.http.headers.{name}", value, True) for name, value in (http.get("headers") or {}).items()]
-    texts += [(f"{where}.http.body{sub}", value, False) for sub, value in _strings(http.get("body"), "")]
-    for field_path, text, secrets_ok in texts:
+    for field_path, text, secrets_ok in http_texts(http, where):
         if not isinstance(text, str):
             continue
         for source in expressions.placeholders(text):
@@ -531,17 +476,6 @@ def _check_http_language(where: str, http: dict[str, Any], ancestors: set[str], 
                 checked.secrets.append((field_path, named.group(1)))
                 continue
             _check_expression(source, field_path, ancestors, ids, checked, placeholder=True, allowed=allowed)
-
-
-def _strings(value: Any, where: str) -> list[tuple[str, str]]:
-    """Every string of a JSON value, with its path (`.a.0`), keys aside."""
-    if isinstance(value, str):
-        return [(where, value)]
-    if isinstance(value, dict):
-        return [found for k, v in value.items() for found in _strings(v, f"{where}.{k}")]
-    if isinstance(value, list):
-        return [found for i, v in enumerate(value) for found in _strings(v, f"{where}.{i}")]
-    return []
 
 
 def _check_step_language(where: str, step: dict[str, Any], visible: Visible, ids: set[str],
