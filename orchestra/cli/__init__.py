@@ -61,6 +61,7 @@ def _register_commands() -> None:
         template,
         tool,
         user,
+        versions,
         worker,
         workflow,
     )
@@ -68,7 +69,8 @@ def _register_commands() -> None:
     serve.register(app)
     app.add_typer(db.app, name="db")
     app.add_typer(user.app, name="user")
-    for area in (login, account, provider, node, tool, mcp, secret, skill, worker, template, files, workflow):
+    for area in (login, account, provider, node, tool, mcp, secret, skill, worker, template, files, workflow,
+                 versions):
         area.register(app)
 
 

@@ -72,6 +72,8 @@ class LiveRun:
     stop_message: str = "The run was cancelled."
     mcp: RunSessions | None = None  # its MCP sessions, opened at their first call
     child_waits: int = 0  # workflow steps waiting for their child run (SPEC §14): no slot held
+    unreadable: str | None = None  # why its stored steps could not be read (it fails)
+    forked_from: dict[str, Any] | None = None  # a fork's source: {trace_id, from_step, outputs}
 
     def mcp_sessions(self, allowed: frozenset[str], egress: EgressPolicy) -> RunSessions:
         """The run's MCP sessions (none is opened until a tool of a server is called)."""

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from orchestra.db.models import RunStep, utcnow
-from orchestra.db.outage import StoreOutage, release_quietly, sleep_backoff
+from orchestra.db.outage import StoreOutage, sleep_backoff
 from orchestra.engine.language import policies
 from orchestra.engine.language.expressions import ExpressionError
 from orchestra.engine.language.sandbox import Sandbox
@@ -31,6 +31,7 @@ from orchestra.engine.live import (
 )
 from orchestra.engine.memory import trim_soon
 from orchestra.engine.model import StepDef, StopReason
+from orchestra.engine.reuse import reused_events
 from orchestra.engine.scheduler import Scheduler
 from orchestra.engine.sizes import check_output
 from orchestra.engine.store import RunStore
@@ -78,6 +79,8 @@ class RunTasks:
                     f"(ORCHESTRA_RUN_MAX_ATTEMPTS is {self.settings.run_max_attempts}).",
                 )
                 return
+            if live.unreadable:
+                raise RunFailed("", live.unreadable)
             await self._begin(live)
             states = await self._schedule_within_deadline(live)
             final = await self._output(live, states)
@@ -141,9 +144,8 @@ class RunTasks:
                 self.store.append, trace_id, EventKind.RUN_STARTED,
                 {"status": RunStatus.RUNNING, "input": live.input, "steps": [s.id for s in live.steps]},
             )
-            reused = [(EventKind.STEP_FINISHED, {"output": state["output"], "reused": True}, sid)
-                      for sid, state in live.states.items()]
-            if reused:  # steps copied from the run this one retries
+            reused = reused_events(live)
+            if reused:  # steps copied from the run this one retries or forks
                 writes.submit(self.store.append_many, trace_id, reused)
         else:
             writes.submit(self.store.set_run, trace_id, status=RunStatus.RUNNING)
@@ -264,7 +266,7 @@ class RunTasks:
                 if live.stop_reason == StopReason.LOST:  # the lease ran out meanwhile
                     return
                 tries += 1
-                await release_quietly(self.store.db)
+                await self.store.release()
                 await sleep_backoff(tries)
 
     async def _hand_back(self, live: LiveRun) -> None:
@@ -275,6 +277,6 @@ class RunTasks:
                 # Nothing to give back: ended meanwhile, handed back in bulk by `stop`, or
                 # no longer held by this claim. Logged to tell the last case apart later.
                 logger.info("run %s: hand-back found it not held by claim %s", live.trace_id, live.claim)
-            observe.run_outcome(live.trace_id, "handback")
+            observe.run_outcome(live.trace_id, StopReason.HANDBACK)
         except Exception:  # noqa: BLE001 - the lease runs out on its own
             logger.exception("could not hand back run %s", live.trace_id)

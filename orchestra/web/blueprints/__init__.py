@@ -16,8 +16,9 @@ def all_blueprints() -> Blueprint:
         provider,
         resource,
         secret,
+        versions,
         workflow,
     )
 
-    areas = [auth, keys, provider, agent, resource, mcp, secret, workflow, adapter]
+    areas = [auth, keys, provider, agent, resource, mcp, secret, workflow, versions, adapter]
     return Blueprint.group(*(area.bp for area in areas), url_prefix="/api/v1")
