@@ -103,21 +103,25 @@ class ChildSteps:
         if template is None or (template.owner_id != live.owner_id and not template.shared):
             raise StepFailure(f"The child template '{flow['template']}' no longer exists (or is no longer "
                               "yours to run).")
-        if flow.get("version") is not None:
-            raise StepFailure("This server keeps no template versions: workflow.version cannot be run.")
+        steps, spec, number = template.steps, template.spec, template.version or None
+        if flow.get("version") is not None and flow["version"] != template.version:
+            pinned = await self.children.version(template.id, flow["version"])
+            if pinned is None:
+                raise StepFailure(f"The child template '{template.name}' has no version {flow['version']} "
+                                  f"(its latest is {template.version}).")
+            steps, spec, number = pinned.steps, pinned.spec, pinned.version
         depth = await self.children.depth(live.trace_id) + 1
         if depth > MAX_CHAIN:
             raise StepFailure(f"The child run would be level {depth} of its chain; a chain holds at most "
                               f"{MAX_CHAIN} runs (the top run and four levels of children).")
-        spec = template.spec or {}
-        if "input_schema" in spec:
+        if "input_schema" in (spec or {}):
             found = await schemas.check(value, spec["input_schema"], root="input", sandbox=self.sandbox)
             if found:
                 raise StepFailure(f"The child's input does not match {template.name}'s input_schema: "
                                   f"{schemas.describe(found)}")
-            new = NewChild(child, live.owner_id, template, depth, "", value)
+            new = NewChild(child, live.owner_id, template, depth, "", value, steps, spec, number)
         else:
-            new = NewChild(child, live.owner_id, template, depth, text_of(value), None)
+            new = NewChild(child, live.owner_id, template, depth, text_of(value), None, steps, spec, number)
         started = live.tagged(at, {"child_trace_id": child, "path": at.path, "template_id": template.id})
         await asyncio.shield(live.writes.submit(self.children.start, live.trace_id, at, new, started))
         await self.store.release()

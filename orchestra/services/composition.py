@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from orchestra.core import Core
-from orchestra.db.models import WorkflowTemplate, name_key, storable
+from orchestra.db.models import TemplateVersion, WorkflowTemplate, name_key, storable
 from orchestra.engine.instances import walk
 from orchestra.engine.language.model import MAX_CHAIN
 from orchestra.engine.language.validate import Checked
@@ -53,6 +53,10 @@ async def check_calls(core: Core, checked: Checked, *, owner_id: str, template_i
             checked.add(field, f"unknown template {ref!r}: not the id or name of a template you may run")
             continue
         flow["template"] = child.id
+        if flow.get("version") is not None and not await core.db.exists(TemplateVersion.select(TemplateVersion.id).where(
+                (TemplateVersion.template == child.id) & (TemplateVersion.version == flow["version"]))):
+            checked.add(field.replace(".template", ".version"), f"template {ref!r} has no version {flow['version']}")
+            continue
         if template_id is not None and child.id == template_id:
             checked.add(field, "a template cannot call itself")
             continue

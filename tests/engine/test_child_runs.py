@@ -138,3 +138,24 @@ async def test_a_deleted_child_template_fails_the_waiting_step(core):
     assert done.status == "failed" and "was deleted" in done.error, done.error
     child = (await children_of(core, trace_id))[0]
     assert (await wait_status(core, child.trace_id, "cancelled", "failed")).status == "cancelled"
+
+
+async def test_a_workflow_step_runs_the_version_it_names(core, target):
+    owner = (await auth.register(core, user_name="alice", password="password-123")).id
+    leaf = await template(core, owner, "leaf", [{"id": "get", "http": {"method": "GET", "url": target.url + "/echo?v=1"}}],
+                          output="steps.get.output.body.query.v")
+    await wf.update_template(core, user_id=owner, is_admin=False, template_id=leaf, name="leaf", steps=[
+        {"id": "get", "http": {"method": "GET", "url": target.url + "/echo?v=2"}}],
+        options={"output": "steps.get.output.body.query.v"})
+    parent = await template(core, owner, "top", [
+        {"id": "old", "workflow": {"template": "leaf", "version": 1, "input": "input"}},
+        {"id": "new", "workflow": {"template": "leaf", "input": "input"}}])
+    trace_id = await run(core, owner, parent)
+    done = await wait_status(core, trace_id, "succeeded", "failed", timeout=20)
+    assert done.status == "succeeded", done.error
+    rows = {r.path: r for r in await core.db.list(RunStep.select().where(RunStep.run == trace_id))}
+    assert (rows["old"].output, rows["new"].output) == ("1", "2")
+    assert sorted(k.template_version for k in await children_of(core, trace_id)) == [1, 2]
+    with pytest.raises(Exception) as refused:
+        await template(core, owner, "bad", [{"id": "x", "workflow": {"template": "leaf", "version": 9, "input": "input"}}])
+    assert refused.value.detail[0]["field"] == "steps.0.workflow.version"

@@ -92,7 +92,7 @@ class ChildWorkflow(Closed):
     template: str = Field(min_length=1, max_length=128,
                           description="The id or name of a template the owner may run; not this one, "
                           "nor one that calls this one.")
-    version: int | None = Field(None, ge=1, description="Reserved: the template's version (default the latest).")
+    version: int | None = Field(None, ge=1, description="The template version to run (SPEC §13; default the latest).")
     input: str = Field(max_length=EXPRESSION_MAX, description="CEL expression: the child's input.")
 
 

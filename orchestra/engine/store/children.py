@@ -8,7 +8,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from orchestra.db.models import RunEvent, RunStep, WorkflowRun, WorkflowTemplate, utcnow
+from orchestra.db.models import (
+    RunEvent,
+    RunStep,
+    TemplateVersion,
+    WorkflowRun,
+    WorkflowTemplate,
+    utcnow,
+)
 from orchestra.engine.model import At
 from orchestra.engine.store.events import Event
 from orchestra.engine.store.runs import RunStore
@@ -27,6 +34,9 @@ class NewChild:
     depth: int
     input_text: str
     input_value: Any
+    steps: list[dict[str, Any]]  # the version it runs (SPEC §13): its steps and spec
+    spec: dict[str, Any] | None
+    version: int | None
 
 
 class ChildRuns:
@@ -41,6 +51,10 @@ class ChildRuns:
 
     async def template(self, template_id: str) -> WorkflowTemplate | None:
         return await WorkflowTemplate.aget_or_none(WorkflowTemplate.id == template_id)
+
+    async def version(self, template_id: str, number: int) -> TemplateVersion | None:
+        return await TemplateVersion.aget_or_none(
+            (TemplateVersion.template == template_id) & (TemplateVersion.version == number))
 
     async def template_exists(self, template_id: str) -> bool:
         return await self.db.exists(WorkflowTemplate.select(WorkflowTemplate.id)
@@ -58,12 +72,12 @@ class ChildRuns:
         async def store() -> list[Event]:
             await self.db.aexecute(WorkflowRun.insert(
                 trace_id=child.trace_id, owner=child.owner_id, template=template.id,
-                template_name=template.name, steps=template.steps, spec=template.spec,
+                template_name=template.name, steps=child.steps, spec=child.spec, template_version=child.version,
                 input=child.input_text, input_value=child.input_value, files=[], status=RunStatus.QUEUED,
                 parent_trace_id=parent, parent_path=at.path, depth=child.depth, created_at=utcnow()))
             await self.db.aexecute(RunStep.insert_many([
                 {"run": child.trace_id, "step_id": s["id"], "path": s["id"], "status": StepStatus.PENDING}
-                for s in template.steps]))
+                for s in child.steps]))
             await self.store.set_step(parent, at.path, child_trace_id=child.trace_id)
             return await self.store.events.insert(parent, [(EventKind.CHILD_STARTED, started, at)])
 
