@@ -37,8 +37,40 @@ import httpx2  # noqa: E402
 
 from benchmarks.bench_auth import populate  # noqa: E402
 from benchmarks.bench_scale import _admin_sql  # noqa: E402
-from benchmarks.common import median, orchestra_server, percentile, report  # noqa: E402
-from orchestra.testing.fake_http import FakeHttp  # noqa: E402
+from benchmarks.common import (  # noqa: E402
+    free_port,  # noqa: E402
+    median,
+    orchestra_server,
+    percentile,
+    report,
+)
+
+
+class LoopbackTarget:
+    """The loopback HTTP server (orchestra/testing/fake_http.py) in a process of its own."""
+
+    def __init__(self) -> None:
+        import subprocess
+
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc = subprocess.Popen([sys.executable, "-m", "orchestra.testing.fake_http", "--port", str(self.port)],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            try:
+                httpx.get(self.url + "/echo", timeout=1)
+                return
+            except httpx.TransportError:
+                time.sleep(0.05)
+        raise RuntimeError("the loopback HTTP server did not start")
+
+    def __enter__(self) -> LoopbackTarget:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=10)
 
 # --- 1. workflow step over its child run ------------------------------------------------
 
@@ -58,7 +90,7 @@ def timed_run(http: httpx.Client, template_id: str) -> float:
     return time.perf_counter() - began
 
 
-def workflow_overhead(pg: str, runs: int, target: FakeHttp) -> None:
+def workflow_overhead(pg: str, runs: int, target: LoopbackTarget) -> None:
     name = f"orchestra_compose_{uuid.uuid4().hex[:8]}"
     asyncio.run(_admin_sql(pg, f'CREATE DATABASE "{name}"'))
     pg_url = urlunparse(urlparse(pg)._replace(path=f"/{name}"))
@@ -95,7 +127,7 @@ def workflow_overhead(pg: str, runs: int, target: FakeHttp) -> None:
 # --- 2. http step over a bare httpx call ------------------------------------------------
 
 
-async def http_overhead(calls: int, target: FakeHttp) -> None:
+async def http_overhead(calls: int, target: LoopbackTarget) -> None:
     from orchestra.core import Core
     from orchestra.engine.language.expressions import Scope
     from orchestra.engine.live import LiveRun
@@ -149,16 +181,20 @@ async def http_overhead(calls: int, target: FakeHttp) -> None:
                 for _ in range(20):
                     await shape()
             times: dict[str, list[float]] = {k: [] for k in shapes}
+            cpu: dict[str, float] = dict.fromkeys(shapes, 0.0)
             for n in range(calls):
                 order = list(shapes.items()) if n % 2 == 0 else list(reversed(shapes.items()))
                 for label, shape in order:
+                    began = time.process_time()
                     times[label].append(await shape() * 1000)
+                    cpu[label] += time.process_time() - began
             await bare.aclose()
         finally:
             await core.close()
     print(f"http step over a bare httpx call, one process, {calls} calls each, alternating:")
     for label, values in times.items():
         report(f"  {label} p50", median(values), "ms")
+        report(f"  {label} CPU per call", cpu[label] * 1000 / calls, "ms")
     base = median(times["bare httpx"])
     report("  http-step overhead p50", median(times["http step"]) - base, "ms", "< 2 ms")
     report("  http-step (+ secret read) overhead p50", median(times["http step + secret"]) - base, "ms", "< 2 ms")
@@ -174,7 +210,7 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=300)
     parser.add_argument("--skip-workflow", action="store_true")
     args = parser.parse_args()
-    with FakeHttp() as target:
+    with LoopbackTarget() as target:
         asyncio.run(http_overhead(args.calls, target))
         if not args.skip_workflow:
             workflow_overhead(args.pg, args.runs, target)

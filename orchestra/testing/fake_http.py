@@ -114,3 +114,20 @@ class FakeHttp:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m orchestra.testing.fake_http --port N`: serve until killed (benchmarks run
+    it in a process of its own, so it shares no interpreter lock with what it measures)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description="A loopback HTTP server for HTTP-step tests.")
+    parser.add_argument("--port", type=int, default=0)
+    args = parser.parse_args(argv)
+    server = _Server(("127.0.0.1", args.port))
+    print(f"http://127.0.0.1:{server.server_address[1]}", flush=True)
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()
