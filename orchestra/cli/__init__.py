@@ -55,9 +55,11 @@ def _register_commands() -> None:
         mcp,
         node,
         provider,
+        schedule,
         secret,
         serve,
         skill,
+        subscription,
         template,
         tool,
         user,
@@ -70,7 +72,7 @@ def _register_commands() -> None:
     app.add_typer(db.app, name="db")
     app.add_typer(user.app, name="user")
     for area in (login, account, provider, node, tool, mcp, secret, skill, worker, template, files, workflow,
-                 versions):
+                 versions, schedule, subscription):
         area.register(app)
 
 

@@ -26,6 +26,8 @@ bp = Blueprint("versions", url_prefix="/workflow")
 
 VERSION_MAX = 2**31 - 1
 _TRACE = {"trace_id": "$response.body#/trace_id"}
+_NUMBER = {"type": "string", "pattern": "^[1-9][0-9]{0,9}$",
+           "description": "A version number (1, 2, …); anything else names no version (404)."}
 
 
 class ForkBody(Body):
@@ -60,11 +62,11 @@ def _number(raw: str) -> int:
 async def list_versions(request: Request, template_id: str):
     rows = await versions.list_versions(request.app.ctx.core, template_id=template_id, **_who(request))
     return json({"message": SUCCESS, "template_id": template_id,
-                 "versions": [versions.summary(row) for row in rows]})
+                 "versions": rows})
 
 
 @bp.get("/template/<template_id:str>/versions/<number:str>")
-@documented("Read one version of a template", response=out.Version,
+@documented("Read one version of a template", response=out.Version, path={"number": _NUMBER},
             errors={404: "NotFoundError: no template you may read has this id, or it has no such version."})
 @protected(Role.USER)
 async def get_version(request: Request, template_id: str, number: str):
@@ -100,6 +102,7 @@ async def diff(request: Request, template_id: str):
 @bp.post("/template/<template_id:str>/versions/<number:str>/restore")
 @documented(
     "Restore a version: save its content as the newest version", response=out.Restored, status=201,
+    path={"number": _NUMBER},
     description="Checked like any save: a worker since deleted is a 422, a name since taken a 409 "
     "(then no version is made).",
     errors={403: "PermissionDeniedError: a shared template, restored by a non-administrator.",

@@ -11,6 +11,8 @@ import { Templates, TemplateEditor } from './pages/templates.js';
 import { Runs } from './pages/runs.js';
 import { RunView } from './pages/run_view.js';
 import { Users } from './pages/users.js';
+import { Schedules } from './pages/schedules.js';
+import { Subscriptions } from './pages/subscriptions.js';
 
 function currentRoute() {
   const [path, query = ''] = location.hash.replace(/^#\/?/, '').split('?');
@@ -48,6 +50,8 @@ function useSession() {
 const NAV = [
   ['runs', 'Runs', () => true],
   ['templates', 'Templates', () => true],
+  ['schedules', 'Schedules', () => true],
+  ['subscriptions', 'Subscriptions', () => true],
   ['workers', 'Workers', () => true],
   ['providers', 'Providers', isAdmin],
   ['mcp', 'MCP servers', () => true],
@@ -63,6 +67,8 @@ function Page({ route }) {
     case 'mcp': return html`<${McpServers} />`;
     case 'secrets': return isAdmin() ? html`<${Secrets} />` : html`<${Forbidden} />`;
     case 'templates': return arg ? html`<${TemplateEditor} key=${arg} templateId=${arg} />` : html`<${Templates} />`;
+    case 'schedules': return html`<${Schedules} />`;
+    case 'subscriptions': return html`<${Subscriptions} />`;
     case 'run': return html`<${RunView} key=${arg} traceId=${arg} />`;
     case 'users': return isSuperAdmin() ? html`<${Users} />` : html`<${Forbidden} />`;
     case 'runs': return html`<${Runs} query=${route.query} />`;
