@@ -26,6 +26,7 @@ from orchestra.services.agent_cache import AGENT_TABLES, AgentCache
 from orchestra.services.caches import Caches
 from orchestra.services.crypto import SecretBox
 from orchestra.services.key_cache import KeyCache, KeyUses
+from orchestra.services.outbox import EventOutbox
 from orchestra.services.passwords import PasswordService
 from orchestra.services.shared import Shared
 from orchestra.services.tokens import TokenService
@@ -132,7 +133,7 @@ def build_engine(core: Shared) -> Engine:
     async def read_upload(owner_id: str, file_id: str) -> str:
         return await uploads.read_text(core, owner_id=owner_id, file_id=file_id)
 
-    return Engine(
+    engine = Engine(
         db=core.db,
         settings=core.settings,
         outage=core.outage,
@@ -140,4 +141,14 @@ def build_engine(core: Shared) -> Engine:
         registry=core.tool_registry,
         read_upload=read_upload,
         signals=core.signals,
+        decrypt=core.secrets.decrypt,
     )
+
+    def wake_deliveries() -> None:
+        if core.delivery_loop is not None:
+            core.delivery_loop.wake()
+
+    # The outbox (SPEC §11): run events that subscribers hear of queue their deliveries
+    # in the transaction that stores them; this process's delivery loop is woken after.
+    engine.store.events.outbox = EventOutbox(core.db, on_queued=wake_deliveries)
+    return engine

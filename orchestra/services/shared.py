@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from peewee import Database
 
@@ -32,6 +32,12 @@ if TYPE_CHECKING:
     from orchestra.engine.engine import Engine
 
 UserDeletedHook = Callable[[str], Awaitable[None]]
+
+
+class Waker(Protocol):
+    """A loop of this process that a write may wake early (it also polls)."""
+
+    def wake(self) -> None: ...
 
 
 @dataclass(eq=False)
@@ -55,6 +61,9 @@ class Shared:
     key_uses: KeyUses  # when each key's use was last recorded here
     # Called (in order) after a user was deleted: their live runs stop, caches drop them.
     on_user_deleted: list[UserDeletedHook] = field(default_factory=list)
+    # This process's delivery and schedule loops while they run (they set themselves).
+    delivery_loop: Waker | None = None
+    schedule_fire_loop: Waker | None = None
     # The run engine, given the parts above: built by the root on first use (reading a
     # run needs none), so it is not part of the record's repr or equality.
     engine: Engine = field(init=False, repr=False, compare=False)
