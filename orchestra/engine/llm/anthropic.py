@@ -190,7 +190,7 @@ class AnthropicClient:
 
     async def stream_chat(
         self, *, model: str, messages: list[ChatMessage], tools: list[ToolSpec],
-        output_schema: dict[str, Any] | None = None,
+        output_schema: dict[str, Any] | None = None, max_tokens: int | None = None,
     ) -> AsyncIterator[StreamEvent]:
         """Stream one assistant turn; see `ChatClient` for the order of events.
 
@@ -200,7 +200,7 @@ class AnthropicClient:
         the turn's text (JSON), streamed as it arrives."""
         params: dict[str, Any] = {
             "model": model,
-            "max_tokens": self.max_tokens,
+            "max_tokens": max_tokens or self.max_tokens,
             "messages": to_anthropic_messages(messages),
             "stream": True,
         }
@@ -218,7 +218,7 @@ class AnthropicClient:
 
         text: list[str] = []
         calls: dict[int, dict[str, Any]] = {}
-        prompt_tokens = completion_tokens = 0
+        prompt_tokens = completion_tokens = cached_tokens = 0
         stop_reason: str | None = None
         finished = False
         answer_index: int | None = None
@@ -233,6 +233,7 @@ class AnthropicClient:
                         + (u.cache_creation_input_tokens or 0)
                         + (u.cache_read_input_tokens or 0)
                     )
+                    cached_tokens = u.cache_read_input_tokens or 0
                 elif kind == "content_block_start":
                     block = event.content_block
                     if block.type == "tool_use" and output_schema is not None \
@@ -281,7 +282,8 @@ class AnthropicClient:
                 value = parse_arguments("".join(text)).get("value")
                 text = [json.dumps(value, separators=(",", ":"))]
                 yield TextDelta(text[0])
-        usage = Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens)
+        usage = Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
+                      cached_tokens=cached_tokens)
         yield usage
         yield ChatResult(
             text="".join(text),

@@ -94,6 +94,13 @@ class ProviderView(Shape):
     base_url: str | None
     api_key: str | None = Field(description="Masked, e.g. sk-…abcd; null when none is kept.")
     has_api_key: bool
+    prices: dict[str, str] | None = Field(description=(
+        "The provider's own prices (USD per million tokens, decimal strings), or null."))
+    price: dict[str, str] | None = Field(description=(
+        "The price that applies now: input_per_mtok, output_per_mtok, cached_input_per_mtok "
+        "and source (provider | genai-prices); null: the model has no known price."))
+    limits: dict[str, int] | None = Field(description=(
+        "requests_per_minute, tokens_per_minute, max_concurrency (each optional), or null."))
     created_at: Timestamp
 
 
