@@ -14,7 +14,7 @@ from typing import Any
 from orchestra.engine.coalescer import TokenCoalescer
 from orchestra.engine.language.policies import read_structured, repair_prompt
 from orchestra.engine.language.schemas import describe
-from orchestra.engine.live import LiveRun, StepFailure
+from orchestra.engine.live import LiveRun, StepFailure, path_of
 from orchestra.engine.llm import (
     ChatMessage,
     ChatResult,
@@ -23,6 +23,7 @@ from orchestra.engine.llm import (
     make_client,
     with_retries,
 )
+from orchestra.engine.llm.retry import backoff_delay
 from orchestra.engine.log import RunGone
 from orchestra.engine.sizes import OUTPUT_SETTING, check_question, utf8_size
 from orchestra.engine.tools import ToolContext, ToolError
@@ -88,11 +89,13 @@ class AgentSteps:
         tool_rounds = 0
         while True:
             result, pending_text = await self._turn(
-                live, step["id"], client, config.model, messages, tools, output_schema=schema
+                live, step["id"], client, config, messages, tools, output_schema=schema
             )
             if result.usage is not None:
                 usage["prompt_tokens"] += result.usage.prompt_tokens
                 usage["completion_tokens"] += result.usage.completion_tokens
+                if result.usage.cached_tokens:
+                    usage["cached_tokens"] = usage.get("cached_tokens", 0) + result.usage.cached_tokens
             if not result.tool_calls:
                 if schema is None:
                     return result.text, usage, pending_text
@@ -172,14 +175,17 @@ class AgentSteps:
         return (result, None) if error is None else (f"Error: {error}", error)
 
     async def _turn(
-        self, live: LiveRun, sid: str, client, model: str, messages, tools,
+        self, live: LiveRun, sid: str, client, config, messages, tools,
         output_schema: dict[str, Any] | None = None,
     ) -> tuple[ChatResult, str]:
-        """One streamed model turn, retried on retryable errors before any token is shown.
+        """One streamed model turn, retried on retryable errors before any token is shown;
+        a provider's 429 is waited out (its Retry-After) without using a retry. Each call
+        is priced, and reserved under the run's budget first (engine/spend.py).
 
         Returns the result and, for a final answer (no tool calls), the last buffered
         token text, which the caller appends together with `step_finished`."""
         limit = self.settings.step_output_max_bytes
+        model, path = config.model, path_of(sid)
 
         async def emit(text: str) -> None:
             live.writes.submit(self.log.append, live.trace_id, EventKind.TOKEN,
@@ -188,12 +194,48 @@ class AgentSteps:
         coalescer = TokenCoalescer(emit, interval=self.token_interval)
 
         async def attempt() -> ChatResult:
+            waits = 0
+            while True:  # a 429 is waited out here: it uses no retry (SPEC §12)
+                try:
+                    return await call()
+                except LLMError as exc:
+                    if exc.status != 429 or exc.shown:
+                        raise
+                    if exc.retry_after:
+                        self.gate.cool_down(config.provider_id or "", exc.retry_after)
+                    waits += 1
+                    await self.log.release()
+                    await asyncio.sleep(backoff_delay(min(waits, 6), base_delay=self.retry_base_delay,
+                                                      max_delay=8.0, retry_after=exc.retry_after))
+
+        async def call() -> ChatResult:
+            ticket = await self._wait_for_room(live, config, messages, tools, output_schema)
+            tokens = None
+            try:
+                reservation = await self._reserve(live, path, config, messages, tools, output_schema)
+                try:
+                    result = await stream()
+                except LLMError as exc:
+                    self._settle(live, path, reservation, None, billed=exc.status is None)
+                    raise
+                except BaseException:
+                    self._settle(live, path, reservation, None, billed=True)
+                    raise
+                self._settle(live, path, reservation, result.usage, billed=True)
+                if result.usage is not None:
+                    tokens = result.usage.prompt_tokens + result.usage.completion_tokens
+                return result
+            finally:
+                await asyncio.shield(self.gate.leave(ticket, tokens))
+
+        async def stream() -> ChatResult:
             await self.log.release()  # no pooled connection held while the model talks
             shown = 0
             result: ChatResult | None = None
             try:
                 extra = {"output_schema": output_schema} if output_schema is not None else {}
                 async for event in client.stream_chat(model=model, messages=messages, tools=tools,
+                                                      max_tokens=self.settings.llm_max_tokens,
                                                       **extra):
                     if isinstance(event, TextDelta) and event.text:
                         shown += utf8_size(event.text)
@@ -207,7 +249,9 @@ class AgentSteps:
                         result = event
             except LLMError as exc:
                 if shown:  # the user has seen part of this answer: never repeat it
-                    raise LLMError(exc.message, status=exc.status, retryable=False) from exc
+                    error = LLMError(exc.message, status=exc.status, retryable=False)
+                    error.shown = True
+                    raise error from exc
                 raise
             if result is None:
                 raise LLMError("The provider's stream ended without a result.", retryable=not shown)

@@ -36,6 +36,7 @@ class ClaimLoops:
             started_epoch=(run.started_at.replace(tzinfo=dt.timezone.utc).timestamp()
                            if run.started_at else None),
             claim=run.owner_process,
+            budget_pusd=run.budget_pusd,
         )
         live.renewed_at = asyncio.get_running_loop().time()
         live.writes.retry = self._write_failed

@@ -16,8 +16,8 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-from orchestra.db.models import WorkflowRun
 from orchestra.db.database import make_database
+from orchestra.db.models import WorkflowRun
 from orchestra.db.outage import StoreOutage
 from orchestra.db.signals import Signals
 from orchestra.engine.agent_step import AgentSteps
@@ -29,8 +29,10 @@ from orchestra.engine.live import LiveRun
 from orchestra.engine.log import EventLog
 from orchestra.engine.ownership import Ownership, process_identity
 from orchestra.engine.questions import HumanQuestions
+from orchestra.engine.provider_gate import ProviderGate
 from orchestra.engine.run_task import RunLifecycle
 from orchestra.engine.scheduler import Scheduler
+from orchestra.engine.spend import Spending
 from orchestra.engine.tools import ToolRegistry
 from orchestra.engine.vocabulary import ACTIVE, RunStatus
 
@@ -47,7 +49,7 @@ class AgentResolver(Protocol):
     async def node(self, name: str) -> Any: ...
 
 
-class Engine(ClaimLoops, RunLifecycle, Scheduler, Containers, AgentSteps, HumanQuestions):
+class Engine(ClaimLoops, RunLifecycle, Scheduler, Containers, AgentSteps, Spending, HumanQuestions):
     """Owns this process's run tasks, its claims and leases, and its live event feeds."""
 
     def __init__(
@@ -88,6 +90,9 @@ class Engine(ClaimLoops, RunLifecycle, Scheduler, Containers, AgentSteps, HumanQ
         self.request_sandbox = Sandbox(Bounds.from_settings(self.settings))
         self._clients: dict[tuple, Any] = {}
         self._clients_lock = asyncio.Lock()
+        self.gate = ProviderGate(  # provider limits (SPEC §12), across processes on PostgreSQL
+            core.db, shared=not exclusive, write_transaction=core.write_transaction,
+            release=self.log.release, lease_seconds=max(120.0, self.settings.llm_timeout * 2))
         self._loops: list[asyncio.Task] = []
         self._wake: asyncio.Event | None = None
         self._started: asyncio.Future | None = None

@@ -9,9 +9,9 @@ from typing import Any
 from orchestra.egress import EgressPolicy
 from orchestra.engine.instances import Finished
 from orchestra.engine.questions import Question
+from orchestra.engine.tools.mcp.sessions import RunSessions
 from orchestra.engine.vocabulary import RunStatus
 from orchestra.engine.writer import RunWriter
-from orchestra.engine.tools.mcp.sessions import RunSessions
 
 
 class StepAt(str):
@@ -86,6 +86,13 @@ class LiveRun:
     stop_status: str = RunStatus.CANCELLED  # or "interrupted", "handback", "lost"
     stop_reason: str = "The run was cancelled."
     mcp: RunSessions | None = None  # its MCP sessions, opened at their first call
+    # Spend (engine/spend.py): the budget in pico-dollars (None: none), settled changes
+    # not yet stored, and each running instance's calls and cost so far.
+    budget_pusd: int | None = None
+    spend_pending: int = 0
+    spends: dict[str, Any] = field(default_factory=dict)
+    reserved_calls: int = 0  # calls in flight here holding a reservation
+    settled: asyncio.Event = field(default_factory=asyncio.Event)  # set (and renewed) at each settle
 
     def mcp_sessions(self, allowed: frozenset[str], egress: EgressPolicy) -> RunSessions:
         """The run's MCP sessions (none is opened until a tool of a server is called)."""

@@ -27,8 +27,11 @@ from orchestra.engine.log import Event, Fenced, RunGone
 from orchestra.engine.memory import trim_soon
 from orchestra.engine.questions import read_questions
 from orchestra.engine.sizes import check_output
+from orchestra.engine.spend import BudgetStop
 from orchestra.engine.vocabulary import EventKind, RunStatus, StepStatus
+from orchestra.money.amounts import usd_text
 from orchestra.observability import runs as observe
+from orchestra.observability.metrics import budget_exhausted as observe_budget_exhausted
 
 logger = logging.getLogger("orchestra.engine")
 
@@ -87,6 +90,8 @@ class RunLifecycle:
             await self._end(live, RunStatus.FAILED, EventKind.RUN_FAILED, failure.message, step_id=failure.step_id)
         except HandBack:
             await self._hand_back(live)
+        except BudgetStop as stop:
+            await self._budget_stop(live, stop)
         except asyncio.CancelledError:
             task = asyncio.current_task()
             if task is not None:
@@ -120,6 +125,34 @@ class RunLifecycle:
             trim_soon()  # a large run's freed memory goes back to the system
             if self._wake is not None and not self.stopping:
                 self._wake.set()  # room for another run
+
+    async def _budget_stop(self, live: LiveRun, stop: BudgetStop) -> None:
+        """The budget cannot hold the next call: `on_budget: fail` ends the run after
+        `budget_exceeded`; `pause` gives it up as `waiting_budget` (no owner, no task)
+        after `budget_exhausted`, until a top-up queues it again (SPEC §12)."""
+        observe_budget_exhausted()
+        data = {"budget_usd": usd_text(stop.budget), "spent_usd": usd_text(stop.spent)}
+        if (live.spec.get("limits") or {}).get("on_budget") != "pause":
+            live.writes.submit(self.log.append, live.trace_id, EventKind.BUDGET_EXCEEDED, data)
+            await self._end(live, RunStatus.FAILED, EventKind.RUN_FAILED,
+                            f"The run's budget of ${data['budget_usd']} cannot pay for its next "
+                            f"model call (${data['spent_usd']} spent or reserved).")
+            return
+        _past_stopping(live)
+        await live.writes.settle()
+        trace_id = live.trace_id
+
+        async def store_pause() -> list[Event]:
+            await self._store_spend(trace_id)
+            await self._set_run(trace_id, status=RunStatus.WAITING_BUDGET,
+                                owner_process=None, lease_until=None)
+            return await self.log.insert(trace_id, [(EventKind.BUDGET_EXHAUSTED, {
+                "status": RunStatus.WAITING_BUDGET, **data}, None)])
+
+        try:
+            await self._store_with_events(trace_id, store_pause)
+        except RunGone:
+            pass
 
     async def _already_ended(self, live: LiveRun) -> bool:
         """A run whose terminal event is stored but whose row was not updated (its owner
@@ -240,6 +273,7 @@ class RunLifecycle:
                         (RunStep.run == trace_id) & (RunStep.status == StepStatus.PENDING)
                     )
                 )
+            await self._store_spend(trace_id)
             await self._set_run(trace_id, status=status, error=error, finished_at=now,
                                 owner_process=None, lease_until=None)
             return await self.log.insert(trace_id, [(kind, data, None)])

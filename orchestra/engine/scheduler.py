@@ -224,10 +224,12 @@ class Scheduler:
                 raise
         structured = "output_schema" in step
         last_tokens = [(EventKind.TOKEN, live.tagged(sid, {"text": pending_text}), sid)] if pending_text else []
-        finished = (EventKind.STEP_FINISHED, live.tagged(sid, {"output": output, "usage": usage}), sid)
+        spend = self._spend_fields(live, path)
+        finished = (EventKind.STEP_FINISHED, live.tagged(sid, {
+            "output": output, "usage": usage, **({"cost_usd": spend["cost_usd"]} if spend else {})}), sid)
         stored = writes.submit_many(self._store_instances, (
             path, None, {"status": StepStatus.SUCCEEDED, "usage": usage, "finished_at": utcnow(),
-                         **output_fields(output, structured)},
+                         **spend, **output_fields(output, structured)},
             last_tokens + [finished]), trace_id)
         live.finished.set(path, StepStatus.SUCCEEDED, output)
         if durable:
@@ -281,6 +283,7 @@ class Scheduler:
                 else:
                     await self._put_instance(trace_id, path, step_id, **values)
                 events += step_events
+            await self._store_spend(trace_id)  # settled calls' costs ride along
             return await self.log.insert(trace_id, events)
 
         await self._store_with_events(trace_id, store)
@@ -321,7 +324,8 @@ class Scheduler:
         sid = StepAt(step["id"], path)
         live.finished.set(path, StepStatus.FAILED)
         return live.writes.submit_many(self._store_instances, (
-            path, str(sid), {"status": StepStatus.FAILED, "error": message, "finished_at": utcnow()},
+            path, str(sid), {"status": StepStatus.FAILED, "error": message, "finished_at": utcnow(),
+                             **self._spend_fields(live, path)},
             [(EventKind.STEP_FAILED, live.tagged(sid, {"error": message}), sid)]), live.trace_id)
 
 

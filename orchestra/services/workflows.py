@@ -35,6 +35,7 @@ from orchestra.engine.run_task import step_output
 from orchestra.engine.sizes import check_reply_size
 from orchestra.engine.vocabulary import FINISHED, EventKind, RunStatus, StepStatus
 from orchestra.errors import ConflictError, NotFoundError, PermissionDeniedError, ValidationError
+from orchestra.services import spend
 from orchestra.services.paging import DEFAULT_LIMIT, Page, keyset_page
 
 EVENTS_MAX = 1000  # events in one page of GET /run/{id}/events
@@ -260,12 +261,14 @@ async def start_run(
     input: Any = "",
     files: list[str] | None = None,
     trace_parent: str | None = None,
+    budget_usd: Any = None,
 ) -> WorkflowRun:
     """Store a `queued` run of a readable template and hand it to the engine. With an
     `input_schema` the input may be any JSON value and must validate; without one it is
     text. `trace_parent` (a W3C traceparent) is the trace the run's spans join."""
     template = await get_template(core, user_id=user_id, is_admin=is_admin, template_id=template_id)
     spec = template.spec or {}
+    budget = spend.run_budget(spec, budget_usd)
     problems: list[dict[str, str]] = []
     if "input_schema" in spec:
         problems += await schemas.check(input, spec["input_schema"], root="input",
@@ -301,6 +304,7 @@ async def start_run(
             files=attached,
             status=RunStatus.QUEUED,
             trace_parent=trace_parent,
+            budget_pusd=budget,
         )
         if template.steps:  # one statement for every step row
             await core.db.aexecute(RunStep.insert_many([
@@ -347,6 +351,7 @@ def run_summary(run: WorkflowRun) -> dict[str, Any]:
         "started_at": iso(run.started_at),
         "finished_at": iso(run.finished_at),
         "retry_of": run.retry_of,
+        **spend.money_fields(run),
     }
 
 
@@ -391,6 +396,7 @@ async def run_detail(core: Core, run: WorkflowRun) -> dict[str, Any]:
             "output": step_output(row) if row else None,
             "error": row.error if row else None,
             "usage": row.usage if row else None,
+            "cost_usd": row.cost_usd if row else None,
             "started_at": iso(row.started_at) if row else None,
             "finished_at": iso(row.finished_at) if row else None,
         })
@@ -419,6 +425,9 @@ async def cancel_run(core: Core, *, user_id: str, is_admin: bool, trace_id: str)
     run = await get_run(core, user_id=user_id, is_admin=is_admin, trace_id=trace_id)
     if run.status in FINISHED:
         raise ConflictError(f"The run has already ended ({run.status}).")
+    if run.status == RunStatus.WAITING_BUDGET:  # nobody holds it: queue it to be ended
+        await core.db.aexecute(WorkflowRun.update(status=RunStatus.QUEUED, cancel_requested=True).where(
+            (WorkflowRun.trace_id == trace_id) & (WorkflowRun.status == RunStatus.WAITING_BUDGET)))
     await core.engine.cancel(trace_id, reason="The run was cancelled by request.")
     return await get_run(core, user_id=user_id, is_admin=is_admin, trace_id=trace_id)
 

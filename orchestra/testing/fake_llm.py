@@ -138,6 +138,16 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send_json(429, rate_limited_body(wait, fake.meter.limit),
                                 {"Retry-After": f"{wait:g}"})
                 return
+        with fake._lock:  # how many chat requests are answered at once (provider limits)
+            fake.in_flight += 1
+            fake.max_in_flight = max(fake.max_in_flight, fake.in_flight)
+        try:
+            self._answer(fake, body)
+        finally:
+            with fake._lock:
+                fake.in_flight -= 1
+
+    def _answer(self, fake: FakeLLM, body: dict[str, Any]) -> None:
         reply = fake._next_reply(body)
         if reply.wait_for_requests and not fake._await_requests(reply.wait_for_requests):
             reply = ScriptedReply(kind="error", status=400, body={"error": {
@@ -330,6 +340,7 @@ class FakeLLM:
         self.verbose = verbose
         # A provider's tokens-per-minute limit (fake_meter): over it, 429 with Retry-After.
         self.meter = TokenMeter(tokens_per_minute) if tokens_per_minute else None
+        self.in_flight = self.max_in_flight = 0
         self._queue: deque[ScriptedReply] = deque()
         self._requests: list[RecordedRequest] = []
         self._failures: dict[str, int] = {}  # fake:fail counts, per distinct prompt

@@ -16,8 +16,8 @@ from typing import Any
 
 import pydantic
 
-from orchestra.engine.language import expressions, schemas
 from orchestra.engine.instances import MAX_DEPTH
+from orchestra.engine.language import expressions, schemas
 from orchestra.engine.language.model import (
     MAX_STEPS,
     NODE_NAMES,

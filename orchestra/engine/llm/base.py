@@ -105,6 +105,7 @@ class LLMError(Exception):
         self.status = status
         self.retryable = retryable
         self.retry_after = retry_after
+        self.shown = False  # part of the answer was already shown (never tried again)
 
     def __repr__(self) -> str:
         return (

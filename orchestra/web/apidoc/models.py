@@ -327,6 +327,10 @@ class RunSummary(Shape):
     started_at: Timestamp | None
     finished_at: Timestamp | None
     retry_of: str | None = Field(None, description="The run this one retries (POST /run/{trace_id}/retry).")
+    cost_usd: str | None = Field(None, description=(
+        "What the run's model calls cost (USD, exact decimal string), reservations of calls "
+        "lost in a crash included; null when no call was priced."))
+    budget_usd: str | None = Field(None, description="The run's budget (USD); null: none.")
 
 
 class RunList(Success):
@@ -337,6 +341,7 @@ class RunList(Success):
 class Usage(Shape):
     prompt_tokens: int
     completion_tokens: int
+    cached_tokens: int = Field(None, description="The part of prompt_tokens read from the provider's cache.")
 
 
 class StepState(Shape):
@@ -350,6 +355,8 @@ class StepState(Shape):
     output: Any = Field(description="Text, or a JSON value for a step with output_schema; null when skipped.")
     error: str | None
     usage: Usage | None
+    cost_usd: str | None = Field(None, description=(
+        "USD its model calls cost (failed attempts included), exact; null: none priced."))
     started_at: Timestamp | None
     finished_at: Timestamp | None
 
@@ -394,6 +401,26 @@ class EventList(Success):
 class Cancelled(Success):
     trace_id: str
     status: RunStatus
+
+
+class BudgetRaised(Success):
+    trace_id: str
+    status: RunStatus
+    cost_usd: str | None
+    budget_usd: str | None
+
+
+class UsageRow(Shape):
+    key: str | None = Field(description="The user, template, provider id or model; the UTC date for day.")
+    runs: int = Field(ge=0)
+    calls: int = Field(ge=0)
+    input_tokens: int = Field(ge=0, description="Prompt tokens, cached ones included.")
+    output_tokens: int = Field(ge=0)
+    cost_usd: str | None = Field(description="USD (exact decimal string); null: nothing priced.")
+
+
+class UsageReport(Success):
+    rows: list[UsageRow]
 
 
 class Replied(Success):

@@ -7,15 +7,16 @@ from typing import Any
 from sanic import Blueprint, Request
 from sanic.response import HTTPResponse, json
 
+from orchestra.engine.language.model import EXPRESSION_MAX, MAX_STEPS, Step, TemplateLimits
 from orchestra.engine.vocabulary import RunStatus
 from orchestra.errors import ValidationError
 from orchestra.observability import tracing
+from orchestra.services import spend as spend_service
 from orchestra.services import workflows as service
 from orchestra.services.roles import Role
 from orchestra.web.apidoc import models as out
 from orchestra.web.apidoc.events import event_schema, stream_description
 from orchestra.web.apidoc.operation import Link, documented, header, query
-from orchestra.engine.language.model import EXPRESSION_MAX, MAX_STEPS, Step, TemplateLimits
 from orchestra.web.apidoc.rules import ID_PATTERN, amends, free_text, id_rule, rule, stripped
 from orchestra.web.auth import protected
 from orchestra.web.paging import PAGE_ERRORS, count_arg, page_args, page_body, page_params
@@ -108,6 +109,14 @@ class RunBody(Body):
     )
     files: list[str] | None = rule(None, description="Ids of your uploads, listed to agent steps.",
                                    items={"type": "string", "pattern": ID_PATTERN})
+    budget_usd: Any = rule(None, description=(
+        "USD this run's model calls may cost at most (a number or decimal string, not negative); "
+        "with the template's limits.budget_usd the smaller holds (SPEC §12)."))
+
+
+class BudgetBody(Body):
+    add_usd: Any = rule(description=(
+        "USD added to the budget of a run waiting_budget: a positive number or decimal string."))
 
 
 class RetryBody(Body):
@@ -285,6 +294,7 @@ async def start_run(request: Request):
         template_id=body.template_id,
         input=body.input,
         files=body.files,
+        budget_usd=body.budget_usd,
         trace_parent=tracing.parent_for_run(request.headers),
         **_who(request),
     )
@@ -364,6 +374,24 @@ async def retry_run(request: Request, trace_id: str):
     )
     return json({"message": SUCCESS, "trace_id": run.trace_id, "status": RunStatus.QUEUED,
                  "retry_of": trace_id}, status=202)
+
+
+@bp.post("/run/<trace_id:str>/budget")
+@documented(
+    "Raise the budget of a run waiting for one; it goes on from where it stopped",
+    body=BudgetBody, response=out.BudgetRaised,
+    errors={409: "ConflictError: the run is not waiting for budget (waiting_budget).",
+            422: "ValidationError: add_usd is not a positive number or decimal string."},
+    links={"Read": Link("workflow.get_run", {"trace_id": "$response.body#/trace_id"})},
+)
+@protected(Role.USER)
+async def raise_budget(request: Request, trace_id: str):
+    body = parse_body(request, BudgetBody)
+    core = request.app.ctx.core
+    run = await service.get_run(core, trace_id=trace_id, **_who(request))
+    run = await spend_service.top_up(core, run, body.add_usd)
+    return json({"message": SUCCESS, "trace_id": run.trace_id, "status": run.status,
+                 **spend_service.money_fields(run)})
 
 
 @bp.post("/cancel/<trace_id:str>")
