@@ -17,9 +17,10 @@ import json
 import mimetypes
 import os
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Iterator
+from typing import Any, BinaryIO
 from urllib.parse import unquote
 
 import httpx
@@ -44,7 +45,7 @@ class APIError(OrchestraError):
         self.error = error
 
     @classmethod
-    def from_response(cls, response: httpx.Response) -> "APIError":
+    def from_response(cls, response: httpx.Response) -> APIError:
         try:
             body = response.json()
         except ValueError:
@@ -166,7 +167,7 @@ class Client:
             headers={"User-Agent": "orchestra-cli"},
         )
 
-    def __enter__(self) -> "Client":
+    def __enter__(self) -> Client:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -231,7 +232,7 @@ class Client:
         try:
             parts = [("file", (path.name, handle, mimetypes.guess_type(path.name)[0]
                                or "application/octet-stream"))
-                     for path, handle in zip(paths, handles)]
+                     for path, handle in zip(paths, handles, strict=True)]
 
             def send() -> httpx.Response:
                 for handle in handles:  # a retry after a refresh sends the files again
@@ -345,14 +346,12 @@ class Client:
         is `ServerUnreachableError` at once; once connected, gives up with
         `StreamGaveUpError` after `max_retries` failed reconnects in a row.
         """
-        last = last_event_id
-        failures = 0
-        delay = retry_delay
+        state = _Resume(last=last_event_id, delay=retry_delay)
         connected = False  # a server that was never reached is an error at once
         while True:
             headers = {**self._headers(), "Accept": "text/event-stream", "Cache-Control": "no-store"}
-            if last is not None:
-                headers["Last-Event-ID"] = str(last)
+            if state.last is not None:
+                headers["Last-Event-ID"] = str(state.last)
             timeout = httpx.Timeout(self.http.timeout.connect or 10.0, read=read_timeout)
             try:
                 with self.http.stream("GET", f"/workflow/sse/{trace_id}", headers=headers,
@@ -365,38 +364,57 @@ class Client:
                         if self._expired(response):
                             continue
                         raise APIError.from_response(response)
-                    planned_end = False
-                    for sse in EventSource(response).iter_sse():
-                        if sse.retry is not None:
-                            delay = max(sse.retry / 1000.0, 0.0)
-                            # a data-less retry: the server's stream deadline, a planned end
-                            planned_end = not sse.data
-                            if planned_end:
-                                continue
-                        event = _event(sse.id, sse.event, sse.data)
-                        if event is None or (last is not None and event.seq <= last):
-                            continue
-                        last = event.seq
-                        failures = 0
-                        yield event
-                        if event.terminal:
-                            return
+                    yield from _read_events(response, state)
+                    if state.ended:
+                        return
             except (httpx.TransportError, SSEError) as exc:  # dropped, refused, timed out
                 if not connected:
                     raise ServerUnreachableError(
                         f"cannot reach the server at {self.server}: {_reason(exc)}") from None
                 reason = _reason(exc)
             else:
-                if planned_end:  # the server's stream deadline: resume at once, no failure
-                    time.sleep(delay)
+                if state.planned_end:  # the server's stream deadline: resume at once, no failure
+                    time.sleep(state.delay)
                     continue
                 reason = "the stream ended before the run did"
-            failures += 1
-            if failures > max_retries:
+            state.failures += 1
+            if state.failures > max_retries:
                 raise StreamGaveUpError(
                     f"lost the event stream of {trace_id} ({reason}) and could not resume it"
                 )
-            time.sleep(min(delay * (2 ** (failures - 1)), 5.0))
+            time.sleep(min(state.delay * (2 ** (state.failures - 1)), 5.0))
+
+
+@dataclass
+class _Resume:
+    """Where an event stream is, across its reconnects."""
+
+    last: int | None  # the last seq yielded
+    delay: float  # the server's retry hint (seconds), the base of the backoff
+    failures: int = 0  # failed reconnects in a row
+    planned_end: bool = False  # this connection ended at the server's stream deadline
+    ended: bool = False  # a terminal event was yielded
+
+
+def _read_events(response: httpx.Response, state: _Resume) -> Iterator[Event]:
+    """One connection's events not yielded before; stops after a terminal one."""
+    state.planned_end = False
+    for sse in EventSource(response).iter_sse():
+        if sse.retry is not None:
+            state.delay = max(sse.retry / 1000.0, 0.0)
+            # a data-less retry: the server's stream deadline, a planned end
+            state.planned_end = not sse.data
+            if state.planned_end:
+                continue
+        event = _event(sse.id, sse.event, sse.data)
+        if event is None or (state.last is not None and event.seq <= state.last):
+            continue
+        state.last = event.seq
+        state.failures = 0
+        yield event
+        if event.terminal:
+            state.ended = True
+            return
 
 
 def _event(sse_id: str, kind: str, data: str) -> Event | None:

@@ -36,7 +36,7 @@ class Core:
     extras: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    async def open(cls, settings: Settings, *, migrate_schema: bool = True) -> "Core":
+    async def open(cls, settings: Settings, *, migrate_schema: bool = True) -> Core:
         """Connect the store (applying pending migrations) and build the services."""
         settings.ensure_home()
         secret = settings.load_secret_key()
@@ -62,7 +62,7 @@ class Core:
         )
 
     @property
-    def engine(self) -> "Engine":
+    def engine(self) -> Engine:
         """This Core's one run engine (kept in `extras["engine"]`), built on first use.
         Deleting a user stops their live runs; closing the Core stops the engine."""
         engine = self.extras.get("engine")
@@ -70,7 +70,7 @@ class Core:
             engine = self.extras["engine"] = self._build_engine()
         return engine
 
-    def _build_engine(self) -> "Engine":
+    def _build_engine(self) -> Engine:
         # Imported here: services import this module for `Core`.
         from orchestra.engine.engine import Engine
         from orchestra.services import uploads

@@ -92,29 +92,42 @@ def classify(address: IPAddress) -> str | None:
     if address.is_multicast:
         return "multicast"
     if isinstance(address, ipaddress.IPv4Address):
-        if address in _SHARED:
-            return "shared (CGNAT)"
-        if any(address in net for net in _PRIVATE_V4):
-            return "private"
-        if address.is_reserved or address.is_private or not address.is_global:
-            return "reserved"
-        return None
+        return _classify_v4(address)
+    return _classify_v6(address)
+
+
+def _classify_v4(address: ipaddress.IPv4Address) -> str | None:
+    if address in _SHARED:
+        return "shared (CGNAT)"
+    if any(address in net for net in _PRIVATE_V4):
+        return "private"
+    if address.is_reserved or address.is_private or not address.is_global:
+        return "reserved"
+    return None
+
+
+def _classify_v6(address: ipaddress.IPv6Address) -> str | None:
     if address in _UNIQUE_LOCAL:
         return "unique-local"
     if address.is_site_local:
         return "site-local"
-    embedded = None
-    if address in _NAT64 or address in _IPV4_COMPATIBLE:
-        embedded = ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
-    elif address.sixtofour is not None:
-        embedded = address.sixtofour
-    elif address.teredo is not None:
-        embedded = address.teredo[1]
+    embedded = _embedded_v4(address)
     if embedded is not None:  # NAT64 (DNS64 on IPv6-only hosts), 6to4, Teredo: as the IPv4
         inner = classify(embedded)
         return None if inner is None else f"{inner} IPv4 address inside an IPv6"
     if address.is_reserved or address.is_private or not address.is_global:
         return "reserved"
+    return None
+
+
+def _embedded_v4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 one carries (NAT64, IPv4-compatible, 6to4, Teredo), if any."""
+    if address in _NAT64 or address in _IPV4_COMPATIBLE:
+        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    if address.sixtofour is not None:
+        return address.sixtofour
+    if address.teredo is not None:
+        return address.teredo[1]
     return None
 
 

@@ -116,7 +116,7 @@ class ValidationError(OrchestraError):
     default_message = "The request body does not match the expected shape."
 
     @classmethod
-    def field(cls, field: str, problem: str) -> "ValidationError":
+    def field(cls, field: str, problem: str) -> ValidationError:
         """A validation error about one field, with SPEC's `{field, problem}` detail."""
         return cls(f"{field}: {problem}", detail=[{"field": field, "problem": problem}])
 

@@ -85,7 +85,7 @@ class Settings:
         return EgressPolicy.parse(self.egress_allow)
 
     @classmethod
-    def from_env(cls, env: dict[str, str] | None = None, **overrides: Any) -> "Settings":
+    def from_env(cls, env: dict[str, str] | None = None, **overrides: Any) -> Settings:
         """Read ORCHESTRA_<FIELD> variables, then apply non-None keyword overrides."""
         env = os.environ if env is None else env
         values: dict[str, Any] = {}
@@ -98,7 +98,7 @@ class Settings:
         settings = cls(**values)
         return settings.resolved()
 
-    def resolved(self) -> "Settings":
+    def resolved(self) -> Settings:
         """Fill the defaults that derive from `home`."""
         home = Path(self.home).expanduser()
         url = self.database_url or f"sqlite:///{home / 'orchestra.db'}"

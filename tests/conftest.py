@@ -12,6 +12,7 @@ every PostgreSQL variant (likewise ORCHESTRA_TEST_REDIS_URL for the Redis tests)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import os
 import shutil
@@ -323,10 +324,8 @@ def _postgres_stores(tmp_path_factory):
     try:
         stores.start()
     except Exception as exc:  # noqa: BLE001 - configured but unusable: a failure, not a skip
-        try:
+        with contextlib.suppress(Exception):  # the failure below says why
             stores.close()
-        except Exception:  # noqa: BLE001 - the failure below says why
-            pass
         pytest.fail(
             f"ORCHESTRA_TEST_POSTGRES_URL is set but PostgreSQL at {base} cannot be used: {exc!r}",
             pytrace=False,
@@ -369,14 +368,35 @@ def both_stores(request) -> str:
 @pytest.fixture(scope="session")
 def _fake_mcp_process():
     """The session's fake MCP server process, started on first use; tests reach it
-    through the `fake_mcp` fixture of tests/fakes/fake_mcp.py."""
-    from orchestra.testing.fake_mcp import FakeMcpProcess  # here: importing the MCP SDK takes ~0.7 s
+    through the `fake_mcp` fixture below."""
+    from orchestra.testing.fake_mcp import (
+        FakeMcpProcess,  # here: importing the MCP SDK takes ~0.7 s
+    )
 
     server = FakeMcpProcess()
     try:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+def fake_mcp(_fake_mcp_process):
+    """This test's view (tests/fakes/fake_mcp.FakeMcpView) of the session's fake MCP
+    server: its counters start at zero for the test."""
+    from tests.fakes.fake_mcp import FakeMcpView
+
+    return FakeMcpView(_fake_mcp_process)
+
+
+@pytest.fixture
+def fake_llm():
+    """A running fake OpenAI-compatible server (tests/fakes/fake_llm.FakeLLM; echo mode,
+    no delays); `fake_llm.base_url` is its `/v1` URL."""
+    from tests.fakes.fake_llm import FakeLLM
+
+    with FakeLLM() as fake:
+        yield fake
 
 
 # --- settings, core, app --------------------------------------------------------------
@@ -509,7 +529,7 @@ class ServerProcess:
             env=self.env, input=input, capture_output=True, text=True, timeout=60,
         )
 
-    def start(self, timeout: float = 30.0) -> "ServerProcess":
+    def start(self, timeout: float = 30.0) -> ServerProcess:
         current = os.environ.get("ORCHESTRA_TEST_CURRENT", "e2e (outside a test)")
         if not current.startswith("e2e "):
             raise RuntimeError(f"{current} starts a server: mark it @pytest.mark.e2e")

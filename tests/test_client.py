@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -49,9 +50,8 @@ def test_expired_token_without_refresh_token_is_an_error(server):
     make_user(server, "root")
     with Client(server.base_url) as client:
         access = server.expired(client.login("root", PASSWORD)["access_token"])
-    with Client(server.base_url, access_token=access) as client:
-        with pytest.raises(APIError) as caught:
-            client.get("/auth/list")
+    with Client(server.base_url, access_token=access) as client, pytest.raises(APIError) as caught:
+        client.get("/auth/list")
     assert caught.value.status == 401 and caught.value.error == "TokenExpiredError"
 
 
@@ -62,9 +62,11 @@ def test_used_refresh_token_ends_the_session_with_a_readable_error(server):
         stale = client.refresh_token
         client.refresh()  # rotates: `stale` is now used
     expired = server.expired(client.access_token)
-    with Client(server.base_url, access_token=expired, refresh_token=stale) as again:
-        with pytest.raises(APIError) as caught:
-            again.get("/auth/list")
+    with (
+        Client(server.base_url, access_token=expired, refresh_token=stale) as again,
+        pytest.raises(APIError) as caught,
+    ):
+        again.get("/auth/list")
     assert caught.value.error == "TokenInvalidError"
     assert "orchestra login" in caught.value.message
 
@@ -246,10 +248,8 @@ class CuttingProxy:
         except OSError:
             pass
         for sock in (source, sink):
-            try:
+            with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
             sock.close()
 
     def close(self) -> None:

@@ -3,7 +3,13 @@
 from dataclasses import fields
 from pathlib import Path
 
-from orchestra.settings import SETTING_DOCS, Settings, markdown_table, readme_with_table, undocumented_settings
+from orchestra.settings import (
+    SETTING_DOCS,
+    Settings,
+    markdown_table,
+    readme_with_table,
+    undocumented_settings,
+)
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 

@@ -10,7 +10,6 @@ engine) inside the commands, so `orchestra --help` and shell completion stay qui
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -34,10 +33,10 @@ def _version(value: bool) -> None:
 @app.callback()
 def root(
     ctx: typer.Context,
-    home: Optional[Path] = typer.Option(
+    home: Path | None = typer.Option(
         None, "--home", envvar="ORCHESTRA_HOME", help="Folder of the embedded store, secret key, uploads and login."
     ),
-    db: Optional[str] = typer.Option(
+    db: str | None = typer.Option(
         None, "--db", envvar="ORCHESTRA_DATABASE_URL",
         help="Database URL: sqlite:////abs/path.db or postgresql://user@host/db.",
     ),
@@ -48,8 +47,22 @@ def root(
 
 
 def _register_commands() -> None:
-    from orchestra.cli import (account, db, files, login, mcp, node, provider, serve, skill, template, tool,
-                               user, worker, workflow)
+    from orchestra.cli import (
+        account,
+        db,
+        files,
+        login,
+        mcp,
+        node,
+        provider,
+        serve,
+        skill,
+        template,
+        tool,
+        user,
+        worker,
+        workflow,
+    )
 
     serve.register(app)
     app.add_typer(db.app, name="db")
@@ -94,9 +107,7 @@ def _quick_coercion():
     except ImportError:
         return None
     from dataclasses import dataclass
-    from typing import Optional as Opt
-
-    plain = (str, Opt[str])
+    plain = (str, str | None)
 
     @dataclass(frozen=True)
     class Quick(RuntimeParam):

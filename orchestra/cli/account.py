@@ -7,8 +7,6 @@ USER arguments take a user_name (exact, as `account list` shows it) or a user_id
 
 from __future__ import annotations
 
-from typing import Optional
-
 import typer
 
 from orchestra.cli.console import ExitCode, fail, handle_errors, out, print_json, success
@@ -40,7 +38,7 @@ def register_user(
     ctx: typer.Context,
     user_name: str = typer.Argument(..., help="The new user's name."),
     password_stdin: bool = typer.Option(False, "--password-stdin", help="Read the password from standard input."),
-    server: Optional[str] = SERVER, json_output: bool = JSON,
+    server: str | None = SERVER, json_output: bool = JSON,
 ) -> None:
     """Register a new USER on a server (no login needed); prints the user_id."""
     password = read_password(password_stdin)
@@ -56,7 +54,7 @@ def register_user(
 
 @app.command("list")
 @handle_errors
-def list_users(ctx: typer.Context, server: Optional[str] = SERVER, token: Optional[str] = TOKEN,
+def list_users(ctx: typer.Context, server: str | None = SERVER, token: str | None = TOKEN,
                json_output: bool = JSON) -> None:
     """List the users, oldest first (SUPER_ADMINISTRATOR)."""
     from rich.table import Table
@@ -77,7 +75,7 @@ def list_users(ctx: typer.Context, server: Optional[str] = SERVER, token: Option
 @handle_errors
 def set_role(ctx: typer.Context, user: str = USER,
              role: str = typer.Argument(..., help=f"One of {', '.join(ROLES)}."),
-             server: Optional[str] = SERVER, token: Optional[str] = TOKEN) -> None:
+             server: str | None = SERVER, token: str | None = TOKEN) -> None:
     """Set a user's role (SUPER_ADMINISTRATOR; ends that user's sessions)."""
     if role.upper() not in ROLES:
         fail(f"unknown role {role!r}; one of {', '.join(ROLES)}", ExitCode.USAGE)
@@ -89,8 +87,8 @@ def set_role(ctx: typer.Context, user: str = USER,
 
 @app.command()
 @handle_errors
-def delete(ctx: typer.Context, user: str = USER, yes: bool = YES, server: Optional[str] = SERVER,
-           token: Optional[str] = TOKEN) -> None:
+def delete(ctx: typer.Context, user: str = USER, yes: bool = YES, server: str | None = SERVER,
+           token: str | None = TOKEN) -> None:
     """Delete a user and everything the user owns (SUPER_ADMINISTRATOR)."""
     confirm(f"delete user {user} and everything they own", yes)
     with connect(ctx, server, token) as client:

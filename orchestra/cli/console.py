@@ -5,8 +5,9 @@ from __future__ import annotations
 import functools
 import json
 import sys
+from collections.abc import Awaitable, Callable
 from enum import IntEnum
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -72,7 +73,7 @@ def say(markup: str, plain: str, *, level: int = 20) -> None:
         err.print(markup, highlight=False)
 
 
-def fail(message: str, code: ExitCode = ExitCode.ERROR) -> "typer.Exit":
+def fail(message: str, code: ExitCode = ExitCode.ERROR) -> typer.Exit:
     """Print one readable line to stderr and exit with `code`."""
     say(f"[bold red]error:[/] {escape(message)}", message, level=40)
     raise typer.Exit(int(code))

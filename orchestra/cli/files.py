@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -27,7 +26,7 @@ def register(root: typer.Typer) -> None:
 def upload(
     ctx: typer.Context,
     paths: list[Path] = typer.Argument(..., help="One or more files to upload."),
-    server: Optional[str] = SERVER, token: Optional[str] = TOKEN, json_output: bool = JSON,
+    server: str | None = SERVER, token: str | None = TOKEN, json_output: bool = JSON,
 ) -> None:
     """Upload files (one request); prints each new file_id on its own line."""
     for path in paths:
@@ -45,7 +44,7 @@ def upload(
 
 @app.command("list")
 @handle_errors
-def list_files(ctx: typer.Context, server: Optional[str] = SERVER, token: Optional[str] = TOKEN,
+def list_files(ctx: typer.Context, server: str | None = SERVER, token: str | None = TOKEN,
                json_output: bool = JSON) -> None:
     """List your files, oldest first."""
     from rich.table import Table
@@ -68,12 +67,12 @@ def list_files(ctx: typer.Context, server: Optional[str] = SERVER, token: Option
 def download(
     ctx: typer.Context,
     file_id: str = FILE_ID,
-    output: Optional[str] = typer.Option(
+    output: str | None = typer.Option(
         None, "--output", "-o",
         help="Where to write: a file, an existing folder (the upload's name inside it), or '-' for "
              "stdout. Default: the upload's name in the current folder."),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing file."),
-    server: Optional[str] = SERVER, token: Optional[str] = TOKEN,
+    server: str | None = SERVER, token: str | None = TOKEN,
 ) -> None:
     """Download one of your files."""
     written: list[Path] = []
@@ -102,8 +101,8 @@ def download(
 
 @app.command()
 @handle_errors
-def delete(ctx: typer.Context, file_id: str = FILE_ID, yes: bool = YES, server: Optional[str] = SERVER,
-           token: Optional[str] = TOKEN) -> None:
+def delete(ctx: typer.Context, file_id: str = FILE_ID, yes: bool = YES, server: str | None = SERVER,
+           token: str | None = TOKEN) -> None:
     """Delete one of your files."""
     confirm(f"delete file {file_id}", yes)
     with connect(ctx, server, token) as client:

@@ -8,7 +8,6 @@ Login keeps the server URL and the token pair in `$ORCHESTRA_HOME/credentials.js
 from __future__ import annotations
 
 import sys
-from typing import Optional
 
 import typer
 
@@ -32,9 +31,9 @@ def register(app: typer.Typer) -> None:
     @handle_errors
     def login(
         ctx: typer.Context,
-        server: Optional[str] = typer.Option(None, "--server", envvar="ORCHESTRA_SERVER",
+        server: str | None = typer.Option(None, "--server", envvar="ORCHESTRA_SERVER",
                                              help="Server URL, e.g. http://127.0.0.1:8000."),
-        user: Optional[str] = typer.Option(None, "--user", "-u", help="User name (prompted if missing)."),
+        user: str | None = typer.Option(None, "--user", "-u", help="User name (prompted if missing)."),
         password_stdin: bool = typer.Option(False, "--password-stdin",
                                             help="Read the password from standard input."),
     ) -> None:

@@ -8,12 +8,21 @@ env values are secrets: the server shows them masked (`…abcd`).
 from __future__ import annotations
 
 import sys
-from typing import Any, Optional
+from typing import Any
 
 import typer
 
 from orchestra.cli.console import ExitCode, err, fail, handle_errors, out, print_json, success
-from orchestra.cli.remote import JSON, SERVER, TOKEN, YES, confirm, connect, resolve_named, show_fields
+from orchestra.cli.remote import (
+    JSON,
+    SERVER,
+    TOKEN,
+    YES,
+    confirm,
+    connect,
+    resolve_named,
+    show_fields,
+)
 
 app = typer.Typer(help="MCP servers on a server: add, list, show, refresh, remove.", no_args_is_help=True)
 
@@ -68,16 +77,16 @@ def _tools_table(server: dict[str, Any]) -> None:
 def add(
     ctx: typer.Context,
     name: str = typer.Argument(..., help="The server's name: letters, digits, _ or - (prefixes its tools)."),
-    url: Optional[str] = typer.Option(None, "--url", help="streamable HTTP: the server's MCP endpoint."),
-    command: Optional[str] = typer.Option(
+    url: str | None = typer.Option(None, "--url", help="streamable HTTP: the server's MCP endpoint."),
+    command: str | None = typer.Option(
         None, "--command", help="stdio: the program to start (ORCHESTRA_MCP_STDIO_COMMANDS must list it)."),
     arg: list[str] = typer.Option([], "--arg", help="stdio: one argument (repeat for more)."),
     header: list[str] = typer.Option(
         [], "--header", help="streamable HTTP: a header NAME; its value is read hidden (or a line of stdin)."),
     env: list[str] = typer.Option(
         [], "--env", help="stdio: a variable NAME; its value is read hidden (or a line of stdin)."),
-    timeout: Optional[float] = typer.Option(None, "--timeout", help="Seconds for connecting and each call (30)."),
-    server: Optional[str] = SERVER, token: Optional[str] = TOKEN, json_output: bool = JSON,
+    timeout: float | None = typer.Option(None, "--timeout", help="Seconds for connecting and each call (30)."),
+    server: str | None = SERVER, token: str | None = TOKEN, json_output: bool = JSON,
 ) -> None:
     """Add an MCP server (it is connected and its tools listed); prints its server_id."""
     if (url is None) == (command is None):
@@ -102,7 +111,7 @@ def add(
 
 @app.command("list")
 @handle_errors
-def list_servers(ctx: typer.Context, server: Optional[str] = SERVER, token: Optional[str] = TOKEN,
+def list_servers(ctx: typer.Context, server: str | None = SERVER, token: str | None = TOKEN,
                  json_output: bool = JSON) -> None:
     """List the MCP servers: transport, where, tools, and whether the last connection worked."""
     from rich.table import Table
@@ -123,8 +132,8 @@ def list_servers(ctx: typer.Context, server: Optional[str] = SERVER, token: Opti
 
 @app.command()
 @handle_errors
-def show(ctx: typer.Context, mcp_server: str = MCP_SERVER, server: Optional[str] = SERVER,
-         token: Optional[str] = TOKEN, json_output: bool = JSON) -> None:
+def show(ctx: typer.Context, mcp_server: str = MCP_SERVER, server: str | None = SERVER,
+         token: str | None = TOKEN, json_output: bool = JSON) -> None:
     """Show one MCP server (secrets masked) and its tools."""
     with connect(ctx, server, token) as client:
         body = client.get(f"{PATH}/{_server_id(client, mcp_server)}")["server"]
@@ -135,8 +144,8 @@ def show(ctx: typer.Context, mcp_server: str = MCP_SERVER, server: Optional[str]
 
 @app.command()
 @handle_errors
-def refresh(ctx: typer.Context, mcp_server: str = MCP_SERVER, server: Optional[str] = SERVER,
-            token: Optional[str] = TOKEN, json_output: bool = JSON) -> None:
+def refresh(ctx: typer.Context, mcp_server: str = MCP_SERVER, server: str | None = SERVER,
+            token: str | None = TOKEN, json_output: bool = JSON) -> None:
     """Connect and list the server's tools again; exits 6 when it cannot be reached."""
     with connect(ctx, server, token) as client:
         body = client.post(f"{PATH}/{_server_id(client, mcp_server)}/refresh")["server"]
@@ -151,8 +160,8 @@ def refresh(ctx: typer.Context, mcp_server: str = MCP_SERVER, server: Optional[s
 
 @app.command()
 @handle_errors
-def remove(ctx: typer.Context, mcp_server: str = MCP_SERVER, yes: bool = YES, server: Optional[str] = SERVER,
-           token: Optional[str] = TOKEN) -> None:
+def remove(ctx: typer.Context, mcp_server: str = MCP_SERVER, yes: bool = YES, server: str | None = SERVER,
+           token: str | None = TOKEN) -> None:
     """Remove an MCP server (refused while a worker uses its tools)."""
     confirm(f"remove MCP server {mcp_server}", yes)
     with connect(ctx, server, token) as client:

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
 import typer
 
 from orchestra.cli.console import ExitCode, fail, handle_errors, out, print_json, success
-from orchestra.cli.remote import JSON, SERVER, TOKEN, connect, resolve_provider, show_fields, without_message
+from orchestra.cli.remote import (
+    JSON,
+    SERVER,
+    TOKEN,
+    connect,
+    resolve_provider,
+    show_fields,
+    without_message,
+)
 
 app = typer.Typer(help="System nodes on a server: list, show, set their provider and model.",
                   no_args_is_help=True)
@@ -21,7 +27,7 @@ def register(root: typer.Typer) -> None:
 
 
 @handle_errors
-def reload(ctx: typer.Context, server: Optional[str] = SERVER, token: Optional[str] = TOKEN,
+def reload(ctx: typer.Context, server: str | None = SERVER, token: str | None = TOKEN,
            json_output: bool = JSON) -> None:
     """Make the server drop its cached workers and nodes and read them again (ADMINISTRATOR and above)."""
     with connect(ctx, server, token) as client:
@@ -39,7 +45,7 @@ def _described(node: dict) -> str:
 
 @app.command("list")
 @handle_errors
-def list_nodes(ctx: typer.Context, server: Optional[str] = SERVER, token: Optional[str] = TOKEN,
+def list_nodes(ctx: typer.Context, server: str | None = SERVER, token: str | None = TOKEN,
                json_output: bool = JSON) -> None:
     """List the system nodes with their provider, model and fixed tools."""
     from rich.table import Table
@@ -58,7 +64,7 @@ def list_nodes(ctx: typer.Context, server: Optional[str] = SERVER, token: Option
 
 @app.command()
 @handle_errors
-def show(ctx: typer.Context, name: str = NAME, server: Optional[str] = SERVER, token: Optional[str] = TOKEN,
+def show(ctx: typer.Context, name: str = NAME, server: str | None = SERVER, token: str | None = TOKEN,
          json_output: bool = JSON) -> None:
     """Show one system node."""
     with connect(ctx, server, token) as client:
@@ -71,11 +77,11 @@ def show(ctx: typer.Context, name: str = NAME, server: Optional[str] = SERVER, t
 def set_node(
     ctx: typer.Context,
     name: str = NAME,
-    provider: Optional[str] = typer.Option(None, "--provider", "-p", help="Provider name or provider_id."),
+    provider: str | None = typer.Option(None, "--provider", "-p", help="Provider name or provider_id."),
     no_provider: bool = typer.Option(False, "--no-provider", help="Unset the provider."),
-    model: Optional[str] = typer.Option(None, "--model", "-m", help="Model id (default: the provider's)."),
+    model: str | None = typer.Option(None, "--model", "-m", help="Model id (default: the provider's)."),
     default_model: bool = typer.Option(False, "--default-model", help="Use the provider's model_id."),
-    server: Optional[str] = SERVER, token: Optional[str] = TOKEN, json_output: bool = JSON,
+    server: str | None = SERVER, token: str | None = TOKEN, json_output: bool = JSON,
 ) -> None:
     """Set a node's provider and/or model (ADMINISTRATOR and above; its tools are fixed)."""
     if provider is None and model is None and not default_model and not no_provider:

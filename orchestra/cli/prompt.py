@@ -16,8 +16,9 @@ import select
 import sys
 import threading
 from collections import deque
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from orchestra.cli.answer_shape import expected_answer
 from orchestra.engine.vocabulary import EventKind
@@ -31,13 +32,13 @@ _END = object()
 class EventPump:
     """Iterates `events` on a daemon thread; iterate the pump to get them (errors too)."""
 
-    def __init__(self, events: Iterable["Event"]) -> None:
-        self._queue: "queue.Queue[object]" = queue.Queue()
+    def __init__(self, events: Iterable[Event]) -> None:
+        self._queue: queue.Queue[object] = queue.Queue()
         self._held: deque = deque()  # events looked at during a prompt, not yet handled
         self.ended = False
         threading.Thread(target=self._run, args=(events,), daemon=True, name="orchestra-events").start()
 
-    def _run(self, events: Iterable["Event"]) -> None:
+    def _run(self, events: Iterable[Event]) -> None:
         try:
             for event in events:
                 self._queue.put(event)
@@ -45,7 +46,7 @@ class EventPump:
             self._queue.put(exc)
         self._queue.put(_END)
 
-    def _take(self, item: object) -> "Event | None":
+    def _take(self, item: object) -> Event | None:
         if item is _END:
             self.ended = True
             return None
@@ -53,7 +54,7 @@ class EventPump:
             raise item
         return item  # type: ignore[return-value]
 
-    def __iter__(self) -> Iterator["Event"]:
+    def __iter__(self) -> Iterator[Event]:
         while True:
             if self._held:
                 yield self._held.popleft()
@@ -64,11 +65,11 @@ class EventPump:
             if event is not None:
                 yield event
 
-    def upcoming(self) -> list["Event"]:
+    def upcoming(self) -> list[Event]:
         """Events already received but not yet handled by the main loop."""
         return list(self._held)
 
-    def peek_new(self) -> list["Event"]:
+    def peek_new(self) -> list[Event]:
         """Events that arrived since the last look, kept for the main loop to handle."""
         arrived = []
         while not self.ended:
@@ -95,21 +96,21 @@ class Question:
     schema: Any = None  # the answer's JSON Schema; None: plain text
 
     @classmethod
-    def of(cls, event: "Event") -> "Question":
+    def of(cls, event: Event) -> Question:
         data = event.data
         return cls(data.get("request_id"), data.get("step_id"), str(data.get("prompt") or ""),
                    data.get("schema"))
 
-    def settled_by(self, event: "Event") -> str | None:
+    def settled_by(self, event: Event) -> str | None:
         """Why `event` makes this question moot, or None."""
         if event.terminal:
             status = event.data.get("status") or {"run_finished": "succeeded"}.get(event.kind, "ended")
             return f"the run {'was ' if status == 'cancelled' else 'is '}{status}"
         same_step = self.step_id is not None and event.data.get("step_id") == self.step_id
-        if event.kind == EventKind.REPLY_RECEIVED:
-            if (self.request_id and event.data.get("request_id") == self.request_id) or (
-                    not self.request_id and same_step):
-                return "it was answered elsewhere"
+        answered = (self.request_id and event.data.get("request_id") == self.request_id) or (
+            not self.request_id and same_step)
+        if event.kind == EventKind.REPLY_RECEIVED and answered:
+            return "it was answered elsewhere"
         if event.kind in (EventKind.STEP_FINISHED, EventKind.STEP_FAILED) and same_step:
             return "its step has ended"
         return None

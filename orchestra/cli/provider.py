@@ -8,13 +8,21 @@ take a provider_id or a provider's exact name.
 from __future__ import annotations
 
 import sys
-from typing import Optional
 
 import typer
 
 from orchestra.cli.console import ExitCode, fail, handle_errors, out, print_json, success
-from orchestra.cli.remote import JSON, SERVER, TOKEN, YES, confirm, connect, resolve_provider, show_fields, \
-    without_message
+from orchestra.cli.remote import (
+    JSON,
+    SERVER,
+    TOKEN,
+    YES,
+    confirm,
+    connect,
+    resolve_provider,
+    show_fields,
+    without_message,
+)
 
 app = typer.Typer(help="Model providers on a server: list, show, add, update, remove, check.",
                   no_args_is_help=True)
@@ -62,7 +70,7 @@ def _summary(view: dict) -> str:
 
 @app.command("list")
 @handle_errors
-def list_providers(ctx: typer.Context, server: Optional[str] = SERVER, token: Optional[str] = TOKEN,
+def list_providers(ctx: typer.Context, server: str | None = SERVER, token: str | None = TOKEN,
                    json_output: bool = JSON) -> None:
     """List the registered providers (API keys masked)."""
     from rich.table import Table
@@ -82,8 +90,8 @@ def list_providers(ctx: typer.Context, server: Optional[str] = SERVER, token: Op
 
 @app.command()
 @handle_errors
-def show(ctx: typer.Context, provider: str = PROVIDER, server: Optional[str] = SERVER,
-         token: Optional[str] = TOKEN, json_output: bool = JSON) -> None:
+def show(ctx: typer.Context, provider: str = PROVIDER, server: str | None = SERVER,
+         token: str | None = TOKEN, json_output: bool = JSON) -> None:
     """Show one provider (its API key masked)."""
     with connect(ctx, server, token) as client:
         view = without_message(client.get(f"/provider/{resolve_provider(client, provider, ExitCode.NOT_FOUND)}"))
@@ -97,10 +105,10 @@ def add(
     name: str = typer.Argument(..., help="A unique name for the provider."),
     kind: str = typer.Option(..., "--kind", "--provider", "-k", help=f"One of {KINDS_HELP}."),
     model_id: str = typer.Option(..., "--model-id", "-m", help="The default model, e.g. deepseek-chat."),
-    base_url: Optional[str] = typer.Option(None, "--base-url", help="API URL (required for openai_compatible)."),
+    base_url: str | None = typer.Option(None, "--base-url", help="API URL (required for openai_compatible)."),
     api_key_stdin: bool = typer.Option(False, "--api-key-stdin", help="Read the API key from standard input."),
     no_api_key: bool = typer.Option(False, "--no-api-key", help="Register without an API key."),
-    server: Optional[str] = SERVER, token: Optional[str] = TOKEN, json_output: bool = JSON,
+    server: str | None = SERVER, token: str | None = TOKEN, json_output: bool = JSON,
 ) -> None:
     """Register a provider (ADMINISTRATOR and above); prints its provider_id. The API key
     is asked for without echo."""
@@ -125,14 +133,14 @@ def add(
 def update(
     ctx: typer.Context,
     provider: str = PROVIDER,
-    name: Optional[str] = typer.Option(None, "--name", help="A new name."),
-    model_id: Optional[str] = typer.Option(None, "--model-id", "-m", help="A new default model."),
-    base_url: Optional[str] = typer.Option(None, "--base-url", help="A new API URL."),
+    name: str | None = typer.Option(None, "--name", help="A new name."),
+    model_id: str | None = typer.Option(None, "--model-id", "-m", help="A new default model."),
+    base_url: str | None = typer.Option(None, "--base-url", help="A new API URL."),
     no_base_url: bool = typer.Option(False, "--no-base-url", help="Remove the API URL (use the kind's default)."),
     api_key_stdin: bool = typer.Option(False, "--api-key-stdin", help="Read a new API key from standard input."),
     api_key_prompt: bool = typer.Option(False, "--api-key", help="Ask for a new API key (hidden prompt)."),
     no_api_key: bool = typer.Option(False, "--no-api-key", help="Remove the API key."),
-    server: Optional[str] = SERVER, token: Optional[str] = TOKEN, json_output: bool = JSON,
+    server: str | None = SERVER, token: str | None = TOKEN, json_output: bool = JSON,
 ) -> None:
     """Change a provider's name, model, URL or key (ADMINISTRATOR and above); its kind is fixed."""
     if base_url is not None and no_base_url:
@@ -170,7 +178,7 @@ def remove(
     ctx: typer.Context,
     provider: str = PROVIDER,
     yes: bool = YES,
-    server: Optional[str] = SERVER, token: Optional[str] = TOKEN,
+    server: str | None = SERVER, token: str | None = TOKEN,
 ) -> None:
     """Remove a provider that no worker or system node uses (ADMINISTRATOR and above)."""
     confirm(f"remove provider {provider}", yes)
@@ -185,7 +193,7 @@ def remove(
 def check(
     ctx: typer.Context,
     provider: str = PROVIDER,
-    server: Optional[str] = SERVER, token: Optional[str] = TOKEN, json_output: bool = JSON,
+    server: str | None = SERVER, token: str | None = TOKEN, json_output: bool = JSON,
 ) -> None:
     """Ask the provider for its models with the stored key and URL (ADMINISTRATOR and above)."""
     with connect(ctx, server, token) as client:

@@ -10,8 +10,9 @@ from __future__ import annotations
 import json
 import re
 import sys
+from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Optional
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -20,10 +21,10 @@ from orchestra.cli.console import ExitCode, fail, out
 if TYPE_CHECKING:
     from orchestra.client import Client
 
-SERVER: Optional[str] = typer.Option(
+SERVER: str | None = typer.Option(
     None, "--server", envvar="ORCHESTRA_SERVER",
     help="Server URL, e.g. http://127.0.0.1:8000 (default: the one you logged in to).")
-TOKEN: Optional[str] = typer.Option(
+TOKEN: str | None = typer.Option(
     None, "--token", envvar="ORCHESTRA_TOKEN", help="Access token (default: the one `orchestra login` kept).")
 JSON: bool = typer.Option(False, "--json", help="Print JSON (objects as the API returns them, without `message`).")
 UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
@@ -38,7 +39,7 @@ def kept_path(ctx: typer.Context | None) -> Path:
     return credentials_path(root.get("home"))
 
 
-def connect(ctx: typer.Context, server: str | None, token: str | None) -> "Client":
+def connect(ctx: typer.Context, server: str | None, token: str | None) -> Client:
     """A client for `--server`/`--token`, filled in from the kept credentials."""
     from orchestra.client import Client, load_credentials, normalise_server, save_credentials
 
@@ -117,12 +118,12 @@ def read_text_arg(value: str) -> str:
     return sys.stdin.read().rstrip("\n") if value == "-" else value
 
 
-def resolve_provider(client: "Client", ref: str, missing: ExitCode = ExitCode.USAGE) -> str:
+def resolve_provider(client: Client, ref: str, missing: ExitCode = ExitCode.USAGE) -> str:
     """The provider_id for `ref`: a provider_id, else a provider's exact name."""
     return resolve_named(client, "/provider", "providers", "provider_id", ref, "provider", missing)
 
 
-def resolve_named(client: "Client", path: str, key: str, id_field: str, ref: str, what: str,
+def resolve_named(client: Client, path: str, key: str, id_field: str, ref: str, what: str,
                   missing: ExitCode = ExitCode.NOT_FOUND) -> str:
     """The id of the item of `GET path` (a list under `key`) whose id or exact,
     case-sensitive name is `ref`; none → one line and exit `missing`."""

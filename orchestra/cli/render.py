@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from rich.console import Console, Group
 from rich.control import Control
-from rich.segment import ControlType, Segment, Segments
-from rich.style import Style
 from rich.live import Live
 from rich.panel import Panel
+from rich.segment import ControlType, Segment, Segments
+from rich.style import Style
 from rich.text import Text
 
 from orchestra.engine.vocabulary import EventKind
@@ -104,7 +104,7 @@ class Renderer:
         self.steps: dict[str, StepView] = {}
         self.outcome = Outcome()
 
-    def __enter__(self) -> "Renderer":
+    def __enter__(self) -> Renderer:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -119,7 +119,7 @@ class Renderer:
             self.steps[key] = StepView(key)
         return self.steps[key]
 
-    def handle(self, event: "Event") -> None:
+    def handle(self, event: Event) -> None:
         """Update the state from one event, then show it."""
         data, kind = event.data, event.kind
         ts = parse_ts(data.get("ts"))
@@ -127,53 +127,29 @@ class Renderer:
         step = self.step(key) if key else None
         if kind == EventKind.RUN_STARTED:
             self.outcome.started = ts
-        elif kind == EventKind.STEP_STARTED and step:
-            step.status, step.started = "running", ts
-        elif kind == EventKind.TOKEN and step:
-            piece = _text(_pick(data, "text", "delta", "content", "token", default=""))
-            step.text += piece
-            step.add("text", piece)
-        elif kind == EventKind.TOOL_CALL and step:
-            step.add("tool", f"→ {tool_call_text(data)}")
-        elif kind == EventKind.TOOL_RESULT and step:
-            step.add("tool", f"← {tool_result_text(data)}")
-        elif kind == EventKind.REPLY_REQUESTED and step:
-            step.status = "waiting_reply"
-            step.add("ask", f"? {_text(data.get('prompt'))}")
-        elif kind == EventKind.REPLY_RECEIVED and step:
-            step.status = "running"
-            step.add("ask", f"! {_text(_pick(data, 'content', 'reply', default=''))}")
-        elif kind == EventKind.STEP_FINISHED and step:
-            step.status, step.finished = "succeeded", ts
-            output = _pick(data, "output", "content", "text")
-            step.output = _text(output) if output is not None else step.text
-            if step.output and not step.parts:  # nothing was shown of it yet
-                step.add("text", step.output)
-        elif kind == EventKind.STEP_FAILED and step:
-            step.status, step.finished = "failed", ts
-            step.error = _text(_pick(data, "error", "message", default="failed"))
-        elif kind == EventKind.STEP_SKIPPED and step:
-            step.status, step.started, step.finished = "skipped", None, None
-            step.parts = [["note", SKIP_REASONS.get(str(data.get("reason")), "skipped")]]
-        elif kind == EventKind.STEP_RETRYING and step:
-            step.add("note", retry_text(data))
+        elif step and kind in _STEP_EVENTS:
+            _step_event(step, kind, data, ts)
         elif event.terminal:
-            self.outcome.finished = ts
-            default = {"run_finished": "succeeded", "run_failed": "failed"}.get(kind, "cancelled")
-            self.outcome.status = str(data.get("status") or default)
-            error = _pick(data, "error", "message", "reason")
-            self.outcome.error = _text(error) if error is not None else None
-            failed = self.steps.get(str(data.get("failed_step"))) if data.get("failed_step") else None
-            self.outcome.error_shown = bool(failed and failed.error)
-            if kind == EventKind.RUN_FINISHED:
-                self.outcome.output = data.get("output")
-            stopped = "interrupted" if self.outcome.status == "interrupted" else "cancelled"
-            for open_step in self.steps.values():  # a step the run left behind is not still going
-                if open_step.status in ("running", "waiting_reply"):
-                    open_step.status, open_step.finished = stopped, ts
+            self._run_ended(kind, data, ts)
         self.show(event)
 
-    def show(self, event: "Event") -> None:
+    def _run_ended(self, kind: str, data: dict, ts) -> None:
+        """A terminal event: the run's outcome, and no step left looking as if still going."""
+        self.outcome.finished = ts
+        default = {"run_finished": "succeeded", "run_failed": "failed"}.get(kind, "cancelled")
+        self.outcome.status = str(data.get("status") or default)
+        error = _pick(data, "error", "message", "reason")
+        self.outcome.error = _text(error) if error is not None else None
+        failed = self.steps.get(str(data.get("failed_step"))) if data.get("failed_step") else None
+        self.outcome.error_shown = bool(failed and failed.error)
+        if kind == EventKind.RUN_FINISHED:
+            self.outcome.output = data.get("output")
+        stopped = "interrupted" if self.outcome.status == "interrupted" else "cancelled"
+        for open_step in self.steps.values():  # a step the run left behind is not still going
+            if open_step.status in ("running", "waiting_reply"):
+                open_step.status, open_step.finished = stopped, ts
+
+    def show(self, event: Event) -> None:
         """Display one event (subclasses)."""
 
 
@@ -215,7 +191,7 @@ class JsonRenderer(Renderer):
         super().__init__(trace_id)
         self.stream = stream or sys.stdout
 
-    def show(self, event: "Event") -> None:
+    def show(self, event: Event) -> None:
         self.stream.write(json.dumps(event.to_json(), ensure_ascii=False) + "\n")
         self.stream.flush()
 
@@ -232,43 +208,40 @@ class PlainRenderer(Renderer):
         self.stream.write(text + "\n")
         self.stream.flush()
 
-    def show(self, event: "Event") -> None:
+    def show(self, event: Event) -> None:
         data, kind = event.data, event.kind
         sid = data.get("path") or data.get("step_id")
-        step = self.steps.get(sid) if sid else None
         if kind == EventKind.RUN_STARTED:
-            name = _pick(data, "template_name", "template", default="")
-            steps = data.get("steps") if isinstance(data.get("steps"), list) else []
-            self._line(f"run {self.trace_id} started" + (f": {name}" if name else "")
-                       + (f" (steps: {', '.join(map(str, steps))})" if steps else ""))
-        elif kind == EventKind.STEP_STARTED:
-            self._line(f"[{sid}] started")
-        elif kind == EventKind.TOOL_CALL:
-            self._line(f"[{sid}] tool call: {tool_call_text(data)}")
-        elif kind == EventKind.TOOL_RESULT:
-            self._line(f"[{sid}] tool result: {tool_result_text(data)}")
+            self._line(_started_line(self.trace_id, data))
+        elif kind in _PLAIN_LINES:
+            self._line(f"[{sid}] {_PLAIN_LINES[kind](data)}")
         elif kind == EventKind.REPLY_REQUESTED:
-            request_id = data.get("request_id")
-            self._line(f"[{sid}] question: {_text(data.get('prompt'))}")
-            if self.hint:
-                hint = f"orchestra workflow reply {self.trace_id} 'YOUR ANSWER'"
-                self._line(f"[{sid}]   answer with: {hint}" + (f" --request-id {request_id}" if request_id else ""))
-        elif kind == EventKind.REPLY_RECEIVED:
-            self._line(f"[{sid}] reply received: {_text(_pick(data, 'content', 'reply', default=''))}")
-        elif kind == EventKind.STEP_FINISHED and step:
-            self._line(f"[{sid}] finished{_seconds(step.started, step.finished)}")
-            for line in (step.output or "").splitlines() or [""]:
-                self._line(f"    {line}")
-        elif kind == EventKind.STEP_FAILED and step:
-            self._line(f"[{sid}] failed{_seconds(step.started, step.finished)}: {step.error}")
-        elif kind == EventKind.STEP_SKIPPED and step:
-            self._line(f"[{sid}] {step.parts[0][1]}")
-        elif kind == EventKind.STEP_RETRYING:
-            self._line(f"[{sid}] {retry_text(data)}")
+            self._question(sid, data)
+        elif kind in (EventKind.STEP_FINISHED, EventKind.STEP_FAILED, EventKind.STEP_SKIPPED):
+            step = self.steps.get(sid) if sid else None
+            if step:
+                self._step_ended(kind, sid, step)
         elif event.terminal:
             for line in output_lines(self.outcome):
                 self._line(line)
             self._line(final_line(self.outcome))
+
+    def _question(self, sid: str, data: dict) -> None:
+        request_id = data.get("request_id")
+        self._line(f"[{sid}] question: {_text(data.get('prompt'))}")
+        if self.hint:
+            hint = f"orchestra workflow reply {self.trace_id} 'YOUR ANSWER'"
+            self._line(f"[{sid}]   answer with: {hint}" + (f" --request-id {request_id}" if request_id else ""))
+
+    def _step_ended(self, kind: str, sid: str, step: StepView) -> None:
+        if kind == EventKind.STEP_FINISHED:
+            self._line(f"[{sid}] finished{_seconds(step.started, step.finished)}")
+            for line in (step.output or "").splitlines() or [""]:
+                self._line(f"    {line}")
+        elif kind == EventKind.STEP_FAILED:
+            self._line(f"[{sid}] failed{_seconds(step.started, step.finished)}: {step.error}")
+        else:  # skipped: the reason, as the state holds it
+            self._line(f"[{sid}] {step.parts[0][1]}")
 
 
 def final_line(outcome: Outcome) -> str:
@@ -380,7 +353,7 @@ class LiveRenderer(Renderer):
             parts.append(Text(final_line(self.outcome), style="green" if self.outcome.ok else "red"))
         return Group(*parts)
 
-    def show(self, event: "Event") -> None:
+    def show(self, event: Event) -> None:
         if self.live.is_started:
             self.live.refresh()
 
@@ -422,3 +395,65 @@ def make_renderer(trace_id: str, *, json_lines: bool, console: Console, replay: 
     if console.is_terminal:
         return LiveRenderer(trace_id, console)
     return PlainRenderer(trace_id, hint=not replay)
+
+
+_STEP_EVENTS = frozenset({
+    EventKind.STEP_STARTED, EventKind.TOKEN, EventKind.TOOL_CALL, EventKind.TOOL_RESULT,
+    EventKind.REPLY_REQUESTED, EventKind.REPLY_RECEIVED, EventKind.STEP_FINISHED,
+    EventKind.STEP_FAILED, EventKind.STEP_SKIPPED, EventKind.STEP_RETRYING,
+})
+
+
+def _step_event(step: StepView, kind: str, data: dict, ts) -> None:
+    """One step's event applied to what is shown of that step."""
+    if kind == EventKind.STEP_STARTED:
+        step.status, step.started = "running", ts
+    elif kind == EventKind.TOKEN:
+        piece = _text(_pick(data, "text", "delta", "content", "token", default=""))
+        step.text += piece
+        step.add("text", piece)
+    elif kind == EventKind.TOOL_CALL:
+        step.add("tool", f"→ {tool_call_text(data)}")
+    elif kind == EventKind.TOOL_RESULT:
+        step.add("tool", f"← {tool_result_text(data)}")
+    elif kind == EventKind.REPLY_REQUESTED:
+        step.status = "waiting_reply"
+        step.add("ask", f"? {_text(data.get('prompt'))}")
+    elif kind == EventKind.REPLY_RECEIVED:
+        step.status = "running"
+        step.add("ask", f"! {_text(_pick(data, 'content', 'reply', default=''))}")
+    elif kind == EventKind.STEP_FINISHED:
+        _step_finished(step, data, ts)
+    elif kind == EventKind.STEP_FAILED:
+        step.status, step.finished = "failed", ts
+        step.error = _text(_pick(data, "error", "message", default="failed"))
+    elif kind == EventKind.STEP_SKIPPED:
+        step.status, step.started, step.finished = "skipped", None, None
+        step.parts = [["note", SKIP_REASONS.get(str(data.get("reason")), "skipped")]]
+    else:  # STEP_RETRYING
+        step.add("note", retry_text(data))
+
+
+def _step_finished(step: StepView, data: dict, ts) -> None:
+    step.status, step.finished = "succeeded", ts
+    output = _pick(data, "output", "content", "text")
+    step.output = _text(output) if output is not None else step.text
+    if step.output and not step.parts:  # nothing was shown of it yet
+        step.add("text", step.output)
+
+
+def _started_line(trace_id: str, data: dict) -> str:
+    name = _pick(data, "template_name", "template", default="")
+    steps = data.get("steps") if isinstance(data.get("steps"), list) else []
+    return (f"run {trace_id} started" + (f": {name}" if name else "")
+            + (f" (steps: {', '.join(map(str, steps))})" if steps else ""))
+
+
+# The plain renderer's one-line events: kind -> the line after `[step] `.
+_PLAIN_LINES = {
+    EventKind.STEP_STARTED: lambda data: "started",
+    EventKind.TOOL_CALL: lambda data: f"tool call: {tool_call_text(data)}",
+    EventKind.TOOL_RESULT: lambda data: f"tool result: {tool_result_text(data)}",
+    EventKind.REPLY_RECEIVED: lambda data: f"reply received: {_text(_pick(data, 'content', 'reply', default=''))}",
+    EventKind.STEP_RETRYING: retry_text,
+}

@@ -9,7 +9,6 @@ import shutil
 import socket
 import tempfile
 from functools import partial
-from typing import Optional
 
 import typer
 
@@ -37,11 +36,11 @@ def register(app: typer.Typer) -> None:
     @handle_errors
     def serve(
         ctx: typer.Context,
-        host: Optional[str] = typer.Option(None, "--host", help="Address to bind (ORCHESTRA_HOST, default 127.0.0.1)."),
-        port: Optional[int] = typer.Option(None, "--port", help="Port, 1-65535 (ORCHESTRA_PORT, default 8000)."),
-        workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Worker processes (default 1)."),
-        db: Optional[str] = typer.Option(None, "--db", help="Database URL (overrides ORCHESTRA_DATABASE_URL)."),
-        access_log: Optional[bool] = typer.Option(None, "--access-log/--no-access-log", help="Log every request."),
+        host: str | None = typer.Option(None, "--host", help="Address to bind (ORCHESTRA_HOST, default 127.0.0.1)."),
+        port: int | None = typer.Option(None, "--port", help="Port, 1-65535 (ORCHESTRA_PORT, default 8000)."),
+        workers: int | None = typer.Option(None, "--workers", min=1, help="Worker processes (default 1)."),
+        db: str | None = typer.Option(None, "--db", help="Database URL (overrides ORCHESTRA_DATABASE_URL)."),
+        access_log: bool | None = typer.Option(None, "--access-log/--no-access-log", help="Log every request."),
     ) -> None:
         """Run the server (on the embedded SQLite store unless --db says otherwise)."""
         from sanic import Sanic

@@ -7,13 +7,22 @@ signed-in user; creating, changing and deleting need ADMINISTRATOR or above.
 from __future__ import annotations
 
 import sys
-from typing import Optional
 
 import typer
 
 from orchestra.cli.console import ExitCode, fail, handle_errors, out, print_json, success
-from orchestra.cli.remote import JSON, SERVER, TOKEN, YES, confirm, connect, read_text_arg, resolve_named, \
-    show_fields, without_message
+from orchestra.cli.remote import (
+    JSON,
+    SERVER,
+    TOKEN,
+    YES,
+    confirm,
+    connect,
+    read_text_arg,
+    resolve_named,
+    show_fields,
+    without_message,
+)
 
 app = typer.Typer(help="Shared skills on a server: list, show, create, update, delete.", no_args_is_help=True)
 
@@ -32,7 +41,7 @@ def _skill_id(client, ref: str) -> str:
 
 @app.command("list")
 @handle_errors
-def list_skills(ctx: typer.Context, server: Optional[str] = SERVER, token: Optional[str] = TOKEN,
+def list_skills(ctx: typer.Context, server: str | None = SERVER, token: str | None = TOKEN,
                 json_output: bool = JSON) -> None:
     """List the skills."""
     from rich.table import Table
@@ -51,7 +60,7 @@ def list_skills(ctx: typer.Context, server: Optional[str] = SERVER, token: Optio
 
 @app.command()
 @handle_errors
-def show(ctx: typer.Context, skill: str = SKILL, server: Optional[str] = SERVER, token: Optional[str] = TOKEN,
+def show(ctx: typer.Context, skill: str = SKILL, server: str | None = SERVER, token: str | None = TOKEN,
          json_output: bool = JSON) -> None:
     """Show one skill with its instructions."""
     with connect(ctx, server, token) as client:
@@ -67,7 +76,7 @@ def create(
     description: str = typer.Option("", "--description", "-d", help="What the skill is for."),
     instructions: str = typer.Option("", "--instructions", "-i",
                                      help="Text added to a bound worker's system prompt ('-' reads stdin)."),
-    server: Optional[str] = SERVER, token: Optional[str] = TOKEN, json_output: bool = JSON,
+    server: str | None = SERVER, token: str | None = TOKEN, json_output: bool = JSON,
 ) -> None:
     """Create a skill; prints its skill_id."""
     body = {"name": name, "description": description, "instructions": read_text_arg(instructions)}
@@ -85,11 +94,11 @@ def create(
 def update(
     ctx: typer.Context,
     skill: str = SKILL,
-    name: Optional[str] = typer.Option(None, "--name", help="A new name."),
-    description: Optional[str] = typer.Option(None, "--description", "-d", help="A new description."),
-    instructions: Optional[str] = typer.Option(None, "--instructions", "-i",
+    name: str | None = typer.Option(None, "--name", help="A new name."),
+    description: str | None = typer.Option(None, "--description", "-d", help="A new description."),
+    instructions: str | None = typer.Option(None, "--instructions", "-i",
                                                help="New instructions ('-' reads stdin)."),
-    server: Optional[str] = SERVER, token: Optional[str] = TOKEN, json_output: bool = JSON,
+    server: str | None = SERVER, token: str | None = TOKEN, json_output: bool = JSON,
 ) -> None:
     """Change a skill's name, description or instructions."""
     body = {k: v for k, v in (("name", name), ("description", description),
@@ -106,8 +115,8 @@ def update(
 
 @app.command()
 @handle_errors
-def delete(ctx: typer.Context, skill: str = SKILL, yes: bool = YES, server: Optional[str] = SERVER,
-           token: Optional[str] = TOKEN) -> None:
+def delete(ctx: typer.Context, skill: str = SKILL, yes: bool = YES, server: str | None = SERVER,
+           token: str | None = TOKEN) -> None:
     """Delete a skill."""
     confirm(f"delete skill {skill}", yes)
     with connect(ctx, server, token) as client:

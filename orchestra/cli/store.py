@@ -4,8 +4,9 @@ errors of opening it (home folder, driver, database server) as one readable line
 from __future__ import annotations
 
 import socket
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, AsyncIterator
+from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 import typer
@@ -74,7 +75,7 @@ def store_open_failure(settings: Settings, exc: BaseException) -> str | None:
 
 
 @asynccontextmanager
-async def open_core(settings: Settings) -> AsyncIterator["Core"]:
+async def open_core(settings: Settings) -> AsyncIterator[Core]:
     """The store and services for one command (imported here: `--help` needs none of it)."""
     from orchestra.core import Core
 

@@ -11,13 +11,22 @@ workers) and prints each problem with its path, saving nothing.
 from __future__ import annotations
 
 import sys
-from typing import Any, Optional
+from typing import Any
 
 import typer
 
 from orchestra.cli.console import ExitCode, fail, handle_errors, out, print_json, success
-from orchestra.cli.remote import JSON, SERVER, TOKEN, YES, confirm, connect, read_json_file, resolve_named, \
-    show_fields
+from orchestra.cli.remote import (
+    JSON,
+    SERVER,
+    TOKEN,
+    YES,
+    confirm,
+    connect,
+    read_json_file,
+    resolve_named,
+    show_fields,
+)
 
 app = typer.Typer(help="Workflow templates on a server: list, show, check, create, update, delete.",
                   no_args_is_help=True)
@@ -61,7 +70,7 @@ def create_from_file(ctx: typer.Context, file: str, shared: bool | None, server:
 
 @app.command("list")
 @handle_errors
-def list_templates(ctx: typer.Context, server: Optional[str] = SERVER, token: Optional[str] = TOKEN,
+def list_templates(ctx: typer.Context, server: str | None = SERVER, token: str | None = TOKEN,
                    json_output: bool = JSON) -> None:
     """List your templates and the shared ones, oldest first."""
     from rich.table import Table
@@ -81,8 +90,8 @@ def list_templates(ctx: typer.Context, server: Optional[str] = SERVER, token: Op
 
 @app.command()
 @handle_errors
-def show(ctx: typer.Context, template: str = TEMPLATE, server: Optional[str] = SERVER,
-         token: Optional[str] = TOKEN, json_output: bool = JSON) -> None:
+def show(ctx: typer.Context, template: str = TEMPLATE, server: str | None = SERVER,
+         token: str | None = TOKEN, json_output: bool = JSON) -> None:
     """Show a template and its steps."""
     with connect(ctx, server, token) as client:
         body = client.get(f"{PATH}/{template_id(client, template)}")["template"]
@@ -102,16 +111,16 @@ def show(ctx: typer.Context, template: str = TEMPLATE, server: Optional[str] = S
 
 @app.command()
 @handle_errors
-def create(ctx: typer.Context, file: str = FILE, shared: Optional[bool] = SHARED,
-           server: Optional[str] = SERVER, token: Optional[str] = TOKEN, json_output: bool = JSON) -> None:
+def create(ctx: typer.Context, file: str = FILE, shared: bool | None = SHARED,
+           server: str | None = SERVER, token: str | None = TOKEN, json_output: bool = JSON) -> None:
     """Create a template from JSON; prints its template_id."""
     create_from_file(ctx, file, shared, server, token, json_output)
 
 
 @app.command()
 @handle_errors
-def update(ctx: typer.Context, template: str = TEMPLATE, file: str = FILE, shared: Optional[bool] = SHARED,
-           server: Optional[str] = SERVER, token: Optional[str] = TOKEN, json_output: bool = JSON) -> None:
+def update(ctx: typer.Context, template: str = TEMPLATE, file: str = FILE, shared: bool | None = SHARED,
+           server: str | None = SERVER, token: str | None = TOKEN, json_output: bool = JSON) -> None:
     """Change a template: its current fields overlaid with those in the JSON file."""
     changes = _object(read_json_file(file), file)
     if shared is not None:
@@ -128,8 +137,8 @@ def update(ctx: typer.Context, template: str = TEMPLATE, file: str = FILE, share
 
 @app.command()
 @handle_errors
-def delete(ctx: typer.Context, template: str = TEMPLATE, yes: bool = YES, server: Optional[str] = SERVER,
-           token: Optional[str] = TOKEN) -> None:
+def delete(ctx: typer.Context, template: str = TEMPLATE, yes: bool = YES, server: str | None = SERVER,
+           token: str | None = TOKEN) -> None:
     """Delete a template (runs keep their own copy of the steps)."""
     confirm(f"delete template {template}", yes)
     with connect(ctx, server, token) as client:
@@ -139,8 +148,8 @@ def delete(ctx: typer.Context, template: str = TEMPLATE, yes: bool = YES, server
 
 @app.command()
 @handle_errors
-def check(ctx: typer.Context, file: str = FILE, server: Optional[str] = SERVER,
-          token: Optional[str] = TOKEN, json_output: bool = JSON) -> None:
+def check(ctx: typer.Context, file: str = FILE, server: str | None = SERVER,
+          token: str | None = TOKEN, json_output: bool = JSON) -> None:
     """Check a template file without saving it: every problem with its path (exit 2 if any)."""
     from orchestra.client import APIError
 

@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
 import typer
 
 from orchestra.cli.console import handle_errors, out, print_json
@@ -19,7 +17,7 @@ def register(root: typer.Typer) -> None:
 
 @app.command("list")
 @handle_errors
-def list_tools(ctx: typer.Context, server: Optional[str] = SERVER, token: Optional[str] = TOKEN,
+def list_tools(ctx: typer.Context, server: str | None = SERVER, token: str | None = TOKEN,
                json_output: bool = JSON) -> None:
     """List the tools with their descriptions (--json adds each one's JSON Schema)."""
     from rich.table import Table

@@ -9,7 +9,7 @@ takes a provider_id or a provider's exact name (looked up in `GET /provider`).
 from __future__ import annotations
 
 import sys
-from typing import Any, Optional
+from typing import Any
 
 import typer
 
@@ -39,7 +39,7 @@ def register(root: typer.Typer) -> None:
 @handle_errors
 def list_(
     ctx: typer.Context,
-    server: Optional[str] = SERVER, token: Optional[str] = TOKEN, json_output: bool = JSON,
+    server: str | None = SERVER, token: str | None = TOKEN, json_output: bool = JSON,
 ) -> None:
     """List your workers."""
     from rich.table import Table
@@ -64,12 +64,12 @@ def create(
     ctx: typer.Context,
     name: str = typer.Argument(..., help="The worker's name."),
     provider: str = typer.Option(..., "--provider", "-p", help="A provider_id or a provider's exact name."),
-    model: Optional[str] = typer.Option(None, "--model", "-m", help="A model (default: the provider's)."),
+    model: str | None = typer.Option(None, "--model", "-m", help="A model (default: the provider's)."),
     tools: list[str] = typer.Option([], "--tool", "-t", help="A tool name from the catalog (repeatable)."),
-    skill: Optional[str] = typer.Option(None, "--skill", help="The name of a skill to bind."),
-    system_prompt: Optional[str] = typer.Option(None, "--system-prompt", help="The worker's system prompt."),
-    description: Optional[str] = typer.Option(None, "--description", help="A description."),
-    server: Optional[str] = SERVER, token: Optional[str] = TOKEN, json_output: bool = JSON,
+    skill: str | None = typer.Option(None, "--skill", help="The name of a skill to bind."),
+    system_prompt: str | None = typer.Option(None, "--system-prompt", help="The worker's system prompt."),
+    description: str | None = typer.Option(None, "--description", help="A description."),
+    server: str | None = SERVER, token: str | None = TOKEN, json_output: bool = JSON,
 ) -> None:
     """Create a worker; prints its worker_id alone on stdout."""
     with connect(ctx, server, token) as client:
@@ -100,7 +100,7 @@ def _resolve(client, ref: str) -> str:
 def show(
     ctx: typer.Context,
     worker_id: str = typer.Argument(..., help="The worker's worker_id or name."),
-    server: Optional[str] = SERVER, token: Optional[str] = TOKEN, json_output: bool = JSON,
+    server: str | None = SERVER, token: str | None = TOKEN, json_output: bool = JSON,
 ) -> None:
     """Show one of your workers."""
     with connect(ctx, server, token) as client:
@@ -113,18 +113,18 @@ def show(
 def update(
     ctx: typer.Context,
     worker_id: str = typer.Argument(..., help="The worker's worker_id or name."),
-    name: Optional[str] = typer.Option(None, "--name", help="A new name."),
-    provider: Optional[str] = typer.Option(None, "--provider", "-p", help="A provider_id or a provider's exact name."),
-    model: Optional[str] = typer.Option(None, "--model", "-m", help="A model."),
+    name: str | None = typer.Option(None, "--name", help="A new name."),
+    provider: str | None = typer.Option(None, "--provider", "-p", help="A provider_id or a provider's exact name."),
+    model: str | None = typer.Option(None, "--model", "-m", help="A model."),
     default_model: bool = typer.Option(False, "--default-model", help="Use the provider's model_id."),
-    tools: Optional[list[str]] = typer.Option(None, "--tool", "-t",
+    tools: list[str] | None = typer.Option(None, "--tool", "-t",
                                               help="Replace the tools with these (repeatable)."),
     no_tools: bool = typer.Option(False, "--no-tools", help="Remove every tool."),
-    skill: Optional[str] = typer.Option(None, "--skill", help="The name of a skill to bind."),
+    skill: str | None = typer.Option(None, "--skill", help="The name of a skill to bind."),
     no_skill: bool = typer.Option(False, "--no-skill", help="Unbind the skill."),
-    system_prompt: Optional[str] = typer.Option(None, "--system-prompt", help="A new system prompt."),
-    description: Optional[str] = typer.Option(None, "--description", help="A new description."),
-    server: Optional[str] = SERVER, token: Optional[str] = TOKEN, json_output: bool = JSON,
+    system_prompt: str | None = typer.Option(None, "--system-prompt", help="A new system prompt."),
+    description: str | None = typer.Option(None, "--description", help="A new description."),
+    server: str | None = SERVER, token: str | None = TOKEN, json_output: bool = JSON,
 ) -> None:
     """Change one of your workers; only the fields given change."""
     for a, b, one, other in ((model, default_model, "--model", "--default-model"),
@@ -154,7 +154,7 @@ def update(
 def delete(
     ctx: typer.Context,
     worker_id: str = typer.Argument(..., help="The worker's worker_id or name."),
-    server: Optional[str] = SERVER, token: Optional[str] = TOKEN,
+    server: str | None = SERVER, token: str | None = TOKEN,
 ) -> None:
     """Delete one of your workers."""
     with connect(ctx, server, token) as client:

@@ -14,7 +14,8 @@ import json
 import os
 import sys
 import time
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.markup import escape
@@ -50,9 +51,9 @@ def list_(
     ctx: typer.Context,
     what: str = typer.Argument("all", help="all, templates or runs."),
     all_users: bool = typer.Option(False, "--all", help="Runs of every user (ADMINISTRATOR and above)."),
-    limit: Optional[int] = typer.Option(None, "--limit", min=1, max=1000, help="At most this many runs (100)."),
-    cursor: Optional[str] = typer.Option(None, "--cursor", help="Runs after an earlier list's 'more' cursor."),
-    server: Optional[str] = SERVER, token: Optional[str] = TOKEN, json_output: bool = JSON,
+    limit: int | None = typer.Option(None, "--limit", min=1, max=1000, help="At most this many runs (100)."),
+    cursor: str | None = typer.Option(None, "--cursor", help="Runs after an earlier list's 'more' cursor."),
+    server: str | None = SERVER, token: str | None = TOKEN, json_output: bool = JSON,
 ) -> None:
     """List workflow templates and your runs (newest runs first)."""
     from rich.table import Table
@@ -98,7 +99,7 @@ def _shown(value: Any) -> str:
 def show(
     ctx: typer.Context,
     trace_id: str = typer.Argument(..., help="The run's trace_id."),
-    server: Optional[str] = SERVER, token: Optional[str] = TOKEN, json_output: bool = JSON,
+    server: str | None = SERVER, token: str | None = TOKEN, json_output: bool = JSON,
 ) -> None:
     """Show a run: status, step outputs, timestamps."""
     with connect(ctx, server, token) as client:
@@ -126,8 +127,8 @@ def show(
 def create(
     ctx: typer.Context,
     file: str = typer.Argument(..., help="Template JSON file ({name, description?, steps}); '-' reads stdin."),
-    shared: Optional[bool] = typer.Option(None, "--shared/--private", help="Share with every user (admins)."),
-    server: Optional[str] = SERVER, token: Optional[str] = TOKEN, json_output: bool = JSON,
+    shared: bool | None = typer.Option(None, "--shared/--private", help="Share with every user (admins)."),
+    server: str | None = SERVER, token: str | None = TOKEN, json_output: bool = JSON,
 ) -> None:
     """Create a workflow template from a JSON file; prints its template_id (same as
     `orchestra template create`)."""
@@ -141,13 +142,13 @@ def create(
 def run(
     ctx: typer.Context,
     template: str = typer.Argument(..., help="The template to run: a template_id or its exact name."),
-    input_: Optional[str] = typer.Option(None, "--input", "-i",
+    input_: str | None = typer.Option(None, "--input", "-i",
                                          help="The run's input text ('-' reads stdin; default: none)."),
     input_json: bool = typer.Option(False, "--input-json", "-I",
                                     help="Send --input as a JSON value (a template with input_schema)."),
     files: list[str] = typer.Option([], "--file", "-f", help="An uploaded file_id (repeatable)."),
     watch_: bool = typer.Option(False, "--watch", "-w", help="Follow the run until it ends."),
-    server: Optional[str] = SERVER, token: Optional[str] = TOKEN, json_output: bool = JSON,
+    server: str | None = SERVER, token: str | None = TOKEN, json_output: bool = JSON,
 ) -> None:
     """Start a run; print its trace_id, or with --watch follow it live."""
     from orchestra.cli.template import template_id
@@ -174,7 +175,7 @@ def run(
 def watch(
     ctx: typer.Context,
     trace_id: str = typer.Argument(..., help="The run's trace_id."),
-    server: Optional[str] = SERVER, token: Optional[str] = TOKEN, json_output: bool = JSON,
+    server: str | None = SERVER, token: str | None = TOKEN, json_output: bool = JSON,
 ) -> None:
     """Follow a run live (a finished run is shown from its record) until it ends."""
     with connect(ctx, server, token) as client:
@@ -188,7 +189,7 @@ def replay(
     trace_id: str = typer.Argument(..., help="The run's trace_id."),
     speed: float = typer.Option(1.0, "--speed", min=0.0,
                                 help="N times faster than recorded; 0 = as fast as possible."),
-    server: Optional[str] = SERVER, token: Optional[str] = TOKEN, json_output: bool = JSON,
+    server: str | None = SERVER, token: str | None = TOKEN, json_output: bool = JSON,
 ) -> None:
     """Replay a run's events at their recorded pace (from the stored `ts` values)."""
     with connect(ctx, server, token) as client:
@@ -200,9 +201,9 @@ def replay(
 def retry(
     ctx: typer.Context,
     trace_id: str = typer.Argument(..., help="A failed, cancelled or interrupted run's trace_id."),
-    from_step: Optional[str] = typer.Option(None, "--from-step", help="Also run this step and its descendants again."),
+    from_step: str | None = typer.Option(None, "--from-step", help="Also run this step and its descendants again."),
     watch_: bool = typer.Option(False, "--watch", "-w", help="Follow the new run until it ends."),
-    server: Optional[str] = SERVER, token: Optional[str] = TOKEN, json_output: bool = JSON,
+    server: str | None = SERVER, token: str | None = TOKEN, json_output: bool = JSON,
 ) -> None:
     """Run an ended run again, reusing every step that succeeded; prints the new trace_id."""
     with connect(ctx, server, token) as client:
@@ -223,10 +224,10 @@ def reply(
     ctx: typer.Context,
     trace_id: str = typer.Argument(..., help="The run's trace_id."),
     text: str = typer.Argument(..., help="The answer ('-' reads stdin)."),
-    request_id: Optional[str] = typer.Option(None, "--request-id", help="The question answered (from reply_requested)."),
+    request_id: str | None = typer.Option(None, "--request-id", help="The question answered (from reply_requested)."),
     as_json: bool = typer.Option(False, "--json-content", "-J",
                                  help="Send the answer as a JSON value (a question with a schema)."),
-    server: Optional[str] = SERVER, token: Optional[str] = TOKEN,
+    server: str | None = SERVER, token: str | None = TOKEN,
 ) -> None:
     """Answer a run that waits for a reply."""
     content: Any = read_text_arg(text)
@@ -245,7 +246,7 @@ def reply(
 def cancel(
     ctx: typer.Context,
     trace_id: str = typer.Argument(..., help="The run's trace_id."),
-    server: Optional[str] = SERVER, token: Optional[str] = TOKEN,
+    server: str | None = SERVER, token: str | None = TOKEN,
 ) -> None:
     """Cancel a run."""
     with connect(ctx, server, token) as client:
@@ -259,7 +260,7 @@ def events(
     ctx: typer.Context,
     trace_id: str = typer.Argument(..., help="The run's trace_id."),
     after: int = typer.Option(0, "--after", min=0, help="Only events after this seq."),
-    server: Optional[str] = SERVER, token: Optional[str] = TOKEN,
+    server: str | None = SERVER, token: str | None = TOKEN,
     json_output: bool = typer.Option(False, "--json", help="Accepted like every data command's: the output is JSON either way."),
 ) -> None:
     """Print a run's stored events as JSON (`[{seq, kind, data}]`), without waiting for more."""
@@ -300,7 +301,7 @@ def paced(events: Iterable[Event], speed: float, sleep=time.sleep,
         yield event
 
 
-def _follow(client: "Client", trace_id: str, events: Iterable["Event"], json_output: bool,
+def _follow(client: Client, trace_id: str, events: Iterable[Event], json_output: bool,
             *, replay: bool = False) -> None:
     """Render `events`; exit non-zero when the run did not succeed. On a terminal (not a
     replay) questions are put at the prompt while the events keep coming."""
@@ -327,7 +328,7 @@ def _follow(client: "Client", trace_id: str, events: Iterable["Event"], json_out
         fail(f"run {trace_id} {outcome.status}{detail}", ExitCode.ERROR)
 
 
-def _follow_answering(client: "Client", trace_id: str, events: Iterable["Event"], view) -> None:
+def _follow_answering(client: Client, trace_id: str, events: Iterable[Event], view) -> None:
     """The live view with questions answered at the prompt (see orchestra.cli.prompt)."""
     from orchestra.cli.answer_shape import example as answer_example
     from orchestra.cli.prompt import EventPump, PromptArea, Question, ask

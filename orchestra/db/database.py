@@ -130,7 +130,8 @@ class _CachedStatementConnection(AsyncPostgresqlConnection):
         if params:
             sql = self._translate_placeholders(sql)
         records, status, _ = await self.conn._execute(sql, params or (), 0, None, return_status=True)
-        description = [(k,) for k in records[0].keys()] if records else []
+        # an asyncpg Record iterates over its values; .keys() are the column names
+        description = [(k,) for k in records[0].keys()] if records else []  # noqa: SIM118
         # The command status tail: "UPDATE 3", "DELETE 2", "INSERT 0 3".
         tail = (status.decode() if isinstance(status, bytes) else status or "").rsplit(" ", 1)
         rowcount = int(tail[1]) if len(tail) == 2 and tail[1].isdigit() else len(records)

@@ -29,7 +29,7 @@ database_proxy = DatabaseProxy()
 
 def utcnow() -> dt.datetime:
     """The current UTC time as a naive datetime (what every time column stores)."""
-    return dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+    return dt.datetime.now(dt.UTC).replace(tzinfo=None)
 
 
 def new_id() -> str:
@@ -215,6 +215,9 @@ class WorkflowRun(BaseModel):
     # reservations of calls in flight (or lost in a crash) included; null: nothing priced.
     budget_pusd = BigIntegerField(null=True)
     spent_pusd = BigIntegerField(null=True)
+    # What started the run (SPEC §11): null for a person (or an API key), else
+    # {kind: "webhook", hook_id, webhook_id} or {kind: "schedule", schedule_id, due_at}.
+    trigger = JSONField(null=True)
 
 
 class RunStep(BaseModel):

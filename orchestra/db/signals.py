@@ -16,6 +16,7 @@ in between, and caches must not trust their copies then.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import defaultdict
 from collections.abc import Callable
@@ -188,10 +189,8 @@ class PostgresSignals(Signals):
     async def _close(self) -> None:
         conn, self._conn = self._conn, None
         if conn is not None and not conn.is_closed():
-            try:
+            with contextlib.suppress(Exception):
                 conn.terminate()
-            except Exception:  # noqa: BLE001
-                pass
 
 
 def make_signals(settings: Any) -> Signals:

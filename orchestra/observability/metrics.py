@@ -18,13 +18,21 @@ it watches. Labels are bounded: a route is its template, a provider is its kind.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
 from collections.abc import Iterable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client import disable_created_metrics, multiprocess
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+    multiprocess,
+)
 from prometheus_client.core import GaugeMetricFamily
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -95,7 +103,7 @@ def _safe(fn):
     """Instrumentation never breaks the caller."""
 
     def wrapper(*args, **kwargs):
-        try:
+        try:  # noqa: SIM105 - per request: a try costs nothing, contextlib.suppress() a call
             fn(*args, **kwargs)
         except Exception:  # noqa: BLE001 - a metric is never worth a failed request or run
             pass
@@ -266,7 +274,5 @@ def exposition(store: StoreGauges | None) -> bytes:
 def process_exited(pid: int) -> None:
     """Multiprocess mode: drop a stopped worker's live gauges."""
     if multiprocess_dir():
-        try:
+        with contextlib.suppress(Exception):  # best effort at shutdown
             multiprocess.mark_process_dead(pid)
-        except Exception:  # noqa: BLE001 - best effort at shutdown
-            pass

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable
 from typing import Any, TypeVar
 
@@ -56,10 +57,8 @@ def run_outcome(trace_id: str, outcome: str) -> None:
 def _outcome(trace_id: str, outcome: str) -> None:
     span = _spans.get(trace_id)
     if span is not None:
-        try:
+        with contextlib.suppress(Exception):  # a span attribute is never worth a failed run
             span.set_attribute("orchestra.outcome", outcome)
-        except Exception:  # noqa: BLE001 - a span attribute is never worth a failed run
-            pass
 
 
 async def observed_step(step_id: str, work: Awaitable[T]) -> T:

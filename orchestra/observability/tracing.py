@@ -15,6 +15,7 @@ configured the standard way (`OTEL_SERVICE_NAME`, `OTEL_EXPORTER_OTLP_PROTOCOL`,
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -162,10 +163,8 @@ def end_request(ctx: Any, route: str, status: int) -> None:
     token = getattr(ctx, "otel_token", None)
     ctx.otel_token = None
     if token is not None:
-        try:
+        with contextlib.suppress(Exception):  # answered from another task (a stream): nothing to undo
             otel_context.detach(token)
-        except Exception:  # noqa: BLE001 - answered from another task (a stream): nothing to undo
-            pass
 
 
 # -- engine spans -------------------------------------------------------------------------

@@ -601,9 +601,9 @@ async def update_node(core: Core, *, name: str, provider: str | None = _UNSET, m
     spec = _node_spec(name)
     if provider is _UNSET and model is _UNSET:
         raise ValidationError.field("body", "send provider and/or model")
-    if provider is not _UNSET and provider is not None:
-        if not storable(provider) or await Provider.aget_or_none(Provider.id == provider) is None:
-            raise ValidationError.field("provider", f"unknown provider '{provider}'")
+    if provider is not _UNSET and provider is not None and (
+            not storable(provider) or await Provider.aget_or_none(Provider.id == provider) is None):
+        raise ValidationError.field("provider", f"unknown provider '{provider}'")
     if model is not _UNSET and model is not None:
         model = clean_model(model, "model")
     values: dict[Any, Any] = {SystemNode.updated_at: utcnow()}

@@ -286,7 +286,7 @@ async def _issue_pair(core: Core, user: User, *, family: str) -> TokenPair:
         jti=refresh_token.jti,
         family=family,
         user=user.id,
-        expires_at=dt.datetime.fromtimestamp(refresh_token.expires_at, dt.timezone.utc).replace(
+        expires_at=dt.datetime.fromtimestamp(refresh_token.expires_at, dt.UTC).replace(
             tzinfo=None
         ),
     )

@@ -22,7 +22,6 @@ from argon2.exceptions import InvalidHashError, VerificationError, VerifyMismatc
 from orchestra.errors import OverloadedError
 from orchestra.observability import metrics
 
-
 HASH_NICENESS = 10
 
 

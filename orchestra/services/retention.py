@@ -13,6 +13,7 @@ ended) older than the cut-off are touched; running, queued and waiting runs neve
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import logging
 import re
@@ -23,6 +24,7 @@ from peewee import ModelSelect
 from orchestra.core import Core
 from orchestra.db.database import release_connection
 from orchestra.db.models import WorkflowRun, utcnow
+from orchestra.services import run_starts
 from orchestra.services.auth import prune_expired_tokens
 
 logger = logging.getLogger("orchestra.retention")
@@ -105,10 +107,11 @@ async def prune(
     core: Core, *, older_than: dt.timedelta | None, now: dt.datetime | None = None,
     stop: asyncio.Event | None = None,
 ) -> Pruned:
-    """One round: ended runs older than `older_than` (None: keep every run) and expired
-    refresh tokens."""
+    """One round: ended runs older than `older_than` (None: keep every run), expired
+    refresh tokens, and remembered starts past their 24 hours."""
     runs = 0 if older_than is None else await prune_runs(core, older_than=older_than, now=now, stop=stop)
     tokens = await prune_expired_tokens(core, now=now)
+    await run_starts.prune(core, now=now)  # idempotency keys and webhook ids past 24 h
     await release_connection(core.db)
     return Pruned(runs=runs or 0, tokens=tokens, skipped=runs is None)
 
@@ -148,7 +151,5 @@ class RetentionTimer:
             except Exception:  # a store outage: the next round tries again
                 logger.warning("retention round failed; retrying in %.0f s", self.period, exc_info=True)
             self.first_round.set()
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), self.period)
-            except TimeoutError:
-                pass

@@ -14,7 +14,7 @@ class Role(StrEnum):
     def rank(self) -> int:
         return _RANK[self]
 
-    def at_least(self, other: "Role") -> bool:
+    def at_least(self, other: Role) -> bool:
         return self.rank >= other.rank
 
 

@@ -35,8 +35,9 @@ from orchestra.engine.run_task import step_output
 from orchestra.engine.sizes import check_reply_size
 from orchestra.engine.vocabulary import FINISHED, EventKind, RunStatus, StepStatus
 from orchestra.errors import ConflictError, NotFoundError, PermissionDeniedError, ValidationError
-from orchestra.services import spend
+from orchestra.services import run_starts, spend
 from orchestra.services.paging import DEFAULT_LIMIT, Page, keyset_page
+from orchestra.services.run_starts import StartKey
 
 EVENTS_MAX = 1000  # events in one page of GET /run/{id}/events
 OPTION_FIELDS = ("input_schema", "limits", "output")  # template-level language options
@@ -262,11 +263,19 @@ async def start_run(
     files: list[str] | None = None,
     trace_parent: str | None = None,
     budget_usd: Any = None,
+    trigger: dict[str, Any] | None = None,
+    remember: StartKey | None = None,
+    template: WorkflowTemplate | None = None,
 ) -> WorkflowRun:
     """Store a `queued` run of a readable template and hand it to the engine. With an
     `input_schema` the input may be any JSON value and must validate; without one it is
-    text. `trace_parent` (a W3C traceparent) is the trace the run's spans join."""
-    template = await get_template(core, user_id=user_id, is_admin=is_admin, template_id=template_id)
+    text. `trace_parent` (a W3C traceparent) is the trace the run's spans join;
+    `trigger` says what started it (SPEC §11); `remember` is stored in the run's
+    transaction, so a duplicate start fails with IntegrityError (services/run_starts.py).
+    `template`, when the caller has already read it (and checked the user may run it)."""
+    if template is None:
+        template = await get_template(core, user_id=user_id, is_admin=is_admin,
+                                      template_id=template_id)
     spec = template.spec or {}
     budget = spend.run_budget(spec, budget_usd)
     problems: list[dict[str, str]] = []
@@ -305,7 +314,10 @@ async def start_run(
             status=RunStatus.QUEUED,
             trace_parent=trace_parent,
             budget_pusd=budget,
+            trigger=trigger,
         )
+        if remember is not None:
+            await run_starts.remember(core, remember, run.trace_id)
         if template.steps:  # one statement for every step row
             await core.db.aexecute(RunStep.insert_many([
                 {"run": run.trace_id, "step_id": step["id"], "path": step["id"], "status": StepStatus.PENDING}
@@ -352,6 +364,7 @@ def run_summary(run: WorkflowRun) -> dict[str, Any]:
         "finished_at": iso(run.finished_at),
         "retry_of": run.retry_of,
         **spend.money_fields(run),
+        "trigger": run.trigger,
     }
 
 

@@ -193,14 +193,9 @@ def schema_instance(schema: Any, hint: str = "", depth: int = 0, fields: dict[st
     fields = fields or {}
     if not isinstance(schema, dict) or depth > 8:
         return None
-    if "const" in schema:
-        return schema["const"]
-    if isinstance(schema.get("enum"), list) and schema["enum"]:
-        lowered = hint.lower()
-        mentioned = [v for v in schema["enum"] if isinstance(v, str) and v.lower() in lowered]
-        return mentioned[0] if mentioned else schema["enum"][0]
-    if "default" in schema:
-        return schema["default"]
+    fixed = _fixed_value(schema, hint)
+    if fixed is not _NO_VALUE:
+        return fixed
     for key in ("anyOf", "oneOf", "allOf"):
         if isinstance(schema.get(key), list) and schema[key]:
             return schema_instance(schema[key][0], hint, depth + 1, fields)
@@ -216,18 +211,35 @@ def schema_instance(schema: Any, hint: str = "", depth: int = 0, fields: dict[st
     if kind == "array":
         count = max(1, int(schema.get("minItems") or 1))
         return [schema_instance(schema.get("items") or {}, hint, depth + 1, fields) for _ in range(count)]
+    return _scalar_instance(kind, schema)
+
+
+_NO_VALUE = object()  # the schema does not fix its value
+
+
+def _fixed_value(schema: dict[str, Any], hint: str) -> Any:
+    """The value a `const`, an `enum` (the one the prompt mentions, else the first) or a
+    `default` fixes; _NO_VALUE when none does."""
+    if "const" in schema:
+        return schema["const"]
+    if isinstance(schema.get("enum"), list) and schema["enum"]:
+        lowered = hint.lower()
+        mentioned = [v for v in schema["enum"] if isinstance(v, str) and v.lower() in lowered]
+        return mentioned[0] if mentioned else schema["enum"][0]
+    return schema.get("default", _NO_VALUE)
+
+
+def _scalar_instance(kind: Any, schema: dict[str, Any]) -> Any:
     if kind == "boolean":
         return True
     if kind in ("integer", "number"):
         low = schema.get("minimum", schema.get("exclusiveMinimum", 0))
         return max(1, int(low) + (1 if "exclusiveMinimum" in schema else 0))
-    if kind == "null":
-        return None
     if kind == "string":
         text = "fake answer"
         low = int(schema.get("minLength") or 0)
         return (text * (low // len(text) + 1))[:max(low, len(text))]
-    return None
+    return None  # null, or a type this fake does not fill
 
 
 def unscripted_reply(body: dict[str, Any], behavior: str) -> ScriptedReply:

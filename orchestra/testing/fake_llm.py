@@ -15,6 +15,7 @@ here per distinct prompt). Every request is recorded. Run standalone with
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import socket
 import threading
@@ -387,10 +388,8 @@ class FakeLLM:
         with self._lock:
             conns = list(self._conns)
         for conn in conns:
-            try:
+            with contextlib.suppress(OSError):
                 conn.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
         server.server_close()
         if self._thread is not None:
             self._thread.join(timeout=5)

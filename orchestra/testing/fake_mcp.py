@@ -135,7 +135,7 @@ class FakeMcpProcess:
         self.url = f"{self.base}/mcp"
         self.process: subprocess.Popen | None = None
 
-    def start(self, timeout: float = 30.0) -> "FakeMcpProcess":
+    def start(self, timeout: float = 30.0) -> FakeMcpProcess:
         self.process = subprocess.Popen(
             [sys.executable, "-m", "orchestra.testing.fake_mcp", "--port", str(self.port)],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -163,7 +163,7 @@ class FakeMcpProcess:
                 self.process.kill()
                 self.process.wait(5)
 
-    def __enter__(self) -> "FakeMcpProcess":
+    def __enter__(self) -> FakeMcpProcess:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:

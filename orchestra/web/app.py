@@ -11,11 +11,11 @@ from sanic import Sanic
 from sanic_ext import Config
 
 from orchestra.core import Core
-from orchestra.services.retention import RetentionTimer
 from orchestra.db.database import end_task_store_work, release_connection
+from orchestra.observability import tracing
+from orchestra.services.retention import RetentionTimer
 from orchestra.services.uploads import sweep_stray_files
 from orchestra.settings import Settings
-from orchestra.observability import tracing
 from orchestra.web import errors, head, observe
 from orchestra.web.apidoc import ui as apidoc_ui
 from orchestra.web.blueprints import all_blueprints

@@ -1,4 +1,9 @@
-"""Bearer-token authentication and role guards for handlers."""
+"""Bearer-token authentication and role guards for handlers.
+
+A bearer value is an access token (JWT) or an API key (`orc_…`, SPEC §11). A key acts
+as its user with the user's current role, narrowed to its scopes: a route says which
+scope it needs (`@protected(..., scope="run:read")`), and a route that names none
+(auth administration, key management, providers, …) refuses every key with 403."""
 
 from __future__ import annotations
 
@@ -9,7 +14,9 @@ from sanic import Request
 
 from orchestra.db.database import release_connection
 from orchestra.errors import AuthenticationRequiredError, PermissionDeniedError, TokenInvalidError
+from orchestra.services import api_keys
 from orchestra.services import auth as auth_service
+from orchestra.services.api_keys import KeyGrant
 from orchestra.services.roles import Role
 from orchestra.services.tokens import ACCESS, FAMILY_CLAIM
 
@@ -23,6 +30,7 @@ class Principal:
     role: Role
     family: str | None = None  # the token's refresh family (`fam`); None on older tokens
     issued_at: float = 0.0  # the token's `iat`
+    key: KeyGrant | None = None  # set when the caller sent an API key
 
     def at_least(self, role: Role) -> bool:
         return self.role.at_least(role)
@@ -37,7 +45,8 @@ def bearer_token(request: Request, *, allow_query: bool = False) -> str | None:
     if header:
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
-            raise TokenInvalidError("Use the 'Authorization: Bearer <access_token>' header.")
+            raise TokenInvalidError(
+                "Use the 'Authorization: Bearer <access_token or API key>' header.")
         return token.strip()
     if allow_query:
         return request.args.get("access_token") or None
@@ -63,34 +72,59 @@ def require_role(principal: Principal, minimum: Role) -> None:
         raise PermissionDeniedError(f"This operation needs the role {minimum.value} or above.")
 
 
-def protected(minimum: Role = Role.USER, *, allow_query: bool = False):
+async def _key_principal(request: Request, token: str, minimum: Role, scope: str | None) -> Principal:
+    """The caller of an API key: its user with the user's current role (the key cache is
+    re-read whenever users or keys changed), refused unless the route takes `scope`."""
+    entry = await api_keys.authenticate(request.app.ctx.core, token)
+    try:
+        role = Role(entry.role)
+    except ValueError:
+        raise TokenInvalidError("The key's user has an unknown role.") from None
+    if scope is None:
+        raise PermissionDeniedError("API keys cannot be used here; sign in as a person.")
+    if scope not in entry.scopes:
+        raise PermissionDeniedError(f"This API key lacks the scope '{scope}'.")
+    principal = Principal(user_id=entry.user_id, name=entry.user_name, role=role,
+                          key=api_keys.grant_of(entry))
+    require_role(principal, minimum)
+    return principal
+
+
+def protected(minimum: Role = Role.USER, *, allow_query: bool = False, scope: str | None = None):
     """Decorator: authenticate, then authorise with the *lower* of the token's role and
     the role stored now. The caller is re-read from the store on every request, so a
     deleted user's token stops at once and a demotion takes effect at once on every
     route (a promotion waits for a new token); an access token whose refresh family was
     revoked stops at once too. Sets `request.ctx.principal`, whose role
     is that effective role, and hands the pooled store connection back before the
-    handler runs: a slow body or a slow handler must not hold one."""
+    handler runs: a slow body or a slow handler must not hold one.
+
+    `scope` is what an API key needs to call the route (SPEC §11); None refuses keys."""
 
     def decorator(handler):
         @wraps(handler)
         async def wrapper(request: Request, *args, **kwargs):
             core = request.app.ctx.core
-            principal = authenticate(request, allow_query=allow_query)
-            require_role(principal, minimum)
-            user = await auth_service.confirm_role(
-                core, user_id=principal.user_id, minimum=minimum,
-                family=principal.family, issued_at=principal.issued_at,
-            )
-            stored = Role(user.role)
-            if stored.rank < principal.role.rank:
-                principal = replace(principal, role=stored)
+            token = bearer_token(request, allow_query=allow_query)
+            if token is not None and api_keys.is_api_key(token):
+                principal = await _key_principal(request, token, minimum, scope)
+            else:
+                principal = authenticate(request, allow_query=allow_query)
+                require_role(principal, minimum)
+                user = await auth_service.confirm_role(
+                    core, user_id=principal.user_id, minimum=minimum,
+                    family=principal.family, issued_at=principal.issued_at,
+                )
+                stored = Role(user.role)
+                if stored.rank < principal.role.rank:
+                    principal = replace(principal, role=stored)
             await release_connection(core.db)
             request.ctx.principal = principal
             return await handler(request, *args, **kwargs)
 
         wrapper.required_role = minimum  # read by the OpenAPI document (security, 401/403)
         wrapper.token_in_query = allow_query
+        wrapper.key_scope = scope  # read by the OpenAPI document (which keys may call it)
         return wrapper
 
     return decorator

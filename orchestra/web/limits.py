@@ -7,8 +7,8 @@ import time
 from functools import wraps
 
 from limits import parse
-from limits.storage import storage_from_string
 from limits.aio.strategies import MovingWindowRateLimiter
+from limits.storage import storage_from_string
 from sanic import Request
 
 from orchestra.errors import OrchestraError, RateLimitedError

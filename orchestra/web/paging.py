@@ -6,11 +6,11 @@ other value the document does not allow; leave the parameter out instead.
 
 from __future__ import annotations
 
+from typing import Any
+
 from sanic import Request
 
 from orchestra.errors import ValidationError
-from typing import Any
-
 from orchestra.services.paging import DEFAULT_LIMIT, MAX_LIMIT, Page, cursor_pattern
 from orchestra.web.apidoc.operation import Param, query
 from orchestra.web.responses import SUCCESS

@@ -7,9 +7,9 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import httpx
 
@@ -95,11 +95,14 @@ def api_world(tmp_path_factory) -> Iterator[dict]:
     on /api/v1, to check what the server holds) and `llm`."""
     from tests.fakes.fake_llm import FakeLLM
 
-    with FakeLLM() as llm, logged_in_world(tmp_path_factory, llm.base_url) as info:
-        with httpx.Client(base_url=f"{info['server'].base_url}/api/v1",
-                          headers={"Authorization": f"Bearer {info['token']}"}) as api:
-            info.update(api=api, llm=llm)
-            yield info
+    with (
+        FakeLLM() as llm,
+        logged_in_world(tmp_path_factory, llm.base_url) as info,
+        httpx.Client(base_url=f"{info['server'].base_url}/api/v1",
+                     headers={"Authorization": f"Bearer {info['token']}"}) as api,
+    ):
+        info.update(api=api, llm=llm)
+        yield info
 
 
 @contextmanager

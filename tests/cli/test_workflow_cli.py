@@ -240,9 +240,9 @@ def test_expired_access_token_is_refreshed_and_kept(llm, tmp_path):
 
 
 def test_paced_keeps_the_recorded_spacing(world):
-    from orchestra.timestamps import parse_ts
     from orchestra.cli.workflow import paced
     from orchestra.client import Client
+    from orchestra.timestamps import parse_ts
 
     world["llm"].chunk_delay = 0.05  # a run that takes a visible while
     try:

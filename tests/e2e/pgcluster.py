@@ -4,6 +4,7 @@ server on 5432): initdb and pg_ctl from the machine's PostgreSQL binaries, run a
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import shutil
@@ -50,7 +51,7 @@ class PgCluster:
         subprocess.run(["runuser", "-u", "postgres", "--", *args], check=True,
                        capture_output=True, timeout=timeout)
 
-    def start(self) -> "PgCluster":
+    def start(self) -> PgCluster:
         shutil.chown(self.root, "postgres", "postgres")
         self._as_postgres(str(self.bin / "initdb"), "-D", str(self.data), "-U", "postgres",
                           "--auth=trust", "--no-sync", "-E", "UTF8")
@@ -79,9 +80,7 @@ class PgCluster:
         return time.monotonic() - began
 
     def remove(self) -> None:
-        try:
+        with contextlib.suppress(Exception):  # already stopped
             self._as_postgres(str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", "immediate",
                               "-w", "-t", "30", "stop")
-        except Exception:  # noqa: BLE001 - already stopped
-            pass
         shutil.rmtree(self.root, ignore_errors=True)

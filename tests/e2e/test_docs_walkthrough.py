@@ -11,6 +11,7 @@ test's Python environment first on PATH.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pty
 import re
@@ -109,19 +110,16 @@ class Shell:
     def _read(self, wait: float) -> None:
         ready, _, _ = select.select([self.master], [], [], wait)
         if ready:
-            try:
+            with contextlib.suppress(OSError):
                 self.raw += os.read(self.master, 65536)
-            except OSError:
-                pass
 
     def type(self, text: str) -> None:
         os.write(self.master, text.encode())
 
     def close(self) -> None:
-        try:  # the shell, and whatever it left running (the server, the fake model)
+        # the shell, and whatever it left running (the server, the fake model)
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         self.proc.wait(timeout=10)
         os.close(self.master)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import Counter
 
 from orchestra.testing.fake_llm import ScriptedReply
-from tests.e2e.test_scale_out import pair, stored, wait_for  # noqa: F401 - pair is a fixture
+from tests.e2e.test_scale_out import stored, wait_for
 from tests.e2e.test_workflow_e2e import sse_frames
 
 ITEMS = 200

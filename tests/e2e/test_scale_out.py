@@ -10,7 +10,6 @@ import threading
 import time
 
 import httpx
-import pytest
 
 from tests.conftest import ServerProcess
 from tests.e2e.test_workflow_e2e import login, sse_frames
@@ -67,16 +66,6 @@ class Pair:
         started = http.post("/workflow/run", json={"template_id": template_id, "input": input})
         assert started.status_code == 202, started.text
         return started.json()["trace_id"]
-
-
-@pytest.fixture
-def pair(tmp_path, postgres_url):
-    with FakeLLM() as fake:
-        pair = Pair(tmp_path, postgres_url, fake)
-        try:
-            yield pair
-        finally:
-            pair.stop()
 
 
 def wait_for(predicate, timeout: float, every: float = 0.05):

@@ -71,6 +71,14 @@ def billed(fake) -> Decimal:
     return total
 
 
+def ended(http, trace_id, statuses=("failed", "succeeded"), timeout=120) -> dict:
+    """The run once its status is one of `statuses`."""
+    def read():
+        run = http.get(f"/workflow/run/{trace_id}").json()
+        return run if run["status"] in statuses else None
+    return wait_for(read, timeout)
+
+
 def finished_items(http, trace_id) -> int:
     return len([e for e in stored(http, trace_id)
                 if e[1] == "step_finished" and e[2].get("path", "").startswith("m[")])
@@ -93,8 +101,7 @@ def test_200_items_under_a_budget_with_the_owner_killed_twice_never_overspend(mo
     wait_for(lambda: finished_items(pair.http_b, trace_id) >= 25, 60)
     pair.b.kill()  # the owner now: B took the run over
     wait_for(lambda: len([e for e in stored(pair.http_a, trace_id) if e[1] == "run_resumed"]) >= 2, 60)
-    run = wait_for(lambda: (lambda r: r if r["status"] in ("failed", "succeeded") else None)(
-        pair.http_a.get(f"/workflow/run/{trace_id}").json()), 120)
+    run = ended(pair.http_a, trace_id)
     kinds = [e[1] for e in stored(pair.http_a, trace_id)]
     assert run["status"] == "failed" and kinds[-2:] == ["budget_exceeded", "run_failed"], kinds[-3:]
     budget = Decimal("0.50")
@@ -120,8 +127,7 @@ def test_pause_then_a_top_up_on_the_other_process_finishes_without_calling_items
     started = pair.http_a.post("/workflow/run", json={
         "template_id": template, "input": [f"topic {n}" for n in range(10)]})
     trace_id = started.json()["trace_id"]
-    run = wait_for(lambda: (lambda r: r if r["status"] in ("waiting_budget", "failed", "succeeded") else None)(
-        pair.http_a.get(f"/workflow/run/{trace_id}").json()), 60)
+    run = ended(pair.http_a, trace_id, ("waiting_budget", "failed", "succeeded"), 60)
     assert run["status"] == "waiting_budget", run["status"]
     assert stored(pair.http_b, trace_id)[-1][1] == "budget_exhausted"
     done_before = {s["path"] for s in run["steps"] if s["status"] == "succeeded" and s["path"].startswith("m[")}
@@ -129,8 +135,7 @@ def test_pause_then_a_top_up_on_the_other_process_finishes_without_calling_items
     assert billed(pair.fake) <= Decimal("0.02")
     raised = pair.http_b.post(f"/workflow/run/{trace_id}/budget", json={"add_usd": "1"})
     assert raised.status_code == 200, raised.text
-    run = wait_for(lambda: (lambda r: r if r["status"] in ("failed", "succeeded") else None)(
-        pair.http_b.get(f"/workflow/run/{trace_id}").json()), 60)
+    run = ended(pair.http_b, trace_id, timeout=60)
     assert run["status"] == "succeeded"
     counted = Counter(body["messages"][-1]["content"] for body in pair.fake.chat_requests)
     for path in done_before:
@@ -158,8 +163,6 @@ def test_a_provider_max_concurrency_holds_across_two_processes(money_pair):
     for thread in threads:
         thread.join()
     for http, trace_id in runs:
-        run = wait_for(lambda: (lambda r: r if r["status"] in ("failed", "succeeded") else None)(
-            http.get(f"/workflow/run/{trace_id}").json()), 120)
-        assert run["status"] == "succeeded", run
+        assert ended(http, trace_id)["status"] == "succeeded"
     assert len(pair.fake.chat_requests) == 16
     assert pair.fake.max_in_flight == 3

@@ -13,14 +13,13 @@ from orchestra.engine.tools import wire_name
 from orchestra.services import agents, auth, providers
 from orchestra.services import mcp as mcp_service
 from tests.engine.test_engine import events, start, wait_status, worker_step
-from tests.fakes.fake_llm import FakeLLM, fake_llm  # noqa: F401 - fixture
-from tests.fakes.fake_mcp import fake_mcp  # noqa: F401 - fixture
+from tests.fakes.fake_llm import FakeLLM
 
 SETTING = "ORCHESTRA_EGRESS_ALLOW"
 
 
 @pytest.fixture
-def settings_overrides(fake_llm):  # noqa: F811
+def settings_overrides(fake_llm):
     """The running server allows the fake model's address and port only."""
     port = fake_llm.base_url.split(":")[2].split("/")[0]
     return {"egress_allow": f"127.0.0.1:{port}"}
@@ -41,7 +40,7 @@ async def agent(core, fake: FakeLLM, base_url: str, tools: tuple[str, ...] = ())
     return {"user_id": user.id, "worker_id": worker.id, "provider_id": provider.id}
 
 
-async def test_a_model_call_the_rule_refuses_fails_the_step(core, fake_llm):  # noqa: F811
+async def test_a_model_call_the_rule_refuses_fails_the_step(core, fake_llm):
     elsewhere = fake_llm.base_url.replace("127.0.0.1", "127.0.0.2")  # loopback, not allowed
     who = await agent(core, fake_llm, elsewhere)
     trace_id = await start(core, who, [worker_step(who)])
@@ -51,7 +50,7 @@ async def test_a_model_call_the_rule_refuses_fails_the_step(core, fake_llm):  # 
     assert fake_llm.chat_requests == []
 
 
-async def test_an_mcp_call_the_rule_refuses_is_a_tool_error(core, fake_llm, fake_mcp):  # noqa: F811
+async def test_an_mcp_call_the_rule_refuses_is_a_tool_error(core, fake_llm, fake_mcp):
     await mcp_service.create_server(allowing(core, "127.0.0.0/8"), name="fake", transport="streamable_http",
                                     url=fake_mcp.url)
     before = fake_mcp.stats().get("connects", 0)

@@ -11,7 +11,7 @@ import pytest
 
 from orchestra.db.models import RunEvent, RunStep, WorkflowRun
 from tests.engine.test_engine import setup_agent, start
-from tests.fakes.fake_llm import FakeLLM, fake_llm  # noqa: F401 - fixture
+from tests.fakes.fake_llm import FakeLLM
 
 
 @pytest.fixture

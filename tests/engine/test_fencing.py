@@ -8,7 +8,6 @@ import time
 
 from orchestra.db.models import WorkflowRun
 from tests.engine.test_engine import events, kinds, setup_agent, start, steps_of, wait_status
-from tests.fakes.fake_llm import fake_llm  # noqa: F401 - fixture
 
 
 async def wait_kind(core, trace_id: str, kind: str, timeout: float = 10.0) -> None:

@@ -8,7 +8,6 @@ import pytest
 
 from tests.engine.test_engine import events, setup_agent, steps_of, wait_status, worker_step
 from tests.engine.test_language_runs import start
-from tests.fakes.fake_llm import fake_llm  # noqa: F401 - fixture
 
 
 @pytest.fixture
@@ -20,7 +19,7 @@ def settings_overrides():
     ("[1, 2, 3, 4]", "gave 4 items; at most 3 may be mapped (ORCHESTRA_FOREACH_MAX_ITEMS)"),
     ("'one'", "gave a str, not a list"),
 ])
-async def test_a_foreach_that_cannot_map_fails_its_step(core, fake_llm, items, problem):  # noqa: F811
+async def test_a_foreach_that_cannot_map_fails_its_step(core, fake_llm, items, problem):
     who = await setup_agent(core, fake_llm)
     step = {**worker_step(who, "each", "Look at {{item}}"), "foreach": {"items": items}}
     trace_id = await start(core, who, [step])

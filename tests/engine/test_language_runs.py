@@ -12,7 +12,7 @@ from orchestra.db.models import WorkflowRun
 from orchestra.errors import ConflictError, ValidationError
 from orchestra.services import workflows as wf
 from tests.engine.test_engine import events, kinds, setup_agent, steps_of, wait_status, worker_step
-from tests.fakes.fake_llm import FakeLLM, fake_llm  # noqa: F401 - fixture
+
 
 @pytest.fixture
 def database_url(both_stores: str) -> str:

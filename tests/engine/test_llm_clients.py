@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from typing import Any
@@ -301,15 +302,13 @@ def test_fake_stop_is_prompt_even_with_a_slow_reply_in_flight():
     fake.script_text("slow", initial_delay=30)
 
     def call() -> None:
-        try:
+        with contextlib.suppress(httpx.HTTPError):
             httpx.post(
                 f"{base}/chat/completions",
                 headers={"Authorization": "Bearer k"},
                 json={"model": "m", "messages": [], "stream": True},
                 timeout=10,
             )
-        except httpx.HTTPError:
-            pass
 
     worker = threading.Thread(target=call)
     worker.start()

@@ -11,7 +11,6 @@ import sys
 import pytest
 
 from orchestra.db.models import McpServer, WorkflowRun
-
 from orchestra.engine.tools import wire_name
 from orchestra.services import mcp as mcp_service
 from tests.engine.test_engine import (
@@ -22,8 +21,8 @@ from tests.engine.test_engine import (
     wait_status,
     worker_step,
 )
-from tests.fakes.fake_llm import FakeLLM, fake_llm  # noqa: F401 - fixture
-from tests.fakes.fake_mcp import FakeMcpProcess, fake_mcp  # noqa: F401 - fixture
+from tests.fakes.fake_llm import FakeLLM
+from tests.fakes.fake_mcp import FakeMcpProcess
 
 PYTHON = sys.executable
 

@@ -11,7 +11,6 @@ from orchestra.db.models import Worker
 from orchestra.engine.tools import Tool, ToolContext, default_registry
 from orchestra.services import agents
 from tests.engine.test_engine import events, setup_agent, start, wait_status, worker_step
-from tests.fakes.fake_llm import FakeLLM, fake_llm  # noqa: F401 - fixture
 
 LIMIT = 1000
 

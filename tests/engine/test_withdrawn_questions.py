@@ -13,7 +13,6 @@ from orchestra.db.models import WorkflowRun
 from orchestra.errors import ConflictError
 from tests.engine.test_engine import events, kinds, setup_agent, start, wait_status
 from tests.engine.test_fencing import wait_kind
-from tests.fakes.fake_llm import fake_llm  # noqa: F401 - fixture
 
 
 async def crash_and_resume(core, trace_id: str) -> None:

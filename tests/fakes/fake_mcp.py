@@ -1,6 +1,6 @@
-"""Real MCP servers for tests: `fake_mcp`, the SDK-built streamable-HTTP server of
-`orchestra.testing.fake_mcp` in a child process on loopback. Import the fixture into a
-test module (or conftest) to use it; the process it shares is tests/conftest.py's
+"""Real MCP servers for tests: the `fake_mcp` fixture (tests/conftest.py's) gives a
+`FakeMcpView` of the SDK-built streamable-HTTP server of `orchestra.testing.fake_mcp`,
+in a child process on loopback; the process it shares is tests/conftest.py's
 `_fake_mcp_process`.
 
 Starting that process costs ~0.5-2 s (it imports the MCP SDK and uvicorn), so the
@@ -10,11 +10,9 @@ may still `stop()` it or make it `die`: the next test then gets a new process.""
 
 from __future__ import annotations
 
-import pytest
-
 from orchestra.testing.fake_mcp import FakeMcpProcess
 
-__all__ = ["FakeMcpProcess", "FakeMcpView", "fake_mcp"]
+__all__ = ["FakeMcpProcess", "FakeMcpView"]
 
 
 class FakeMcpView:
@@ -43,15 +41,10 @@ class FakeMcpView:
         now = self.process.stats()
         return {key: value - self._zero.get(key, 0) for key, value in now.items()}
 
-    def start(self, timeout: float = 30.0) -> "FakeMcpView":
+    def start(self, timeout: float = 30.0) -> FakeMcpView:
         self.process.start(timeout)
         self._zero = {}  # a new process counts from zero
         return self
 
     def stop(self) -> None:
         self.process.stop()
-
-
-@pytest.fixture
-def fake_mcp(_fake_mcp_process: FakeMcpProcess) -> FakeMcpView:
-    return FakeMcpView(_fake_mcp_process)

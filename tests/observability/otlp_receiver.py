@@ -63,7 +63,7 @@ class OTLPReceiver:
         self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
-    def __enter__(self) -> "OTLPReceiver":
+    def __enter__(self) -> OTLPReceiver:
         self.thread.start()
         return self
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 
@@ -20,7 +21,7 @@ class CuttableProxy:
         probe.close()
         self.listener: socket.socket | None = None
 
-    def start(self) -> "CuttableProxy":
+    def start(self) -> CuttableProxy:
         listener = socket.socket()
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         listener.bind(("127.0.0.1", self.port))
@@ -38,10 +39,8 @@ class CuttableProxy:
         if listener is not None:
             listener.close()
         for sock in doomed:
-            try:
+            with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
             sock.close()
 
     stop = cut
@@ -75,7 +74,5 @@ class CuttableProxy:
             pass
         finally:
             for sock in (source, sink):
-                try:
+                with contextlib.suppress(OSError):
                     sock.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass

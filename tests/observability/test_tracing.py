@@ -8,7 +8,6 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from orchestra.db.models import WorkflowRun
 from orchestra.observability import tracing
-from tests.fakes.fake_llm import FakeLLM, fake_llm  # noqa: F401 - fixture
 from tests.web.test_workflow_routes import API, human, make_template, wait_for
 
 CLIENT_TRACE = "0af7651916cd43dd8448eb211c80319c"

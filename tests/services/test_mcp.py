@@ -21,7 +21,6 @@ from orchestra.errors import ConflictError, ValidationError
 from orchestra.services import agents, auth
 from orchestra.services import mcp as svc
 from orchestra.services import providers as psvc
-from tests.fakes.fake_mcp import FakeMcpProcess, fake_mcp  # noqa: F401 - fixture
 
 PYTHON = os.path.basename(sys.executable)
 FAKE_STDIO = ["-m", "orchestra.testing.fake_mcp", "--stdio"]

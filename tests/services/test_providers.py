@@ -5,10 +5,9 @@ from __future__ import annotations
 import pytest
 
 from orchestra.db.models import Provider, User
-from orchestra.errors import ConflictError, NotFoundError, ProviderError, ValidationError
+from orchestra.errors import ConflictError, NotFoundError, ValidationError
 from orchestra.services import agents, auth
 from orchestra.services import providers as svc
-from tests.fakes.fake_llm import FakeLLM, fake_llm  # noqa: F401 - registers the fixture
 
 
 @pytest.fixture
@@ -92,7 +91,7 @@ async def test_update_keeps_kind_rules(core):
         await svc.update_provider(core, provider_id=other.id, name="C")
 
 
-async def test_check_against_fake_llm(core, fake_llm):  # noqa: F811
+async def test_check_against_fake_llm(core, fake_llm):
     good = await svc.create_provider(
         core, name="good", kind="openai_compatible", model_id="fake-model", base_url=fake_llm.base_url, api_key="k-1"
     )

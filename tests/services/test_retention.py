@@ -9,7 +9,13 @@ import datetime as dt
 import pytest
 
 from orchestra.db.models import (
-    RefreshToken, RunEvent, RunStep, Upload, User, WorkflowRun, WorkflowTemplate,
+    RefreshToken,
+    RunEvent,
+    RunStep,
+    Upload,
+    User,
+    WorkflowRun,
+    WorkflowTemplate,
 )
 from orchestra.services import auth, retention
 

@@ -9,8 +9,7 @@ import pytest
 
 from orchestra.db.models import Upload
 from orchestra.errors import BadRequestError, NotFoundError, PayloadTooLargeError, ValidationError
-from orchestra.services import auth
-from orchestra.services import uploads
+from orchestra.services import auth, uploads
 
 BOUNDARY = "----orchestra-test-boundary"
 CONTENT_TYPE = f"multipart/form-data; boundary={BOUNDARY}"
@@ -69,7 +68,7 @@ async def test_any_chunking_gives_the_same_files(core, owner, chunk_size):
         ("a.txt", len(first), "text/plain"),
         ("b.bin", len(second), "application/octet-stream"),
     ]
-    for upload, data in zip(stored, (first, second)):
+    for upload, data in zip(stored, (first, second), strict=True):
         assert upload.sha256 == hashlib.sha256(data).hexdigest()
         path = core.settings.uploads_dir / owner / upload.id
         assert path.read_bytes() == data

@@ -15,8 +15,6 @@ import pytest
 from orchestra.db.models import McpServer, Provider
 from orchestra.services import mcp as mcp_service
 from orchestra.services import providers as provider_service
-from tests.fakes.fake_llm import FakeLLM, fake_llm  # noqa: F401 - fixture
-from tests.fakes.fake_mcp import fake_mcp  # noqa: F401 - fixture
 
 PROVIDER = "/api/v1/provider"
 MCP = "/api/v1/resource/mcp"
@@ -81,7 +79,7 @@ def port_of(url: str) -> int:
     return int(url.split(":")[2].split("/")[0])
 
 
-async def test_check_connects_when_the_address_and_port_are_listed(client, admin, fake_llm):  # noqa: F811
+async def test_check_connects_when_the_address_and_port_are_listed(client, admin, fake_llm):
     core = client.app.ctx.core
     port = port_of(fake_llm.base_url)
     provider = await Provider.acreate(name="p", kind="openai_compatible", model_id="m", base_url=fake_llm.base_url)
@@ -97,7 +95,7 @@ async def test_check_connects_when_the_address_and_port_are_listed(client, admin
         assert answer == {"ok": True, "models": sorted(fake_llm.models)}, allow
 
 
-async def test_save_is_allowed_when_listed(client, admin, fake_llm):  # noqa: F811
+async def test_save_is_allowed_when_listed(client, admin, fake_llm):
     core = client.app.ctx.core
     created = await provider_service.create_provider(
         strict(core, f"127.0.0.1:{port_of(fake_llm.base_url)}"), name="p", kind="openai_compatible", model_id="m",
@@ -172,7 +170,7 @@ async def test_a_redirect_to_an_address_not_allowed_is_refused(client, admin):
             await server.wait_closed()
 
 
-async def test_a_stored_internal_mcp_url_is_refused_at_refresh(client, admin, fake_mcp):  # noqa: F811
+async def test_a_stored_internal_mcp_url_is_refused_at_refresh(client, admin, fake_mcp):
     core = client.app.ctx.core
     saved = await mcp_service.create_server(strict(core, "127.0.0.1"), name="m", transport="streamable_http",
                                             url=fake_mcp.url)

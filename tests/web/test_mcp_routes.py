@@ -10,7 +10,7 @@ import json
 import pytest
 
 from orchestra.db.models import McpServer, Worker
-from tests.fakes.fake_mcp import FakeMcpProcess, fake_mcp  # noqa: F401 - fixture
+from tests.fakes.fake_mcp import FakeMcpProcess
 
 MCP = "/api/v1/resource/mcp"
 TOOLS = "/api/v1/resource/tool"

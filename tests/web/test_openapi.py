@@ -9,8 +9,8 @@ import pytest
 from openapi_spec_validator import validate
 from sanic import Sanic
 
-from orchestra.engine.log import KINDS
 from orchestra.engine.llm.factory import SUPPORTED_KINDS
+from orchestra.engine.log import KINDS
 from orchestra.services.roles import ROLE_NAMES
 from orchestra.web.apidoc.document import UndocumentedRoute, api_routes, build_document
 from orchestra.web.apidoc.events import EVENT_FIELDS
@@ -182,7 +182,8 @@ async def test_success_statuses_and_media_types(doc):
     created = {("/api/v1/auth/register", "post"), ("/api/v1/provider", "post"),
                ("/api/v1/agent/worker", "post"), ("/api/v1/resource/skill", "post"),
                ("/api/v1/workflow/template", "post"), ("/api/v1/adapter/client/upload", "post"),
-               ("/api/v1/resource/mcp", "post")}
+               ("/api/v1/resource/mcp", "post"), ("/api/v1/auth/key", "post"),
+               ("/api/v1/workflow/hook", "post")}
     for key, op in ops.items():
         success = [s for s in op["responses"] if s.startswith("2")]
         started = {("/api/v1/workflow/run", "post"), ("/api/v1/workflow/run/{trace_id}/retry", "post")}
@@ -252,8 +253,8 @@ async def test_links_lead_from_resources_to_what_uses_them(doc):
     ids = {op["operationId"] for _, _, op in operations(doc)}
     links = {}
     for _, _, op in operations(doc):
-        for status, response in op["responses"].items():
-            for name, link in response.get("links", {}).items():
+        for response in op["responses"].values():
+            for link in response.get("links", {}).values():
                 assert link["operationId"] in ids
                 links[(op["operationId"], link["operationId"])] = link
     assert {

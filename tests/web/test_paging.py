@@ -7,7 +7,7 @@ import datetime as dt
 
 import pytest
 
-from orchestra.db.models import RunEvent, Upload, Worker, WorkflowRun, WorkflowTemplate, Provider
+from orchestra.db.models import Provider, RunEvent, Upload, Worker, WorkflowRun, WorkflowTemplate
 from orchestra.services.paging import encode_cursor
 
 API = "/api/v1"

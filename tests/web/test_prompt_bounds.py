@@ -10,7 +10,6 @@ import json
 import pytest
 
 from orchestra.db.models import RunEvent
-from tests.fakes.fake_llm import FakeLLM, fake_llm  # noqa: F401 - fixture
 from tests.web.test_workflow_routes import API, human, make_template, wait_for
 
 PROMPT_LIMIT = 4096

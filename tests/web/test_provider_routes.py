@@ -6,7 +6,6 @@ import pytest
 
 from orchestra.db.models import Provider, Worker
 from orchestra.engine.llm.factory import SUPPORTED_KINDS
-from tests.fakes.fake_llm import FakeLLM, fake_llm  # noqa: F401 - registers the fixture
 
 URL = "/api/v1/provider"
 KEY = "sk-test-1234567890abcd"
@@ -178,7 +177,7 @@ async def test_delete_provider_in_use_is_409_naming_the_workers(client, admin):
     assert await client.app.ctx.core.db.count(Worker.select()) == 1
 
 
-async def test_check_lists_models_from_the_provider(client, admin, fake_llm):  # noqa: F811
+async def test_check_lists_models_from_the_provider(client, admin, fake_llm):
     pid = (await register(client, admin, provider="openai_compatible", base_url=fake_llm.base_url, api_key="good-key"))["provider_id"]
     response = await client.post(f"{URL}/{pid}/check", headers=admin["headers"])
     assert response.status_code == 200, response.text
@@ -187,7 +186,7 @@ async def test_check_lists_models_from_the_provider(client, admin, fake_llm):  #
     assert seen and seen[-1].headers["authorization"] == "Bearer good-key"
 
 
-async def test_check_with_a_bad_key_is_ok_false_without_the_providers_body(client, admin, fake_llm):  # noqa: F811
+async def test_check_with_a_bad_key_is_ok_false_without_the_providers_body(client, admin, fake_llm):
     pid = (await register(client, admin, provider="openai_compatible", base_url=fake_llm.base_url, api_key="bad-key"))["provider_id"]
     response = await client.post(f"{URL}/{pid}/check", headers=admin["headers"])
     assert response.status_code == 200, response.text

@@ -9,8 +9,7 @@ import pytest
 
 from orchestra.db.models import McpServer, Provider
 from orchestra.services import providers as provider_service
-from tests.fakes.fake_llm import FakeLLM, fake_llm  # noqa: F401 - fixture
-from tests.fakes.fake_mcp import fake_mcp  # noqa: F401 - fixture
+from tests.fakes.fake_llm import FakeLLM
 
 PROVIDER = "/api/v1/provider"
 MCP = "/api/v1/resource/mcp"
@@ -22,7 +21,7 @@ def settings_overrides():
     return {"mcp_stdio_commands": "mcp-server-time,python3"}
 
 
-async def test_a_new_base_url_needs_the_key_again(client, admin, fake_llm):  # noqa: F811
+async def test_a_new_base_url_needs_the_key_again(client, admin, fake_llm):
     with FakeLLM() as elsewhere:
         body = {"name": "p", "provider": "openai_compatible", "model_id": "m", "base_url": fake_llm.base_url,
                 "api_key": KEY}
@@ -54,7 +53,7 @@ async def test_a_new_base_url_needs_the_key_again(client, admin, fake_llm):  # n
         assert response.status_code == 200 and response.json()["has_api_key"] is False
 
 
-async def test_a_provider_without_a_key_may_move(client, admin, fake_llm):  # noqa: F811
+async def test_a_provider_without_a_key_may_move(client, admin, fake_llm):
     body = {"name": "p", "provider": "openai_compatible", "model_id": "m", "base_url": fake_llm.base_url}
     pid = (await client.post(PROVIDER, json=body, headers=admin["headers"])).json()["provider_id"]
     response = await client.put(f"{PROVIDER}/{pid}", json={"base_url": "http://127.0.0.1:9/v1"},
@@ -62,7 +61,7 @@ async def test_a_provider_without_a_key_may_move(client, admin, fake_llm):  # no
     assert response.status_code == 200, response.text
 
 
-async def test_a_new_mcp_url_needs_the_headers_again(client, admin, fake_mcp):  # noqa: F811
+async def test_a_new_mcp_url_needs_the_headers_again(client, admin, fake_mcp):
     secret = "Bearer sk-mcp-secret-7777"
     body = {"name": "m", "transport": "streamable_http", "url": fake_mcp.url, "headers": {"Authorization": secret}}
     created = (await client.post(MCP, json=body, headers=admin["headers"])).json()

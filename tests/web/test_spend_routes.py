@@ -12,7 +12,6 @@ import pytest
 
 from orchestra.db.models import WorkflowRun
 from orchestra.services import agents, providers
-from tests.fakes.fake_llm import FakeLLM, fake_llm  # noqa: F401 - fixture
 
 API = "/api/v1/workflow"
 NAMES = itertools.count()

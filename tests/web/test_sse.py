@@ -60,7 +60,7 @@ async def test_replay_of_a_finished_run(client, finished):
     assert [f[1] for f in frames] == [
         "run_started", "step_started", "reply_requested", "reply_received", "step_finished", "run_finished"
     ]
-    for seq, kind, data in frames:
+    for seq, _kind, data in frames:
         assert data["seq"] == seq and data["trace_id"] == trace_id and data["ts"].endswith("Z")
     assert frames[2][2]["prompt"] == "Name?" and frames[2][2]["request_id"] == frames[3][2]["request_id"]
     assert frames[2][2]["step_id"] == "h" and frames[3][2]["content"] == "Ann"

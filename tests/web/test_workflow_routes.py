@@ -7,7 +7,6 @@ import asyncio
 import pytest
 
 from orchestra.db.models import WorkflowRun, WorkflowTemplate
-from tests.fakes.fake_llm import FakeLLM, fake_llm  # noqa: F401 - fixture
 
 API = "/api/v1/workflow"
 

@@ -21,7 +21,7 @@ from peewee import (
 
 
 def utcnow():
-    return dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+    return dt.datetime.now(dt.UTC).replace(tzinfo=None)
 
 
 def new_id():

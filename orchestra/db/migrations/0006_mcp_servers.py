@@ -14,7 +14,7 @@ from peewee import CharField, DateTimeField, DoubleField, Model, PostgresqlDatab
 
 
 def utcnow():
-    return dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+    return dt.datetime.now(dt.UTC).replace(tzinfo=None)
 
 
 def new_id():

@@ -365,17 +365,24 @@ def _clean(schema: Any, *, refuse_nul: bool) -> Any:
         del out["maxLength"]
     if out.get("propertyNames") == {}:  # a key's cap (STR_MAX) only: nothing left to say
         del out["propertyNames"]
-    if refuse_nul and out.get("type") == "object" and "propertyNames" not in out and _is_free_map(out):
+    if refuse_nul:
+        _refuse_nul(out)
+    if "default" in out and out["default"] is None and not _allows_null(out):
+        del out["default"]
+    return out
+
+
+def _refuse_nul(out: dict) -> None:
+    """State on a cleaned schema of a body that refuses NUL that its free strings, free
+    maps' keys and free values cannot hold one."""
+    if out.get("type") == "object" and "propertyNames" not in out and _is_free_map(out):
         out["propertyNames"] = {"pattern": NO_NUL}  # a key is a string of the body too
         if out.get("additionalProperties", True) is True:
             out["additionalProperties"] = {"$ref": REF.format(model=JSON_TEXT)}
-    if refuse_nul and _is_any(out):
+    if _is_any(out):
         out["$ref"] = REF.format(model=JSON_TEXT)
-    if "default" in out and out["default"] is None and not _allows_null(out):
-        del out["default"]
-    if refuse_nul and _is_free_string(out):
+    if _is_free_string(out):
         out["pattern"] = NO_NUL
-    return out
 
 
 def _allows_null(schema: dict) -> bool:

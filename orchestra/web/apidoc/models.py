@@ -12,10 +12,10 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from orchestra.engine import vocabulary
+from orchestra.engine.language.model import Step, TemplateLimits
 from orchestra.engine.llm.factory import SUPPORTED_KINDS
 from orchestra.services.roles import ROLE_NAMES
 from orchestra.services.uploads import MAX_FILES
-from orchestra.engine.language.model import Step, TemplateLimits
 
 Timestamp = Annotated[str, Field(json_schema_extra={"format": "date-time"})]
 RoleName = Literal[tuple(ROLE_NAMES)]  # type: ignore[valid-type]
@@ -312,6 +312,13 @@ class RunStarted(Success):
     status: Literal["queued"]
 
 
+class RunReplayed(Success):
+    """A start already made with this Idempotency-Key (or webhook-id): nothing new started."""
+
+    trace_id: str = Field(description="The run the first request started.")
+    status: RunStatus = Field(description="That run's status now.")
+
+
 class RunRetried(RunStarted):
     retry_of: str = Field(description="The run whose succeeded steps this one reuses.")
 
@@ -331,6 +338,9 @@ class RunSummary(Shape):
         "What the run's model calls cost (USD, exact decimal string), reservations of calls "
         "lost in a crash included; null when no call was priced."))
     budget_usd: str | None = Field(None, description="The run's budget (USD); null: none.")
+    trigger: dict[str, Any] | None = Field(
+        None, description="What started the run: null for a person or an API key; "
+        '{"kind": "webhook", "hook_id", "webhook_id"} or {"kind": "schedule", "schedule_id", "due_at"}.')
 
 
 class RunList(Success):

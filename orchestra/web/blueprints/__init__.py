@@ -8,7 +8,16 @@ from sanic import Blueprint
 def all_blueprints() -> Blueprint:
     """Every API area, as one group under /api/v1."""
     from orchestra.web.blueprints import (
-        adapter, agent, auth, mcp, provider, resource, usage, workflow)
+        adapter,
+        agent,
+        auth,
+        keys,
+        mcp,
+        provider,
+        resource,
+        usage,
+        workflow,
+    )
 
-    areas = [auth, provider, agent, resource, mcp, workflow, usage, adapter]
+    areas = [auth, keys, provider, agent, resource, mcp, workflow, usage, adapter]
     return Blueprint.group(*(area.bp for area in areas), url_prefix="/api/v1")

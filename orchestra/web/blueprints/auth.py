@@ -6,6 +6,7 @@ from typing import Literal
 
 from sanic import Blueprint, Request
 from sanic.response import HTTPResponse, json
+
 from orchestra.services import auth as auth_service
 from orchestra.services.roles import ROLE_NAMES, Role
 from orchestra.web.apidoc import models as out
@@ -135,7 +136,7 @@ def _users_body(users: list) -> bytes:
     store changes, so the JSON is rendered once per change, not once per request."""
     global _rendered
     last, body = _rendered
-    if not body or len(last) != len(users) or any(a is not b for a, b in zip(last, users)):
+    if not body or len(last) != len(users) or any(a is not b for a, b in zip(last, users, strict=True)):
         rows = [{"user_id": u.id, "user_name": u.user_name, "role": u.role} for u in users]
         body = json({"message": SUCCESS, "users": rows}).body
         _rendered = (users, body)

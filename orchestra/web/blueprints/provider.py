@@ -14,7 +14,13 @@ from orchestra.services import providers as provider_service
 from orchestra.services.roles import Role
 from orchestra.web.apidoc import models as out
 from orchestra.web.apidoc.operation import Link, documented
-from orchestra.web.apidoc.rules import API_KEY_PATTERN, BASE_URL_PATTERN, model_rule, name_rule, rule
+from orchestra.web.apidoc.rules import (
+    API_KEY_PATTERN,
+    BASE_URL_PATTERN,
+    model_rule,
+    name_rule,
+    rule,
+)
 from orchestra.web.auth import protected
 from orchestra.web.responses import SUCCESS
 from orchestra.web.validation import Body, ClosedBody, parse_body

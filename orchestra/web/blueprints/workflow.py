@@ -9,8 +9,9 @@ from sanic.response import HTTPResponse, json
 
 from orchestra.engine.language.model import EXPRESSION_MAX, MAX_STEPS, Step, TemplateLimits
 from orchestra.engine.vocabulary import RunStatus
-from orchestra.errors import ValidationError
+from orchestra.errors import PermissionDeniedError, ValidationError
 from orchestra.observability import tracing
+from orchestra.services import run_starts
 from orchestra.services import spend as spend_service
 from orchestra.services import workflows as service
 from orchestra.services.roles import Role
@@ -177,7 +178,7 @@ def _flag(request: Request, name: str) -> bool:
         "Run": Link("workflow.start_run", request_body={**_TEMPLATE, "input": "2 + 2"}),
     },
 )
-@protected(Role.USER)
+@protected(Role.USER, scope="template:write")
 async def create_template(request: Request):
     body = parse_body(request, TemplateBody)
     principal = request.ctx.principal
@@ -202,7 +203,7 @@ async def create_template(request: Request):
     "schemas, your workers) and answers 200 with each problem and its path; nothing is stored. "
     "`orchestra template check FILE` uses it.",
 )
-@protected(Role.USER)
+@protected(Role.USER, scope="template:read")
 async def check_template(request: Request):
     body = parse_body(request, TemplateDraft)
     checked = await service.check_template(
@@ -217,7 +218,7 @@ async def check_template(request: Request):
     "List your templates and the shared ones, oldest first (paged)", response=out.TemplateList,
     errors={422: PAGE_ERRORS}, params=page_params("templates"),
 )
-@protected(Role.USER)
+@protected(Role.USER, scope="template:read")
 async def list_templates(request: Request):
     limit, cursor = page_args(request)
     page = await service.list_templates(
@@ -228,7 +229,7 @@ async def list_templates(request: Request):
 
 @bp.get("/template/<template_id:str>")
 @documented("Read a template", response=out.Template)
-@protected(Role.USER)
+@protected(Role.USER, scope="template:read")
 async def get_template(request: Request, template_id: str):
     template = await service.get_template(
         request.app.ctx.core, template_id=template_id, **_who(request)
@@ -246,7 +247,7 @@ async def get_template(request: Request, template_id: str):
         409: "ConflictError: you have a template of that name (ignoring case).",
     },
 )
-@protected(Role.USER)
+@protected(Role.USER, scope="template:write")
 async def update_template(request: Request, template_id: str):
     body = parse_body(request, TemplateBody)
     template = await service.update_template(
@@ -269,7 +270,7 @@ async def update_template(request: Request, template_id: str):
     "Delete a template (its runs keep their steps)", response=out.TemplateDeleted,
     errors={403: "PermissionDeniedError: a shared template, deleted by a non-administrator."},
 )
-@protected(Role.USER)
+@protected(Role.USER, scope="template:write")
 async def delete_template(request: Request, template_id: str):
     await service.delete_template(request.app.ctx.core, template_id=template_id, **_who(request))
     return json({"message": SUCCESS, "template_id": template_id})
@@ -281,24 +282,53 @@ async def delete_template(request: Request, template_id: str):
 @bp.post("/run")
 @documented(
     "Start a run of a template", body=RunBody, response=out.RunStarted, status=202,
-    errors={404: "NotFoundError: no template you may read has this id."},
+    description="With an `Idempotency-Key` header, the same key (yours, within 24 hours) answers "
+    "the first run's trace_id with 200 and the header `Idempotent-Replayed: true`, and starts "
+    "nothing; racing duplicates on any number of processes start exactly one run.",
+    extra_responses={200: "Idempotent-Replayed: this Idempotency-Key already started the run "
+                          "named (body: message, trace_id, status now); nothing was started."},
+    errors={403: "PermissionDeniedError: an API key limited to other templates.",
+            404: "NotFoundError: no template you may read has this id.",
+            422: "ValidationError: the body, or an Idempotency-Key over 255 characters or used "
+                 "with a different body."},
     links=_RUN_LINKS,
     params=(header("traceparent", "W3C trace context: the run's spans join this trace, in "
-                   "whichever process executes it (ignored unless well-formed)."),),
+                   "whichever process executes it (ignored unless well-formed)."),
+            header(run_starts.IDEMPOTENCY_HEADER, "Makes the start happen once: 1-255 printable "
+                   "characters, remembered per user for 24 hours.", maxLength=run_starts.KEY_MAX)),
 )
-@protected(Role.USER)
+@protected(Role.USER, scope="run:start")
 async def start_run(request: Request):
+    key = run_starts.idempotency_key(request.headers.get(run_starts.IDEMPOTENCY_HEADER))
     body = parse_body(request, RunBody)
-    run = await service.start_run(
-        request.app.ctx.core,
-        template_id=body.template_id,
-        input=body.input,
-        files=body.files,
-        budget_usd=body.budget_usd,
-        trace_parent=tracing.parent_for_run(request.headers),
-        **_who(request),
-    )
-    return json({"message": SUCCESS, "trace_id": run.trace_id, "status": RunStatus.QUEUED}, status=202)
+    principal = request.ctx.principal
+    if principal.key is not None and not principal.key.allows_template(body.template_id):
+        raise PermissionDeniedError("This API key may not start runs of that template.")
+    core = request.app.ctx.core
+    remember = None
+    if key is not None:
+        remember = run_starts.StartKey(
+            scope=f"user:{principal.user_id}", key=key,
+            fingerprint=run_starts.fingerprint(body.model_dump(mode="json")))
+
+    async def begin():
+        return await service.start_run(
+            core, template_id=body.template_id, input=body.input, files=body.files,
+            budget_usd=body.budget_usd, trace_parent=tracing.parent_for_run(request.headers),
+            remember=remember,
+            **_who(request),
+        )
+
+    if remember is None:
+        run = await begin()
+        return json({"message": SUCCESS, "trace_id": run.trace_id, "status": RunStatus.QUEUED},
+                    status=202)
+    started = await run_starts.start_once(core, remember, begin)
+    if started.replayed:
+        return json({"message": SUCCESS, "trace_id": started.trace_id, "status": started.status},
+                    headers={"Idempotent-Replayed": "true"})
+    return json({"message": SUCCESS, "trace_id": started.trace_id, "status": RunStatus.QUEUED},
+                status=202)
 
 
 @bp.get("/run")
@@ -313,7 +343,7 @@ async def start_run(request: Request):
         query("all", "Every user's runs (ADMINISTRATOR and above).", type="boolean"),
     ),
 )
-@protected(Role.USER)
+@protected(Role.USER, scope="run:read")
 async def list_runs(request: Request):
     limit, cursor = page_args(request)
     page = await service.list_runs(
@@ -325,7 +355,7 @@ async def list_runs(request: Request):
 
 @bp.get("/run/<trace_id:str>")
 @documented("Read a run: status, steps, outputs, open questions", response=out.RunDetail)
-@protected(Role.USER)
+@protected(Role.USER, scope="run:read")
 async def get_run(request: Request, trace_id: str):
     core = request.app.ctx.core
     run = await service.get_run(core, trace_id=trace_id, **_who(request))
@@ -344,7 +374,7 @@ async def get_run(request: Request, trace_id: str):
               type="integer", minimum=1, maximum=service.EVENTS_MAX),
     ),
 )
-@protected(Role.USER)
+@protected(Role.USER, scope="run:read")
 async def list_events(request: Request, trace_id: str):
     after = count_arg(request, "after", default=0, low=0, high=10**18 - 1)
     limit = count_arg(request, "limit", default=service.EVENTS_MAX, low=1, high=service.EVENTS_MAX)
@@ -366,9 +396,14 @@ async def list_events(request: Request, trace_id: str):
             422: "ValidationError: from_step is not a step of the run."},
     links=_RUN_LINKS,
 )
-@protected(Role.USER)
+@protected(Role.USER, scope="run:start")
 async def retry_run(request: Request, trace_id: str):
     body = parse_body(request, RetryBody) if (request.body or b"").strip() else RetryBody()
+    key = request.ctx.principal.key
+    if key is not None and key.templates is not None:
+        earlier = await service.get_run(request.app.ctx.core, trace_id=trace_id, **_who(request))
+        if not key.allows_template(earlier.template_id):
+            raise PermissionDeniedError("This API key may not start runs of that template.")
     run = await service.retry_run(
         request.app.ctx.core, trace_id=trace_id, from_step=body.from_step, **_who(request)
     )
@@ -400,7 +435,7 @@ async def raise_budget(request: Request, trace_id: str):
     errors={409: "ConflictError: the run has already ended."},
     links={"Read": Link("workflow.get_run", {"trace_id": "$response.body#/trace_id"})},
 )
-@protected(Role.USER)
+@protected(Role.USER, scope="run:cancel")
 async def cancel_run(request: Request, trace_id: str):
     run = await service.cancel_run(request.app.ctx.core, trace_id=trace_id, **_who(request))
     return json({"message": SUCCESS, "trace_id": run.trace_id, "status": run.status})
@@ -414,7 +449,7 @@ async def cancel_run(request: Request, trace_id: str):
                  "step's output may be (ORCHESTRA_STEP_OUTPUT_MAX_BYTES); the question stays open."},
     links={"Read": Link("workflow.get_run", {"trace_id": "$response.body#/trace_id"})},
 )
-@protected(Role.USER)
+@protected(Role.USER, scope="run:reply")
 async def reply(request: Request, trace_id: str):
     body = parse_body(request, ReplyBody)
     answered = await service.reply(
@@ -443,7 +478,7 @@ async def reply(request: Request, trace_id: str):
               "(leave it out to start from the beginning: an empty value is a 422).", **_AFTER),
     ),
 )
-@protected(Role.USER, allow_query=True)
+@protected(Role.USER, allow_query=True, scope="run:read")
 async def stream(request: Request, trace_id: str):
     core = request.app.ctx.core
     after = min(parse_last_event_id(request), SEQ_MAX)

@@ -1,0 +1,218 @@
+"""API keys (SPEC §11): a user's long-lived credential for machines, narrowed by scopes
+and, for `run:start`, by a list of templates.
+
+The secret is `orc_` + 32 random bytes (URL-safe base64), shown once at creation and
+stored only as its SHA-256. A slow password hash (argon2) guards low-entropy secrets
+people choose; 256 random bits cannot be guessed whatever the hash, and a key is
+checked on every request, where argon2's ~50 ms and 64 MiB would cost more than the
+request itself. Lookups go through each process's `KeyCache` (no store round trip while
+nothing changed); `last_used_at` is written at most once a minute per key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import hashlib
+import logging
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+from orchestra.core import Core
+from orchestra.db.access_models import ApiKey
+from orchestra.db.database import release_connection
+from orchestra.db.models import iso, storable, utcnow
+from orchestra.errors import NotFoundError, TokenInvalidError, ValidationError
+from orchestra.services.key_cache import KeyCache, KeyEntry
+from orchestra.services.run_access import require_runnable
+
+logger = logging.getLogger("orchestra.keys")
+
+PREFIX = "orc_"
+SECRET_BYTES = 32
+SCOPES = ("run:start", "run:read", "run:reply", "run:cancel", "template:read", "template:write")
+NAME_MAX = 128
+TEMPLATES_MAX = 100  # templates one key may be limited to
+KEYS_MAX = 100  # active keys one user may hold
+TOKEN_MAX = 256  # longer bearer values are not keys (nothing is hashed for them)
+TOUCH_SECONDS = 60  # last_used_at is written at most this often per key
+
+
+@dataclass(frozen=True, slots=True)
+class KeyGrant:
+    """What a request made with a key may do beyond its user's role."""
+
+    key_id: str
+    scopes: frozenset[str]
+    templates: frozenset[str] | None  # run:start is limited to these; None: any the user may run
+
+    def allows_template(self, template_id: str | None) -> bool:
+        return self.templates is None or template_id in self.templates
+
+
+def key_hash(secret: str) -> str:
+    return hashlib.sha256(secret.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def is_api_key(token: str) -> bool:
+    return token.startswith(PREFIX)
+
+
+def key_cache(core: Core) -> KeyCache:
+    cache = core.extras.get("key_cache")
+    if cache is None:
+        cache = core.extras["key_cache"] = KeyCache(
+            None if core.is_postgres else core.db.database,
+            core.signals if core.is_postgres else None,
+        )
+    return cache
+
+
+# --- management -------------------------------------------------------------------------
+
+
+def _name(name: str) -> str:
+    name = (name or "").strip()
+    if not 1 <= len(name) <= NAME_MAX or not storable(name) or any(ord(c) < 32 for c in name):
+        raise ValidationError.field("name", f"must be 1 to {NAME_MAX} printable characters")
+    return name
+
+
+def _scopes(scopes: list[str]) -> list[str]:
+    if not scopes:
+        raise ValidationError.field("scopes", f"must name at least one of {', '.join(SCOPES)}")
+    unknown = [s for s in scopes if s not in SCOPES]
+    if unknown:
+        raise ValidationError.field(
+            "scopes", f"unknown scope '{str(unknown[0])[:64]}'; known: {', '.join(SCOPES)}")
+    return [s for s in SCOPES if s in scopes]
+
+
+def parse_expiry(value: str | None, *, now: dt.datetime | None = None) -> dt.datetime | None:
+    """`expires_at` (ISO 8601; without an offset, UTC) as naive UTC; 422 unless in the future."""
+    if value is None:
+        return None
+    try:
+        when = dt.datetime.fromisoformat(value.strip())
+    except (ValueError, AttributeError):
+        raise ValidationError.field("expires_at", "must be an ISO 8601 date and time") from None
+    if when.tzinfo is not None:
+        when = when.astimezone(dt.UTC).replace(tzinfo=None)
+    if when <= (now or utcnow()):
+        raise ValidationError.field("expires_at", "must be in the future")
+    return when
+
+
+async def create_key(
+    core: Core, *, user_id: str, name: str, scopes: list[str],
+    templates: list[str] | None = None, expires_at: str | None = None,
+) -> tuple[ApiKey, str]:
+    """Store a new key of `user_id`; the row and the secret (returned this once)."""
+    name, scopes = _name(name), _scopes(scopes)
+    expiry = parse_expiry(expires_at)
+    if templates is not None:
+        if len(templates) > TEMPLATES_MAX:
+            raise ValidationError.field("templates", f"may list at most {TEMPLATES_MAX} templates")
+        templates = list(dict.fromkeys(templates))
+        await require_runnable(core, user_id=user_id, template_ids=templates, field="templates")
+    active = await core.db.count(
+        ApiKey.select().where((ApiKey.user == user_id) & ApiKey.revoked_at.is_null()))
+    if active >= KEYS_MAX:
+        raise ValidationError.field("name", f"you have {KEYS_MAX} keys, the limit; revoke one first")
+    secret = PREFIX + secrets.token_urlsafe(SECRET_BYTES)
+    key = await ApiKey.acreate(
+        user=user_id, name=name, key_hash=key_hash(secret), prefix=secret[len(PREFIX):][:8],
+        scopes=scopes, templates=templates, expires_at=expiry,
+    )
+    key_cache(core).changed()
+    return key, secret
+
+
+def key_view(key: ApiKey) -> dict[str, Any]:
+    """`key_info`: everything but the secret."""
+    return {
+        "key_id": key.id,
+        "name": key.name,
+        "prefix": key.prefix,
+        "scopes": list(key.scopes or []),
+        "templates": key.templates,
+        "created_at": iso(key.created_at),
+        "last_used_at": iso(key.last_used_at),
+        "expires_at": iso(key.expires_at),
+    }
+
+
+async def list_keys(core: Core, *, user_id: str) -> list[ApiKey]:
+    """The user's keys that are not revoked, oldest first."""
+    return await core.db.list(
+        ApiKey.select().where((ApiKey.user == user_id) & ApiKey.revoked_at.is_null())
+        .order_by(ApiKey.created_at, ApiKey.id)
+    )
+
+
+async def revoke_key(core: Core, *, user_id: str, key_id: str) -> None:
+    """Revoke one of the user's keys, at once on every process (the store's version
+    changes; on PostgreSQL a trigger signals it); 404 for an unknown or revoked key."""
+    revoked = 0
+    if len(key_id) <= 36 and storable(key_id):
+        revoked = await core.db.aexecute(ApiKey.update(revoked_at=utcnow()).where(
+            (ApiKey.id == key_id) & (ApiKey.user == user_id) & ApiKey.revoked_at.is_null()))
+    key_cache(core).changed()
+    if not revoked:
+        raise NotFoundError(f"No key of yours has the id '{key_id[:80]}'.")
+
+
+# --- authentication -----------------------------------------------------------------------
+
+
+async def authenticate(core: Core, token: str) -> KeyEntry:
+    """The stored key `token` names, if it may be used now; else 401 TokenInvalidError
+    (unknown, revoked, expired, or its user deleted)."""
+    if len(token) > TOKEN_MAX:
+        raise TokenInvalidError("The API key is not known.")
+    entry = await key_cache(core).lookup(core.db, key_hash(token))
+    if entry is None:
+        raise TokenInvalidError("The API key is not known (or its user was deleted).")
+    if entry.revoked_at is not None:
+        raise TokenInvalidError("The API key has been revoked.")
+    now = utcnow()
+    if entry.expires_at is not None and entry.expires_at <= now:
+        raise TokenInvalidError("The API key has expired.")
+    _touch(core, entry, now)
+    return entry
+
+
+def grant_of(entry: KeyEntry) -> KeyGrant:
+    return KeyGrant(entry.key_id, entry.scopes, entry.templates)
+
+
+def _touch(core: Core, entry: KeyEntry, now: dt.datetime) -> None:
+    """Record the key's use, at most once a minute per key: checked against this
+    process's memory, and the write itself only moves a time older than a minute (so
+    many processes still write about once a minute). Off the request's path."""
+    touched: dict[str, dt.datetime] = core.extras.setdefault("key_touched", {})
+    window = dt.timedelta(seconds=TOUCH_SECONDS)
+    last = max(filter(None, (touched.get(entry.key_id), entry.last_used_at)), default=None)
+    if last is not None and now - last < window:
+        return
+    if len(touched) > 10_000:
+        touched.clear()
+    touched[entry.key_id] = now
+    tasks: set = core.extras.setdefault("key_touch_tasks", set())
+    task = asyncio.get_running_loop().create_task(_write_use(core, entry.key_id, now, window))
+    tasks.add(task)
+    task.add_done_callback(tasks.discard)
+
+
+async def _write_use(core: Core, key_id: str, now: dt.datetime, window: dt.timedelta) -> None:
+    try:
+        await core.db.aexecute(ApiKey.update(last_used_at=now).where(
+            (ApiKey.id == key_id)
+            & (ApiKey.last_used_at.is_null() | (ApiKey.last_used_at < now - window))))
+    except Exception as exc:  # noqa: BLE001 - bookkeeping: a store outage only loses this write
+        logger.debug("could not record an API key's use: %s", exc)
+    finally:
+        with contextlib.suppress(Exception):  # the pool may be closing at shutdown
+            await release_connection(core.db)
