@@ -59,6 +59,7 @@ def _register_commands() -> None:
         skill,
         template,
         tool,
+        usage,
         user,
         worker,
         workflow,
@@ -67,7 +68,7 @@ def _register_commands() -> None:
     serve.register(app)
     app.add_typer(db.app, name="db")
     app.add_typer(user.app, name="user")
-    for area in (login, account, provider, node, tool, mcp, skill, worker, template, files, workflow):
+    for area in (login, account, provider, node, tool, mcp, skill, worker, template, files, workflow, usage):
         area.register(app)
 
 

@@ -10,6 +10,7 @@ import { Templates, TemplateEditor } from './pages/templates.js';
 import { Runs } from './pages/runs.js';
 import { RunView } from './pages/run_view.js';
 import { Users } from './pages/users.js';
+import { Usage } from './pages/usage.js';
 
 function currentRoute() {
   const [path, query = ''] = location.hash.replace(/^#\/?/, '').split('?');
@@ -50,6 +51,7 @@ const NAV = [
   ['workers', 'Workers', () => true],
   ['providers', 'Providers', isAdmin],
   ['mcp', 'MCP servers', () => true],
+  ['usage', 'Usage', () => true],
   ['users', 'Users', isSuperAdmin],
 ];
 
@@ -63,6 +65,7 @@ function Page({ route }) {
     case 'run': return html`<${RunView} key=${arg} traceId=${arg} />`;
     case 'users': return isSuperAdmin() ? html`<${Users} />` : html`<${Forbidden} />`;
     case 'runs': return html`<${Runs} query=${route.query} />`;
+    case 'usage': return html`<${Usage} />`;
     default: return html`<section><h1>Not found</h1><p>Nothing is at <code>#/${page}</code>.</p></section>`;
   }
 }
