@@ -12,6 +12,7 @@ it runs (the provider's recent average) and its reported usage once done.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import random
 import time
@@ -117,10 +118,8 @@ class ProviderGate:
                 if slot.state == "held":
                     return Pass(provider_id, slot)
                 changed = state.changed
-                try:
+                with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(changed.wait(), None if wake is None else max(0.0, wake - now))
-                except TimeoutError:
-                    pass
         except BaseException:
             if slot.state == "waiting":
                 state.slots.remove(slot)
@@ -167,17 +166,13 @@ class ProviderGate:
                     slot.state = "held"
                     return Pass(provider_id, slot)
                 pause = POLL if wake is None else min(POLL * 4, max(0.01, wake - now))
-                changed = state.changed
-                try:  # a call of this process ending wakes its waiters at once
+                changed = state.changed  # a call of this process ending wakes its waiters at once
+                with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(changed.wait(), pause * random.uniform(0.6, 1.0))
-                except TimeoutError:
-                    pass
         except BaseException:
             if not first:
-                try:
+                with contextlib.suppress(Exception):  # its heartbeat or lease ends it anyway
                     await asyncio.shield(self._drop(slot.id))
-                except Exception:  # noqa: BLE001 - its heartbeat or lease ends it anyway
-                    pass
             raise
 
     async def _drop(self, slot_id: str) -> None:

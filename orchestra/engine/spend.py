@@ -6,8 +6,8 @@ budget`, on the run's row): an upper bound of the prompt's tokens (its UTF-8 byt
 a per-message overhead: no tokenizer makes more tokens than bytes) at the input price,
 plus `max_tokens` at the output price. A call whose reservation does not fit is not
 made. After the call, the reservation becomes the call's actual cost; that change is
-kept in memory and stored with the run's next write (the step's end, or the next
-reservation), so a call costs one extra store transaction at most. A call whose
+kept in the run store and stored with the run's next fenced write (the step's end, or
+the next reservation), so a call costs one extra store transaction at most. A call whose
 outcome is lost (a crash, a cancel mid-stream) keeps its whole reservation as spent.
 
 The ledger (`workflow_run.spent_pusd`) is in whole pico-dollars, rounded up; each
@@ -24,12 +24,11 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from peewee import fn
-
-from orchestra.db.models import WorkflowRun
 from orchestra.engine.live import LiveRun, StepFailure
-from orchestra.engine.log import Fenced
+from orchestra.engine.provider_gate import ProviderGate
+from orchestra.engine.records import Records
 from orchestra.engine.sizes import utf8_size
+from orchestra.engine.store import RunStore
 from orchestra.money.amounts import from_pico, to_pico, usd_text
 from orchestra.money.prices import Price, find_price
 from orchestra.observability import metrics
@@ -90,15 +89,36 @@ def prompt_upper_bound(messages: list, tools: list, output_schema: Any) -> int:
 
 
 class Spending:
-    """Engine part: reserve before a model call, settle after it, cost on step instances."""
+    """Reserve before a model call, settle after it, each instance's cost: for AgentSteps
+    (the one place a model is called) and Calls (which store an instance's end)."""
 
-    def _spend_of(self, live: LiveRun, path: str) -> StepSpend:
+    def __init__(self, *, store: RunStore, records: Records, gate: ProviderGate,
+                 max_tokens: int) -> None:
+        self.store = store
+        self.records = records
+        self.gate = gate
+        self.max_tokens = max_tokens
+
+    @staticmethod
+    def _spend_of(live: LiveRun, path: str) -> StepSpend:
         return live.spends.setdefault(path, StepSpend())
 
-    async def _reserve(self, live: LiveRun, path: str, config: Any, messages: list, tools: list,
-                       output_schema: Any) -> Reservation:
+    async def wait_for_room(self, live: LiveRun, config: Any, messages: list, tools: list,
+                            output_schema: Any) -> Any:
+        """Wait until the provider's limits let this call through (engine/provider_gate.py);
+        its pass, or None for a provider without limits."""
+        if not config.provider_limits:
+            return None
+        bound = prompt_upper_bound(messages, tools, output_schema)
+        estimate = self.gate.estimate(config.provider_id, bound // 4 + 16)
+        return await self.gate.enter(config.provider_id, config.provider_limits, live.trace_id, estimate)
+
+    async def reserve(self, live: LiveRun, path: str, config: Any, messages: list, tools: list,
+                      output_schema: Any) -> Reservation:
         """Price the call and, under a budget, reserve its worst case (BudgetStop when it
-        does not fit; StepFailure when its model has no known price)."""
+        cannot fit; StepFailure when its model has no known price). A reservation that
+        does not fit while other calls of the run are in flight here waits for them to
+        settle: they give back what they did not use."""
         when = dt.datetime.now(dt.UTC)
         bound = prompt_upper_bound(messages, tools, output_schema)
         price = find_price(kind=config.provider_kind, model=config.model,
@@ -114,57 +134,24 @@ class Spending:
                 f"The run has a budget, and the model '{config.model}' of provider "
                 f"'{config.provider_name}' has no known price: set the provider's prices "
                 f"(PUT /api/v1/provider/{config.provider_id} with prices).")
-        pico = to_pico(price.cost(bound, self.settings.llm_max_tokens))
-        while not await self._take(live, pico):
+        pico = to_pico(price.cost(bound, self.max_tokens))
+        while not await self.store.reserve(live.trace_id, pico):
             if live.reserved_calls:  # calls in flight here will give back most of theirs
                 await live.settled.wait()
                 continue
-            await self._stored(live)  # settled calls still queued may free room
-            if await self._take(live, pico):
+            await self.records.stored(live)  # settled calls still queued may free room
+            if await self.store.reserve(live.trace_id, pico):
                 break
-            row = await WorkflowRun.aget_or_none(WorkflowRun.trace_id == live.trace_id)
-            spent = None if row is None else (row.spent_pusd or 0) + live.spend_pending
-            raise BudgetStop(from_pico(row.budget_pusd) if row else None, from_pico(spent))
+            budget, spent = await self.store.budget(live.trace_id)
+            raise BudgetStop(from_pico(budget), from_pico(spent))
         live.reserved_calls += 1
         return Reservation(price, pico, when)
 
-    async def _wait_for_room(self, live: LiveRun, config: Any, messages: list, tools: list,
-                             output_schema: Any) -> Any:
-        """Wait until the provider's limits let this call through (engine/provider_gate.py);
-        its pass, or None for a provider without limits."""
-        if not config.provider_limits:
-            return None
-        bound = prompt_upper_bound(messages, tools, output_schema)
-        estimate = self.gate.estimate(config.provider_id, bound // 4 + 16)
-        return await self.gate.enter(config.provider_id, config.provider_limits, live.trace_id, estimate)
-
-    async def _take(self, live: LiveRun, pico: int) -> bool:
-        """One fenced conditional UPDATE: reserve `pico` (and store the settled changes
-        kept in memory) if it fits the budget. Fenced when the claim no longer holds."""
-        pending, live.spend_pending = live.spend_pending, 0
-        spent = fn.COALESCE(WorkflowRun.spent_pusd, 0)
-        try:
-            changed = await self.db.aexecute(
-                WorkflowRun.update(spent_pusd=spent + pico + pending).where(
-                    self.ownership.holds(live.trace_id, live.claim)
-                    & (spent + pico + pending <= WorkflowRun.budget_pusd)))
-        except BaseException:
-            if pending > 0:  # unknown whether it was stored: never count a release twice
-                live.spend_pending += pending
-            raise
-        if changed:
-            return True
-        live.spend_pending += pending
-        held = await WorkflowRun.aget_or_none(self.ownership.holds(live.trace_id, live.claim))
-        if held is None:
-            raise Fenced(f"run {live.trace_id}: this process no longer holds its claim")
-        return False
-
-    def _settle(self, live: LiveRun, path: str, reservation: Reservation, usage: Any, *,
-                billed: bool) -> None:
-        """The call is over: its actual cost replaces its reservation (kept in memory
-        until the run's next write). `billed` False: the provider refused it before any
-        work (an HTTP error), so it costs nothing; a lost outcome keeps its reservation."""
+    def settle(self, live: LiveRun, path: str, reservation: Reservation, usage: Any, *,
+               billed: bool) -> None:
+        """The call is over: its actual cost replaces its reservation (stored with the
+        run's next write). `billed` False: the provider refused it before any work (an
+        HTTP error), so it costs nothing; a lost outcome keeps its whole reservation."""
         spend = self._spend_of(live, path)
         spend.calls += 1
         if reservation.pico:  # a reservation less: calls waiting for room look again
@@ -173,27 +160,18 @@ class Spending:
             live.settled = asyncio.Event()
         if usage is None:
             if not billed:
-                live.spend_pending -= reservation.pico
+                self.store.spend(live.trace_id, -reservation.pico)
             return
         if reservation.price is None:
             return
         cost = reservation.price.cost(usage.prompt_tokens, usage.completion_tokens,
                                       usage.cached_tokens)
         spend.cost = cost if spend.cost is None else spend.cost + cost
-        live.spend_pending += to_pico(cost) - reservation.pico
+        self.store.spend(live.trace_id, to_pico(cost) - reservation.pico)
         metrics.llm_cost(spend.provider_name, spend.model or "", cost)
 
-    def _spend_fields(self, live: LiveRun, path: str) -> dict[str, Any]:
+    @staticmethod
+    def fields(live: LiveRun, path: str) -> dict[str, Any]:
         """A finished instance's cost fields (its calls' costs, kept until now)."""
         spend = live.spends.pop(path, None)
         return spend.fields() if spend is not None and spend.calls else {}
-
-    async def _store_spend(self, trace_id: str) -> None:
-        """Inside an owner's write transaction: store the settled changes kept in memory."""
-        live = self.runs.get(trace_id)
-        if live is None or not live.spend_pending:
-            return
-        pending, live.spend_pending = live.spend_pending, 0
-        await self.db.aexecute(WorkflowRun.update(
-            spent_pusd=fn.COALESCE(WorkflowRun.spent_pusd, 0) + pending,
-        ).where(WorkflowRun.trace_id == trace_id))
