@@ -492,6 +492,7 @@ async def retry_run(
             owner=old.owner_id, template=old.template_id, template_name=old.template_name,
             steps=old.steps, spec=old.spec, input=old.input, input_value=old.input_value,
             files=old.files, retry_of=old.trace_id, status=RunStatus.QUEUED,
+            budget_pusd=spend.run_budget(old.spec, None),  # the template's budget, afresh
         )
         new_rows = []
         for sid in ids:
