@@ -55,12 +55,15 @@ def _register_commands() -> None:
         mcp,
         node,
         provider,
+        schedule,
         serve,
         skill,
+        subscription,
         template,
         tool,
         usage,
         user,
+        versions,
         worker,
         workflow,
     )
@@ -68,7 +71,8 @@ def _register_commands() -> None:
     serve.register(app)
     app.add_typer(db.app, name="db")
     app.add_typer(user.app, name="user")
-    for area in (login, account, provider, node, tool, mcp, skill, worker, template, files, workflow, usage):
+    for area in (login, account, provider, node, tool, mcp, skill, worker, template, files, workflow, versions,
+                 schedule, subscription, usage):
         area.register(app)
 
 

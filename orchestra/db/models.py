@@ -12,6 +12,7 @@ import unicodedata
 import uuid
 
 from peewee import (
+    AutoField,
     BigIntegerField,
     BooleanField,
     CharField,
@@ -179,11 +180,31 @@ class WorkflowTemplate(NamedModel):
     steps = JSONField()
     spec = JSONField(null=True)  # input_schema, limits, output (SPEC §7)
     shared = BooleanField(default=False)
+    version = IntegerField(default=0)  # the latest version's number (SPEC §13)
     created_at = DateTimeField(default=utcnow)
     updated_at = DateTimeField(default=utcnow)
 
     class Meta:
         indexes = ((("owner", "name_key"), True),)
+
+
+class TemplateVersion(BaseModel):
+    """One immutable save of a template (SPEC §13): its content, stored once, and its
+    `step_count` (every step with an id, inner ones included) so a list reads no content."""
+
+    id = AutoField()
+    template = ForeignKeyField(WorkflowTemplate, on_delete="CASCADE", index=False)
+    version = IntegerField()
+    name = CharField(max_length=128)
+    description = TextField(default="")
+    steps = JSONField()
+    spec = JSONField(null=True)
+    step_count = IntegerField(default=0)
+    author = ForeignKeyField(User, null=True, on_delete="SET NULL")
+    created_at = DateTimeField(default=utcnow)
+
+    class Meta:
+        indexes = ((("template", "version"), True),)
 
 
 class WorkflowRun(BaseModel):
@@ -196,6 +217,9 @@ class WorkflowRun(BaseModel):
     input = TextField(default="")
     input_value = JSONField(null=True)  # a JSON input (templates with input_schema)
     retry_of = CharField(max_length=36, null=True)  # the run whose succeeded steps this reuses
+    template_version = IntegerField(null=True)  # the template version it runs (SPEC §13)
+    # A fork's source: {trace_id, from_step, outputs: [ids whose outputs it set]}
+    forked_from = JSONField(null=True)
     files = JSONField(default=list)
     status = CharField(max_length=32, index=True)
     error = TextField(null=True)
@@ -292,6 +316,7 @@ ALL_MODELS = [
     SystemNode,
     Upload,
     WorkflowTemplate,
+    TemplateVersion,
     WorkflowRun,
     RunStep,
     RunEvent,

@@ -72,6 +72,7 @@ class LiveRun:
     stop_message: str = "The run was cancelled."
     mcp: RunSessions | None = None  # its MCP sessions, opened at their first call
     unreadable: str | None = None  # why its stored steps could not be read (it fails)
+    forked_from: dict[str, Any] | None = None  # a fork's source: {trace_id, from_step, outputs}
     # Spend (engine/spend.py): the budget in pico-dollars (None: none), each running
     # instance's calls and cost so far, and the calls in flight holding a reservation.
     budget_pusd: int | None = None

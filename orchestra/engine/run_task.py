@@ -31,6 +31,7 @@ from orchestra.engine.live import (
 )
 from orchestra.engine.memory import trim_soon
 from orchestra.engine.model import StepDef, StopReason
+from orchestra.engine.reuse import reused_events
 from orchestra.engine.scheduler import Scheduler
 from orchestra.engine.sizes import check_output
 from orchestra.engine.spend import BudgetStop
@@ -144,9 +145,8 @@ class RunTasks:
                 self.store.append, trace_id, EventKind.RUN_STARTED,
                 {"status": RunStatus.RUNNING, "input": live.input, "steps": [s.id for s in live.steps]},
             )
-            reused = [(EventKind.STEP_FINISHED, {"output": state["output"], "reused": True}, sid)
-                      for sid, state in live.states.items()]
-            if reused:  # steps copied from the run this one retries
+            reused = reused_events(live)
+            if reused:  # steps copied from the run this one retries or forks
                 writes.submit(self.store.append_many, trace_id, reused)
         else:
             writes.submit(self.store.set_run, trace_id, status=RunStatus.RUNNING)

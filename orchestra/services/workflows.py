@@ -35,7 +35,7 @@ from orchestra.engine.sizes import check_reply_size
 from orchestra.engine.store.events import Event
 from orchestra.engine.vocabulary import FINISHED, EventKind, RunStatus, StepStatus
 from orchestra.errors import ConflictError, NotFoundError, PermissionDeniedError, ValidationError
-from orchestra.services import run_starts, spend
+from orchestra.services import run_starts, spend, version_store
 from orchestra.services.paging import DEFAULT_LIMIT, Page, keyset_page
 from orchestra.services.run_starts import StartKey
 
@@ -122,6 +122,7 @@ def template_view(template: WorkflowTemplate) -> dict[str, Any]:
         "owner_id": template.owner_id,
         "steps": template.steps,
         **(template.spec or {}),
+        "version": template.version,
         "created_at": iso(template.created_at),
         "updated_at": iso(template.updated_at),
     }
@@ -178,9 +179,20 @@ async def create_template(
     await _ensure_name_free(core, owner_id, name)
     template = WorkflowTemplate(
         owner=owner_id, name=name, description=description, steps=checked.steps,
-        spec=checked.options or None, shared=shared,
+        spec=checked.options or None, shared=shared, version=1,
     )
-    return await _save_template(template, create=True)
+    return await _save_version(core, template, create=True, author_id=owner_id)
+
+
+async def _save_version(core: Core, template: WorkflowTemplate, *, create: bool,
+                        author_id: str) -> WorkflowTemplate:
+    """Save the template and its new immutable version in one transaction (SPEC §13):
+    a refused save makes no version."""
+    async with core.db.atomic():
+        template.version = await version_store.next_number(core, template, create=create)
+        await _save_template(template, create=create)
+        await version_store.record(core, template, author_id=author_id)
+    return template
 
 
 async def list_templates(
@@ -239,7 +251,7 @@ async def update_template(
     template.steps, template.spec = checked.steps, checked.options or None
     await _ensure_name_free(core, template.owner_id, template.name, except_id=template.id)
     template.updated_at = utcnow()
-    return await _save_template(template, create=False)
+    return await _save_version(core, template, create=False, author_id=user_id)
 
 
 async def delete_template(core: Core, *, user_id: str, is_admin: bool, template_id: str) -> None:
@@ -266,17 +278,20 @@ async def start_run(
     trigger: dict[str, Any] | None = None,
     remember: StartKey | None = None,
     template: WorkflowTemplate | None = None,
+    version: int | None = None,
 ) -> WorkflowRun:
     """Store a `queued` run of a readable template and hand it to the engine. With an
     `input_schema` the input may be any JSON value and must validate; without one it is
     text. `trace_parent` (a W3C traceparent) is the trace the run's spans join;
     `trigger` says what started it (SPEC §11); `remember` is stored in the run's
     transaction, so a duplicate start fails with IntegrityError (services/run_starts.py).
-    `template`, when the caller has already read it (and checked the user may run it)."""
+    `template`, when the caller has already read it (and checked the user may run it).
+    `version`: the template version to run (SPEC §13; default the latest, 404 unknown)."""
     if template is None:
         template = await get_template(core, user_id=user_id, is_admin=is_admin,
                                       template_id=template_id)
-    spec = template.spec or {}
+    pinned = await version_store.for_run(core, template, version)
+    spec = pinned.spec or {}
     budget = spend.run_budget(spec, budget_usd)
     problems: list[dict[str, str]] = []
     if "input_schema" in spec:
@@ -305,9 +320,10 @@ async def start_run(
         run = await WorkflowRun.acreate(
             owner=user_id,
             template=template.id,
-            template_name=template.name,
-            steps=template.steps,
-            spec=template.spec,
+            template_name=pinned.name,
+            template_version=pinned.version,
+            steps=pinned.steps,
+            spec=pinned.spec,
             input=input_text,
             input_value=input_value,
             files=attached,
@@ -318,10 +334,10 @@ async def start_run(
         )
         if remember is not None:
             await run_starts.remember(core, remember, run.trace_id)
-        if template.steps:  # one statement for every step row
+        if pinned.steps:  # one statement for every step row
             await core.db.aexecute(RunStep.insert_many([
                 {"run": run.trace_id, "step_id": step["id"], "path": step["id"], "status": StepStatus.PENDING}
-                for step in template.steps
+                for step in pinned.steps
             ]))
     await core.engine.submit(run.trace_id)
     return run
@@ -365,6 +381,9 @@ def run_summary(run: WorkflowRun) -> dict[str, Any]:
         "retry_of": run.retry_of,
         **spend.money_fields(run),
         "trigger": run.trigger,
+        "template_version": run.template_version,
+        "forked_from": ({"trace_id": run.forked_from.get("trace_id"), "from_step": run.forked_from.get("from_step")}
+                        if run.forked_from else None),
     }
 
 
@@ -492,6 +511,7 @@ async def retry_run(
             owner=old.owner_id, template=old.template_id, template_name=old.template_name,
             steps=old.steps, spec=old.spec, input=old.input, input_value=old.input_value,
             files=old.files, retry_of=old.trace_id, status=RunStatus.QUEUED,
+            template_version=old.template_version,
             budget_pusd=spend.run_budget(old.spec, None),  # the template's budget, afresh
         )
         new_rows = []

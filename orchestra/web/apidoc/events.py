@@ -22,6 +22,8 @@ EVENT_FIELDS: dict[str, str] = {
     "step_failed": "`error` (the provider's message, where it gave one; `timed out after N s`)",
     "step_skipped": '`reason`: `"when"` (its condition was false) or `"dependencies"` (all skipped)',
     "step_retrying": "`attempt` (the one that failed), `error`, `delay_seconds`",
+    "step_reused": "`source_trace_id`, `output`, `path`: a fork's instance copied from the run it forks, "
+                   "its provider not called; `overridden: true` when the fork's `outputs` set it",
     "run_resumed": "`attempt`, `restarted_steps`: another server process took the run over",
     "run_finished": '`status: "succeeded"`, `output` (the template\'s `output`, else the last step\'s)',
     "run_failed": '`status: "failed"`, `error`, `failed_step`; or `status: "interrupted"`, `reason`',

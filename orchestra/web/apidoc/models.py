@@ -279,6 +279,7 @@ class TemplateView(Shape):
     input_schema: dict[str, Any] | None = Field(None, description="Only when the template has one.")
     limits: TemplateLimits | None = Field(None, description="Only when the template has them.")
     output: str | None = Field(None, description="Only when the template has one.")
+    version: int = Field(ge=1, description="The latest version: every save makes one (SPEC §13).")
     created_at: Timestamp
     updated_at: Timestamp
 
@@ -323,6 +324,11 @@ class RunRetried(RunStarted):
     retry_of: str = Field(description="The run whose succeeded steps this one reuses.")
 
 
+class ForkSource(Shape):
+    trace_id: str = Field(description="The run forked.")
+    from_step: str | None = Field(description="The step the fork ran again from, if one was named.")
+
+
 class RunSummary(Shape):
     trace_id: str
     template_id: str | None = Field(description="null once the template is deleted.")
@@ -341,6 +347,9 @@ class RunSummary(Shape):
     trigger: dict[str, Any] | None = Field(
         None, description="What started the run: null for a person or an API key; "
         '{"kind": "webhook", "hook_id", "webhook_id"} or {"kind": "schedule", "schedule_id", "due_at"}.')
+    template_version: int | None = Field(None, description="The template version the run runs (null for runs "
+                                         "started before versions existed).")
+    forked_from: ForkSource | None = Field(None, description="The run this one forks (POST /run/{trace_id}/fork).")
 
 
 class RunList(Success):
@@ -361,7 +370,8 @@ class StepState(Shape):
     depends_on: list[str]
     status: StepStatus
     attempt: int = Field(ge=1, description="The attempt that ran last (retry policy).")
-    reused: bool = Field(description="Copied from the run this one retries; its provider was not called.")
+    reused: bool = Field(description="Copied from the run this one retries or forks (or set by the fork's "
+                                     "outputs); its provider was not called.")
     output: Any = Field(description="Text, or a JSON value for a step with output_schema; null when skipped.")
     error: str | None
     usage: Usage | None

@@ -15,9 +15,12 @@ def all_blueprints() -> Blueprint:
         mcp,
         provider,
         resource,
+        schedule,
+        subscription,
         usage,
+        versions,
         workflow,
     )
 
-    areas = [auth, keys, provider, agent, resource, mcp, workflow, usage, adapter]
+    areas = [auth, keys, provider, agent, resource, mcp, schedule, subscription, workflow, versions, usage, adapter]
     return Blueprint.group(*(area.bp for area in areas), url_prefix="/api/v1")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import Field
 from sanic import Blueprint, Request
 from sanic.response import HTTPResponse, json
 
@@ -110,6 +111,8 @@ class RunBody(Body):
     )
     files: list[str] | None = rule(None, description="Ids of your uploads, listed to agent steps.",
                                    items={"type": "string", "pattern": ID_PATTERN})
+    version: int | None = Field(None, ge=1, le=2**31 - 1, description="The template version to run "
+                                "(default: the latest); an unknown one is a 404.")
     budget_usd: Any = rule(None, description=(
         "USD this run's model calls may cost at most (a number or decimal string, not negative); "
         "with the template's limits.budget_usd the smaller holds (SPEC §12)."))
@@ -288,7 +291,7 @@ async def delete_template(request: Request, template_id: str):
     extra_responses={200: "Idempotent-Replayed: this Idempotency-Key already started the run "
                           "named (body: message, trace_id, status now); nothing was started."},
     errors={403: "PermissionDeniedError: an API key limited to other templates.",
-            404: "NotFoundError: no template you may read has this id.",
+            404: "NotFoundError: no template you may read has this id, or it has no such version.",
             422: "ValidationError: the body, or an Idempotency-Key over 255 characters or used "
                  "with a different body."},
     links=_RUN_LINKS,
@@ -314,9 +317,8 @@ async def start_run(request: Request):
     async def begin():
         return await service.start_run(
             core, template_id=body.template_id, input=body.input, files=body.files,
-            budget_usd=body.budget_usd, trace_parent=tracing.parent_for_run(request.headers),
-            remember=remember,
-            **_who(request),
+            trace_parent=tracing.parent_for_run(request.headers), remember=remember,
+            version=body.version, budget_usd=body.budget_usd, **_who(request),
         )
 
     if remember is None:

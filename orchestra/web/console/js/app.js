@@ -10,6 +10,8 @@ import { Templates, TemplateEditor } from './pages/templates.js';
 import { Runs } from './pages/runs.js';
 import { RunView } from './pages/run_view.js';
 import { Users } from './pages/users.js';
+import { Schedules } from './pages/schedules.js';
+import { Subscriptions } from './pages/subscriptions.js';
 import { Usage } from './pages/usage.js';
 
 function currentRoute() {
@@ -48,6 +50,8 @@ function useSession() {
 const NAV = [
   ['runs', 'Runs', () => true],
   ['templates', 'Templates', () => true],
+  ['schedules', 'Schedules', () => true],
+  ['subscriptions', 'Subscriptions', () => true],
   ['workers', 'Workers', () => true],
   ['providers', 'Providers', isAdmin],
   ['mcp', 'MCP servers', () => true],
@@ -62,6 +66,8 @@ function Page({ route }) {
     case 'workers': return html`<${Workers} />`;
     case 'mcp': return html`<${McpServers} />`;
     case 'templates': return arg ? html`<${TemplateEditor} key=${arg} templateId=${arg} />` : html`<${Templates} />`;
+    case 'schedules': return html`<${Schedules} />`;
+    case 'subscriptions': return html`<${Subscriptions} />`;
     case 'run': return html`<${RunView} key=${arg} traceId=${arg} />`;
     case 'users': return isSuperAdmin() ? html`<${Users} />` : html`<${Forbidden} />`;
     case 'runs': return html`<${Runs} query=${route.query} />`;

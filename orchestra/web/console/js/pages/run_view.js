@@ -8,6 +8,7 @@ import { StepGraph } from '../graph.js';
 import { followRun } from '../stream.js';
 import { InstanceGroup, childrenOf, parentOf } from '../instances.js';
 import { SchemaFields, emptyDraft, draftValue } from '../schema_form.js';
+import { ForkPanel } from '../fork_panel.js';
 import { TopUp, addUsd, usd } from '../money.js';
 
 const LOG_SHOWN = 400;
@@ -114,6 +115,9 @@ function apply(state, { kind, data, seq }) {
     case 'step_finished':
       return withStep(state, id, () => ({ status: 'succeeded', output: data.output, usage: data.usage, cost: data.cost_usd,
         counts: data.items || null, iterations: data.iterations ?? null, exhausted: !!data.exhausted }));
+    case 'step_reused':  // a fork's copy of its source's instance: no provider call
+      return withStep(state, id, () => ({ status: 'succeeded', output: data.output, reused: true,
+        overridden: !!data.overridden, source: data.source_trace_id }));
     case 'step_skipped':
       return withStep(state, id, () => ({ status: 'skipped', output: null,
         skipped: data.reason === 'when' ? 'its condition was false' : 'every dependency was skipped' }));
@@ -209,15 +213,23 @@ function ReplyBox({ traceId, question }) {
   </form>`;
 }
 
+const FORKABLE = ['succeeded', 'failed', 'skipped', 'cancelled', 'interrupted'];
+
 function StepCard({ step, traceId, questions, view }) {
+  const [forking, setForking] = useState(false);
   const human = step.agent && step.agent.human;
   const container = step.container || view.children.has(step.id);
+  const forkable = FORKABLE.includes(step.status) && parentOf(step.id) === null;
   return html`<article class=${`step-card status-${step.status}`} data-step=${step.id} aria-labelledby=${`step-${step.id}`}>
     <header><h3 id=${`step-${step.id}`}>${step.id}</h3> <${StatusBadge} status=${step.status} />
       ${step.container && html`<small class="kind">${step.container}</small>`}
       ${step.attempt > 1 && html`<small> run ${step.attempt} times</small>`}
       ${step.usage && html`<small class="usage">${step.usage.prompt_tokens} in · ${step.usage.completion_tokens} out tokens${step.cost !== undefined ? ` · ${usd(step.cost)}` : ''}</small>`}
+      ${step.reused && html`<small class="reused">${step.overridden ? 'set by the fork' : 'reused'}</small>`}
+      ${forkable && !forking && html`<button type="button" class="link fork" onClick=${() => setForking(true)}>Fork from here</button>`}
     </header>
+    ${forking && html`<${ForkPanel} traceId=${traceId} step=${step} definition=${view.definition(step.id)}
+                                    onClose=${() => setForking(false)} />`}
     ${step.prompt && html`<details><summary>Prompt</summary><pre>${step.prompt}</pre></details>`}
     ${step.skipped && html`<p class="note">Skipped: ${step.skipped}.</p>`}
     ${step.retrying && step.status === 'running' && html`<p class="note warn retrying">${step.retrying}</p>`}
@@ -245,6 +257,11 @@ function Run({ run, traceId }) {
   // The template, to name a foreach's items by their value (best effort: it may be gone).
   const [template] = useLoad(() => api('GET', `/workflow/template/${encodeURIComponent(run.template_id)}`)
     .then((answer) => answer.template, () => null), [run.template_id]);
+  // The definitions the run ran (its version's; the template's now if that is gone), for
+  // a step's output_schema when it is forked.
+  const [version] = useLoad(() => (run.template_id && run.template_version
+    ? api('GET', `/workflow/template/${encodeURIComponent(run.template_id)}/versions/${run.template_version}`)
+      .then((answer) => answer.version, () => null) : Promise.resolve(null)), [run.template_id, run.template_version]);
   const [connection, setConnection] = useState({ state: 'connecting' });
   const [actionError, setActionError] = useState(null);
   useEffect(() => followRun(traceId, {
@@ -259,6 +276,7 @@ function Run({ run, traceId }) {
   const children = useMemo(() => childrenOf(Object.keys(state.steps)), [state.steps]);
   const open = ended ? [] : state.questions;
   const view = { steps: state.steps, children,
+    definition: (path) => definitionOf((version || template || { steps: [] }).steps, path),
     itemValue: (container, index) => { const items = itemsOf(template, state, container); return items ? items[index] : undefined; },
     renderQuestions: (path) => open.filter((q) => q.path === path).map((q) => html`<${ReplyBox} key=${q.request_id} traceId=${traceId} question=${q} />`) };
   const usage = usageTotal(state.steps);
@@ -266,6 +284,9 @@ function Run({ run, traceId }) {
     <h1>Run of ${run.template_name} <${StatusBadge} status=${state.status} /></h1>
     <p class="meta">
       <span>trace <code>${traceId}</code></span>
+      ${run.template_version && html`<span>version ${run.template_version}</span>`}
+      ${run.forked_from && html`<span class="forked">forked from <a href=${`#/run/${run.forked_from.trace_id}`}>${run.forked_from.trace_id.slice(0, 8)}</a>${
+        run.forked_from.from_step ? ` at ${run.forked_from.from_step}` : ''}</span>`}
       <span>started ${when(state.startedTs || run.created_at)}</span>
       <span>${ended ? `took ${duration(state.startedTs || run.started_at, state.endedTs)}` : ''}</span>
       ${run.budget_usd != null && html`<span>budget $${run.budget_usd}</span>`}

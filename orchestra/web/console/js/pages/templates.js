@@ -6,6 +6,7 @@ import { TextField, TextArea, Select, ErrorBox, Notice, useLoad, when, go, useId
 import { StepGraph, stages } from '../graph.js';
 import { StepPolicies, ContainerControls, ShapeSelect, policyDraft, policyApi, usesAgent, unreadableJson, innerField } from '../step_policies.js';
 import { TemplateSettings, SETTINGS_FIELDS } from '../template_settings.js';
+import { TemplateVersions } from './versions.js';
 
 const NODES = ['planner', 'reviewer', 'summarizer'];
 // What each system node does (its description in GET /agent/node; orchestra/services/agents.py).
@@ -291,6 +292,19 @@ function TemplateForm({ templateId, template, workers }) {
   const [error, setError] = useState(null);
   const [notice, setNotice] = useState(takeFlash);
   const sharedId = useId('shared');
+  const [saves, setSaves] = useState(0);  // the versions list reloads after each save
+  const restored = (saved, text) => {  // a restored version is the template now: show it
+    setRest(templateRest(saved));
+    setSchemaText(schemaTextOf(saved));
+    setName(saved.name);
+    setDescription(saved.description);
+    setShared(saved.shared);
+    setSteps(fromApi(saved.steps));
+    setMode('steps');
+    setError(null);
+    setNotice(text);
+    setSaves((n) => n + 1);
+  };
 
   const body = () => ({ ...rest, name, description, shared, ...(schemaText.trim() ? { input_schema: readJson(schemaText) } : {}),
     steps: steps.map((st) => toApi(st, steps)) });
@@ -345,6 +359,7 @@ function TemplateForm({ templateId, template, workers }) {
         ? await api('POST', '/workflow/template', payload)
         : await api('PUT', `/workflow/template/${templateId}`, payload);
       setError(null);
+      setSaves((n) => n + 1);
       const text = `Template '${saved.template.name}' ${templateId === 'new' ? 'created' : 'saved'}.`;
       setNotice(text);
       if (templateId === 'new') {
@@ -403,5 +418,6 @@ function TemplateForm({ templateId, template, workers }) {
     </form>
     <h2>Step graph</h2>
     <${StepGraph} steps=${shownSteps} flagged=${flagged} />
+    ${templateId !== 'new' && html`<${TemplateVersions} templateId=${templateId} refresh=${saves} onRestored=${restored} />`}
   </section>`;
 }
