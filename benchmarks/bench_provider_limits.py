@@ -54,6 +54,8 @@ async def drive(bases: list[str], token: str, fake: FakeLLM, runs: int, tpm: int
             "api_key": "k", "base_url": fake.base_url, "limits": {"tokens_per_minute": tpm}})).json()
         worker = (await http.post(f"{api}/agent/worker", json={
             "name": "w", "provider_id": provider["provider_id"], "tools": []})).json()
+        assert "provider_id" in provider, provider
+        assert "worker_id" in worker, worker
         template = (await http.post(f"{api}/workflow/template", json={
             "name": "one", "steps": [{"id": "a", "agent": {"worker": worker["worker_id"]},
                                       "prompt": PROMPT + " {{input}}"}]})).json()
@@ -63,6 +65,8 @@ async def drive(bases: list[str], token: str, fake: FakeLLM, runs: int, tpm: int
             base = bases[n % len(bases)] + "/api/v1"
             answer = await http.post(f"{base}/workflow/run", json={
                 "template_id": template["template_id"], "input": f"run{n}"})
+            if answer.status_code != 202:
+                raise RuntimeError(f"POST /workflow/run: {answer.status_code} {answer.text[:300]}")
             return base, answer.json()["trace_id"]
 
         started = await asyncio.gather(*(start(n) for n in range(runs)))

@@ -149,7 +149,7 @@ def test_a_provider_max_concurrency_holds_across_two_processes(money_pair):
     pair = money_pair
     worker = priced_worker(pair, pair.http_a, limits={"max_concurrency": 3})
     template = foreach_template(pair.http_a, worker, concurrency=8)
-    pair.fake.chunk_delay = 0.02
+    pair.fake.chunk_delay = 0.05
     runs = []
 
     def start(http):
@@ -165,4 +165,5 @@ def test_a_provider_max_concurrency_holds_across_two_processes(money_pair):
     for http, trace_id in runs:
         assert ended(http, trace_id)["status"] == "succeeded"
     assert len(pair.fake.chat_requests) == 16
-    assert pair.fake.max_in_flight == 3
+    # 16 calls asked for at once (8 + 8, on two processes): never more than 3 answered at once
+    assert 2 <= pair.fake.max_in_flight <= 3
