@@ -11,6 +11,8 @@ def all_blueprints() -> Blueprint:
         adapter,
         agent,
         auth,
+        hook_intake,
+        hooks,
         keys,
         mcp,
         provider,
@@ -18,5 +20,5 @@ def all_blueprints() -> Blueprint:
         workflow,
     )
 
-    areas = [auth, keys, provider, agent, resource, mcp, workflow, adapter]
+    areas = [auth, keys, provider, agent, resource, mcp, workflow, hooks, hook_intake, adapter]
     return Blueprint.group(*(area.bp for area in areas), url_prefix="/api/v1")
