@@ -104,7 +104,7 @@ async def bench(steps: int, repeat: int) -> None:
             engine = core.engine
             config = await agents.agent_cache(core).worker(worker.id)
             key = (config.provider_kind, config.provider_base_url, config.provider_api_key)
-            timed = engine._clients[key] = TimedClient(engine._client(config))
+            timed = engine.agent_steps.clients[key] = TimedClient(engine.agent_steps.build_client(config))
 
             overheads, walls, providers_s = [], [], []
             for _ in range(repeat):

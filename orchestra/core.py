@@ -72,6 +72,7 @@ class Core:
 
     def _build_engine(self) -> Engine:
         # Imported here: services import this module for `Core`.
+        from orchestra.db.outage import StoreOutage
         from orchestra.engine.engine import Engine
         from orchestra.services import uploads
         from orchestra.services.agents import agent_cache, tool_registry
@@ -80,12 +81,13 @@ class Core:
             return await uploads.read_text(self, owner_id=owner_id, file_id=file_id)
 
         engine = Engine(
-            self,
+            db=self.db,
+            settings=self.settings,
+            outage=self.extras.setdefault("store_outage", StoreOutage()),
             agents=agent_cache(self),
             registry=tool_registry(self),
             read_upload=read_upload,
             signals=self.signals,
-            exclusive=not self.is_postgres,
         )
 
         async def on_user_deleted(user_id: str) -> None:

@@ -22,7 +22,7 @@ from orchestra.settings import Settings
 async def _prepare(settings: Settings) -> int:
     """Check the limiter settings and apply migrations, once, before any worker starts;
     count super administrators. Unfinished runs are not touched here: each server's
-    engine claims those whose owner's lease has run out (see engine/ownership.py)."""
+    engine claims those whose owner's lease has run out (see engine/store/ownership.py)."""
     from orchestra.services.auth import count_super_administrators  # here: `--help` stays quick
     from orchestra.web.limits import RateLimits
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -118,24 +119,34 @@ async def _keep_session(conn) -> None:
     is rolled back by the pool before this) — so there is nothing to reset."""
 
 
+#: A statement that gives rows back (read with `fetch`); any other is run with `execute`,
+#: whose command status gives the row count.
+_GIVES_ROWS = re.compile(r"^\s*\(?\s*(SELECT|WITH|VALUES|SHOW|TABLE|EXPLAIN)\b|\bRETURNING\b",
+                         re.IGNORECASE)
+
+
 class _CachedStatementConnection(AsyncPostgresqlConnection):
     """playhouse.pwasyncio prepares every statement afresh (`Connection.prepare` skips
     asyncpg's statement cache): a Parse round trip before each Bind/Execute, outside a
     transaction an implicit transaction of its own, and a Close for the statement later.
-    Here a statement runs through asyncpg's own execute path, which keeps each
-    connection's statements prepared (an LRU of 100) and prepares again by itself when a
-    migration changed a table under a cached statement outside a transaction."""
+    Here a statement runs through asyncpg's public `fetch` or `execute`, which keep each
+    connection's statements prepared (an LRU of 100) and prepare again by themselves
+    when a migration changed a table under a cached statement outside a transaction."""
 
     async def _execute(self, sql, params=None):
         if params:
             sql = self._translate_placeholders(sql)
-        records, status, _ = await self.conn._execute(sql, params or (), 0, None, return_status=True)
-        # an asyncpg Record iterates over its values; .keys() are the column names
-        description = [(k,) for k in records[0].keys()] if records else []  # noqa: SIM118
+        args = params or ()
+        if _GIVES_ROWS.search(sql):
+            records = await self.conn.fetch(sql, *args)
+            # an asyncpg Record iterates over its values; .keys() are the column names
+            description = [(k,) for k in records[0].keys()] if records else []  # noqa: SIM118
+            return CursorAdapter(records, rowcount=len(records), description=description)
+        status = await self.conn.execute(sql, *args)
         # The command status tail: "UPDATE 3", "DELETE 2", "INSERT 0 3".
-        tail = (status.decode() if isinstance(status, bytes) else status or "").rsplit(" ", 1)
-        rowcount = int(tail[1]) if len(tail) == 2 and tail[1].isdigit() else len(records)
-        return CursorAdapter(records, rowcount=rowcount, description=description)
+        tail = (status or "").rsplit(" ", 1)
+        rowcount = int(tail[1]) if len(tail) == 2 and tail[1].isdigit() else 0
+        return CursorAdapter([], rowcount=rowcount, description=[])
 
 
 class CachedStatementPostgresqlDatabase(AsyncPostgresqlDatabase):

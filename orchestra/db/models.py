@@ -200,7 +200,7 @@ class WorkflowRun(BaseModel):
     created_at = DateTimeField(default=utcnow, index=True)
     started_at = DateTimeField(null=True)
     finished_at = DateTimeField(null=True, index=True)
-    # Ownership (see engine/ownership.py): the process holding the run and until when
+    # Ownership (see engine/store/ownership.py): the process holding the run and until when
     # (epoch seconds), how many times it was claimed, and a cancel asked from anywhere.
     owner_process = CharField(max_length=128, null=True)
     lease_until = DoubleField(null=True)

@@ -8,11 +8,14 @@ Provider clients are built once per (kind, URL, key) and shared by every run.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
 
 from orchestra.engine.coalescer import TokenCoalescer
 from orchestra.engine.language.policies import read_structured, repair_prompt
+from orchestra.engine.language.sandbox import Sandbox
 from orchestra.engine.language.schemas import describe
 from orchestra.engine.live import LiveRun, StepFailure
 from orchestra.engine.llm import (
@@ -23,72 +26,117 @@ from orchestra.engine.llm import (
     make_client,
     with_retries,
 )
-from orchestra.engine.log import RunGone
+from orchestra.engine.model import At, StepDef
+from orchestra.engine.questions import Questions
+from orchestra.engine.records import Records
 from orchestra.engine.sizes import OUTPUT_SETTING, check_question, utf8_size
-from orchestra.engine.tools import ToolContext, ToolError
+from orchestra.engine.store import RunStore
+from orchestra.engine.store.events import RunGone
+from orchestra.engine.tools.base import ToolContext, ToolError, ToolRegistry
 from orchestra.engine.vocabulary import EventKind
 from orchestra.errors import OrchestraError
 from orchestra.observability import runs as observe
 from orchestra.observability.instrument import instrument_client
+from orchestra.settings import Settings
 
 logger = logging.getLogger("orchestra.engine")
 
 
-class AgentSteps:
-    """Engine part: an agent step's model turns and tool calls."""
+def _first_messages(live: LiveRun, config: Any, prompt: str) -> list[ChatMessage]:
+    """The system prompt (the agent's and its skills'), then the prompt with the run's
+    attached files listed."""
+    system = "\n\n".join(p for p in (config.system_prompt, config.skill_instructions) if p)
+    user_text = prompt
+    if live.files:
+        listed = ", ".join(f"{f['file_id']} ({f.get('filename', '')})" for f in live.files)
+        user_text += f"\n\nAttached files (read them with read_upload by file_id): {listed}"
+    return ([ChatMessage("system", system)] if system else []) + [ChatMessage("user", user_text)]
 
-    async def _agent_step(
-        self, live: LiveRun, step: dict[str, Any], prompt: str
-    ) -> tuple[Any, dict[str, int], str]:
+
+async def _streamed(stream: Any, coalescer: TokenCoalescer, limit: int) -> ChatResult:
+    """One streamed answer: its text goes to `coalescer` as it comes, bounded by `limit`
+    bytes (StepFailure past it). An error after text was shown is not retryable: the
+    user has seen part of this answer, which must never be repeated."""
+    shown = 0
+    result: ChatResult | None = None
+    try:
+        async for event in stream:
+            if isinstance(event, TextDelta) and event.text:
+                shown += utf8_size(event.text)
+                if shown > limit:
+                    raise StepFailure(
+                        f"The step's output passed the limit of {limit} bytes ({OUTPUT_SETTING})."
+                    )
+                coalescer.add(event.text)
+            elif isinstance(event, ChatResult):
+                result = event
+    except LLMError as exc:
+        if shown:
+            raise LLMError(exc.message, status=exc.status, retryable=False) from exc
+        raise
+    if result is None:
+        raise LLMError("The provider's stream ended without a result.", retryable=not shown)
+    return result
+
+
+class AgentResolver(Protocol):
+    """What the engine asks for an agent step's configuration (services' AgentCache)."""
+
+    async def worker(self, worker_id: str) -> Any: ...
+
+    async def node(self, name: str) -> Any: ...
+
+
+class AgentSteps:
+    """An agent step's model turns and tool calls: the one place a step calls a model."""
+
+    def __init__(self, settings: Settings, *, store: RunStore, records: Records,
+                 questions: Questions, agents: AgentResolver, registry: ToolRegistry,
+                 read_upload: Callable[[str, str], Awaitable[str]], sandbox: Sandbox,
+                 token_interval: float = 0.05, retry_base_delay: float = 0.5) -> None:
+        self.settings = settings
+        self.store = store
+        self.records = records
+        self.questions = questions
+        self.agents = agents
+        self.registry = registry
+        self.read_upload = read_upload
+        self.sandbox = sandbox
+        self.token_interval = token_interval
+        self.retry_base_delay = retry_base_delay
+        self.clients: dict[tuple, Any] = {}  # provider clients, by (kind, URL, key)
+        self._clients_lock = asyncio.Lock()
+
+    async def run(self, live: LiveRun, step: StepDef, at: At, prompt: str
+                  ) -> tuple[Any, dict[str, int], str]:
         """(output, usage, the last token text, not yet appended: the caller stores it).
         With `output_schema` the output is the answer's JSON value, validated; a mismatch
         is told to the model and asked again, `schema_repairs` times at most."""
-        agent = step["agent"]
-        if "worker" in agent:
-            config = await self.agents.worker(agent["worker"])
-            if config is None:
-                raise StepFailure(f"The worker '{agent['worker']}' no longer exists.")
-        else:
-            config = await self.agents.node(agent["node"])
-            if config is None:
-                raise StepFailure(f"The system node '{agent['node']}' does not exist.")
-        if not config.provider_kind or not config.model:
-            raise StepFailure(
-                f"The {config.kind} '{config.name}' has no provider configured."
-                + (" An administrator can set one with PUT /api/v1/agent/node/"
-                   f"{config.name}." if config.kind == "node" else "")
-            )
+        config = await self._config(step)
         registry = self.registry
         try:
             await registry.load()  # the MCP servers' tools, when their copy is stale
             tools, catalog_names = registry.offer(config.tools)
-            client = await self._client_for(config)
+            client = await self.client_for(config)
         except (ToolError, LLMError) as exc:
             raise StepFailure(exc.message) from None
-        system = "\n\n".join(p for p in (config.system_prompt, config.skill_instructions) if p)
-        user_text = prompt
-        if live.files:
-            listed = ", ".join(f"{f['file_id']} ({f.get('filename', '')})" for f in live.files)
-            user_text += f"\n\nAttached files (read them with read_upload by file_id): {listed}"
-        messages = ([ChatMessage("system", system)] if system else []) + [
-            ChatMessage("user", user_text)
-        ]
+        messages = _first_messages(live, config, prompt)
         ctx = ToolContext(
             user_id=live.owner_id,
             trace_id=live.trace_id,
-            step_id=step["id"],
+            step_id=step.id,
             read_upload=lambda file_id: self._read_upload(live.owner_id, file_id),
-            ask_user=lambda question: self._ask_bounded(live, step["id"], question),
+            ask_user=lambda question: self._ask_bounded(live, at, question),
             mcp=live.mcp_sessions(self.settings.mcp_stdio_allowed, self.settings.egress),
         )
         usage = {"prompt_tokens": 0, "completion_tokens": 0}
         rounds = self.settings.llm_max_tool_rounds
-        schema = step.get("output_schema")
+        schema = step.output_schema
         repairs_left = self.settings.schema_repairs
         tool_rounds = 0
         while True:
             result, pending_text = await self._turn(
-                live, step["id"], client, config.model, messages, tools, output_schema=schema
+                live, at, client, config.model, messages, tools, output_schema=schema
             )
             if result.usage is not None:
                 usage["prompt_tokens"] += result.usage.prompt_tokens
@@ -99,14 +147,13 @@ class AgentSteps:
                 value, violations = await read_structured(result.text, schema, self.sandbox)
                 if not violations:
                     return value, usage, pending_text
+                self._emit_tokens(live, at, pending_text)
                 if repairs_left <= 0:
-                    await self._emit_tokens(live, step["id"], pending_text)
                     raise StepFailure(
                         "The answer did not match output_schema after "
                         f"{self.settings.schema_repairs} repair rounds: {describe(violations)}"
                     )
                 repairs_left -= 1  # tell the model what was wrong and ask again
-                await self._emit_tokens(live, step["id"], pending_text)
                 messages.append(ChatMessage("assistant", result.text))
                 messages.append(ChatMessage("user", repair_prompt(violations, schema)))
                 continue
@@ -114,41 +161,57 @@ class AgentSteps:
                 raise StepFailure(f"The model still asked for tools after {rounds} tool rounds.")
             tool_rounds += 1
             messages.append(ChatMessage("assistant", result.text or None, tool_calls=result.tool_calls))
-            fail_on_tool_error = (step.get("tools") or {}).get("on_tool_error") == "fail"
             for call in result.tool_calls:
                 name = catalog_names.get(call.name, call.name)  # the model may use an encoded name
-                content, error = await self._tool(live, step["id"], registry, call, ctx, name)
-                if error is not None and fail_on_tool_error:
-                    raise StepFailure(f"The tool {name} failed (tools.on_tool_error is 'fail'): {error}")
-                messages.append(
-                    ChatMessage("tool", content, tool_call_id=call.id, name=call.name)
-                )
+                messages.append(await self._tool_message(live, at, step, ctx, call, name))
 
-    async def _ask_bounded(self, live: LiveRun, sid: str, question: str) -> Any:
+    async def _config(self, step: StepDef) -> Any:
+        """The step's worker or node configuration; StepFailure when it cannot answer."""
+        agent = step.agent
+        if agent.worker is not None:
+            config = await self.agents.worker(agent.worker)
+            if config is None:
+                raise StepFailure(f"The worker '{agent.worker}' no longer exists.")
+        else:
+            config = await self.agents.node(agent.node)
+            if config is None:
+                raise StepFailure(f"The system node '{agent.node}' does not exist.")
+        if not config.provider_kind or not config.model:
+            raise StepFailure(
+                f"The {config.kind} '{config.name}' has no provider configured."
+                + (" An administrator can set one with PUT /api/v1/agent/node/"
+                   f"{config.name}." if config.kind == "node" else "")
+            )
+        return config
+
+    async def _tool_message(self, live: LiveRun, at: At, step: StepDef, ctx: ToolContext,
+                            call: Any, name: str) -> ChatMessage:
+        """Run one tool call; the message the model reads about it. A failed call fails
+        the step under `tools.on_tool_error: fail`."""
+        content, error = await self._tool(live, at, self.registry, call, ctx, name)
+        if error is not None and step.fail_on_tool_error:
+            raise StepFailure(f"The tool {name} failed (tools.on_tool_error is 'fail'): {error}")
+        return ChatMessage("tool", content, tool_call_id=call.id, name=call.name)
+
+    async def _ask_bounded(self, live: LiveRun, at: At, question: str) -> Any:
         """`ask_user`: the model's question, bounded as a prompt is, put to the user."""
         check_question(question, limit=self.settings.prompt_max_bytes)
-        return await self._ask(live, sid, question, earlier=live.take_earlier(sid, question))
+        return await self.questions.ask(live, at, question, earlier=live.take_earlier(at, question))
 
-    async def _emit_tokens(self, live: LiveRun, sid: str, text: str) -> None:
+    def _emit_tokens(self, live: LiveRun, at: At, text: str) -> None:
         if text:
-            live.writes.submit(self.log.append, live.trace_id, EventKind.TOKEN,
-                               live.tagged(sid, {"text": text}), step_id=sid)
+            self.records.event(live, at, EventKind.TOKEN, {"text": text})
 
-    async def _tool(self, live: LiveRun, sid: str, registry, call, ctx: ToolContext,
+    async def _tool(self, live: LiveRun, at: At, registry, call, ctx: ToolContext,
                     name: str) -> tuple[str, str | None]:
         """Run one tool call (`name`: its catalog name): (what the model reads, the error or
         None). A failing tool becomes an error result for the model."""
-        live.writes.submit(
-            self.log.append,
-            live.trace_id,
-            EventKind.TOOL_CALL,
-            live.tagged(sid, {"call_id": call.id, "name": name, "arguments": call.arguments}),
-            step_id=sid,
-        )
+        self.records.event(live, at, EventKind.TOOL_CALL,
+                           {"call_id": call.id, "name": name, "arguments": call.arguments})
         result: str | None = None
         error: str | None = None
         try:
-            await self.log.release()  # no pooled connection held while a tool (an MCP server) works
+            await self.store.release()  # no pooled connection held while a tool (an MCP server) works
             result = await observe.observed_tool(
                 name, registry.run(name, call.arguments, ctx), known=name in registry)
         except ToolError as exc:
@@ -167,12 +230,11 @@ class AgentSteps:
         data: dict[str, Any] = {"call_id": call.id, "name": name, "result": result}
         if error is not None:
             data["error"] = error
-        live.writes.submit(self.log.append, live.trace_id, EventKind.TOOL_RESULT,
-                           live.tagged(sid, data), step_id=sid)
+        self.records.event(live, at, EventKind.TOOL_RESULT, data)
         return (result, None) if error is None else (f"Error: {error}", error)
 
     async def _turn(
-        self, live: LiveRun, sid: str, client, model: str, messages, tools,
+        self, live: LiveRun, at: At, client, model: str, messages, tools,
         output_schema: dict[str, Any] | None = None,
     ) -> tuple[ChatResult, str]:
         """One streamed model turn, retried on retryable errors before any token is shown.
@@ -182,36 +244,16 @@ class AgentSteps:
         limit = self.settings.step_output_max_bytes
 
         async def emit(text: str) -> None:
-            live.writes.submit(self.log.append, live.trace_id, EventKind.TOKEN,
-                               live.tagged(sid, {"text": text}), step_id=sid)
+            self.records.event(live, at, EventKind.TOKEN, {"text": text})
 
         coalescer = TokenCoalescer(emit, interval=self.token_interval)
 
+        extra = {"output_schema": output_schema} if output_schema is not None else {}
+
         async def attempt() -> ChatResult:
-            await self.log.release()  # no pooled connection held while the model talks
-            shown = 0
-            result: ChatResult | None = None
-            try:
-                extra = {"output_schema": output_schema} if output_schema is not None else {}
-                async for event in client.stream_chat(model=model, messages=messages, tools=tools,
-                                                      **extra):
-                    if isinstance(event, TextDelta) and event.text:
-                        shown += utf8_size(event.text)
-                        if shown > limit:
-                            raise StepFailure(
-                                f"The step's output passed the limit of {limit} bytes "
-                                f"({OUTPUT_SETTING})."
-                            )
-                        coalescer.add(event.text)
-                    elif isinstance(event, ChatResult):
-                        result = event
-            except LLMError as exc:
-                if shown:  # the user has seen part of this answer: never repeat it
-                    raise LLMError(exc.message, status=exc.status, retryable=False) from exc
-                raise
-            if result is None:
-                raise LLMError("The provider's stream ended without a result.", retryable=not shown)
-            return result
+            await self.store.release()  # no pooled connection held while the model talks
+            return await _streamed(client.stream_chat(model=model, messages=messages, tools=tools,
+                                                      **extra), coalescer, limit)
 
         try:
             result = await with_retries(
@@ -233,22 +275,22 @@ class AgentSteps:
             return result, ""
         return result, await coalescer.take()
 
-    async def _client_for(self, config) -> Any:
+    async def client_for(self, config) -> Any:
         """One provider client per (kind, URL, key), reused across steps and runs; built in
         a thread the first time (importing a provider SDK takes ~1–4 s of CPU), holding no
         store connection meanwhile."""
         key = (config.provider_kind, config.provider_base_url, config.provider_api_key)
-        client = self._clients.get(key)
+        client = self.clients.get(key)
         if client is None:
-            await self.log.release()
+            await self.store.release()
             async with self._clients_lock:
-                client = self._clients.get(key)
+                client = self.clients.get(key)
                 if client is None:
-                    client = await asyncio.to_thread(self._build_client, config)
-                    self._clients[key] = client
+                    client = await asyncio.to_thread(self.build_client, config)
+                    self.clients[key] = client
         return client
 
-    def _build_client(self, config) -> Any:
+    def build_client(self, config) -> Any:
         return instrument_client(make_client(
             kind=config.provider_kind,
             api_key=config.provider_api_key,
@@ -262,3 +304,10 @@ class AgentSteps:
             return await self.read_upload(owner_id, file_id)
         except OrchestraError as exc:
             raise ToolError(exc.message) from None
+
+    async def close(self) -> None:
+        """Close every provider client (best effort)."""
+        for client in self.clients.values():
+            with contextlib.suppress(Exception):  # closing is best effort
+                await client.aclose()
+        self.clients.clear()

@@ -4,7 +4,7 @@ Runs are a queue in the store. A claim loop takes runs nobody holds — queued o
 those whose owner's lease ran out (the owner died) — while there is room (`max_runs`);
 a lease loop renews this process's leases, drops runs another process holds now, and
 picks up cancels and answers given elsewhere. Signals (`control`: wake, cancel, reply)
-are hints that make both act sooner.
+are hints that make both act sooner. A run's lease lost, or its cancel seen, is here.
 """
 
 from __future__ import annotations
@@ -12,83 +12,72 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
+from collections.abc import Coroutine
+from typing import Any
 
 from orchestra.db.models import WorkflowRun
-from orchestra.db.outage import release_quietly, sleep_backoff
-from orchestra.engine.live import LiveRun
-from orchestra.engine.log import RunGone
-from orchestra.engine.vocabulary import RunStatus
+from orchestra.db.outage import StoreOutage, release_quietly, sleep_backoff
+from orchestra.engine.live import CANCELLED_BY_REQUEST, LiveRun, LiveRuns
+from orchestra.engine.model import RunOptions, StopReason, step_defs
+from orchestra.engine.questions import Questions
+from orchestra.engine.run_task import RunTasks
+from orchestra.engine.store import RunStore
+from orchestra.engine.store.events import RunGone
 from orchestra.observability import metrics
 from orchestra.observability import runs as observe
+from orchestra.settings import Settings
 
 logger = logging.getLogger("orchestra.engine")
 
 
-class ClaimLoops:
-    """Engine part: the claim loop, the lease loop and the `control` signal."""
+class Claims:
+    """The claim loop, the lease loop, launching claimed runs, and `control` signals."""
 
-    def _launch(self, run: WorkflowRun) -> LiveRun:
-        spec = run.spec or {}
+    def __init__(self, settings: Settings, *, store: RunStore, runs: LiveRuns, tasks: RunTasks,
+                 questions: Questions, outage: StoreOutage) -> None:
+        self.settings = settings
+        self.store = store
+        self.runs = runs
+        self.tasks = tasks
+        self.questions = questions
+        self.outage = outage
+        self._loops: list[asyncio.Task] = []
+        self._background: set[asyncio.Task] = set()  # reply checks the signals started
+
+    # -- launching ------------------------------------------------------------------------
+    def launch(self, run: WorkflowRun, *, cancel_message: str = CANCELLED_BY_REQUEST) -> LiveRun:
+        """Start the task of a run just claimed (its row as claimed). A run whose cancel
+        was requested ends at once, `cancelled` with `cancel_message`."""
         live = LiveRun(
             run.trace_id, run.owner_id,
-            run.input_value if "input_schema" in spec else (run.input or ""),
-            list(run.files or []), run.steps, attempt=run.attempts, spec=spec,
-            started_epoch=(run.started_at.replace(tzinfo=dt.timezone.utc).timestamp()
+            run.input_value if "input_schema" in (run.spec or {}) else (run.input or ""),
+            list(run.files or []), step_defs(run.steps or []), attempt=run.attempts,
+            options=RunOptions.from_spec(run.spec),
+            started_epoch=(run.started_at.replace(tzinfo=dt.UTC).timestamp()
                            if run.started_at else None),
             claim=run.owner_process,
         )
         live.renewed_at = asyncio.get_running_loop().time()
         live.writes.retry = self._write_failed
-        live.writes.release = self.log.release
+        live.writes.release = self.store.release
         if run.cancel_requested:
-            live.stop_asked, live.stop_reason = True, "The run was cancelled by request."
-        self.runs[run.trace_id] = live
+            live.stop_asked, live.stop_message = True, cancel_message
+        self.runs.add(live)
+        self.store.hold(run.trace_id, run.owner_process)
         live.task = asyncio.get_running_loop().create_task(
-            observe.observed_run(run.trace_id, run.trace_parent, run.attempts, self._run(live)),
+            observe.observed_run(run.trace_id, run.trace_parent, run.attempts, self.tasks.run(live)),
             name=f"run-{run.trace_id}",
         )
         return live
 
-    async def _claim_loop(self) -> None:
-        every = max(0.2, min(self.settings.run_lease_seconds / 3, 5.0))
-        while not self.stopping:
-            try:
-                await self._claim_some()
-                self.outage.succeeded()
-                metrics.store_available()
-            except Exception as exc:  # noqa: BLE001 - the store may be briefly away: try again
-                metrics.store_unavailable()
-                if not self.outage.failed(exc, "claiming runs"):
-                    logger.exception("claiming runs failed")
-            await self.log.release()
-            try:
-                async with asyncio.timeout(every):
-                    await self._wake.wait()
-            except TimeoutError:
-                pass
-            self._wake.clear()
-
-    async def _claim_some(self) -> None:
-        for trace_id in await self.ownership.candidates(self.room):
-            if self.room <= 0 or self.stopping:
-                break
-            if trace_id in self.runs:
-                continue
-            # A lease that ran out while the store was unreachable from here too is an
-            # outage, not a crash: that claim is not an attempt.
-            outage = self.outage.recently_down(self.settings.run_lease_seconds * 2)
-            run = await self._claim_to_run(trace_id, attempt=not outage)
-            if run is not None:
-                self._launch(run)
-
-    async def _claim_to_run(self, trace_id: str, *, attempt: bool = True):
+    async def claim(self, trace_id: str, *, attempt: bool = True) -> WorkflowRun | None:
         """Claim a run to execute here: its row, or None when another process holds it
         or this one began stopping while the claim was in flight. A run launched then
         could miss the hand-back and be left to its lease, and its next claim would count
         as an attempt: it is given back at once instead."""
-        run = await self.ownership.claim(trace_id, attempt=attempt)
-        if run is not None and self.stopping:
-            await self.ownership.hand_back(trace_id, run.owner_process)
+        run = await self.store.claim(trace_id, attempt=attempt)
+        if run is not None and self.runs.stopping:
+            await self.store.hand_back(trace_id, run.owner_process)
             return None
         return run
 
@@ -97,9 +86,50 @@ class ClaimLoops:
         with jitter) and try again — the run keeps what it has; anything else fails it."""
         if isinstance(exc, RunGone) or not self.outage.failed(exc, "writing a run's events"):
             return False
-        await release_quietly(self.db)
+        await release_quietly(self.store.db)
         await sleep_backoff(tries)
         return True
+
+    # -- the loops --------------------------------------------------------------------------
+    def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._loops = [loop.create_task(self._claim_loop(), name="run-claims"),
+                       loop.create_task(self._lease_loop(), name="run-leases")]
+
+    async def stop(self) -> None:
+        """End the loops and the reply checks still running."""
+        tasks = [*self._loops, *self._background]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._loops = []
+
+    async def _claim_loop(self) -> None:
+        every = max(0.2, min(self.settings.run_lease_seconds / 3, 5.0))
+        while not self.runs.stopping:
+            try:
+                await self._claim_some()
+                self.outage.succeeded()
+                metrics.store_available()
+            except Exception as exc:  # noqa: BLE001 - the store may be briefly away: try again
+                metrics.store_unavailable()
+                if not self.outage.failed(exc, "claiming runs"):
+                    logger.exception("claiming runs failed")
+            await self.store.release()
+            await self.runs.wait_for_wake(every)
+
+    async def _claim_some(self) -> None:
+        for trace_id in await self.store.candidates(self.runs.room):
+            if self.runs.room <= 0:
+                break
+            if trace_id in self.runs:
+                continue
+            # A lease that ran out while the store was unreachable from here too is an
+            # outage, not a crash: that claim is not an attempt.
+            outage = self.outage.recently_down(self.settings.run_lease_seconds * 2)
+            run = await self.claim(trace_id, attempt=not outage)
+            if run is not None:
+                self.launch(run)
 
     async def _lease_loop(self) -> None:
         """Renew the leases of the runs executing here, on the lease connection (never
@@ -107,71 +137,85 @@ class ClaimLoops:
         launched meanwhile is not in it and is left alone. A run whose lease could not be
         renewed for most of its length is stopped here (no more provider or tool calls,
         nothing written): another process, or this one, claims it when the store lets it."""
-        lease = self.settings.run_lease_seconds
-        every = max(0.2, lease / 3)
-        loop = asyncio.get_running_loop()
+        every = max(0.2, self.settings.run_lease_seconds / 3)
         while True:
             await asyncio.sleep(every)
-            lives = {trace_id: live for trace_id, live in self.runs.items()
-                     if live.task is not None and not live.task.done()}
-            if not lives:
-                continue
-            try:
-                held = await self.ownership.renew(
-                    {trace_id: live.claim for trace_id, live in lives.items()}, db=self.lease_db)
-            except Exception as exc:  # noqa: BLE001 - the next tick tries again
-                metrics.lease_renewals("failed")
-                metrics.store_unavailable()
-                if not self.outage.failed(exc, "renewing run leases"):
-                    logger.exception("renewing run leases failed")
-                now = loop.time()
-                for live in lives.values():
-                    if now - live.renewed_at > lease * 0.8:  # stop before the lease ends
-                        live.writes.abandon()
-                        self._stop_local(live, "lost", "")
-                continue
-            self.outage.succeeded()
-            metrics.store_available()
-            metrics.lease_renewals("renewed", len(held))
-            now = loop.time()
-            for trace_id, live in lives.items():
-                if trace_id not in held and live.ending:
-                    continue  # its end is being stored: no longer active in the store
-                if trace_id not in held:  # another process took it: stop, write nothing
-                    metrics.lease_renewals("lost")
-                    observe.run_outcome(trace_id, "lost")
-                    logger.warning("run %s is held by another process now", trace_id)
-                    live.writes.abandon()
-                    self._stop_local(live, "lost", "")
-                    continue
-                live.renewed_at = now
-                if held[trace_id]:
-                    self._stop_local(live, RunStatus.CANCELLED, "The run was cancelled by request.")
-                elif live.questions:
-                    try:
-                        await self._check_replies(live)
-                    except Exception as exc:  # noqa: BLE001 - the next tick tries again
-                        self.outage.failed(exc, "reading replies")
-            await self.log.release()
+            lives = {live.trace_id: live for live in self.runs.running()}
+            if lives:
+                await self._renew(lives)
 
-    def _control(self, payload: str) -> None:
+    async def _renew(self, lives: dict[str, LiveRun]) -> None:
+        lease = self.settings.run_lease_seconds
+        loop = asyncio.get_running_loop()
+        try:
+            held = await self.store.renew({trace_id: live.claim for trace_id, live in lives.items()})
+        except Exception as exc:  # noqa: BLE001 - the next tick tries again
+            metrics.lease_renewals("failed")
+            metrics.store_unavailable()
+            if not self.outage.failed(exc, "renewing run leases"):
+                logger.exception("renewing run leases failed")
+            now = loop.time()
+            for live in lives.values():
+                if now - live.renewed_at > lease * 0.8:  # stop before the lease ends
+                    live.writes.abandon()
+                    self.runs.stop(live, StopReason.LOST)
+            return
+        self.outage.succeeded()
+        metrics.store_available()
+        metrics.lease_renewals("renewed", len(held))
+        now = loop.time()
+        for trace_id, live in lives.items():
+            if trace_id not in held and live.ending:
+                continue  # its end is being stored: no longer active in the store
+            if trace_id not in held:  # another process took it: stop, write nothing
+                self._lost(live)
+                continue
+            live.renewed_at = now
+            if held[trace_id]:
+                self.runs.stop(live, StopReason.CANCELLED, CANCELLED_BY_REQUEST)
+            elif live.questions:
+                try:
+                    await self.questions.check_replies(live)
+                except Exception as exc:  # noqa: BLE001 - the next tick tries again
+                    self.outage.failed(exc, "reading replies")
+        await self.store.release()
+
+    def _lost(self, live: LiveRun) -> None:
+        """Another process holds the run now: stop it here, writing nothing more."""
+        metrics.lease_renewals("lost")
+        observe.run_outcome(live.trace_id, "lost")
+        logger.warning("run %s is held by another process now", live.trace_id)
+        live.writes.abandon()
+        self.runs.stop(live, StopReason.LOST)
+
+    # -- signals ----------------------------------------------------------------------------
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        """A background job kept referenced until it ends (and cancelled at stop)."""
+        task = asyncio.get_running_loop().create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    def background(self) -> int:
+        """How many background jobs (reply checks a signal started) are running."""
+        return len(self._background)
+
+    def on_control(self, payload: str) -> None:
+        """A `control` signal: `wake:`, `cancel:<trace_id>` or `reply:<trace_id>`."""
         verb, _, trace_id = payload.partition(":")
         if verb == "wake":
-            if self._wake is not None:
-                self._wake.set()
+            self.runs.wake()
             return
         live = self.runs.get(trace_id)
         if live is None:
             return
         if verb == "cancel":
-            self._stop_local(live, RunStatus.CANCELLED, "The run was cancelled by request.")
+            self.runs.stop(live, StopReason.CANCELLED, CANCELLED_BY_REQUEST)
         elif verb == "reply":
-            asyncio.get_running_loop().create_task(self._check_replies(live))
+            self._spawn(self.questions.check_replies(live))
 
-    def _resync(self) -> None:
+    def on_resync(self) -> None:
         """Signals may have been missed: look for queued runs and stored answers again."""
-        if self._wake is not None:
-            self._wake.set()
-        for live in list(self.runs.values()):
+        self.runs.wake()
+        for live in self.runs:
             if live.questions:
-                asyncio.get_running_loop().create_task(self._check_replies(live))
+                self._spawn(self.questions.check_replies(live))

@@ -1,223 +1,241 @@
 """The run engine's public face: `Engine` starts and stops, takes submitted runs, and
 answers replies and cancels from any process.
 
-`Engine` is composed of parts, one module each: `claims` (claim and lease loops),
-`run_task` (a run's lifecycle), `scheduler` (DAG scheduling), `agent_step` (model
-turns and tool calls), `questions` (human questions and replies). A run's own writes go
-through its `RunWriter`, in order. The engine is given what it needs — an agent
-resolver, the tool registry, a file reader, the signals — by the composition root
-(`orchestra.core.Core.engine`); it imports nothing from services.
+The engine builds the parts it owns and gives each what it needs (see
+docs/architecture.md): the run store (`store/`: every statement about runs), the live
+runs (`live.py`), the claim and lease loops (`claims.py`), a run's task
+(`run_task.py`), the scheduler (`scheduler.py`) with one runner per step kind — calls
+(`calls.py`, the model in `agent_step.py`), foreach and loop (`containers.py`) — the
+instances' rows and events (`records.py`) and human questions (`questions.py`). The
+engine is given what it needs from outside (an agent resolver, the tool registry, a
+file reader, the signals) by the composition root; it imports nothing from services.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import Any
 
-from orchestra.db.models import WorkflowRun
-from orchestra.db.database import make_database
 from orchestra.db.outage import StoreOutage
 from orchestra.db.signals import Signals
-from orchestra.engine.agent_step import AgentSteps
-from orchestra.engine.claims import ClaimLoops
+from orchestra.engine.agent_step import AgentResolver, AgentSteps
+from orchestra.engine.calls import Calls
+from orchestra.engine.claims import Claims
 from orchestra.engine.containers import Containers
-from orchestra.engine.feed import Feeds
+from orchestra.engine.feed import Feeds, Follow
 from orchestra.engine.language.sandbox import Bounds, Sandbox
-from orchestra.engine.live import LiveRun
-from orchestra.engine.log import EventLog
-from orchestra.engine.ownership import Ownership, process_identity
-from orchestra.engine.questions import HumanQuestions
-from orchestra.engine.run_task import RunLifecycle
+from orchestra.engine.live import CANCELLED_BY_REQUEST, LiveRuns
+from orchestra.engine.model import Question, StepKind, StopReason
+from orchestra.engine.questions import Questions
+from orchestra.engine.records import Records
+from orchestra.engine.run_task import RunTasks
 from orchestra.engine.scheduler import Scheduler
-from orchestra.engine.tools import ToolRegistry
-from orchestra.engine.vocabulary import ACTIVE, RunStatus
+from orchestra.engine.store import RunStore, make_run_store
+from orchestra.engine.tools.base import ToolRegistry
+from orchestra.settings import Settings
 
 logger = logging.getLogger("orchestra.engine")
 
 CANCEL_WAIT_SECONDS = 5.0  # how long a cancel waits for another process's owner to end the run
 
-
-class AgentResolver(Protocol):
-    """What the engine asks for an agent step's configuration (services' AgentCache)."""
-
-    async def worker(self, worker_id: str) -> Any: ...
-
-    async def node(self, name: str) -> Any: ...
+__all__ = ["AgentResolver", "Engine"]
 
 
-class Engine(ClaimLoops, RunLifecycle, Scheduler, Containers, AgentSteps, HumanQuestions):
+class Engine:
     """Owns this process's run tasks, its claims and leases, and its live event feeds."""
 
     def __init__(
         self,
-        core: Any,
         *,
+        db: Any,
+        settings: Settings,
+        outage: StoreOutage,
         agents: AgentResolver,
         registry: ToolRegistry,
         read_upload: Callable[[str, str], Awaitable[str]],
         signals: Signals,
-        exclusive: bool,
         token_interval: float = 0.05,
         retry_base_delay: float = 0.5,
     ) -> None:
-        self.core = core
-        self.db = core.db
-        self.settings = core.settings
-        self.agents = agents
-        self.registry = registry
-        self.read_upload = read_upload
+        self.settings = settings
         self.signals = signals
-        self.exclusive = exclusive  # one process serves this store (SQLite)
-        self.log = EventLog(core.db)
-        self.log.fence_for = self._fence_of  # an owner's appends check its claim
-        self.feeds = Feeds(self.log, signals)
-        self.outage: StoreOutage = core.extras.setdefault("store_outage", StoreOutage())
-        self.lease_db = core.db  # the lease loop's connection; its own one on PostgreSQL
-        self.ownership = Ownership(
-            core.db, me=process_identity(), lease_seconds=self.settings.run_lease_seconds
-        )
-        self.token_interval = token_interval
-        self.retry_base_delay = retry_base_delay
-        self.runs: dict[str, LiveRun] = {}
+        self.store: RunStore = make_run_store(db, url=settings.database_url,
+                                              lease_seconds=settings.run_lease_seconds)
+        self.feeds = Feeds(self.store.events, signals)
+        self.runs = LiveRuns(settings.max_runs)
         # Bounded evaluation of user-supplied work (SPEC §15): runs' CEL and structured
         # answers in one pool, requests' schema checks (start, reply) in their own, so a
         # user's heavy runs never make another's request wait for a worker.
-        self.sandbox = Sandbox(Bounds.from_settings(self.settings))
-        self.request_sandbox = Sandbox(Bounds.from_settings(self.settings))
-        self._clients: dict[tuple, Any] = {}
-        self._clients_lock = asyncio.Lock()
-        self._loops: list[asyncio.Task] = []
-        self._wake: asyncio.Event | None = None
+        self.sandbox = Sandbox(Bounds.from_settings(settings))
+        self.request_sandbox = Sandbox(Bounds.from_settings(settings))
+        records = Records(self.store, output_max_bytes=settings.step_output_max_bytes)
+        self.questions = Questions(self.store, self.runs, signals, self.request_sandbox)
+        self.agent_steps = AgentSteps(
+            settings, store=self.store, records=records, questions=self.questions,
+            agents=agents, registry=registry, read_upload=read_upload, sandbox=self.sandbox,
+            token_interval=token_interval, retry_base_delay=retry_base_delay,
+        )
+        calls = Calls(store=self.store, records=records, agents=self.agent_steps,
+                      questions=self.questions, prompt_max_bytes=settings.prompt_max_bytes)
+        scheduler = Scheduler(store=self.store, runs=self.runs, records=records, sandbox=self.sandbox)
+        containers = Containers(runs=self.runs, records=records, scheduler=scheduler, calls=calls,
+                                sandbox=self.sandbox, foreach_max_items=settings.foreach_max_items)
+        # The step kinds and their runners: a new kind of step registers here.
+        scheduler.register(StepKind.CALL, calls.step)
+        scheduler.register(StepKind.FOREACH, containers.foreach)
+        scheduler.register(StepKind.LOOP, containers.loop)
+        self.tasks = RunTasks(settings, store=self.store, runs=self.runs, scheduler=scheduler,
+                              sandbox=self.sandbox, outage=outage)
+        self.claims = Claims(settings, store=self.store, runs=self.runs, tasks=self.tasks,
+                             questions=self.questions, outage=outage)
         self._started: asyncio.Future | None = None
-        self.stopping = False
+        self._stopped: asyncio.Future | None = None
 
+    # -- knobs tests and benchmarks turn ------------------------------------------------
+    @property
+    def token_interval(self) -> float:
+        return self.agent_steps.token_interval
+
+    @token_interval.setter
+    def token_interval(self, value: float) -> None:
+        self.agent_steps.token_interval = value
+
+    @property
+    def retry_base_delay(self) -> float:
+        return self.agent_steps.retry_base_delay
+
+    @retry_base_delay.setter
+    def retry_base_delay(self, value: float) -> None:
+        self.agent_steps.retry_base_delay = value
+
+    @property
+    def stopping(self) -> bool:
+        return self.runs.stopping
+
+    # -- reading ----------------------------------------------------------------------------
     def is_live(self, trace_id: str) -> bool:
+        """The run executes in this process now."""
         return trace_id in self.runs
 
+    def follow(self, trace_id: str, *, after: int = 0, ping_every: float = 15.0) -> Follow:
+        """A run's events after `after`, stored ones then live ones (an SSE stream)."""
+        return self.feeds.follow(trace_id, after=after, ping_every=ping_every)
+
+    async def open_questions(self, trace_id: str) -> list[dict[str, str]]:
+        """`[{request_id, step_id, prompt}]` the run waits on, oldest first."""
+        return await self.questions.open_questions(trace_id)
+
+    # -- lifecycle ------------------------------------------------------------------------
     async def start(self) -> None:
         """Listen for signals and start claiming and renewing (once; later calls wait)."""
         if self._started is not None:
             return await asyncio.shield(self._started)
         self._started = asyncio.get_running_loop().create_future()
         try:
-            self._wake = asyncio.Event()
-            self.signals.on("control", self._control)
-            self.signals.on_resync(self._resync)
+            self.signals.on("control", self.claims.on_control)
+            self.signals.on_resync(self.claims.on_resync)
             await self.signals.start()
-            if not self.exclusive:  # renewals never queue behind request traffic
-                self.lease_db = make_database(self.settings.database_url, pool_size=1)
-            if self.exclusive:  # the last owner of any unfinished run is certainly gone
-                await self.ownership.expire_all()
-                await self.log.release()
-            self._loops = [
-                asyncio.get_running_loop().create_task(self._claim_loop(), name="run-claims"),
-                asyncio.get_running_loop().create_task(self._lease_loop(), name="run-leases"),
-            ]
+            await self.store.start()
+            self.claims.start()
             self._started.set_result(None)
         except BaseException as exc:
             self._started.set_exception(exc)
             raise
 
-    @property
-    def room(self) -> int:
-        return 0 if self.stopping else self.settings.max_runs - len(self.runs)
+    def wake(self) -> None:
+        """Look for runs to claim now (as a `wake` signal would)."""
+        self.runs.wake()
 
     async def submit(self, trace_id: str) -> None:
         """A run was stored `queued`: take it here if there is room, else wake the others."""
         await self.start()
-        if self.room > 0:
-            run = await self._claim_to_run(trace_id)
-            await self.log.release()
+        if self.runs.room > 0:
+            run = await self.claims.claim(trace_id)
+            await self.store.release()
             if run is not None:
-                self._launch(run)
+                self.claims.launch(run)
                 return
         await self.signals.notify("control", f"wake:{trace_id}")
 
     async def stop(self, *, grace: float | None = None) -> None:
         """Stop claiming; let in-flight steps finish for `grace` seconds; hand every run
-        still here back to the store (its lease ends now) so another process goes on."""
-        self.stopping = True
-        if self._wake is not None:  # the claim loop ends now, not after its next wait
-            self._wake.set()
+        still here back to the store (its lease ends now) so another process goes on.
+        Once: a later call (the Core closing after the server stopped) waits for the first."""
+        if self._stopped is not None:
+            return await asyncio.shield(self._stopped)
+        self._stopped = asyncio.get_running_loop().create_future()
+        try:
+            await self._stop(grace)
+        finally:
+            self._stopped.set_result(None)
+
+    async def _stop(self, grace: float | None) -> None:
+        self.runs.begin_stopping()
         grace = self.settings.shutdown_grace_seconds if grace is None else grace
-        for live in self.runs.values():
-            live.poke()
-        tasks = [live.task for live in self.runs.values() if live.task is not None]
+        tasks = [live.task for live in self.runs if live.task is not None]
         if tasks:
             await asyncio.wait(tasks, timeout=grace)
-        rest = [live for live in self.runs.values() if live.task is not None and not live.task.done()]
+        rest = self.runs.running()
         for live in rest:
-            self._stop_local(live, "handback", "")
+            self.runs.stop(live, StopReason.HANDBACK)
         if rest:  # handing back is one statement each; bounded so SIGTERM exits in time
             await asyncio.wait([live.task for live in rest], timeout=2)
         # The loops end first: the lease loop's task keeps the lease connection (a pool of
         # one) for as long as it runs, and the bulk hand-back below needs it.
-        for task in self._loops:
-            task.cancel()
-        await asyncio.gather(*self._loops, return_exceptions=True)
-        self._loops = []
+        await self.claims.stop()
         # Tasks that could not hand back in time (a busy store, writes still settling):
         # all at once here, on the lease connection, rather than leaving them to their
         # leases — a run found with a lapsed lease is counted as a crash.
         late = [live.claim for live in rest if not live.task.done() and live.claim]
         if late:
             try:
-                await self.ownership.hand_back_many(late, db=self.lease_db)
+                await self.store.hand_back_many(late)
             except Exception:  # noqa: BLE001 - then their leases run out, as after a crash
                 logger.warning("could not hand back %d run(s) at shutdown", len(late))
         if self._started is not None and self._started.done() and not self._started.exception():
-            try:
+            with contextlib.suppress(Exception):  # others find the runs on their next scan
                 await self.signals.notify("control", "wake:")
-            except Exception:  # noqa: BLE001 - others find the runs on their next scan
-                pass
-        for client in self._clients.values():
-            try:
-                await client.aclose()
-            except Exception:  # noqa: BLE001 - closing is best effort
-                pass
-        self._clients.clear()
-        if self.lease_db is not self.db:
-            try:
-                await self.lease_db.close_pool()
-            except Exception:  # noqa: BLE001 - closing is best effort
-                pass
+        await self.agent_steps.close()
+        await self.store.stop()
         await self.sandbox.close()
         await self.request_sandbox.close()
 
-    async def cancel(self, trace_id: str, *, reason: str = "The run was cancelled by request.") -> None:
+    # -- commands from any process ----------------------------------------------------------
+    async def cancel(self, trace_id: str, *, reason: str = CANCELLED_BY_REQUEST) -> None:
         """Cancel an unfinished run wherever it executes, and wait (a little) for its end."""
-        await self.db.aexecute(
-            WorkflowRun.update(cancel_requested=True).where(
-                (WorkflowRun.trace_id == trace_id) & WorkflowRun.status.in_(list(ACTIVE))
-            )
-        )
+        await self.store.request_cancel(trace_id)
         live = self.runs.get(trace_id)
-        if live is None and not self.stopping:
-            run = await self.ownership.claim(trace_id)  # nobody holds it: end it here
+        if live is None and not self.runs.stopping:
+            run = await self.store.claim(trace_id)  # nobody holds it: end it here
             if run is not None:
-                live = self._launch(run)  # it sees cancel_requested and ends at once
-        await self.log.release()
+                live = self.claims.launch(run, cancel_message=reason)  # it ends at once
+        await self.store.release()
         if live is not None:
-            self._stop_local(live, RunStatus.CANCELLED, reason)
+            self.runs.stop(live, StopReason.CANCELLED, reason)
             await asyncio.wait({live.task}, timeout=CANCEL_WAIT_SECONDS * 2)
             return
         await self.signals.notify("control", f"cancel:{trace_id}")
         loop = asyncio.get_running_loop()
         deadline = loop.time() + CANCEL_WAIT_SECONDS
         while loop.time() < deadline:
-            last = await self.log.last_event(trace_id)
-            await self.log.release()
+            last = await self.store.last_event(trace_id)
+            await self.store.release()
             if last is None or last.terminal:
                 return
             await asyncio.sleep(0.05)
 
     async def cancel_owner(self, user_id: str, *, reason: str) -> None:
         """Stop every live run of a user (the user is being deleted), all at once."""
-        lives = [r for r in self.runs.values() if r.owner_id == user_id and r.task is not None]
-        await self.log.release()
+        lives = [live for live in self.runs if live.owner_id == user_id and live.task is not None]
+        await self.store.release()
         for live in lives:
-            self._stop_local(live, RunStatus.CANCELLED, reason)
+            self.runs.stop(live, StopReason.CANCELLED, reason)
         if lives:
             await asyncio.wait([live.task for live in lives], timeout=10)
+
+    async def reply(self, trace_id: str, *, content: Any, request_id: str | None) -> Question:
+        """Store the answer to an open question of the run and deliver it to its owner."""
+        return await self.questions.reply(trace_id, content=content, request_id=request_id)

@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from orchestra.db.outage import backoff, is_unreachable
-from orchestra.engine.log import Event, EventLog
+from orchestra.engine.store.events import Event, EventLog
 
 logger = logging.getLogger("orchestra.engine")
 
@@ -256,42 +256,15 @@ class Feeds:
 
     async def _follow(self, follow: Follow, trace_id: str, after: int,
                       ping_every: float) -> AsyncIterator[Event | None]:
-        log, last = self.log, after
-        next_ping = time.monotonic() + ping_every
+        cursor = _Cursor(after, ping_every)
         while True:
-            # Catch up from the store, a bounded page at a time, holding no connection
-            # while the page is written to the client.
-            retry = 0
-            while True:
-                try:
-                    page = await log.page(trace_id, after=last)
-                    await log.release()
-                except Exception as exc:
-                    if not is_unreachable(exc):
-                        raise
-                    # The store is away: keep the stream open with pings, and catch up
-                    # once it is back.
-                    retry += 1
-                    await _release_quietly(log)
-                    pause = min(backoff(retry), max(next_ping - time.monotonic(), 0.0))
-                    await asyncio.sleep(pause)
-                    if time.monotonic() >= next_ping:
-                        yield PING
-                        next_ping = time.monotonic() + ping_every
-                    continue
-                retry = 0
-                if not page:
-                    break
-                page.reverse()
-                while page:
-                    event = page.pop()
-                    yield event
-                    last, next_ping = event.seq, time.monotonic() + ping_every
-                    if event.terminal:
-                        return
-            sub = self.join(trace_id, last)
+            async for item in self._catch_up(trace_id, cursor):
+                yield item
+                if item is not PING and item.terminal:
+                    return
+            sub = self.join(trace_id, cursor.last)
             try:
-                async for item in self._live(follow, sub, ping_every, next_ping):
+                async for item in self._live(follow, sub, ping_every, cursor.next_ping):
                     if item is PING:
                         yield PING
                         continue
@@ -302,8 +275,40 @@ class Feeds:
                     return
             finally:
                 self.leave(sub)
-                last = sub.last
-                next_ping = time.monotonic() + ping_every
+                cursor.last = sub.last
+                cursor.pinged()
+
+    async def _catch_up(self, trace_id: str, cursor: _Cursor) -> AsyncIterator[Event | None]:
+        """Stored events after `cursor.last`, a bounded page at a time, holding no
+        connection while a page is written to the client; up to the terminal event or
+        the last stored one. While the store is away: pings, and the catch-up goes on
+        once it is back."""
+        log, retry = self.log, 0
+        while True:
+            try:
+                page = await log.page(trace_id, after=cursor.last)
+                await log.release()
+            except Exception as exc:
+                if not is_unreachable(exc):
+                    raise
+                retry += 1
+                await _release_quietly(log)
+                await asyncio.sleep(min(backoff(retry), max(cursor.next_ping - time.monotonic(), 0.0)))
+                if time.monotonic() >= cursor.next_ping:
+                    yield PING
+                    cursor.pinged()
+                continue
+            retry = 0
+            if not page:
+                return
+            page.reverse()
+            while page:
+                event = page.pop()
+                yield event
+                cursor.last = event.seq
+                cursor.pinged()
+                if event.terminal:
+                    return
 
     async def _live(self, follow: Follow, sub: Subscription, ping_every: float,
                     next_ping: float) -> AsyncIterator[Event | None]:
@@ -350,6 +355,21 @@ async def _release_quietly(log: EventLog) -> None:
         await log.release()
     except Exception:  # noqa: BLE001 - the connection is gone with the store
         logger.debug("could not release a store connection", exc_info=True)
+
+
+class _Cursor:
+    """Where a follower is: the last seq it was given, and when its next ping is due."""
+
+    __slots__ = ("every", "last", "next_ping")
+
+    def __init__(self, last: int, every: float) -> None:
+        self.last = last
+        self.every = every
+        self.next_ping = time.monotonic() + every
+
+    def pinged(self) -> None:
+        """Something was sent: the next ping is due a whole interval from now."""
+        self.next_ping = time.monotonic() + self.every
 
 
 class Follow:

@@ -1,35 +1,20 @@
-"""A run executing in this process (`LiveRun`) and the exceptions that end its task."""
+"""The runs executing in this process: each `LiveRun`, the `LiveRuns` that hold them (and
+whether this process is stopping), and the exceptions that end a run's task."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from orchestra.egress import EgressPolicy
 from orchestra.engine.instances import Finished
-from orchestra.engine.questions import Question
-from orchestra.engine.vocabulary import RunStatus
-from orchestra.engine.writer import RunWriter
+from orchestra.engine.model import At, Question, RunOptions, StepDef, StopReason
 from orchestra.engine.tools.mcp.sessions import RunSessions
+from orchestra.engine.writer import RunWriter
 
-
-class StepAt(str):
-    """A step's template id that also knows the instance it names (SPEC §8): it *is* the
-    id (`research`), so everything that tags events with a step id keeps doing so, and
-    `path` (`research[3]`) goes with it into events, rows and questions."""
-
-    __slots__ = ("path",)
-
-    def __new__(cls, step_id: str, path: str) -> "StepAt":
-        made = super().__new__(cls, step_id)
-        made.path = path
-        return made
-
-
-def path_of(sid: str) -> str:
-    """The instance path a step id stands for (a plain id is its own path)."""
-    return getattr(sid, "path", sid)
+CANCELLED_BY_REQUEST = "The run was cancelled by request."
 
 
 class StepFailure(Exception):
@@ -63,9 +48,9 @@ class LiveRun:
     owner_id: str
     input: Any  # text, or a JSON value under the template's input_schema
     files: list[dict[str, Any]]
-    steps: list[dict[str, Any]]
+    steps: tuple[StepDef, ...]
     attempt: int = 1
-    spec: dict[str, Any] = field(default_factory=dict)  # input_schema, limits, output
+    options: RunOptions = field(default_factory=RunOptions)
     started_epoch: float | None = None  # when run_started was stored (limits.deadline_seconds)
     claim: str = ""  # the claim's token (`owner_process`): every write of ours is fenced on it
     ending: bool = False  # its terminal event is being stored
@@ -83,8 +68,8 @@ class LiveRun:
     wakes: set[asyncio.Future] = field(default_factory=set)  # schedulers waiting, one per level
     started: bool = False  # its task has begun (a task cancelled before that never runs)
     stop_asked: bool = False
-    stop_status: str = RunStatus.CANCELLED  # or "interrupted", "handback", "lost"
-    stop_reason: str = "The run was cancelled."
+    stop_reason: StopReason = StopReason.CANCELLED
+    stop_message: str = "The run was cancelled."
     mcp: RunSessions | None = None  # its MCP sessions, opened at their first call
 
     def mcp_sessions(self, allowed: frozenset[str], egress: EgressPolicy) -> RunSessions:
@@ -98,26 +83,107 @@ class LiveRun:
             if not wake.done():
                 wake.set_result(None)
 
-    def tagged(self, step_id: str, data: dict[str, Any]) -> dict[str, Any]:
+    def tagged(self, at: At, data: dict[str, Any]) -> dict[str, Any]:
         """A step event's data, with `attempt` when a later attempt runs (SPEC §7)."""
-        attempt = self.step_attempts.get(path_of(step_id), 1)
+        attempt = self.step_attempts.get(at.path, 1)
         return {**data, "attempt": attempt} if attempt > 1 else data
 
-    def step(self, step_id: str) -> dict[str, Any]:
-        return next(s for s in self.steps if s["id"] == step_id)
-
-    def withdraw(self, step_id: str) -> list[Question]:
+    def withdraw(self, at: At) -> list[Question]:
         """The unanswered questions an earlier attempt of this step instance asked, taken
         out: the step asks something else now."""
-        path = path_of(step_id)
-        gone = [q for q in self.earlier if q.path == path and not q.answered]
+        gone = [q for q in self.earlier if q.path == at.path and not q.answered]
         self.earlier = [q for q in self.earlier if q not in gone]
         return gone
 
-    def take_earlier(self, step_id: str, prompt: str) -> Question | None:
-        path = path_of(step_id)
+    def take_earlier(self, at: At, prompt: str) -> Question | None:
         for question in self.earlier:
-            if question.path == path and question.prompt == prompt:
+            if question.path == at.path and question.prompt == prompt:
                 self.earlier.remove(question)
                 return question
         return None
+
+    def past_stopping(self) -> None:
+        """The run is being ended or handed back: a stop must leave its task alone now.
+        Cancelled while its last writes settle, the end or hand-back would never be
+        stored; the run would keep its owner until its lease ran out, and the next claim
+        would count as a crash."""
+        self.stop_asked = True
+
+
+class LiveRuns:
+    """This process's live runs by trace id, the room left for more (`max_runs`), and
+    whether the process is stopping (then no step starts and no run is claimed)."""
+
+    def __init__(self, max_runs: int) -> None:
+        self.max_runs = max_runs
+        self.stopping = False
+        self._runs: dict[str, LiveRun] = {}
+        self._room_changed = asyncio.Event()
+
+    def __contains__(self, trace_id: str) -> bool:
+        return trace_id in self._runs
+
+    def __iter__(self) -> Iterator[LiveRun]:
+        return iter(list(self._runs.values()))
+
+    def __len__(self) -> int:
+        return len(self._runs)
+
+    def __getitem__(self, trace_id: str) -> LiveRun:
+        return self._runs[trace_id]
+
+    def get(self, trace_id: str) -> LiveRun | None:
+        return self._runs.get(trace_id)
+
+    def add(self, live: LiveRun) -> None:
+        self._runs[live.trace_id] = live
+
+    def remove(self, trace_id: str) -> None:
+        """The run's task ended: its room is free for another run."""
+        self._runs.pop(trace_id, None)
+        if not self.stopping:
+            self._room_changed.set()
+
+    @property
+    def room(self) -> int:
+        return 0 if self.stopping else self.max_runs - len(self._runs)
+
+    def running(self) -> list[LiveRun]:
+        """The runs whose task has not ended."""
+        return [live for live in self._runs.values() if live.task is not None and not live.task.done()]
+
+    # -- the claim loop's wake-up ---------------------------------------------------------
+    def wake(self) -> None:
+        """Look for runs to claim now (room was freed, a run was queued, or stopping)."""
+        self._room_changed.set()
+
+    async def wait_for_wake(self, timeout: float) -> None:
+        try:
+            async with asyncio.timeout(timeout):
+                await self._room_changed.wait()
+        except TimeoutError:
+            pass
+        self._room_changed.clear()
+
+    # -- stopping ---------------------------------------------------------------------------
+    def stop(self, live: LiveRun, reason: StopReason, message: str = "") -> None:
+        """Stop a live run once: CANCELLED/INTERRUPTED end it, HANDBACK gives it back to
+        the store, LOST (another process holds it now) writes nothing more. A later LOST
+        overrides an earlier reason: nothing may be written then."""
+        if live.task is None or live.task.done():
+            return
+        if live.stop_asked:
+            if reason == StopReason.LOST:
+                live.stop_reason = StopReason.LOST
+            return
+        live.stop_asked, live.stop_reason = True, reason
+        if message:
+            live.stop_message = message
+        if live.started:
+            live.task.cancel()
+
+    def begin_stopping(self) -> None:
+        self.stopping = True
+        self._room_changed.set()  # the claim loop ends now, not after its next wait
+        for live in self._runs.values():
+            live.poke()

@@ -14,7 +14,7 @@ from typing import Any
 
 from orchestra.engine.language.expressions import PLACEHOLDER, Scope, render
 from orchestra.engine.live import StepFailure
-from orchestra.engine.tools import ToolError
+from orchestra.engine.tools.base import ToolError
 from orchestra.errors import PayloadTooLargeError
 
 PROMPT_SETTING = "ORCHESTRA_PROMPT_MAX_BYTES"

@@ -7,7 +7,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from orchestra.engine.log import RunGone
+from orchestra.engine.store.events import RunGone
 
 GROUP_LIMIT = 100  # writes applied together at most: a transaction stays short
 _SINGLE = object()  # the queue entry of a plain `submit`

@@ -24,15 +24,15 @@ from orchestra.db.models import (
     name_key,
     utcnow,
 )
-from orchestra.engine import instances
+from orchestra.engine import instances, reads
 from orchestra.engine.language import schemas
 from orchestra.engine.language.model import NAME_MAX, PROMPT_MAX
 from orchestra.engine.language.typecheck import type_problems
 from orchestra.engine.language.validate import Checked
 from orchestra.engine.language.validate import check_template as check_template_language
-from orchestra.engine.log import Event
 from orchestra.engine.run_task import step_output
 from orchestra.engine.sizes import check_reply_size
+from orchestra.engine.store.events import Event
 from orchestra.engine.vocabulary import FINISHED, EventKind, RunStatus, StepStatus
 from orchestra.errors import ConflictError, NotFoundError, PermissionDeniedError, ValidationError
 from orchestra.services import run_starts
@@ -408,7 +408,7 @@ async def run_detail(core: Core, run: WorkflowRun) -> dict[str, Any]:
             "started_at": iso(row.started_at) if row else None,
             "finished_at": iso(row.finished_at) if row else None,
         })
-    last = await core.engine.log.last_event(run.trace_id)
+    last = await reads.last_event(core.db, run.trace_id)
     return {
         **run_summary(run),
         "input": run_input(run),
@@ -425,7 +425,7 @@ async def pending_replies(core: Core, run: WorkflowRun) -> list[dict[str, str]]:
     """`[{request_id, step_id, prompt}]` the run waits on, oldest first."""
     if run.status in FINISHED:
         return []
-    return await core.engine.open_questions(run.trace_id)
+    return await reads.open_questions(core.db, run.trace_id)
 
 
 async def cancel_run(core: Core, *, user_id: str, is_admin: bool, trace_id: str) -> WorkflowRun:
@@ -528,7 +528,7 @@ async def open_stream(
     """The run whose stream the caller may read, or None when `last_event_id` is already
     its terminal event (the stream has nothing more: 204)."""
     run = await get_run(core, user_id=user_id, is_admin=is_admin, trace_id=trace_id)
-    last = await core.engine.log.last_event(trace_id)
+    last = await reads.last_event(core.db, trace_id)
     if last is not None and last.terminal and last_event_id >= last.seq:
         return None
     return run
@@ -541,7 +541,7 @@ async def list_events(
     """Up to `limit` stored events of a run after `after` (a JSON alternative to the
     stream), and the `after` of the next page (None when these were the last)."""
     await get_run(core, user_id=user_id, is_admin=is_admin, trace_id=trace_id)
-    events = await core.engine.log.stored(trace_id, after=after, limit=limit + 1)
+    events = await reads.stored_events(core.db, trace_id, after=after, limit=limit + 1)
     if len(events) <= limit:
         return events, None
     return events[:limit], events[limit - 1].seq

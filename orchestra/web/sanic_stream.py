@@ -17,7 +17,7 @@ from collections.abc import Callable
 import sanic
 from sanic import Request
 
-from orchestra.engine.log import Event
+from orchestra.engine.store.events import Event
 
 TESTED_MAJOR_VERSIONS = ("24", "25")
 SLOW_READER_BYTES = 256 * 1024  # unsent bytes past which a reader leaves the live path

@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator
 from sanic import Request
 
 from orchestra.engine.feed import PING
-from orchestra.engine.log import Event
+from orchestra.engine.store.events import Event
 from orchestra.observability import metrics
 from orchestra.web.sanic_stream import direct_writer, event_chunk
 

@@ -331,7 +331,7 @@ async def test_render_prompt():
 
 async def orphan(core, user_id: str, *, attempts: int) -> WorkflowRun:
     """A run left `waiting_reply` by a process that died: its lease has run out."""
-    from orchestra.engine.log import EventLog
+    from orchestra.engine.store.events import EventLog
 
     steps = [{"id": "h", "agent": {"human": True}, "prompt": "?", "depends_on": []}]
     run = await WorkflowRun.acreate(

@@ -84,14 +84,14 @@ async def _stop_while_step_a_ends_slowly(core, fake_llm: FakeLLM, *, write_delay
     while live.renewed_at == claimed_at:  # renewed once: the lease loop has its connection
         assert time.monotonic() < deadline
         await asyncio.sleep(0.01)
-    store_instances = engine._store_instances
+    store_instances = engine.store.store_instances
 
     async def slow(*args, **kwargs):
         if engine.stopping:
             await asyncio.sleep(write_delay)
         return await store_instances(*args, **kwargs)
 
-    engine._store_instances = slow
+    engine.store.store_instances = slow
     began = time.monotonic()
     await engine.stop(grace=grace)
     took = time.monotonic() - began

@@ -11,7 +11,7 @@ from orchestra.db.models import RunEvent, WorkflowRun
 from orchestra.db.signals import Signals
 from orchestra.engine.coalescer import TokenCoalescer
 from orchestra.engine.feed import FANOUT_SLICE, PING, Feeds
-from orchestra.engine.log import PAGE_BYTES, EventLog, RunGone
+from orchestra.engine.store.events import PAGE_BYTES, EventLog, RunGone
 from orchestra.engine.writer import RunWriter
 from orchestra.services import auth
 
@@ -396,7 +396,7 @@ async def test_concurrent_appenders_retry_through_conflicts_and_never_lose_an_ev
 
 async def test_appends_that_keep_losing_raise_store_contention(core, run_id, monkeypatch):
     """Contention is its own error (not "the run is gone"), after the deadline."""
-    from orchestra.engine import log as log_module
+    from orchestra.engine.store import events as log_module
 
     monkeypatch.setattr(log_module, "APPEND_DEADLINE_SECONDS", 0.0)
     writer = EventLog(core.db)

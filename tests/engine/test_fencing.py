@@ -51,6 +51,6 @@ async def test_a_claim_is_a_token_of_its_own_and_every_write_carries_it(core, fa
                                         "prompt": "{{input}}"}])
     run = await wait_status(core, trace_id, "succeeded", "failed")
     assert run.status == "succeeded" and run.owner_process is None and run.attempts == 1
-    me = core.engine.ownership.me
-    first, second = core.engine.ownership.new_token(), core.engine.ownership.new_token()
+    me = core.engine.store.ownership.me
+    first, second = core.engine.store.ownership.new_token(), core.engine.store.ownership.new_token()
     assert first.startswith(me + "#") and second.startswith(me + "#") and first != second

@@ -10,6 +10,7 @@ import asyncio
 import pytest
 
 from orchestra.db.models import WorkflowRun
+from orchestra.engine.model import StopReason
 from orchestra.errors import ConflictError
 from tests.engine.test_engine import events, kinds, setup_agent, start, wait_status
 from tests.engine.test_fencing import wait_kind
@@ -19,10 +20,10 @@ async def crash_and_resume(core, trace_id: str) -> None:
     """As if the owner died: its task stops writing, its lease runs out, a claim resumes it."""
     live = core.engine.runs[trace_id]
     live.writes.abandon()
-    core.engine._stop_local(live, "lost", "")
+    core.engine.runs.stop(live, StopReason.LOST)
     await asyncio.wait_for(live.task, 10)
     await core.db.aexecute(WorkflowRun.update(lease_until=1.0).where(WorkflowRun.trace_id == trace_id))
-    core.engine._wake.set()
+    core.engine.wake()
 
 
 async def test_a_reworded_question_withdraws_the_earlier_one(core, fake_llm):
@@ -64,11 +65,11 @@ async def test_the_same_question_keeps_its_request_id_and_uses_an_answer_given_m
     await wait_kind(core, trace_id, "reply_requested")
     live = core.engine.runs[trace_id]
     live.writes.abandon()
-    core.engine._stop_local(live, "lost", "")
+    core.engine.runs.stop(live, StopReason.LOST)
     await asyncio.wait_for(live.task, 10)
     await core.engine.reply(trace_id, content="blue", request_id=None)  # nobody holds it now
     await core.db.aexecute(WorkflowRun.update(lease_until=1.0).where(WorkflowRun.trace_id == trace_id))
-    core.engine._wake.set()
+    core.engine.wake()
     run = await wait_status(core, trace_id, "succeeded", "failed")
     assert run.status == "succeeded"
     evs = await events(core, trace_id)

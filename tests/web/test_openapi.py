@@ -10,7 +10,7 @@ from openapi_spec_validator import validate
 from sanic import Sanic
 
 from orchestra.engine.llm.factory import SUPPORTED_KINDS
-from orchestra.engine.log import KINDS
+from orchestra.engine.store.events import KINDS
 from orchestra.services.roles import ROLE_NAMES
 from orchestra.web.apidoc.document import UndocumentedRoute, api_routes, build_document
 from orchestra.web.apidoc.events import EVENT_FIELDS

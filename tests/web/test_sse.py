@@ -101,7 +101,7 @@ async def test_an_orphaned_run_stream_shows_its_end(client, users):
     """A run whose process died and was claimed too often: the stream ends with the
     terminal event the claiming engine stores."""
     from orchestra.db.models import WorkflowRun
-    from orchestra.engine.log import EventLog
+    from orchestra.engine.store.events import EventLog
 
     alice = await users.make("alice")
     core = client.app.ctx.core
@@ -109,7 +109,7 @@ async def test_an_orphaned_run_stream_shows_its_end(client, users):
                                     status="running", attempts=3,
                                     owner_process="gone:1:dead#1", lease_until=1.0)
     await EventLog(core.db).append(run.trace_id, "run_started")
-    core.engine._wake.set()  # as a `wake` signal would
+    core.engine.wake()  # as a `wake` signal would
     response = await client.get(f"{API}/sse/{run.trace_id}", headers=alice["headers"])
     frames = parse(response.text)
     assert [f[1] for f in frames] == ["run_started", "run_failed"]

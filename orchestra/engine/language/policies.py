@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from orchestra.engine.language import schemas
 from orchestra.engine.language.expressions import ExpressionError, Scope
-
-ENDED_OK = ("succeeded", "skipped", "failed")  # a dependency in one of these has ended
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,13 +32,17 @@ def step_scope(input: Any, states: dict[str, dict[str, Any]], sandbox: Any = Non
 
 
 async def decide(step: dict[str, Any], states: dict[str, dict[str, Any]], scope: Scope) -> Decision:
+    """`should_run` for a step as the template stores it."""
+    return await should_run(step.get("depends_on") or (), step.get("when"), states, scope)
+
+
+async def should_run(depends_on: Sequence[str], when: str | None,
+                     states: dict[str, dict[str, Any]], scope: Scope) -> Decision:
     """Skip propagation, then `when`. A step whose dependencies were all skipped is
     skipped; with some skipped and the rest succeeded (or failed under on_error
     continue) it runs; `when` false skips it. ExpressionError propagates (the step fails)."""
-    deps = step.get("depends_on") or []
-    if deps and all(states.get(d, {}).get("status") == "skipped" for d in deps):
+    if depends_on and all(states.get(d, {}).get("status") == "skipped" for d in depends_on):
         return Decision(False, "dependencies")
-    when = step.get("when")
     if when and not await scope.truth(when):
         return Decision(False, "when")
     return Decision(True)
@@ -84,15 +87,21 @@ def retry_delay(backoff_seconds: float, failed_attempt: int, *, jitter: float = 
 
 async def run_output(spec: dict[str, Any] | None, steps: list[dict[str, Any]],
                      states: dict[str, dict[str, Any]], input: Any, sandbox: Any = None) -> Any:
+    """`template_output` for a template as stored."""
+    return await template_output((spec or {}).get("output"), steps[-1]["id"] if steps else None,
+                                 states, input, sandbox)
+
+
+async def template_output(expr: str | None, last_step: str | None,
+                          states: dict[str, dict[str, Any]], input: Any, sandbox: Any = None) -> Any:
     """The run's output: the template's `output` expression, else the last listed
     step's output. ExpressionError propagates (the run fails naming it)."""
-    expr = (spec or {}).get("output")
     if expr:
         return await step_scope(input, states, sandbox).evaluate(expr)
-    if not steps:
+    if last_step is None:
         return None
-    return states.get(steps[-1]["id"], {}).get("output")
+    return states.get(last_step, {}).get("output")
 
 
 __all__ = ["Decision", "ExpressionError", "decide", "read_structured", "repair_prompt",
-           "retry_delay", "run_output", "step_scope"]
+           "retry_delay", "run_output", "should_run", "step_scope", "template_output"]

@@ -149,48 +149,58 @@ def _expanded(schema: Any) -> tuple[float, bool]:
     back into itself counts 1 (recursion moves down the value, so a value d levels deep
     may meet this bound to the power d + 1). Unbounded when a `$ref` is not a plain
     pointer, or a nested `$id` changes what references mean."""
-    memo: dict[str, float] = {}
-    active: set[str] = set()
-    recursive = False
+    expansion = _Expansion(schema)
+    return expansion.size(schema, top=True), expansion.recursive
 
-    def size(node: Any, top: bool = False) -> float:
+
+class _Expansion:
+    """`_expanded`'s walk: each local `$ref` target counted once (memo), a `$ref` back
+    into one being counted marks the schema recursive."""
+
+    def __init__(self, schema: Any) -> None:
+        self.schema = schema
+        self.memo: dict[str, float] = {}
+        self.active: set[str] = set()
+        self.recursive = False
+
+    def size(self, node: Any, top: bool = False) -> float:
         if not isinstance(node, dict):
             return 1.0 if isinstance(node, bool) else 0.0
         if "$id" in node and not top or "$dynamicRef" in node:
             return _UNBOUNDED
         total = 1.0
         for key, value in node.items():
-            if key == "$ref" and isinstance(value, str):
-                total += target(value)
-            elif key in _ONE:
-                total += size(value)
-            elif key in _LIST and isinstance(value, list):
-                total += sum(size(v) for v in value)
-            elif key in _MAP and isinstance(value, dict):
-                total += sum(size(v) for v in value.values())
+            total += self._part(key, value)
             if total > 1e15:
                 return _UNBOUNDED
         return total
 
-    def target(ref: str) -> float:
-        nonlocal recursive
+    def _part(self, key: str, value: Any) -> float:
+        if key == "$ref" and isinstance(value, str):
+            return self.target(value)
+        if key in _ONE:
+            return self.size(value)
+        if key in _LIST and isinstance(value, list):
+            return sum(self.size(v) for v in value)
+        if key in _MAP and isinstance(value, dict):
+            return sum(self.size(v) for v in value.values())
+        return 0.0
+
+    def target(self, ref: str) -> float:
         if not ref.startswith("#/") and ref != "#":
             return _UNBOUNDED
-        if ref in memo:
-            return memo[ref]
-        if ref in active:
-            recursive = True
+        if ref in self.memo:
+            return self.memo[ref]
+        if ref in self.active:
+            self.recursive = True
             return 1.0
-        node = _pointer(schema, ref[1:])
+        node = _pointer(self.schema, ref[1:])
         if node is None:
             return _UNBOUNDED
-        active.add(ref)
-        memo[ref] = found = size(node, top=node is schema)
-        active.discard(ref)
+        self.active.add(ref)
+        self.memo[ref] = found = self.size(node, top=node is self.schema)
+        self.active.discard(ref)
         return found
-
-    total = size(schema, top=True)
-    return total, recursive
 
 
 @lru_cache(maxsize=1024)

@@ -16,8 +16,8 @@ from typing import Any
 
 import pydantic
 
-from orchestra.engine.language import expressions, schemas
 from orchestra.engine.instances import MAX_DEPTH
+from orchestra.engine.language import expressions, schemas
 from orchestra.engine.language.model import (
     MAX_STEPS,
     NODE_NAMES,
@@ -29,7 +29,6 @@ from orchestra.engine.language.model import (
 
 Problem = dict[str, str]
 AGENT_SHAPE = 'must be {"worker": worker_id}, {"node": name} or {"human": true}'
-STEP_FIELDS = tuple(Step.model_fields)
 # Variables a top-level step may use; foreach/loop bodies (loops issue) add item, index, loop.
 STEP_VARIABLES = frozenset({"input", "steps"})
 
@@ -166,16 +165,7 @@ def _clean_container(raw: dict[str, Any], where: str, checked: Checked, depth: i
         return None
     is_loop = raw.get("loop") is not None
     inner_raw = (raw["loop"].get("steps") if isinstance(raw["loop"], dict) else None) if is_loop else raw.get("steps")
-    probe = {**raw, "depends_on": raw.get("depends_on") or []}
-    agent = None
-    if is_loop:
-        if isinstance(raw["loop"], dict):
-            probe["loop"] = {**raw["loop"], "steps": _PLACEHOLDER_STEPS} if "steps" in raw["loop"] else raw["loop"]
-    elif "steps" in raw:
-        probe["steps"] = _PLACEHOLDER_STEPS
-    else:
-        agent = _check_agent(raw.get("agent"), f"{where}.agent", checked)
-        probe["agent"] = {"human": True}
+    probe, agent = _container_probe(raw, where, checked, is_loop)
     try:
         step = Step.model_validate(probe)
     except pydantic.ValidationError as exc:
@@ -187,12 +177,37 @@ def _clean_container(raw: dict[str, Any], where: str, checked: Checked, depth: i
         inner = _check_level(inner_raw, inner_where, checked, depth + 1, seen)
     if step is None:
         return None
-    if not is_loop and "steps" not in raw:
-        if step.prompt is None:
-            checked.add(f"{where}.prompt", "a foreach needs agent and prompt, or steps")
-            return None
-        if agent is None:
-            return None
+    if not is_loop and "steps" not in raw and step.prompt is None:
+        checked.add(f"{where}.prompt", "a foreach needs agent and prompt, or steps")
+        return None
+    clean = _stored_container(step, raw, is_loop, inner, agent)
+    if clean is not None:
+        _policies(step, clean)
+    return clean
+
+
+def _container_probe(raw: dict[str, Any], where: str, checked: Checked,
+                     is_loop: bool) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """What `Step` validates of a container (its inner steps stand in as a placeholder:
+    they are checked level by level), and a foreach's own agent, checked."""
+    probe = {**raw, "depends_on": raw.get("depends_on") or []}
+    agent = None
+    if is_loop:
+        if isinstance(raw["loop"], dict):
+            probe["loop"] = {**raw["loop"], "steps": _PLACEHOLDER_STEPS} if "steps" in raw["loop"] else raw["loop"]
+    elif "steps" in raw:
+        probe["steps"] = _PLACEHOLDER_STEPS
+    else:
+        agent = _check_agent(raw.get("agent"), f"{where}.agent", checked)
+        probe["agent"] = {"human": True}
+    return probe, agent
+
+
+def _stored_container(step: Step, raw: dict[str, Any], is_loop: bool,
+                      inner: list[dict[str, Any]] | None,
+                      agent: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A valid container as stored (without its §7 fields), or None when a part of it
+    (its inner steps, its agent) had a problem."""
     clean: dict[str, Any] = {"id": step.id, "depends_on": list(dict.fromkeys(step.depends_on or []))}
     if is_loop:
         if inner is None:
@@ -201,17 +216,18 @@ def _clean_container(raw: dict[str, Any], where: str, checked: Checked, depth: i
         clean["loop"] = {"steps": inner, "until": loop.until, "max_iterations": loop.max_iterations}
         if loop.output is not None:
             clean["loop"]["output"] = loop.output
-    else:
-        clean["foreach"] = step.foreach.model_dump()
-        if "steps" in raw:
-            if inner is None:
-                return None
-            clean["steps"] = inner
-            if step.output is not None:
-                clean["output"] = step.output
-        else:
-            clean["agent"], clean["prompt"] = agent, step.prompt
-    _policies(step, clean)
+        return clean
+    clean["foreach"] = step.foreach.model_dump()
+    if "steps" in raw:
+        if inner is None:
+            return None
+        clean["steps"] = inner
+        if step.output is not None:
+            clean["output"] = step.output
+        return clean
+    if agent is None:
+        return None
+    clean["agent"], clean["prompt"] = agent, step.prompt
     return clean
 
 

@@ -216,79 +216,18 @@ class AnthropicClient:
         except (anthropic.AnthropicError, *_TRANSPORT_ERRORS) as err:
             raise map_anthropic_error(err) from err
 
-        text: list[str] = []
-        calls: dict[int, dict[str, Any]] = {}
-        prompt_tokens = completion_tokens = 0
-        stop_reason: str | None = None
-        finished = False
-        answer_index: int | None = None
-        wrapped = output_schema is not None and output_schema.get("type") != "object"
+        turn = _Turn(output_schema)
         try:
             async for event in stream:
-                kind = event.type
-                if kind == "message_start":
-                    u = event.message.usage
-                    prompt_tokens = (
-                        (u.input_tokens or 0)
-                        + (u.cache_creation_input_tokens or 0)
-                        + (u.cache_read_input_tokens or 0)
-                    )
-                elif kind == "content_block_start":
-                    block = event.content_block
-                    if block.type == "tool_use" and output_schema is not None \
-                            and block.name == STRUCTURED_TOOL:
-                        answer_index = event.index
-                    elif block.type == "tool_use":
-                        calls[event.index] = {"id": block.id, "name": block.name, "json": []}
-                    elif block.type == "text" and block.text:
-                        text.append(block.text)
-                        yield TextDelta(block.text)
-                elif kind == "content_block_delta":
-                    delta = event.delta
-                    if delta.type == "text_delta" and delta.text:
-                        text.append(delta.text)
-                        yield TextDelta(delta.text)
-                    elif delta.type == "input_json_delta" and event.index == answer_index:
-                        if delta.partial_json:  # the structured answer: shown as text
-                            text.append(delta.partial_json)
-                            if not wrapped:
-                                yield TextDelta(delta.partial_json)
-                    elif delta.type == "input_json_delta" and event.index in calls:
-                        calls[event.index]["json"].append(delta.partial_json)
-                elif kind == "message_delta":
-                    stop_reason = event.delta.stop_reason or stop_reason
-                    completion_tokens = event.usage.output_tokens or completion_tokens
-                elif kind == "message_stop":
-                    finished = True
+                shown = turn.take(event)
+                if shown:
+                    yield TextDelta(shown)
         except (anthropic.AnthropicError, *_TRANSPORT_ERRORS) as err:
             raise map_anthropic_error(err, streaming=True) from err
         finally:
             await stream.close()
-
-        if not finished:
-            raise LLMError(
-                "The provider's stream was cut before the reply was complete.", retryable=True
-            )
-        tool_calls = [
-            ToolCall(id=c["id"], name=c["name"], arguments=parse_arguments("".join(c["json"])))
-            for _, c in sorted(calls.items())
-        ]
-        if tool_calls:
-            yield ToolCallsReady(tool_calls)
-        if answer_index is not None and not tool_calls:
-            stop_reason = "end_turn"  # the forced tool was the answer, not a call to run
-            if wrapped:  # a non-object answer travelled as {"value": …}
-                value = parse_arguments("".join(text)).get("value")
-                text = [json.dumps(value, separators=(",", ":"))]
-                yield TextDelta(text[0])
-        usage = Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens)
-        yield usage
-        yield ChatResult(
-            text="".join(text),
-            tool_calls=tool_calls,
-            usage=usage,
-            finish_reason=FINISH_REASONS.get(stop_reason or "", stop_reason),
-        )
+        for event in turn.end():
+            yield event
 
     async def list_models(self) -> list[str]:
         """Model ids the key can use; proves that the key and URL work."""
@@ -300,3 +239,93 @@ class AnthropicClient:
     async def aclose(self) -> None:
         """Close the underlying HTTP connection pool."""
         await self._client.close()
+
+
+class _Turn:
+    """One streamed assistant turn as its events arrive: its text, its tool calls, the
+    structured answer (the forced `final_answer` tool) and the usage."""
+
+    def __init__(self, output_schema: dict[str, Any] | None) -> None:
+        self.structured = output_schema is not None
+        # a non-object answer travels as {"value": …}, shown once it is whole
+        self.wrapped = output_schema is not None and output_schema.get("type") != "object"
+        self.text: list[str] = []
+        self.calls: dict[int, dict[str, Any]] = {}
+        self.prompt_tokens = self.completion_tokens = 0
+        self.stop_reason: str | None = None
+        self.finished = False
+        self.answer_index: int | None = None
+
+    def take(self, event: Any) -> str | None:
+        """Record one stream event; the text to show now, if any."""
+        kind = event.type
+        if kind == "message_start":
+            u = event.message.usage
+            self.prompt_tokens = ((u.input_tokens or 0) + (u.cache_creation_input_tokens or 0)
+                                  + (u.cache_read_input_tokens or 0))
+        elif kind == "content_block_start":
+            return self._block(event)
+        elif kind == "content_block_delta":
+            return self._delta(event)
+        elif kind == "message_delta":
+            self.stop_reason = event.delta.stop_reason or self.stop_reason
+            self.completion_tokens = event.usage.output_tokens or self.completion_tokens
+        elif kind == "message_stop":
+            self.finished = True
+        return None
+
+    def _block(self, event: Any) -> str | None:
+        block = event.content_block
+        if block.type == "tool_use" and self.structured and block.name == STRUCTURED_TOOL:
+            self.answer_index = event.index
+        elif block.type == "tool_use":
+            self.calls[event.index] = {"id": block.id, "name": block.name, "json": []}
+        elif block.type == "text" and block.text:
+            self.text.append(block.text)
+            return block.text
+        return None
+
+    def _delta(self, event: Any) -> str | None:
+        delta = event.delta
+        if delta.type == "text_delta" and delta.text:
+            self.text.append(delta.text)
+            return delta.text
+        if delta.type == "input_json_delta" and event.index == self.answer_index:
+            if delta.partial_json:  # the structured answer: shown as text
+                self.text.append(delta.partial_json)
+                if not self.wrapped:
+                    return delta.partial_json
+        elif delta.type == "input_json_delta" and event.index in self.calls:
+            self.calls[event.index]["json"].append(delta.partial_json)
+        return None
+
+    def end(self) -> list[StreamEvent]:
+        """The turn's closing events: tool calls, the wrapped answer, usage, the result.
+        LLMError (retryable) when the stream was cut before the message ended."""
+        if not self.finished:
+            raise LLMError(
+                "The provider's stream was cut before the reply was complete.", retryable=True
+            )
+        events: list[StreamEvent] = []
+        tool_calls = [
+            ToolCall(id=c["id"], name=c["name"], arguments=parse_arguments("".join(c["json"])))
+            for _, c in sorted(self.calls.items())
+        ]
+        if tool_calls:
+            events.append(ToolCallsReady(tool_calls))
+        stop_reason, text = self.stop_reason, self.text
+        if self.answer_index is not None and not tool_calls:
+            stop_reason = "end_turn"  # the forced tool was the answer, not a call to run
+            if self.wrapped:
+                value = parse_arguments("".join(text)).get("value")
+                text = [json.dumps(value, separators=(",", ":"))]
+                events.append(TextDelta(text[0]))
+        usage = Usage(prompt_tokens=self.prompt_tokens, completion_tokens=self.completion_tokens)
+        events.append(usage)
+        events.append(ChatResult(
+            text="".join(text),
+            tool_calls=tool_calls,
+            usage=usage,
+            finish_reason=FINISH_REASONS.get(stop_reason or "", stop_reason),
+        ))
+        return events

@@ -288,28 +288,18 @@ class OpenAICompatClient:
         finish_reason: str | None = None
         try:
             async for data in sse_data(response):
-                try:
-                    chunk = json.loads(data)
-                except ValueError:
-                    raise LLMError(f"The provider sent a chunk that is not JSON: {data[:200]}",
-                                   retryable=True) from None
-                if not isinstance(chunk, dict):
+                chunk = _chunk(data)
+                if chunk is None:
                     continue
-                if "error" in chunk:
-                    raise stream_error(chunk["error"])
                 counts = chunk.get("usage")
                 if counts:
                     usage = Usage(prompt_tokens=counts.get("prompt_tokens") or 0,
                                   completion_tokens=counts.get("completion_tokens") or 0)
                 for choice in chunk.get("choices") or ():
-                    delta = choice.get("delta")
-                    if delta:
-                        content = delta.get("content")
-                        if content:
-                            text.append(content)
-                            yield TextDelta(content)
-                        if delta.get("tool_calls"):
-                            buffer.add(delta["tool_calls"])
+                    content = _take_delta(choice.get("delta"), buffer)
+                    if content:
+                        text.append(content)
+                        yield TextDelta(content)
                     if choice.get("finish_reason"):
                         finish_reason = choice["finish_reason"]
         except httpx.TransportError as err:
@@ -346,3 +336,27 @@ class OpenAICompatClient:
     async def aclose(self) -> None:
         """Close the underlying HTTP connection pool."""
         await self._client.aclose()
+
+
+def _chunk(data: str) -> dict[str, Any] | None:
+    """One streamed chunk as a JSON object (None for any other JSON value); LLMError for
+    text that is not JSON, or the provider's error sent in the stream."""
+    try:
+        chunk = json.loads(data)
+    except ValueError:
+        raise LLMError(f"The provider sent a chunk that is not JSON: {data[:200]}",
+                       retryable=True) from None
+    if not isinstance(chunk, dict):
+        return None
+    if "error" in chunk:
+        raise stream_error(chunk["error"])
+    return chunk
+
+
+def _take_delta(delta: Any, buffer: _ToolCallBuffer) -> str | None:
+    """A choice's delta: its tool call parts into `buffer`; its text, if any."""
+    if not delta:
+        return None
+    if delta.get("tool_calls"):
+        buffer.add(delta["tool_calls"])
+    return delta.get("content") or None

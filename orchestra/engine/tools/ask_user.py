@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from orchestra.engine.tools import Tool, ToolContext, ToolError
+from orchestra.engine.tools.base import Tool, ToolContext, ToolError
 
 
 class AskUserTool(Tool):

@@ -13,7 +13,7 @@ import operator
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from orchestra.engine.tools import Tool, ToolContext, ToolError
+from orchestra.engine.tools.base import Tool, ToolContext, ToolError
 
 MAX_EXPRESSION_LENGTH = 500
 MAX_INT_BITS = 4096  # about 1233 decimal digits
@@ -88,33 +88,41 @@ def _evaluate(node: ast.AST) -> Any:
         value = _evaluate(node.operand)
         return value if isinstance(node.op, ast.UAdd) else -value
     if isinstance(node, ast.BinOp):
-        left, right = _evaluate(node.left), _evaluate(node.right)
-        if isinstance(node.op, ast.Pow | ast.BitXor):
-            return _check_size(_power(left, right))
-        op = _BINARY.get(type(node.op))
-        if op is None:
-            raise ToolError(f"Unsupported operator: {type(node.op).__name__}.")
-        if (
-            isinstance(node.op, ast.Mult)
-            and isinstance(left, int)
-            and isinstance(right, int)
-            and left.bit_length() + right.bit_length() > MAX_INT_BITS + 1
-        ):
-            raise ToolError("The result is too large.")
-        return _check_size(op(left, right))
+        return _binary(node)
     if isinstance(node, ast.Name):
         if node.id in CONSTANTS:
             return CONSTANTS[node.id]
         raise ToolError(f"Unknown name: {node.id}.")
     if isinstance(node, ast.Call):
-        if not isinstance(node.func, ast.Name) or node.func.id not in FUNCTIONS or node.keywords:
-            raise ToolError(f"Unsupported function call. Available: {', '.join(FUNCTIONS)}.")
-        fn, low, high = FUNCTIONS[node.func.id]
-        if len(node.args) < low or (high is not None and len(node.args) > high):
-            raise ToolError(f"Wrong number of arguments for {node.func.id}().")
-        args = [_evaluate(a) for a in node.args]
-        return _check_size(fn(*args))
+        return _call(node)
     raise ToolError(f"Unsupported syntax: {type(node).__name__}.")
+
+
+def _binary(node: ast.BinOp) -> Any:
+    left, right = _evaluate(node.left), _evaluate(node.right)
+    if isinstance(node.op, ast.Pow | ast.BitXor):
+        return _check_size(_power(left, right))
+    op = _BINARY.get(type(node.op))
+    if op is None:
+        raise ToolError(f"Unsupported operator: {type(node.op).__name__}.")
+    if (
+        isinstance(node.op, ast.Mult)
+        and isinstance(left, int)
+        and isinstance(right, int)
+        and left.bit_length() + right.bit_length() > MAX_INT_BITS + 1
+    ):
+        raise ToolError("The result is too large.")
+    return _check_size(op(left, right))
+
+
+def _call(node: ast.Call) -> Any:
+    if not isinstance(node.func, ast.Name) or node.func.id not in FUNCTIONS or node.keywords:
+        raise ToolError(f"Unsupported function call. Available: {', '.join(FUNCTIONS)}.")
+    fn, low, high = FUNCTIONS[node.func.id]
+    if len(node.args) < low or (high is not None and len(node.args) > high):
+        raise ToolError(f"Wrong number of arguments for {node.func.id}().")
+    args = [_evaluate(a) for a in node.args]
+    return _check_size(fn(*args))
 
 
 def format_number(value: float) -> str:

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 from typing import Any, ClassVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from orchestra.engine.tools import Tool, ToolContext, ToolError
+from orchestra.engine.tools.base import Tool, ToolContext, ToolError
 
 
 def now_iso(timezone: str | None = None) -> str:

@@ -457,7 +457,7 @@ async def stream(request: Request, trace_id: str):
     run = await service.open_stream(core, trace_id=trace_id, last_event_id=after, **_who(request))
     if run is None:
         return HTTPResponse(status=204, headers={"Cache-Control": "no-cache"})
-    events = core.engine.feeds.follow(
+    events = core.engine.follow(
         trace_id, after=after, ping_every=core.settings.sse_ping_seconds
     )
     await send_stream(request, trace_id, events, send_timeout=core.settings.sse_send_timeout,

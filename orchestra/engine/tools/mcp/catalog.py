@@ -10,7 +10,7 @@ from typing import Any
 
 from orchestra.db.models import McpServer, utcnow
 from orchestra.db.snapshot import StoreSnapshot
-from orchestra.engine.tools import Tool, ToolContext, ToolError
+from orchestra.engine.tools.base import Tool, ToolContext, ToolError
 from orchestra.engine.tools.mcp.client import McpServerConfig, McpServerError
 
 logger = logging.getLogger("orchestra.mcp")

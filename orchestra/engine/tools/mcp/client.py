@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestra.egress import PUBLIC_ONLY, EgressPolicy
-from orchestra.engine.tools import ToolError
+from orchestra.engine.tools.base import ToolError
 from orchestra.engine.tools.mcp.stdio import stdio_parameters
 
 RESULT_MAX_CHARS = 200_000  # what one call may hand the model

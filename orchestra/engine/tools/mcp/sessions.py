@@ -14,7 +14,7 @@ import logging
 from typing import Any
 
 from orchestra.egress import PUBLIC_ONLY, EgressPolicy, find_refusal
-from orchestra.engine.tools import ToolError
+from orchestra.engine.tools.base import ToolError
 from orchestra.engine.tools.mcp.client import (
     McpServerConfig,
     McpServerError,

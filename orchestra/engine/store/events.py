@@ -10,6 +10,7 @@ of them from the store's `events` signal.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import random
 from collections.abc import Awaitable, Callable
@@ -19,7 +20,9 @@ from peewee import IntegrityError, fn
 
 from orchestra.db.database import release_connection
 from orchestra.db.models import RunEvent, WorkflowRun, iso, utcnow
-from orchestra.engine.vocabulary import KINDS, TERMINAL
+from orchestra.engine.model import At, Question
+from orchestra.engine.vocabulary import KINDS, TERMINAL, EventKind
+from orchestra.timestamps import parse_ts
 
 APPEND_DEADLINE_SECONDS = 30.0  # how long appends retry through seq conflicts
 PAGE_EVENTS = 256  # a catch-up page holds at most this many events ...
@@ -37,6 +40,27 @@ class Fenced(RunGone):
 
 class StoreContention(Exception):
     """Appends kept colliding with other writers' for longer than the deadline."""
+
+
+class SeqRetry:
+    """The one policy for a write that lost a seq race (another writer stored the same
+    `(run, seq)` first): try again after a short doubling backoff with jitter, until
+    APPEND_DEADLINE_SECONDS have passed, then StoreContention. Plain appends and the
+    store's row-and-event transactions (`RunStore.write`) both use it."""
+
+    __slots__ = ("_deadline", "_delay", "_loop")
+
+    def __init__(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._deadline = self._loop.time() + APPEND_DEADLINE_SECONDS
+        self._delay = 0.005
+
+    async def again(self, trace_id: str) -> None:
+        """Wait before the next try, or raise StoreContention past the deadline."""
+        if self._loop.time() > self._deadline:
+            raise StoreContention(f"could not write to run {trace_id}: other writers kept winning")
+        await asyncio.sleep(self._delay * random.uniform(0.5, 1.5))
+        self._delay = min(self._delay * 2, 0.2)
 
 
 class Event:
@@ -83,6 +107,8 @@ class Event:
 
 
 Stored = Callable[[str, list[Event]], None]
+#: (kind, data, step): an event to store; `step` is an instance (`At`), a step id, or None.
+Item = tuple[str, dict[str, Any] | None, "At | str | None"]
 
 
 class EventLog:
@@ -99,13 +125,13 @@ class EventLog:
     # -- writing ----------------------------------------------------------------------
     async def append(
         self, trace_id: str, kind: str, data: dict[str, Any] | None = None, *,
-        step_id: str | None = None,
+        step_id: At | str | None = None,
     ) -> Event:
         """Store the event with the next seq, then publish it. Raises RunGone."""
         return (await self.append_many(trace_id, [(kind, data, step_id)]))[0]
 
     async def append_many(
-        self, trace_id: str, items: list[tuple[str, dict[str, Any] | None, str | None]], *,
+        self, trace_id: str, items: list[Item], *,
         fence: Callable[[], Awaitable[None]] | None = None,
     ) -> list[Event]:
         """Store (kind, data, step_id) items as consecutive events in one statement, then
@@ -115,9 +141,7 @@ class EventLog:
         if fence is None and self.fence_for is not None:
             fence = self.fence_for(trace_id)
         lock = self._locks.setdefault(trace_id, asyncio.Lock())
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + APPEND_DEADLINE_SECONDS
-        delay = 0.005
+        retry = SeqRetry()
         async with lock:
             while True:
                 try:
@@ -132,12 +156,7 @@ class EventLog:
                     # Another process appended (or the run is gone): re-read and retry.
                     self._last.pop(trace_id, None)
                     await self._check_open(trace_id)
-                    if loop.time() > deadline:
-                        raise StoreContention(
-                            f"could not append to run {trace_id}: other writers kept winning"
-                        ) from None
-                    await asyncio.sleep(delay * random.uniform(0.5, 1.5))
-                    delay = min(delay * 2, 0.2)
+                    await retry.again(trace_id)
                     continue
                 self._last[trace_id] = events[-1].seq
                 break
@@ -147,7 +166,7 @@ class EventLog:
         return events
 
     async def insert(
-        self, trace_id: str, items: list[tuple[str, dict[str, Any] | None, str | None]], *,
+        self, trace_id: str, items: list[Item], *,
         last: int | None = None,
     ) -> list[Event]:
         """One try at storing items after `last` (by default the last seq this process
@@ -193,7 +212,7 @@ class EventLog:
             payload: dict[str, Any] = {"trace_id": trace_id, "seq": last + offset, "ts": ts}
             if step_id is not None:  # every step event names its instance (SPEC §8)
                 payload["step_id"] = str(step_id)
-                payload["path"] = getattr(step_id, "path", None) or str(step_id)
+                payload["path"] = step_id.path if isinstance(step_id, At) else step_id
             payload.update(data or {})
             rows.append({"run": trace_id, "seq": last + offset, "kind": kind,
                          "data": payload, "created_at": now})
@@ -218,10 +237,8 @@ class EventLog:
 
         pwasyncio binds a connection to each task until the task ends; a stream or a
         run that waits must not hold one, or a few of them drain the pool."""
-        try:
+        with contextlib.suppress(Exception):  # releasing is best effort
             await release_connection(self.db)
-        except Exception:  # noqa: BLE001 - releasing is best effort
-            pass
 
     # -- reading ----------------------------------------------------------------------
     async def max_seq(self, trace_id: str) -> int:
@@ -274,3 +291,26 @@ class EventLog:
             .limit(1)
         )
         return Event(events[0].seq, events[0].kind, events[0].data) if events else None
+
+    async def questions(self, trace_id: str) -> list[Question]:
+        """Every question of a run, oldest first, with its answer where one is stored."""
+        rows = await self.db.list(
+            RunEvent.select(RunEvent.kind, RunEvent.data)
+            .where((RunEvent.run == trace_id)
+                   & RunEvent.kind.in_([EventKind.REPLY_REQUESTED, EventKind.REPLY_RECEIVED,
+                                        EventKind.REPLY_TIMED_OUT, EventKind.REPLY_WITHDRAWN]))
+            .order_by(RunEvent.seq)
+        )
+        asked: dict[str, Question] = {}
+        for row in rows:
+            request_id = row.data.get("request_id")
+            if row.kind == EventKind.REPLY_REQUESTED:
+                asked[request_id] = Question(request_id, row.data.get("step_id"),
+                                             row.data.get("prompt"), path=row.data.get("path") or "",
+                                             asked_at=parse_ts(row.data.get("ts")))
+            elif row.kind == EventKind.REPLY_WITHDRAWN:
+                asked.pop(request_id, None)  # asked by an earlier attempt, and not again
+            elif request_id in asked and not asked[request_id].answered:
+                asked[request_id].answered = True
+                asked[request_id].answer = row.data.get("content", "")
+        return list(asked.values())

@@ -1,0 +1,115 @@
+"""A call step (one agent or human call) at an instance path, attempt by attempt
+(SPEC §7): `retry` with doubling backoff and `step_retrying` between attempts, each
+attempt bounded by `timeout_seconds` and counted against `limits.max_steps`; a human
+step's `default` when its wait runs out. The model itself is `agent_step.AgentSteps`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from orchestra.engine.agent_step import AgentSteps
+from orchestra.engine.language import policies
+from orchestra.engine.language.expressions import ExpressionError, Scope
+from orchestra.engine.live import LimitReached, LiveRun, StepFailure
+from orchestra.engine.model import At, Question, StepDef
+from orchestra.engine.questions import Questions
+from orchestra.engine.records import Records
+from orchestra.engine.sizes import render_bounded
+from orchestra.engine.store import RunStore
+
+
+def remaining(timeout: float | None, earlier: Question | None) -> float | None:
+    """What is left of a step's `timeout_seconds`: a question asked before a take-over or
+    a restart has been waiting since it was asked (its stored time), not since now."""
+    if timeout is None or earlier is None or earlier.asked_at is None:
+        return timeout
+    return max(0.0, timeout - (time.time() - earlier.asked_at))
+
+
+def count_execution(live: LiveRun, step_id: str) -> None:
+    """limits.max_steps: the execution past the limit never starts; the run fails."""
+    limit = live.options.max_steps
+    if limit is not None and live.executions >= limit:
+        raise LimitReached(step_id, f"The run reached its limit of {limit} step executions "
+                                    "(limits.max_steps).")
+    live.executions += 1
+
+
+class Calls:
+    """Agent and human calls, attempt by attempt, with their rows and events."""
+
+    def __init__(self, *, store: RunStore, records: Records, agents: AgentSteps,
+                 questions: Questions, prompt_max_bytes: int) -> None:
+        self.store = store
+        self.records = records
+        self.agents = agents
+        self.questions = questions
+        self.prompt_max_bytes = prompt_max_bytes
+
+    async def step(self, live: LiveRun, step: StepDef, at: At, variables: dict[str, Any],
+                   scope: Scope) -> Any:
+        """The scheduler's entry for a call step (StepKind.CALL)."""
+        return await self.call(live, step, at, scope)
+
+    async def call(self, live: LiveRun, step: StepDef, at: At, scope: Scope, *,
+                   durable: bool = False) -> Any:
+        """An agent or human call's attempts at `at`; its output, or StepFailure once the
+        last attempt failed (its row and `step_failed` stored). `durable`: return only
+        once its end is stored (a foreach item: what a crash must not redo)."""
+        attempt = live.step_attempts.get(at.path, 1)
+        while True:
+            live.step_attempts[at.path] = attempt
+            try:
+                count_execution(live, at.step_id)
+                output, usage, pending_text = await self._attempt(live, step, at, scope, attempt)
+                break
+            except StepFailure as failure:
+                if attempt < step.max_attempts:
+                    delay = policies.retry_delay(step.backoff_seconds, attempt)
+                    self.records.retrying(live, at, attempt, failure.message, delay)
+                    await self.store.release()
+                    if delay:
+                        await asyncio.sleep(delay)
+                    attempt += 1
+                    continue
+                stored = self.records.failed(live, at, failure.message)
+                if durable:
+                    await self.records.stored(live, stored)
+                raise
+        stored = self.records.call_succeeded(live, at, output, usage, pending_text,
+                                             structured=step.structured)
+        if durable:
+            await self.records.stored(live, stored)
+        return output
+
+    async def _attempt(self, live: LiveRun, step: StepDef, at: At, scope: Scope,
+                       attempt: int) -> tuple[Any, dict[str, int] | None, str]:
+        """One attempt: (output, usage, last token text). StepFailure when it fails,
+        `timed out after N s` past timeout_seconds (a human step's default, if it has
+        one, is then its output)."""
+        try:
+            prompt = await render_bounded(step.prompt, scope, limit=self.prompt_max_bytes,
+                                          where=at.path)  # checked before any event carries it
+        except ExpressionError as exc:
+            raise StepFailure(exc.message) from None
+        human = step.human
+        earlier = live.take_earlier(at, prompt) if human else None
+        if earlier is None:  # a human step re-waiting on its open question starts nothing
+            # A prompt is stored once: a human step's question is in its `reply_requested`.
+            started = {"agent": step.agent.as_json()} | ({} if human else {"prompt": prompt})
+            self.records.attempt_started(live, at, attempt, started)
+        timeout = step.timeout_seconds
+        try:
+            async with asyncio.timeout(remaining(timeout, earlier)):
+                if human:
+                    return await self.questions.ask(live, at, prompt, earlier=earlier,
+                                                    schema=step.output_schema), None, ""
+                return await self.agents.run(live, step, at, prompt)
+        except TimeoutError:
+            if human and step.has_default:
+                await self.questions.time_out(live, at, step.default)
+                return step.default, None, ""
+            raise StepFailure(f"timed out after {timeout} s") from None

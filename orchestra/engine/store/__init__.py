@@ -1,0 +1,20 @@
+"""The run store: the engine's only SQL about runs (claims and leases, fencing, rows,
+the event log), one subclass per SQL dialect where they differ."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from orchestra.db.database import is_postgres_url
+from orchestra.engine.store.postgres import PostgresRunStore
+from orchestra.engine.store.runs import RunStore
+
+
+def make_run_store(db: Any, *, url: str, lease_seconds: float) -> RunStore:
+    """The run store for the database at `url` (its dialect's subclass)."""
+    if is_postgres_url(url):
+        return PostgresRunStore(db, lease_seconds=lease_seconds, url=url)
+    return RunStore(db, lease_seconds=lease_seconds)
+
+
+__all__ = ["PostgresRunStore", "RunStore", "make_run_store"]

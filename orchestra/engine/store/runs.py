@@ -1,0 +1,293 @@
+"""The run store: every statement the engine sends about runs, in one place.
+
+Claims and leases (`ownership.py`), the event log (`events.py`) and, here, fencing and
+the rows of runs and step instances. A run owner's write is *fenced*: it runs in one
+transaction with a check that the owner's claim still holds (`fence`), so a process
+that lost the run is refused by the store. `write` is the one place where row changes
+and run events are stored together, in one transaction, retried as a whole when
+another writer took the same event seq (`SeqRetry`), and published after the commit.
+
+`RunStore` speaks SQLite; `PostgresRunStore` (`postgres.py`) overrides what differs:
+the write transaction, row locks, and a lease connection of its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from peewee import IntegrityError
+
+from orchestra.db.models import RunStep, WorkflowRun, utcnow
+from orchestra.engine.model import At, Question
+from orchestra.engine.store.events import (
+    Event,
+    EventLog,
+    Fenced,
+    Item,
+    RunGone,
+    SeqRetry,
+)
+from orchestra.engine.store.ownership import Ownership, process_identity
+from orchestra.engine.vocabulary import ACTIVE, EventKind, RunStatus, StepStatus
+
+#: One instance's change in a group write: (path, step id to create its row or None to
+#: update it, column values, events to append after it).
+InstanceChange = tuple[str, "str | None", dict[str, Any], list[Item]]
+
+
+class RunStore:
+    """Runs in the store, as this process's engine reads and writes them (SQLite)."""
+
+    def __init__(self, db: Any, *, lease_seconds: float) -> None:
+        self.db = db
+        self.events = EventLog(db)
+        self.events.fence_for = self._fence_of  # an owner's appends check its claim
+        self.ownership = Ownership(db, me=process_identity(), lease_seconds=lease_seconds)
+        self.lease_db = db  # the lease loop's connection (PostgreSQL: one of its own)
+        self._held: dict[str, str] = {}  # runs executing here: trace_id → claim token
+
+    # -- the dialect's part ------------------------------------------------------------
+    def write_transaction(self):
+        """A transaction that reads, then writes. SQLite takes the write lock at BEGIN
+        (IMMEDIATE): a deferred one that read first would fail with "database is locked"
+        when a concurrent writer got in between, instead of waiting its turn."""
+        return self.db.atomic(lock_type="IMMEDIATE")
+
+    def locked(self, query):
+        """`query` locking the rows it reads until the transaction ends (SQLite's write
+        transaction already excludes every other writer)."""
+        return query
+
+    async def start(self) -> None:
+        """One process serves a SQLite store: the last owner of any unfinished run is
+        certainly gone, so every such run is claimable now."""
+        await self.ownership.expire_all()
+        await self.release()
+
+    async def stop(self) -> None:
+        """Close what `start` opened (nothing on SQLite)."""
+
+    # -- claims and leases ----------------------------------------------------------------
+    @property
+    def me(self) -> str:
+        return self.ownership.me
+
+    async def candidates(self, limit: int) -> list[str]:
+        return await self.ownership.candidates(limit)
+
+    async def claim(self, trace_id: str, *, attempt: bool = True) -> WorkflowRun | None:
+        return await self.ownership.claim(trace_id, attempt=attempt)
+
+    async def renew(self, claims: dict[str, str]) -> dict[str, bool]:
+        """Renew leases on the lease connection (never behind request traffic)."""
+        return await self.ownership.renew(claims, db=self.lease_db)
+
+    async def hand_back(self, trace_id: str, token: str) -> bool:
+        return await self.ownership.hand_back(trace_id, token)
+
+    async def hand_back_many(self, tokens: list[str]) -> int:
+        return await self.ownership.hand_back_many(tokens, db=self.lease_db)
+
+    async def request_cancel(self, trace_id: str) -> None:
+        """Mark an unfinished run to be cancelled (its owner sees it on its next lease tick)."""
+        await self.db.aexecute(
+            WorkflowRun.update(cancel_requested=True).where(
+                (WorkflowRun.trace_id == trace_id) & WorkflowRun.status.in_(list(ACTIVE))
+            )
+        )
+
+    # -- fencing --------------------------------------------------------------------------
+    def hold(self, trace_id: str, token: str) -> None:
+        """The run executes here under claim `token`: fence its writes on it from now on."""
+        self._held[trace_id] = token
+
+    def let_go(self, trace_id: str) -> None:
+        """The run's task here has ended: no more fenced writes, no cached seq."""
+        self._held.pop(trace_id, None)
+        self.events.forget(trace_id)
+
+    async def fence(self, trace_id: str) -> None:
+        """Inside a transaction, for a run executing here: lock its row while this
+        process's claim holds it, else raise Fenced (nothing of the transaction is
+        written, and the run's task stops). Other runs: nothing to check."""
+        token = self._held.get(trace_id)
+        if not token:
+            return
+        changed = await self.db.aexecute(
+            WorkflowRun.update(owner_process=WorkflowRun.owner_process)
+            .where(self.ownership.holds(trace_id, token))
+        )
+        if not changed:
+            raise Fenced(f"run {trace_id}: this process no longer holds its claim")
+
+    def _fence_of(self, trace_id: str) -> Callable[[], Awaitable[None]] | None:
+        """For the event log: the fence of an append to a run executing here, or None."""
+        if not self._held.get(trace_id):
+            return None
+        return lambda: self.fence(trace_id)
+
+    async def _fenced(self, trace_id: str, query) -> None:
+        """Execute an owner's row change in one transaction with the fence (or inside the
+        caller's, which checked it already)."""
+        if self.db.in_transaction() or trace_id not in self._held:
+            await self.db.aexecute(query)
+            return
+        async with self.write_transaction():
+            await self.fence(trace_id)
+            await self.db.aexecute(query)
+
+    # -- rows -----------------------------------------------------------------------------
+    async def set_run(self, trace_id: str, **values: Any) -> None:
+        await self._fenced(trace_id, WorkflowRun.update(**values).where(WorkflowRun.trace_id == trace_id))
+
+    async def set_step(self, trace_id: str, path: str, **values: Any) -> None:
+        """Update one instance's row (`path`: a top-level step's is its id)."""
+        await self._fenced(trace_id, RunStep.update(**values).where(
+            (RunStep.run == trace_id) & (RunStep.path == path)))
+
+    async def put_instance(self, trace_id: str, path: str, step_id: str, **values: Any) -> None:
+        """Create an instance's row, or update it when it exists (a top-level step's row
+        is made with the run; an item's or an iteration's when it first starts)."""
+        await self._fenced(trace_id, RunStep.insert(run=trace_id, path=path, step_id=step_id, **values)
+                           .on_conflict(conflict_target=[RunStep.run, RunStep.path], update=values))
+
+    async def step_rows(self, trace_id: str) -> list[RunStep]:
+        return await self.db.list(RunStep.select().where(RunStep.run == trace_id))
+
+    async def run_row(self, trace_id: str, *, lock: bool = False) -> WorkflowRun | None:
+        query = WorkflowRun.select().where(WorkflowRun.trace_id == trace_id)
+        rows = await self.db.list(self.locked(query) if lock else query)
+        return rows[0] if rows else None
+
+    # -- rows with events, in one transaction ---------------------------------------------
+    async def write(self, trace_id: str, store: Callable[[], Awaitable[list[Event]]], *,
+                    fenced: bool = True) -> list[Event]:
+        """Run `store()` — row changes and `events.insert` — in one write transaction,
+        from the start again while another writer takes the same seq (a conflict aborts a
+        PostgreSQL transaction, so only a whole retry works); publish after the commit.
+        `fenced=False`: a write any process may make (a reply)."""
+        retry: SeqRetry | None = None
+        while True:
+            try:
+                async with self.write_transaction():
+                    if fenced:  # an owner's write: its claim still holds, or Fenced
+                        await self.fence(trace_id)
+                    events = await store()
+                break
+            except IntegrityError:  # a seq taken meanwhile, or the run deleted
+                self.events.forget(trace_id)  # read the last seq from the store next time
+                if await WorkflowRun.aget_or_none(WorkflowRun.trace_id == trace_id) is None:
+                    raise RunGone(f"run {trace_id} no longer exists") from None
+                retry = retry or SeqRetry()
+                await retry.again(trace_id)
+        self.events.remember(trace_id, events)
+        self.events.published(trace_id, events)
+        return events
+
+    async def store_instances(self, changes: list[InstanceChange], trace_id: str) -> None:
+        """Instances' row changes (a row created when a step id is given, else updated)
+        and their events, in order, in one transaction: one store round for a step's
+        start or end, or for all the starts and ends that queued up together."""
+
+        async def store() -> list[Event]:
+            events: list[Item] = []
+            for path, step_id, values, step_events in changes:
+                if step_id is None:
+                    await self.set_step(trace_id, path, **values)
+                else:
+                    await self.put_instance(trace_id, path, step_id, **values)
+                events += step_events
+            return await self.events.insert(trace_id, events)
+
+        await self.write(trace_id, store)
+
+    async def store_asked(self, trace_id: str, path: str, items: list[Item]) -> None:
+        """The run and the step `waiting_reply`, with the question's events, at once."""
+
+        async def store() -> list[Event]:
+            await self.set_run(trace_id, status=RunStatus.WAITING_REPLY)
+            await self.set_step(trace_id, path, status=StepStatus.WAITING_REPLY)
+            return await self.events.insert(trace_id, items) if items else []
+
+        await self.write(trace_id, store)
+
+    async def end(self, trace_id: str, kind: str, data: dict[str, Any], *, status: str,
+                  error: str | None = None) -> None:
+        """Store a run's terminal event together with its final rows, in one transaction,
+        and only then publish it: whoever sees the event reads the final state."""
+        now = utcnow()
+        step_status = StepStatus.CANCELLED if status == RunStatus.FAILED else status
+
+        async def store() -> list[Event]:
+            if status != RunStatus.SUCCEEDED:
+                await self.db.aexecute(
+                    RunStep.update(status=step_status, finished_at=now).where(
+                        (RunStep.run == trace_id) & RunStep.status.in_([StepStatus.RUNNING, StepStatus.WAITING_REPLY])
+                    )
+                )
+                await self.db.aexecute(
+                    RunStep.update(status=StepStatus.SKIPPED).where(
+                        (RunStep.run == trace_id) & (RunStep.status == StepStatus.PENDING)
+                    )
+                )
+            await self.set_run(trace_id, status=status, error=error, finished_at=now,
+                               owner_process=None, lease_until=None)
+            return await self.events.insert(trace_id, [(kind, data, None)])
+
+        await self.write(trace_id, store)
+
+    async def settle_ended(self, trace_id: str, status: str) -> None:
+        """A run whose terminal event is stored but whose row was not updated (its owner
+        died in between): the row in line with the event."""
+        await self.set_run(trace_id, status=status, finished_at=utcnow(),
+                           owner_process=None, lease_until=None)
+
+    async def store_answer(self, trace_id: str, content: Any,
+                           choose: Callable[[WorkflowRun | None, list[Question]], Question]) -> Question:
+        """Store `content` as the answer to the question `choose(run, open questions)`
+        picks (it raises to refuse), with
+        the step and run back to `running`, in one transaction any process may write: the
+        run's row is locked, so replies to one run are taken one at a time."""
+        chosen: list[Question] = []
+
+        async def store() -> list[Event]:
+            run = await self.run_row(trace_id, lock=True)
+            open_ = [q for q in await self.events.questions(trace_id) if not q.answered] if run else []
+            question = choose(run, open_)
+            chosen[:] = [question]
+            events = await self.events.insert(trace_id, [(
+                EventKind.REPLY_RECEIVED,
+                {"request_id": question.request_id, "content": content, "path": question.path},
+                question.step_id,
+            )])
+            # Seen at once by any reader of the run; the owner writes the same.
+            await self.set_step(trace_id, question.path, status=StepStatus.RUNNING)
+            if len(open_) == 1:
+                await self.db.aexecute(WorkflowRun.update(status=RunStatus.RUNNING).where(
+                    (WorkflowRun.trace_id == trace_id) & (WorkflowRun.status == RunStatus.WAITING_REPLY)))
+            return events
+
+        await self.write(trace_id, store, fenced=False)
+        return chosen[0]
+
+    # -- the event log --------------------------------------------------------------------
+    async def append(self, trace_id: str, kind: str, data: dict[str, Any] | None = None, *,
+                     step_id: At | str | None = None) -> Event:
+        return await self.events.append(trace_id, kind, data, step_id=step_id)
+
+    async def append_many(self, trace_id: str, items: list[Item]) -> list[Event]:
+        return await self.events.append_many(trace_id, items)
+
+    async def last_event(self, trace_id: str) -> Event | None:
+        return await self.events.last_event(trace_id)
+
+    async def max_seq(self, trace_id: str) -> int:
+        return await self.events.max_seq(trace_id)
+
+    async def questions(self, trace_id: str) -> list[Question]:
+        return await self.events.questions(trace_id)
+
+    async def release(self) -> None:
+        """Give the current task's pooled connection back before a wait."""
+        await self.events.release()
