@@ -10,6 +10,8 @@ import { Templates, TemplateEditor } from './pages/templates.js';
 import { Runs } from './pages/runs.js';
 import { RunView } from './pages/run_view.js';
 import { Users } from './pages/users.js';
+import { Keys } from './pages/keys.js';
+import { Hooks } from './pages/hooks.js';
 
 function currentRoute() {
   const [path, query = ''] = location.hash.replace(/^#\/?/, '').split('?');
@@ -50,6 +52,8 @@ const NAV = [
   ['workers', 'Workers', () => true],
   ['providers', 'Providers', isAdmin],
   ['mcp', 'MCP servers', () => true],
+  ['hooks', 'Webhooks', () => true],
+  ['keys', 'API keys', () => true],
   ['users', 'Users', isSuperAdmin],
 ];
 
@@ -59,6 +63,8 @@ function Page({ route }) {
     case 'providers': return isAdmin() ? html`<${Providers} />` : html`<${Forbidden} />`;
     case 'workers': return html`<${Workers} />`;
     case 'mcp': return html`<${McpServers} />`;
+    case 'hooks': return html`<${Hooks} />`;
+    case 'keys': return html`<${Keys} />`;
     case 'templates': return arg ? html`<${TemplateEditor} key=${arg} templateId=${arg} />` : html`<${Templates} />`;
     case 'run': return html`<${RunView} key=${arg} traceId=${arg} />`;
     case 'users': return isSuperAdmin() ? html`<${Users} />` : html`<${Forbidden} />`;
