@@ -220,4 +220,4 @@ async def accept(core: Core, hook: WebhookHook, call: Call, *, trace_parent: str
             remember=start, trace_parent=trace_parent,
         )
 
-    return await run_starts.start_once(core, start, begin)
+    return await run_starts.start_once(core, start, begin, look_first=False)

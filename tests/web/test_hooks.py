@@ -179,3 +179,17 @@ async def test_keys_cannot_manage_hooks(client, alice):
     key = {"Authorization": f"Bearer {made.json()['key']}"}
     answer = await client.post(HOOKS, headers=key, json={"template_id": await template(client, alice)})
     assert answer.status_code == 403 and answer.json()["error"] == "PermissionDeniedError"
+
+
+async def test_a_webhook_id_older_than_24_hours_starts_a_new_run(client, alice):
+    from orchestra.db.models import utcnow
+
+    made = await make_hook(client, alice, await template(client, alice))
+    body = b"{}"
+    first = await client.post(path(made), content=body, headers=signed(made["secret"], body, msg_id="old"))
+    assert first.status_code == 202
+    core = client.app.ctx.core
+    await core.db.aexecute(RunStartKey.update(created_at=utcnow() - dt.timedelta(hours=25)))
+    again = await client.post(path(made), content=body, headers=signed(made["secret"], body, msg_id="old"))
+    assert again.status_code == 202 and again.json()["trace_id"] != first.json()["trace_id"]
+    assert await count(client, WorkflowRun) == 2 and await count(client, RunStartKey) == 1
