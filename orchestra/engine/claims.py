@@ -15,8 +15,10 @@ import logging
 from collections.abc import Coroutine
 from typing import Any
 
+import pydantic
+
 from orchestra.db.models import WorkflowRun
-from orchestra.db.outage import StoreOutage, release_quietly, sleep_backoff
+from orchestra.db.outage import StoreOutage, sleep_backoff
 from orchestra.engine.live import CANCELLED_BY_REQUEST, LiveRun, LiveRuns
 from orchestra.engine.model import RunOptions, StopReason, step_defs
 from orchestra.engine.questions import Questions
@@ -48,10 +50,14 @@ class Claims:
     def launch(self, run: WorkflowRun, *, cancel_message: str = CANCELLED_BY_REQUEST) -> LiveRun:
         """Start the task of a run just claimed (its row as claimed). A run whose cancel
         was requested ends at once, `cancelled` with `cancel_message`."""
+        try:
+            steps, unreadable = step_defs(run.steps or []), None
+        except pydantic.ValidationError as exc:  # stored by an older, looser release
+            steps, unreadable = (), f"The run's steps cannot be read: {exc.errors()[0]['msg']}."
         live = LiveRun(
             run.trace_id, run.owner_id,
             run.input_value if "input_schema" in (run.spec or {}) else (run.input or ""),
-            list(run.files or []), step_defs(run.steps or []), attempt=run.attempts,
+            list(run.files or []), steps, attempt=run.attempts, unreadable=unreadable,
             options=RunOptions.from_spec(run.spec),
             started_epoch=(run.started_at.replace(tzinfo=dt.UTC).timestamp()
                            if run.started_at else None),
@@ -86,7 +92,7 @@ class Claims:
         with jitter) and try again — the run keeps what it has; anything else fails it."""
         if isinstance(exc, RunGone) or not self.outage.failed(exc, "writing a run's events"):
             return False
-        await release_quietly(self.store.db)
+        await self.store.release()
         await sleep_backoff(tries)
         return True
 
@@ -183,7 +189,7 @@ class Claims:
     def _lost(self, live: LiveRun) -> None:
         """Another process holds the run now: stop it here, writing nothing more."""
         metrics.lease_renewals("lost")
-        observe.run_outcome(live.trace_id, "lost")
+        observe.run_outcome(live.trace_id, StopReason.LOST)
         logger.warning("run %s is held by another process now", live.trace_id)
         live.writes.abandon()
         self.runs.stop(live, StopReason.LOST)

@@ -71,6 +71,7 @@ class LiveRun:
     stop_reason: StopReason = StopReason.CANCELLED
     stop_message: str = "The run was cancelled."
     mcp: RunSessions | None = None  # its MCP sessions, opened at their first call
+    unreadable: str | None = None  # why its stored steps could not be read (it fails)
 
     def mcp_sessions(self, allowed: frozenset[str], egress: EgressPolicy) -> RunSessions:
         """The run's MCP sessions (none is opened until a tool of a server is called)."""

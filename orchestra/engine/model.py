@@ -142,14 +142,12 @@ class RunOptions:
     deadline_seconds: int | None = None
     max_steps: int | None = None
     output: str | None = None
-    structured_input: bool = False  # the template has an input_schema
 
     @classmethod
     def from_spec(cls, spec: dict[str, Any] | None) -> RunOptions:
         spec = spec or {}
         limits = spec.get("limits") or {}
-        return cls(limits.get("deadline_seconds"), limits.get("max_steps"), spec.get("output"),
-                   "input_schema" in spec)
+        return cls(limits.get("deadline_seconds"), limits.get("max_steps"), spec.get("output"))
 
 
 def find_step(steps: tuple[StepDef, ...], step_id: str) -> StepDef | None:

@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from orchestra.db.models import RunStep, utcnow
-from orchestra.db.outage import StoreOutage, release_quietly, sleep_backoff
+from orchestra.db.outage import StoreOutage, sleep_backoff
 from orchestra.engine.language import policies
 from orchestra.engine.language.expressions import ExpressionError
 from orchestra.engine.language.sandbox import Sandbox
@@ -75,6 +75,8 @@ class RunTasks:
                     f"(ORCHESTRA_RUN_MAX_ATTEMPTS is {self.settings.run_max_attempts}).",
                 )
                 return
+            if live.unreadable:
+                raise RunFailed("", live.unreadable)
             await self._begin(live)
             states = await self._schedule_within_deadline(live)
             final = await self._output(live, states)
@@ -259,7 +261,7 @@ class RunTasks:
                 if live.stop_reason == StopReason.LOST:  # the lease ran out meanwhile
                     return
                 tries += 1
-                await release_quietly(self.store.db)
+                await self.store.release()
                 await sleep_backoff(tries)
 
     async def _hand_back(self, live: LiveRun) -> None:
@@ -270,6 +272,6 @@ class RunTasks:
                 # Nothing to give back: ended meanwhile, handed back in bulk by `stop`, or
                 # no longer held by this claim. Logged to tell the last case apart later.
                 logger.info("run %s: hand-back found it not held by claim %s", live.trace_id, live.claim)
-            observe.run_outcome(live.trace_id, "handback")
+            observe.run_outcome(live.trace_id, StopReason.HANDBACK)
         except Exception:  # noqa: BLE001 - the lease runs out on its own
             logger.exception("could not hand back run %s", live.trace_id)

@@ -175,3 +175,15 @@ def test_the_output_bound_counts_utf8_bytes_not_characters():
     check_output("e" * 8, limit=10, of="step 'a'")  # 10 bytes with its quotes: fits
     with pytest.raises(StepFailure, match="reached 12 bytes"):
         check_output("é" * 5, limit=10, of="step 'a'")
+
+
+async def test_a_run_whose_stored_steps_cannot_be_read_fails_and_says_why(core):
+    """Steps an older, looser release stored and the language no longer reads: the run
+    fails with a readable error (the claim loop goes on with other runs)."""
+    alice = await auth.register(core, user_name="alice", password="password-123")
+    run = await WorkflowRun.acreate(owner=alice.id, template_name="t", status="queued",
+                                    steps=[{"id": "a", "agent": {"cat": "tom"}, "prompt": "p"}])
+    await core.engine.submit(run.trace_id)
+    stored = await wait_status(core, run.trace_id, "failed")
+    assert stored.error.startswith("The run's steps cannot be read")
+    assert kinds(await events(core, run.trace_id)) == ["run_failed"]

@@ -245,11 +245,6 @@ def _compiled(schema: Any) -> tuple[Any, tuple[float, bool]]:
     return found
 
 
-def validator_for(schema: Any) -> Any:
-    """The validator of a schema already checked by `check_schema`."""
-    return _compiled(schema)[0]
-
-
 class _Work:
     """How much checking one value against one schema may cost, measured only as far as
     needed: a schema with at most one subschema costs one step per value node (checked

@@ -49,10 +49,6 @@ ENV_NAME_PATTERN = (
     "[A-Z][A-Z0-9_]{0,127}$"
 )
 COMMAND_PATTERN = r"^\s*[A-Za-z0-9_][A-Za-z0-9._+-]{0,127}\s*$"
-ENV_RULE = (
-    "names must be upper-case letters, digits and '_', beginning with a letter, and not "
-    "one a runtime or library interprets (see docs/api.md, MCP servers: the env rule)"
-)
 
 
 def command_problem(command: str) -> str | None:
