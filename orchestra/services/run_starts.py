@@ -23,11 +23,12 @@ from peewee import IntegrityError
 
 from orchestra.core import Core
 from orchestra.db.access_models import RunStartKey
-from orchestra.db.models import WorkflowRun, storable, utcnow
+from orchestra.db.models import WorkflowRun, utcnow
 from orchestra.errors import ConflictError, ValidationError
 
 WINDOW = dt.timedelta(hours=24)
 KEY_MAX = 255
+KEY_PATTERN = r"^[^\u0000-\u001f\u007f]{1,255}$"  # what `idempotency_key` accepts, for the API document
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 
 
@@ -59,9 +60,9 @@ def idempotency_key(raw: str | None) -> str | None:
     """The header's value, or None when absent; 422 naming the header when unusable."""
     if raw is None:
         return None
-    if not 1 <= len(raw) <= KEY_MAX or not raw.isprintable() or not storable(raw):
+    if not 1 <= len(raw) <= KEY_MAX or any(ord(c) < 32 or ord(c) == 127 for c in raw):
         raise ValidationError.field(
-            IDEMPOTENCY_HEADER, f"must be 1 to {KEY_MAX} printable characters")
+            IDEMPOTENCY_HEADER, f"must be 1 to {KEY_MAX} characters, none of them a control character")
     return raw
 
 
