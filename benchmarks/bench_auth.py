@@ -1,10 +1,17 @@
-"""Auth benchmark (issue 2): the auth API against a bare Sanic baseline and the argon2 bound.
+"""Auth benchmark (issues 2 and 24): the auth API against a bare Sanic baseline, a FastAPI
+peer and the argon2 bound.
 
 One run measures, against real server processes on loopback (one worker each, the
-default argon2 parameters):
+default argon2 parameters, ORCHESTRA_METRICS on):
 
-1. requests/s of `GET /api/v1/auth/list` (super-administrator token, ~20 users in the
-   store) over requests/s of a bare Sanic JSON route            goal >= 0.5
+1. the request path: requests/s of the protected `GET /api/v1/auth/list`
+   (super-administrator token, 20 users in the store), four servers measured in
+   alternating rounds of the same length (medians of the rounds' ratios):
+     orchestra on SQLite : bare Sanic JSON route (bare_sanic.py)     goal >= 0.6
+     orchestra on PostgreSQL : bare Sanic                           goal >= 0.5
+     orchestra on SQLite : the FastAPI peer (fastapi_peer.py)       goal >= 3
+   (PostgreSQL: a fresh database on --pg, dropped afterwards; the peer needs the
+   `bench` extra. Either is left out, and said so, when it cannot be had.)
 2. logins/s over the argon2 bound: verifications/s of a plain ThreadPoolExecutor on
    all cores in this process while the server is idle           goal >= 0.9
 3. p99 latency of a cheap route (bad token -> 401) while logins flood the server:
@@ -14,13 +21,15 @@ Server CPU per request (from /proc) is printed too: it is steadier than requests
 when other processes share the machine.
 Load comes from `wrk` (one thread) when it is installed, else from an asyncio
 raw-socket generator; the script says which one ran. Every phase is bounded in time
-(`--seconds`) and count. Run from the project root: `python benchmarks/bench_auth.py`.
+(`--seconds`) and count. Run from the project root: `python benchmarks/bench_auth.py`
+(`--only-request-path` for the three figures of (1) alone).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import json
 import os
 import shutil
@@ -30,11 +39,13 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
+from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from urllib.parse import urlparse, urlunparse
 
 import httpx
 from argon2 import PasswordHasher
@@ -284,6 +295,42 @@ def bare_sanic() -> Iterator[tuple[str, subprocess.Popen]]:
         stop(proc)
 
 
+@contextmanager
+def fastapi_peer() -> Iterator[tuple[str, subprocess.Popen, str]]:
+    """benchmarks/fastapi_peer.py on a free port with 20 users: (base, process, admin token)."""
+    with tempfile.TemporaryDirectory(prefix="orchestra-peer-") as tmp:
+        port = free_port()
+        token_file = Path(tmp) / "token"
+        proc = subprocess.Popen(
+            [sys.executable, str(ROOT / "benchmarks" / "fastapi_peer.py"), "--port", str(port),
+             "--db", str(Path(tmp) / "peer.db"), "--users", str(USERS + 1),
+             "--token-file", str(token_file)],
+            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+        )
+        base = f"http://127.0.0.1:{port}"
+        try:
+            wait_until_up(f"{base}/api/v1/auth/list", proc)
+            token = token_file.read_text()
+            listed = httpx.get(f"{base}/api/v1/auth/list", headers={"Authorization": f"Bearer {token}"})
+            assert listed.status_code == 200 and len(listed.json()["users"]) == USERS + 1, listed.text
+            yield base, proc, token
+        finally:
+            stop(proc)
+
+
+@contextmanager
+def postgres_database(admin_url: str) -> Iterator[str]:
+    """A fresh database on the PostgreSQL server at `admin_url`, dropped afterwards."""
+    from benchmarks.bench_scale import _admin_sql
+
+    name = f"orchestra_bench_auth_{uuid.uuid4().hex[:8]}"
+    asyncio.run(_admin_sql(admin_url, f'CREATE DATABASE "{name}"'))
+    try:
+        yield urlunparse(urlparse(admin_url)._replace(path=f"/{name}"))
+    finally:
+        asyncio.run(_admin_sql(admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
 def populate(base: str, env: dict[str, str]) -> str:
     """The administrator (from the CLI, same home) and USERS more; the admin's access token."""
     orchestra_cli(env, "user", "create", ADMIN[0], "--role", "SUPER_ADMINISTRATOR",
@@ -305,6 +352,77 @@ def populate(base: str, env: dict[str, str]) -> str:
 # --- the run --------------------------------------------------------------------------
 
 
+@dataclass
+class Side:
+    """One server of the request path: where its /list is and who may call it."""
+
+    name: str
+    url: str
+    token: str | None
+    proc: subprocess.Popen
+    rates: list[float] = field(default_factory=list)
+    cpu_us: list[float] = field(default_factory=list)
+
+    def measure(self, generator: str, connections: int, seconds: float) -> float:
+        before = cpu_seconds(self.proc.pid)
+        load = run_load(generator, self.url, token=self.token, connections=connections,
+                        seconds=seconds, count_statuses=True)
+        if load.errors or set(load.statuses) - {200}:
+            print(f"  warning: {self.name} answered {load.statuses}, {load.errors} socket errors")
+        self.cpu_us.append((cpu_seconds(self.proc.pid) - before) / max(load.requests, 1) * 1e6)
+        self.rates.append(load.rate(200))
+        return self.rates[-1]
+
+
+def request_path(args, generator: str) -> None:
+    """(1) The protected /list on SQLite and on PostgreSQL against bare Sanic, and on
+    SQLite against the FastAPI peer: every round measures the four servers one after
+    the other (the order turning each round), so load from elsewhere on the machine
+    falls on all of them alike; each figure is the median of its rounds' ratios."""
+    env = {"ORCHESTRA_ACCESS_TTL": "3600", "ORCHESTRA_METRICS": "1"}
+    with ExitStack() as stack:
+        bare_base, bare_proc = stack.enter_context(bare_sanic())
+        sides = [Side("bare sanic", f"{bare_base}/api/v1/auth/list", None, bare_proc)]
+        base, proc, full_env = stack.enter_context(orchestra_server(env))
+        sides.append(Side("orchestra sqlite", f"{base}/api/v1/auth/list", populate(base, full_env), proc))
+        if args.pg:
+            try:
+                pg_url = stack.enter_context(postgres_database(args.pg))
+            except Exception as exc:  # noqa: BLE001 - said below, and the rest still runs
+                print(f"  PostgreSQL left out: {exc!r}")
+            else:
+                base, proc, full_env = stack.enter_context(
+                    orchestra_server({**env, "ORCHESTRA_DATABASE_URL": pg_url}))
+                sides.append(Side("orchestra postgres", f"{base}/api/v1/auth/list",
+                                  populate(base, full_env), proc))
+        if importlib.util.find_spec("fastapi"):
+            base, proc, token = stack.enter_context(fastapi_peer())
+            sides.append(Side("fastapi peer", f"{base}/api/v1/auth/list", token, proc))
+        else:
+            print("  FastAPI peer left out: install the bench extra (pip install -e '.[bench]')")
+        for side in sides:  # warm up: first requests, caches, the copy of the users
+            run_load(generator, side.url, token=side.token, connections=args.connections, seconds=1)
+        for round_ in range(args.path_rounds):
+            turn = round_ % len(sides)
+            for side in sides[turn:] + sides[:turn]:
+                side.measure(generator, args.connections, args.seconds)
+        by_name = {side.name: side for side in sides}
+        for side in sides:
+            print(f"  {side.name:<20} req/s {[round(r) for r in side.rates]}  "
+                  f"CPU/request {[round(c) for c in side.cpu_us]} us")
+            report(f"{side.name} GET /list (20 users)", median(side.rates), "req/s")
+        sqlite = by_name["orchestra sqlite"]
+        goals = [("orchestra sqlite", "bare sanic", ">= 0.6"), ("orchestra postgres", "bare sanic", ">= 0.5"),
+                 ("orchestra sqlite", "fastapi peer", ">= 3")]
+        for top, bottom, goal in goals:
+            if top in by_name and bottom in by_name:
+                ratios = [a / b for a, b in zip(by_name[top].rates, by_name[bottom].rates, strict=True) if b]
+                report(f"ratio {top} : {bottom}", median(ratios), "x", goal)
+        report("orchestra sqlite server CPU per request", median(sqlite.cpu_us), "us")
+        report("bare sanic server CPU per request", median(sides[0].cpu_us), "us")
+
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=3.0, help="length of one measuring round")
@@ -316,6 +434,13 @@ def main() -> int:
     parser.add_argument("--storm-connections", type=int, default=128,
                         help="connections of the flood past the queue (503s); 0 to skip")
     parser.add_argument("--generator", choices=["auto", "wrk", "python"], default="auto")
+    parser.add_argument("--path-rounds", type=int, default=5,
+                        help="alternating rounds of the request path's four servers")
+    parser.add_argument("--pg", default=os.environ.get("ORCHESTRA_TEST_POSTGRES_URL",
+                                                       "postgresql://postgres@127.0.0.1:5432/test"),
+                        help="a PostgreSQL server to make the request path's database on ('' to skip)")
+    parser.add_argument("--only-request-path", action="store_true",
+                        help="measure (1) only: the three ratios of the request path")
     args = parser.parse_args()
     generator = args.generator
     if generator == "auto":
@@ -324,36 +449,12 @@ def main() -> int:
     print(f"load generator: {generator}; {os.cpu_count()} cores; {rounds} alternating rounds "
           f"of {seconds:.0f} s per comparison; medians", flush=True)
 
-    with bare_sanic() as (bare_base, _bare), \
-            orchestra_server({"ORCHESTRA_ACCESS_TTL": "3600"}) as (base, proc, env):
-        token = populate(base, env)
-        bare_url, list_url = f"{bare_base}/api/v1/auth/list", f"{base}/api/v1/auth/list"
-        # (1) /list against bare Sanic: alternate, so load from elsewhere hits both alike.
-        run_load(generator, bare_url, connections=args.connections, seconds=1)
-        run_load(generator, list_url, token=token, connections=args.connections, seconds=1)
-        bare_rates, list_rates, bare_cpu, list_cpu = [], [], [], []
-        for _ in range(rounds):
-            before = cpu_seconds(_bare.pid)
-            bared = run_load(generator, bare_url, connections=args.connections, seconds=seconds)
-            bare_cpu.append((cpu_seconds(_bare.pid) - before) / max(bared.requests, 1) * 1e6)
-            bare_rates.append(bared.rate())
-            before = cpu_seconds(proc.pid)
-            listed = run_load(generator, list_url, token=token, connections=args.connections,
-                              seconds=seconds, count_statuses=True)
-            list_cpu.append((cpu_seconds(proc.pid) - before) / max(listed.requests, 1) * 1e6)
-            if listed.errors or set(listed.statuses) - {200}:
-                print(f"  warning: /list answered {listed.statuses}, {listed.errors} socket errors")
-            list_rates.append(listed.rate(200))
-        print(f"  bare: {[round(r) for r in bare_rates]}  orchestra: {[round(r) for r in list_rates]}")
-        report("bare sanic GET /list", median(bare_rates), "req/s")
-        report("orchestra GET /list (super admin, 20 users)", median(list_rates), "req/s")
-        report("ratio /list : bare sanic", median(list_rates) / median(bare_rates), "x", ">= 0.5")
-        report("bare sanic server CPU per request", median(bare_cpu), "us")
-        report("orchestra /list server CPU per request", median(list_cpu), "us")
-        report("ratio CPU bare : orchestra /list", median(bare_cpu) / median(list_cpu), "x")
+    request_path(args, generator)
+    if args.only_request_path:
+        return 0
 
     with orchestra_server({"ORCHESTRA_ACCESS_TTL": "3600"}) as (base, proc, env):
-        token = populate(base, env)
+        populate(base, env)
         list_url, login_url = f"{base}/api/v1/auth/list", f"{base}/api/v1/auth/login"
         login_body = json.dumps({"user_name": ADMIN[0], "password": ADMIN[1]})
         # (2) logins/s against the argon2 bound, alternating; the bound while the server idles.

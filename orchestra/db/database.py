@@ -35,9 +35,23 @@ async def release_connection(db) -> None:
     playhouse.pwasyncio keeps a connection for the whole life of the task that first
     used it; Sanic runs every request of a keep-alive connection in one task, and a
     login waits seconds for argon2. Without this, nine idle keep-alive clients (or
-    nine queued logins) exhaust the pool and every other query times out (500)."""
+    nine queued logins) exhaust the pool and every other query times out (500).
+
+    Runs up to three times a request (after the role check, before the response, at
+    its end), mostly for a task that holds nothing: that case costs one look-up."""
+    state = _task_state(db)
+    if state is not None and state.conn is None:
+        return  # nothing held (a request served from in-process copies)
     if not db.in_transaction():
         await db.aclose()
+
+
+def _task_state(db):
+    """playhouse.pwasyncio's state of the current task (its `conn` and `transactions`)
+    in one look-up, or None on a database without one. The public path (`in_transaction`,
+    then `aclose`) looks the task up three times to find that nothing is held."""
+    current = getattr(getattr(db, "_state", None), "_current", None)
+    return current() if current is not None else None
 
 
 async def end_task_store_work(db) -> None:
@@ -48,6 +62,9 @@ async def end_task_store_work(db) -> None:
     `SettlingSqliteDatabase` for a statement still running in SQLite's thread).
     Nothing can legitimately still be inside a transaction here: the request is over."""
     try:
+        state = _task_state(db)
+        if state is not None and state.conn is None and not state.transactions:
+            return  # nothing held, nothing left open
         leaked = db.transaction_depth()
         if leaked:
             logger.warning("a request ended inside %d open transaction(s); rolling back", leaked)

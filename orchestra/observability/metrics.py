@@ -106,10 +106,19 @@ def _safe(fn):
 
 
 # -- the hooks ------------------------------------------------------------------------------
+_http_children: dict[tuple[str, str, int], tuple] = {}  # labels -> (count, duration)
+
+
 @_safe
 def http_request(method: str, route: str, status: int, seconds: float) -> None:
-    HTTP_REQUESTS.labels(method, route, str(status)).inc()
-    HTTP_DURATION.labels(method, route).observe(seconds)
+    """One answered request. Label sets are few (method x route template x status), and
+    `labels()` costs more than the update itself, so each set's children are kept."""
+    children = _http_children.get((method, route, status))
+    if children is None:
+        children = _http_children[(method, route, status)] = (
+            HTTP_REQUESTS.labels(method, route, str(status)), HTTP_DURATION.labels(method, route))
+    children[0].inc()
+    children[1].observe(seconds)
 
 
 @_safe

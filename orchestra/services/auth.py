@@ -26,7 +26,7 @@ from orchestra.errors import (
 )
 from orchestra.services.roles import ROLE_NAMES, Role
 from orchestra.services.tokens import ACCESS, REFRESH
-from orchestra.services.user_snapshot import UserSnapshot, naive_utc
+from orchestra.services.user_snapshot import UserCopy, UserSnapshot, naive_utc
 
 USER_NAME_PATTERN = re.compile(r"^[\w.@-]+$")
 USER_NAME_LENGTH = (3, 64)
@@ -126,8 +126,12 @@ def _snapshot(core: Core) -> UserSnapshot:
     return snapshot
 
 
-async def list_users(core: Core) -> list[User]:
-    """Every user, oldest first (re-read only when the store has changed)."""
+async def list_users(core: Core, *, confirmed: UserCopy | None = None) -> list[User]:
+    """Every user, oldest first (re-read only when the store has changed). `confirmed`:
+    the copy this request's role check was just answered from (`confirm_caller`), so the
+    store's version is not probed twice in one request."""
+    if confirmed is not None:
+        return list(confirmed.users)
     return list(await _snapshot(core).users(core.db))
 
 
@@ -188,6 +192,16 @@ async def confirm_role(
     core: Core, *, user_id: str, minimum: Role, family: str | None = None,
     issued_at: float = 0.0,
 ) -> User:
+    """`confirm_caller`'s user."""
+    user, _ = await confirm_caller(core, user_id=user_id, minimum=minimum, family=family,
+                                   issued_at=issued_at)
+    return user
+
+
+async def confirm_caller(
+    core: Core, *, user_id: str, minimum: Role, family: str | None = None,
+    issued_at: float = 0.0,
+) -> tuple[User, UserCopy | None]:
     """Re-read the caller from the store: a deleted or demoted user's token stops at once,
     and so does an access token whose refresh family was revoked (reuse detected, password
     changed). From the in-process copy while the store has not changed since it was
@@ -195,7 +209,8 @@ async def confirm_role(
 
     `family` is the token's `fam` claim; a token minted before families were named has
     none, and is refused when any of its user's families was revoked after it was issued
-    (such tokens are all expired one access lifetime after the upgrade)."""
+    (such tokens are all expired one access lifetime after the upgrade).
+    Also the in-process copy it was answered from (None when it read the store)."""
     current = _snapshot(core).current()  # the store's state, when nothing changed since
     if current is not None:
         user = current.by_id.get(user_id)
@@ -208,7 +223,7 @@ async def confirm_role(
         raise TokenInvalidError("The token's session has been revoked; log in again.")
     if not Role(user.role).at_least(minimum):
         raise PermissionDeniedError(f"This operation needs the role {minimum.value}.")
-    return user
+    return user, current
 
 
 async def _user_and_revocation(

@@ -18,6 +18,7 @@ token's family is still alive costs no store round trip while nothing has change
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import sqlite3
 from dataclasses import dataclass, field
@@ -30,7 +31,9 @@ CLOCK_SLACK_SECONDS = 60  # processes' clocks may differ a little: keep revocati
 
 
 @dataclass
-class _Copy:
+class UserCopy:
+    """The user table (and recent revocations) as of one store version."""
+
     version: object = None
     users: list[User] = field(default_factory=list)
     by_id: dict[str, User] = field(default_factory=dict)
@@ -68,11 +71,13 @@ class UserSnapshot:
             self._probe = sqlite3.connect(
                 sqlite_path, timeout=0, isolation_level=None, check_same_thread=False
             )
-        self._copy = _Copy()
+        self._copy = UserCopy()
+        self._probed = None  # SQLite: (loop, data_version) of this loop iteration (_version)
 
     def changed(self) -> None:
         """The table changed (a signal, or a write made here): read it again next time."""
         self._changes += 1
+        self._probed = None
 
     def _version(self):
         if self._probe is None:
@@ -80,12 +85,27 @@ class UserSnapshot:
             if signals is None or not signals.connected:
                 return None
             return (signals.generation, self._changes)
+        loop = asyncio._get_running_loop()
+        probed = self._probed
+        if probed is not None and probed[0] is loop:
+            return probed[1]
         try:
-            return self._probe.execute("PRAGMA data_version").fetchone()[0]
+            version = self._probe.execute("PRAGMA data_version").fetchone()[0]
         except sqlite3.Error:
             return None
+        # One probe serves the requests the event loop runs in this iteration: the
+        # answer is forgotten by a callback that runs before anything the loop reads
+        # from a socket afterwards, so every request that arrives after a commit (made
+        # anywhere) is checked against a probe taken after it.
+        if loop is not None:
+            loop.call_soon(self._forget_probe)
+            self._probed = (loop, version)
+        return version
 
-    def current(self) -> _Copy | None:
+    def _forget_probe(self) -> None:
+        self._probed = None
+
+    def current(self) -> UserCopy | None:
         """The copy when nothing was committed since it was taken, else None."""
         version = self._version()
         if version is None or version != self._copy.version:
@@ -114,7 +134,7 @@ class UserSnapshot:
                 at = _as_datetime(row.at)
                 if row.user_id not in latest or at > latest[row.user_id]:
                     latest[row.user_id] = at
-            self._copy = _Copy(version, users, {u.id: u for u in users},
+            self._copy = UserCopy(version, users, {u.id: u for u in users},
                                frozenset(row.family for row in revoked), latest)
         return users
 

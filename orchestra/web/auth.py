@@ -96,8 +96,10 @@ def protected(minimum: Role = Role.USER, *, allow_query: bool = False, scope: st
     deleted user's token stops at once and a demotion takes effect at once on every
     route (a promotion waits for a new token); an access token whose refresh family was
     revoked stops at once too. Sets `request.ctx.principal`, whose role
-    is that effective role, and hands the pooled store connection back before the
-    handler runs: a slow body or a slow handler must not hold one.
+    is that effective role, and `request.ctx.users_copy`, the in-process user copy the
+    check was answered from (None when it read the store, or for an API key), and hands
+    the pooled store connection back before the handler runs: a slow body or a slow
+    handler must not hold one.
 
     `scope` is what an API key needs to call the route (SPEC §11); None refuses keys."""
 
@@ -108,10 +110,11 @@ def protected(minimum: Role = Role.USER, *, allow_query: bool = False, scope: st
             token = bearer_token(request, allow_query=allow_query)
             if token is not None and api_keys.is_api_key(token):
                 principal = await _key_principal(request, token, minimum, scope)
+                request.ctx.users_copy = None
             else:
                 principal = authenticate(request, allow_query=allow_query)
                 require_role(principal, minimum)
-                user = await auth_service.confirm_role(
+                user, request.ctx.users_copy = await auth_service.confirm_caller(
                     core, user_id=principal.user_id, minimum=minimum,
                     family=principal.family, issued_at=principal.issued_at,
                 )

@@ -2,9 +2,12 @@
 duration per request (by route template), a span per request when tracing is on, and
 `GET /metrics` when `ORCHESTRA_METRICS` is on.
 
-Sanic runs response middleware for every answer — a handler's, an error's (404 for
-an unknown path too), and a stream's head (`request.respond`) — so this is the one
-place that stamps and counts them.
+`begin` runs first thing in `OrchestraSanic.handle_request`; `end` in the app's one
+response middleware: Sanic runs response middleware for every answer — a handler's, an
+error's (404 for an unknown path too, or a head refused before any handler), and a
+stream's head (`request.respond`) — so `end` is the one place that stamps and counts
+them. Both run on every request, so they keep to the cheap path: a route's template is
+worked out once, a label set's metric children are looked up once (metrics.http_request).
 """
 
 from __future__ import annotations
@@ -29,47 +32,55 @@ STORE_GAUGES_TIMEOUT = 2.0  # seconds a scrape waits for the store-wide gauges
 UNMATCHED = "unmatched"  # the route label of a request that matched no route (a 404)
 
 
+_templates: dict[str, str] = {}  # a route's path -> its label (a few dozen routes)
+
+
 def route_template(request: Request) -> str:
     """`/api/v1/workflow/run/{trace_id}` for the route that matched; never a raw id."""
     route = getattr(request, "route", None)
     if route is None:
         return UNMATCHED
-    return "/" + _PARAM.sub(r"{\1}", route.path).lstrip("/")
+    template = _templates.get(route.path)
+    if template is None:
+        template = _templates[route.path] = "/" + _PARAM.sub(r"{\1}", route.path).lstrip("/")
+    return template
 
 
 def install(app: Sanic) -> None:
-    """Request ids, request metrics and request spans for every request of `app`."""
+    """`GET /metrics` when ORCHESTRA_METRICS is on (`begin` and `end` are called by the
+    app for every request, see web/app.py)."""
     settings = app.ctx.settings
-
-    @app.on_request(priority=1000)  # first: later middleware and handlers log with the id
-    async def begin(request: Request) -> None:
-        _begin(request)
-
-    @app.on_response(priority=1000)
-    async def end(request: Request, response) -> None:
-        if response is None:
-            return
-        if not hasattr(request.ctx, "request_id"):  # answered before request middleware ran
-            _begin(request)
-        response.headers[context.REQUEST_ID_HEADER] = request.ctx.request_id
-        if getattr(request.ctx, "observed", False):  # a stream's head, then its error: once
-            return
-        request.ctx.observed = True
-        route = route_template(request)
-        metrics.http_request(request.method, route, response.status,
-                             time.perf_counter() - request.ctx.started)
-        tracing.end_request(request.ctx, route, response.status)
-
     if settings.metrics:
         app.blueprint(metrics_blueprint(settings.metrics_token))
 
 
-def _begin(request: Request) -> None:
-    request.ctx.started = time.perf_counter()
-    request.ctx.request_id = context.sane_request_id(request.headers.get(context.REQUEST_ID_HEADER))
-    context.request_id.set(request.ctx.request_id)
+def begin(request: Request) -> None:
+    """A request's start: its clock, its id (the client's when sane) in the logging
+    context, and its span when tracing is on."""
+    ctx = request.ctx
+    ctx.started = time.perf_counter()
+    ctx.request_id = request_id = context.sane_request_id(
+        request.headers.get(context.REQUEST_ID_HEADER))
+    context.request_id.set(request_id)
     context.run_id.set(None)
-    tracing.begin_request(request.ctx, request.method, request.path, request.headers)
+    tracing.begin_request(ctx, request.method, request.path, request.headers)
+
+
+def end(request: Request, response) -> None:
+    """An answer's head is about to go: stamp `X-Request-ID`; count and time the request
+    and end its span, once (a stream's head and then its error are one request)."""
+    if response is None:
+        return
+    ctx = request.ctx
+    if not hasattr(ctx, "request_id"):  # refused before handle_request began (a bad head)
+        begin(request)
+    response.headers[context.REQUEST_ID_HEADER] = ctx.request_id
+    if getattr(ctx, "observed", False):
+        return
+    ctx.observed = True
+    route = route_template(request)
+    metrics.http_request(request.method, route, response.status, time.perf_counter() - ctx.started)
+    tracing.end_request(ctx, route, response.status)
 
 
 def metrics_blueprint(token: str) -> Blueprint:

@@ -17,8 +17,13 @@ def all_blueprints() -> Blueprint:
         mcp,
         provider,
         resource,
+        schedule,
+        secret,
+        subscription,
+        versions,
         workflow,
     )
 
-    areas = [auth, keys, provider, agent, resource, mcp, workflow, hooks, hook_intake, adapter]
+    areas = [auth, keys, provider, agent, resource, mcp, secret, schedule, subscription, workflow, versions,
+             hooks, hook_intake, adapter]
     return Blueprint.group(*(area.bp for area in areas), url_prefix="/api/v1")

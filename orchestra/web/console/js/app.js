@@ -5,11 +5,14 @@ import { currentSession, onSession, signOut, isAdmin, isSuperAdmin } from './api
 import { SignIn, Register } from './pages/auth.js';
 import { Providers } from './pages/providers.js';
 import { McpServers } from './pages/mcp.js';
+import { Secrets } from './pages/secrets.js';
 import { Workers } from './pages/workers.js';
 import { Templates, TemplateEditor } from './pages/templates.js';
 import { Runs } from './pages/runs.js';
 import { RunView } from './pages/run_view.js';
 import { Users } from './pages/users.js';
+import { Schedules } from './pages/schedules.js';
+import { Subscriptions } from './pages/subscriptions.js';
 import { Keys } from './pages/keys.js';
 import { Hooks } from './pages/hooks.js';
 
@@ -49,9 +52,12 @@ function useSession() {
 const NAV = [
   ['runs', 'Runs', () => true],
   ['templates', 'Templates', () => true],
+  ['schedules', 'Schedules', () => true],
+  ['subscriptions', 'Subscriptions', () => true],
   ['workers', 'Workers', () => true],
   ['providers', 'Providers', isAdmin],
   ['mcp', 'MCP servers', () => true],
+  ['secrets', 'Secrets', isAdmin],
   ['hooks', 'Webhooks', () => true],
   ['keys', 'API keys', () => true],
   ['users', 'Users', isSuperAdmin],
@@ -63,9 +69,12 @@ function Page({ route }) {
     case 'providers': return isAdmin() ? html`<${Providers} />` : html`<${Forbidden} />`;
     case 'workers': return html`<${Workers} />`;
     case 'mcp': return html`<${McpServers} />`;
+    case 'secrets': return isAdmin() ? html`<${Secrets} />` : html`<${Forbidden} />`;
     case 'hooks': return html`<${Hooks} />`;
     case 'keys': return html`<${Keys} />`;
     case 'templates': return arg ? html`<${TemplateEditor} key=${arg} templateId=${arg} />` : html`<${Templates} />`;
+    case 'schedules': return html`<${Schedules} />`;
+    case 'subscriptions': return html`<${Subscriptions} />`;
     case 'run': return html`<${RunView} key=${arg} traceId=${arg} />`;
     case 'users': return isSuperAdmin() ? html`<${Users} />` : html`<${Forbidden} />`;
     case 'runs': return html`<${Runs} query=${route.query} />`;
