@@ -11,16 +11,20 @@ def all_blueprints() -> Blueprint:
         adapter,
         agent,
         auth,
+        hook_intake,
+        hooks,
         keys,
         mcp,
         provider,
         resource,
         schedule,
+        secret,
         subscription,
         usage,
         versions,
         workflow,
     )
 
-    areas = [auth, keys, provider, agent, resource, mcp, schedule, subscription, workflow, versions, usage, adapter]
+    areas = [auth, keys, provider, agent, resource, mcp, secret, schedule, subscription, workflow, versions,
+             hooks, hook_intake, usage, adapter]
     return Blueprint.group(*(area.bp for area in areas), url_prefix="/api/v1")

@@ -147,6 +147,7 @@ _RUN_LINKS = {
     "Stream": Link("workflow.stream", _TRACE),
     "Reply": Link("workflow.reply", _TRACE, request_body={"content": "yes"}),
     "Cancel": Link("workflow.cancel_run", _TRACE),
+    "Fork": Link("versions.fork", _TRACE),
 }
 _FLAGS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False, "": False}
 
@@ -179,6 +180,10 @@ def _flag(request: Request, name: str) -> bool:
         "Update": Link("workflow.update_template", _TEMPLATE),
         "Delete": Link("workflow.delete_template", _TEMPLATE),
         "Run": Link("workflow.start_run", request_body={**_TEMPLATE, "input": "2 + 2"}),
+        "Versions": Link("versions.list_versions", _TEMPLATE),
+        "Version": Link("versions.get_version", {**_TEMPLATE, "number": "$response.body#/template/version"}),
+        "Diff": Link("versions.diff", _TEMPLATE),
+        "Restore": Link("versions.restore", {**_TEMPLATE, "number": "$response.body#/template/version"}),
     },
 )
 @protected(Role.USER, scope="template:write")
@@ -297,8 +302,9 @@ async def delete_template(request: Request, template_id: str):
     links=_RUN_LINKS,
     params=(header("traceparent", "W3C trace context: the run's spans join this trace, in "
                    "whichever process executes it (ignored unless well-formed)."),
-            header(run_starts.IDEMPOTENCY_HEADER, "Makes the start happen once: 1-255 printable "
-                   "characters, remembered per user for 24 hours.", maxLength=run_starts.KEY_MAX)),
+            header(run_starts.IDEMPOTENCY_HEADER, "Makes the start happen once: 1-255 characters "
+                   "(no control characters), remembered per user for 24 hours.",
+                   type="string", pattern=run_starts.KEY_PATTERN)),
 )
 @protected(Role.USER, scope="run:start")
 async def start_run(request: Request):

@@ -5,6 +5,7 @@ import { currentSession, onSession, signOut, isAdmin, isSuperAdmin } from './api
 import { SignIn, Register } from './pages/auth.js';
 import { Providers } from './pages/providers.js';
 import { McpServers } from './pages/mcp.js';
+import { Secrets } from './pages/secrets.js';
 import { Workers } from './pages/workers.js';
 import { Templates, TemplateEditor } from './pages/templates.js';
 import { Runs } from './pages/runs.js';
@@ -12,6 +13,8 @@ import { RunView } from './pages/run_view.js';
 import { Users } from './pages/users.js';
 import { Schedules } from './pages/schedules.js';
 import { Subscriptions } from './pages/subscriptions.js';
+import { Keys } from './pages/keys.js';
+import { Hooks } from './pages/hooks.js';
 import { Usage } from './pages/usage.js';
 
 function currentRoute() {
@@ -55,6 +58,9 @@ const NAV = [
   ['workers', 'Workers', () => true],
   ['providers', 'Providers', isAdmin],
   ['mcp', 'MCP servers', () => true],
+  ['secrets', 'Secrets', isAdmin],
+  ['hooks', 'Webhooks', () => true],
+  ['keys', 'API keys', () => true],
   ['usage', 'Usage', () => true],
   ['users', 'Users', isSuperAdmin],
 ];
@@ -65,6 +71,9 @@ function Page({ route }) {
     case 'providers': return isAdmin() ? html`<${Providers} />` : html`<${Forbidden} />`;
     case 'workers': return html`<${Workers} />`;
     case 'mcp': return html`<${McpServers} />`;
+    case 'secrets': return isAdmin() ? html`<${Secrets} />` : html`<${Forbidden} />`;
+    case 'hooks': return html`<${Hooks} />`;
+    case 'keys': return html`<${Keys} />`;
     case 'templates': return arg ? html`<${TemplateEditor} key=${arg} templateId=${arg} />` : html`<${Templates} />`;
     case 'schedules': return html`<${Schedules} />`;
     case 'subscriptions': return html`<${Subscriptions} />`;
