@@ -89,6 +89,7 @@ class Core:
             registry=tool_registry(self),
             read_upload=read_upload,
             signals=self.signals,
+            decrypt=self.secrets.decrypt,
         )
         # The outbox (SPEC §11): run events that subscribers hear of queue their deliveries
         # in the transaction that stores them; this process's delivery loop is woken after.

@@ -233,6 +233,11 @@ class WorkflowRun(BaseModel):
     # The W3C traceparent of the request that started the run: every attempt's spans join
     # that trace, in whichever process executes it (orchestra/observability/tracing.py).
     trace_parent = CharField(max_length=64, null=True)
+    # A child run (SPEC §14): the run and step instance that started it, and its level
+    # in the chain (the top run is 1).
+    parent_trace_id = CharField(max_length=36, null=True, index=True)
+    parent_path = CharField(max_length=512, null=True)
+    depth = IntegerField(default=1)
     # What started the run (SPEC §11): null for a person (or an API key), else
     # {kind: "webhook", hook_id, webhook_id} or {kind: "schedule", schedule_id, due_at}.
     trigger = JSONField(null=True)
@@ -254,6 +259,7 @@ class RunStep(BaseModel):
     usage = JSONField(null=True)
     started_at = DateTimeField(null=True)
     finished_at = DateTimeField(null=True)
+    child_trace_id = CharField(max_length=36, null=True)  # a workflow step's child run (SPEC §14)
 
     class Meta:
         indexes = ((("run", "path"), True), (("run", "step_id"), False))
@@ -297,6 +303,19 @@ class McpServer(NamedModel):
     updated_at = DateTimeField(default=utcnow)
 
 
+class Secret(BaseModel):
+    """A value HTTP steps may send (SPEC §14): stored only as SecretBox ciphertext, plus
+    a masked hint (`…abcd`) for lists; never returned."""
+
+    id = CharField(primary_key=True, max_length=36, default=new_id)
+    name = CharField(max_length=64, unique=True)
+    value_encrypted = TextField()
+    hint = CharField(max_length=16)
+    created_by = CharField(max_length=36, null=True)
+    created_at = DateTimeField(default=utcnow)
+    updated_at = DateTimeField(default=utcnow)
+
+
 ALL_MODELS = [
     User,
     RefreshToken,
@@ -311,4 +330,5 @@ ALL_MODELS = [
     RunStep,
     RunEvent,
     McpServer,
+    Secret,
 ]

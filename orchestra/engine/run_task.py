@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from orchestra.db.models import RunStep, utcnow
@@ -53,8 +54,10 @@ class RunTasks:
     """A run's task, from its claim to its end or hand-back."""
 
     def __init__(self, settings: Settings, *, store: RunStore, runs: LiveRuns,
-                 scheduler: Scheduler, sandbox: Sandbox, outage: StoreOutage) -> None:
+                 scheduler: Scheduler, sandbox: Sandbox, outage: StoreOutage,
+                 on_unhappy_end: Callable[[str, str], None] | None = None) -> None:
         self.settings = settings
+        self.on_unhappy_end = on_unhappy_end  # a run ended other than succeeded: its children go too
         self.store = store
         self.runs = runs
         self.scheduler = scheduler
@@ -251,6 +254,8 @@ class RunTasks:
                     live.ending = True
                     await self.store.end(trace_id, kind, data, status=status, error=message)
                     observe.run_ended(trace_id, status)
+                    if self.on_unhappy_end is not None:
+                        self.on_unhappy_end(trace_id, f"Its parent run {trace_id} ended ({status}).")
                 return
             except RunGone:  # gone, or Fenced: another process holds it now
                 return

@@ -21,20 +21,26 @@ def summary(row: TemplateVersion) -> dict[str, Any]:
             "step_count": row.step_count}
 
 
+def summaries(rows: list[tuple]) -> list[dict[str, Any]]:
+    """`list_versions`' rows (plain tuples: a thousand need no model objects) as answers."""
+    return [{"version": version, "created_at": iso(created_at), "author_id": author_id, "step_count": steps}
+            for version, created_at, author_id, steps in rows]
+
+
 def version_view(template: WorkflowTemplate, row: TemplateVersion) -> dict[str, Any]:
     """A version with its content, shaped like a template."""
     return {**summary(row), "template_id": template.id, "name": row.name,
             "description": row.description or "", "steps": row.steps, **(row.spec or {})}
 
 
-async def list_versions(core: Core, *, user_id: str, is_admin: bool, template_id: str) -> list[TemplateVersion]:
+async def list_versions(core: Core, *, user_id: str, is_admin: bool, template_id: str) -> list[dict[str, Any]]:
     """Every version of a template the caller may read, newest first (no content)."""
     template = await templates.get_template(core, user_id=user_id, is_admin=is_admin, template_id=template_id)
     fields = (TemplateVersion.version, TemplateVersion.created_at, TemplateVersion.author,
               TemplateVersion.step_count)
-    return await core.db.list(TemplateVersion.select(*fields)
-                              .where(TemplateVersion.template == template.id)
-                              .order_by(TemplateVersion.version.desc()))
+    return summaries(await core.db.list(TemplateVersion.select(*fields)
+                                        .where(TemplateVersion.template == template.id)
+                                        .order_by(TemplateVersion.version.desc()).tuples()))
 
 
 async def read_version(core: Core, *, user_id: str, is_admin: bool, template_id: str,

@@ -9,6 +9,7 @@ Execution itself is the engine (`orchestra.engine`, reached as `core.engine`).
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from peewee import IntegrityError
@@ -35,7 +36,7 @@ from orchestra.engine.sizes import check_reply_size
 from orchestra.engine.store.events import Event
 from orchestra.engine.vocabulary import FINISHED, EventKind, RunStatus, StepStatus
 from orchestra.errors import ConflictError, NotFoundError, PermissionDeniedError, ValidationError
-from orchestra.services import run_starts, version_store
+from orchestra.services import composition, run_starts, version_store
 from orchestra.services.paging import DEFAULT_LIMIT, Page, keyset_page
 from orchestra.services.run_starts import StartKey
 
@@ -64,14 +65,18 @@ def _clean_name(name: str) -> str:
 
 
 async def check_template(
-    core: Core, *, owner_id: str, steps: Any, options: dict[str, Any] | None = None
+    core: Core, *, owner_id: str, steps: Any, options: dict[str, Any] | None = None,
+    template_id: str | None = None,
 ) -> Checked:
     """Every problem of a template (engine.language.validate, plus whether each worker is
-    the owner's), without storing anything: `POST /template/check` and saves use it."""
+    the owner's, each secret exists and each child template may be called: see
+    composition.py), without storing anything: `POST /template/check` and saves use it.
+    `template_id`: the template being replaced (a child must not call it back)."""
     checked = check_template_language(steps, options)
     if not checked.problems:  # a template otherwise sound: do its expressions fit its types?
         for field, problem in type_problems(checked.steps, checked.options):
             _problem(checked.problems, field, problem)
+    await composition.check_calls(core, checked, owner_id=owner_id, template_id=template_id)
     if not checked.workers:
         return checked
     refs = {ref for _field, ref, _agent in checked.workers}
@@ -245,7 +250,8 @@ async def update_template(
     if len(description) > PROMPT_MAX:
         raise ValidationError.field("description", f"must be at most {PROMPT_MAX} characters long")
     template.description = description
-    checked = await check_template(core, owner_id=template.owner_id, steps=steps, options=options)
+    checked = await check_template(core, owner_id=template.owner_id, steps=steps, options=options,
+                                   template_id=template.id)
     if checked.problems:
         _raise(checked.problems)
     template.steps, template.spec = checked.steps, checked.options or None
@@ -376,6 +382,8 @@ def run_summary(run: WorkflowRun) -> dict[str, Any]:
         "started_at": iso(run.started_at),
         "finished_at": iso(run.finished_at),
         "retry_of": run.retry_of,
+        # a child run (SPEC §14): the run and step instance that started it
+        "parent": {"trace_id": run.parent_trace_id, "path": run.parent_path} if run.parent_trace_id else None,
         "trigger": run.trigger,
         "template_version": run.template_version,
         "forked_from": ({"trace_id": run.forked_from.get("trace_id"), "from_step": run.forked_from.get("from_step")}
@@ -424,6 +432,7 @@ async def run_detail(core: Core, run: WorkflowRun) -> dict[str, Any]:
             "output": step_output(row) if row else None,
             "error": row.error if row else None,
             "usage": row.usage if row else None,
+            "child_trace_id": row.child_trace_id if row else None,
             "started_at": iso(row.started_at) if row else None,
             "finished_at": iso(row.finished_at) if row else None,
         })
@@ -452,7 +461,9 @@ async def cancel_run(core: Core, *, user_id: str, is_admin: bool, trace_id: str)
     run = await get_run(core, user_id=user_id, is_admin=is_admin, trace_id=trace_id)
     if run.status in FINISHED:
         raise ConflictError(f"The run has already ended ({run.status}).")
-    await core.engine.cancel(trace_id, reason="The run was cancelled by request.")
+    # its child runs (SPEC §14) at once, wherever they run, rather than level by level
+    await asyncio.gather(core.engine.cancel(trace_id, reason="The run was cancelled by request."),
+                         core.engine.cancel_descendants(trace_id, f"Its parent run {trace_id} was cancelled."))
     return await get_run(core, user_id=user_id, is_admin=is_admin, trace_id=trace_id)
 
 

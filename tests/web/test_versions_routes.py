@@ -203,3 +203,32 @@ async def test_fork_of_a_map_reuses_items_one_by_one(client, alice, worker, fake
     assert paths["each[0]"]["reused"] and paths["each[2]"]["reused"] and not paths["each[1]"]["reused"]
     assert paths["loop"]["reused"] and paths["loop#2.draft"]["reused"]
     assert paths["each"]["output"] == ["Echo: item p", "Echo: item z", "Echo: item r", "Echo: item s"]
+
+
+async def test_api_keys_reach_versions_and_fork_within_their_scopes(client, alice, worker):
+    steps = [agent(worker, "a", "A {{input}}")]
+    tid = (await make_template(client, alice, steps))["template_id"]
+    other = (await make_template(client, alice, steps, name="other"))["template_id"]
+
+    async def key(scopes, templates=None):
+        made = await client.post("/api/v1/auth/key", headers=alice["headers"],
+                                 json={"name": f"k{len(scopes)}{templates}", "scopes": scopes, "templates": templates})
+        assert made.status_code == 201, made.text
+        return {"Authorization": f"Bearer {made.json()['key']}"}
+
+    reader = await key(["template:read"])
+    assert (await client.get(f"{API}/template/{tid}/versions", headers=reader)).status_code == 200
+    assert (await client.get(f"{API}/template/{tid}/diff?from=1&to=1", headers=reader)).status_code == 200
+    assert_error(await client.post(f"{API}/template/{tid}/versions/1/restore", headers=reader),
+                 403, "PermissionDeniedError")
+    writer = await key(["template:write"])
+    assert (await client.post(f"{API}/template/{tid}/versions/1/restore", headers=writer)).status_code == 201
+    started = await client.post(f"{API}/run", headers=alice["headers"], json={"template_id": tid, "input": "x"})
+    source = await wait_for(client, alice, started.json()["trace_id"], "succeeded")
+    assert_error(await client.post(f"{API}/run/{source['trace_id']}/fork", headers=reader, json={}),
+                 403, "PermissionDeniedError")
+    narrow = await key(["run:start"], [other])
+    assert_error(await client.post(f"{API}/run/{source['trace_id']}/fork", headers=narrow, json={}),
+                 403, "PermissionDeniedError")
+    starter = await key(["run:start"], [tid])
+    assert (await client.post(f"{API}/run/{source['trace_id']}/fork", headers=starter, json={})).status_code == 202

@@ -324,6 +324,8 @@ class EventLog:
         )
         asked: dict[str, Question] = {}
         for row in rows:
+            if row.data.get("child_trace_id"):  # a child run's question, shown here (SPEC §14)
+                continue
             request_id = row.data.get("request_id")
             if row.kind == EventKind.REPLY_REQUESTED:
                 asked[request_id] = Question(request_id, row.data.get("step_id"),

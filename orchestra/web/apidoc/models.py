@@ -176,6 +176,21 @@ class SkillList(Success):
     skills: list[SkillView]
 
 
+class SecretView(Shape):
+    name: str
+    hint: str = Field(description="'…' and the value's last four characters (none of a value under 8).")
+    created_at: Timestamp
+    updated_at: Timestamp
+
+
+class Secret(Success, SecretView):
+    pass
+
+
+class SecretList(Success):
+    secrets: list[SecretView]
+
+
 # --- workers, nodes -------------------------------------------------------------------
 
 
@@ -317,6 +332,11 @@ class RunRetried(RunStarted):
     retry_of: str = Field(description="The run whose succeeded steps this one reuses.")
 
 
+class ParentRun(Shape):
+    trace_id: str
+    path: str = Field(description="The parent's step instance (a workflow step) that started this run.")
+
+
 class ForkSource(Shape):
     trace_id: str = Field(description="The run forked.")
     from_step: str | None = Field(description="The step the fork ran again from, if one was named.")
@@ -333,6 +353,8 @@ class RunSummary(Shape):
     started_at: Timestamp | None
     finished_at: Timestamp | None
     retry_of: str | None = Field(None, description="The run this one retries (POST /run/{trace_id}/retry).")
+    parent: ParentRun | None = Field(None, description="A child run (SPEC §14): the run and step instance that "
+                                     "started it; null for a top run.")
     trigger: dict[str, Any] | None = Field(
         None, description="What started the run: null for a person or an API key; "
         '{"kind": "webhook", "hook_id", "webhook_id"} or {"kind": "schedule", "schedule_id", "due_at"}.')
@@ -354,7 +376,7 @@ class Usage(Shape):
 class StepState(Shape):
     step_id: str
     path: str = Field(description="The instance's key in the run (the step id; under loops research[3]).")
-    agent: dict[str, Any]
+    agent: dict[str, Any] | None = Field(description="null for an http or workflow step.")
     depends_on: list[str]
     status: StepStatus
     attempt: int = Field(ge=1, description="The attempt that ran last (retry policy).")
@@ -363,6 +385,7 @@ class StepState(Shape):
     output: Any = Field(description="Text, or a JSON value for a step with output_schema; null when skipped.")
     error: str | None
     usage: Usage | None
+    child_trace_id: str | None = Field(None, description="A workflow step's child run (SPEC §14).")
     started_at: Timestamp | None
     finished_at: Timestamp | None
 

@@ -16,10 +16,11 @@ def all_blueprints() -> Blueprint:
         provider,
         resource,
         schedule,
+        secret,
         subscription,
         versions,
         workflow,
     )
 
-    areas = [auth, keys, provider, agent, resource, mcp, schedule, subscription, workflow, versions, adapter]
+    areas = [auth, keys, provider, agent, resource, mcp, secret, schedule, subscription, workflow, versions, adapter]
     return Blueprint.group(*(area.bp for area in areas), url_prefix="/api/v1")

@@ -9,7 +9,7 @@ from sanic import Blueprint, Request
 from sanic.response import json
 
 from orchestra.engine.vocabulary import RunStatus
-from orchestra.errors import NotFoundError
+from orchestra.errors import NotFoundError, PermissionDeniedError
 from orchestra.observability import tracing
 from orchestra.services import forks, versions
 from orchestra.services import workflows as templates
@@ -26,6 +26,8 @@ bp = Blueprint("versions", url_prefix="/workflow")
 
 VERSION_MAX = 2**31 - 1
 _TRACE = {"trace_id": "$response.body#/trace_id"}
+_NUMBER = {"type": "string", "pattern": "^[1-9][0-9]{0,9}$",
+           "description": "A version number (1, 2, …); anything else names no version (404)."}
 
 
 class ForkBody(Body):
@@ -56,17 +58,17 @@ def _number(raw: str) -> int:
 @bp.get("/template/<template_id:str>/versions")
 @documented("List a template's versions, newest first", response=out.VersionList,
             description="Every save made one; no content is read (see GET …/versions/{version}).")
-@protected(Role.USER)
+@protected(Role.USER, scope="template:read")
 async def list_versions(request: Request, template_id: str):
     rows = await versions.list_versions(request.app.ctx.core, template_id=template_id, **_who(request))
     return json({"message": SUCCESS, "template_id": template_id,
-                 "versions": [versions.summary(row) for row in rows]})
+                 "versions": rows})
 
 
 @bp.get("/template/<template_id:str>/versions/<number:str>")
-@documented("Read one version of a template", response=out.Version,
+@documented("Read one version of a template", response=out.Version, path={"number": _NUMBER},
             errors={404: "NotFoundError: no template you may read has this id, or it has no such version."})
-@protected(Role.USER)
+@protected(Role.USER, scope="template:read")
 async def get_version(request: Request, template_id: str, number: str):
     template, row = await versions.read_version(
         request.app.ctx.core, template_id=template_id, number=_number(number), **_who(request))
@@ -85,7 +87,7 @@ async def get_version(request: Request, template_id: str, number: str):
             query("to", "The newer version (default: the latest).", type="integer", minimum=1,
                   maximum=VERSION_MAX)),
 )
-@protected(Role.USER)
+@protected(Role.USER, scope="template:read")
 async def diff(request: Request, template_id: str):
     def arg(name: str) -> int | None:
         if request.args.get(name) is None:
@@ -100,13 +102,14 @@ async def diff(request: Request, template_id: str):
 @bp.post("/template/<template_id:str>/versions/<number:str>/restore")
 @documented(
     "Restore a version: save its content as the newest version", response=out.Restored, status=201,
+    path={"number": _NUMBER},
     description="Checked like any save: a worker since deleted is a 422, a name since taken a 409 "
     "(then no version is made).",
     errors={403: "PermissionDeniedError: a shared template, restored by a non-administrator.",
             404: "NotFoundError: no such template or version.",
             409: "ConflictError: another of your templates has that version's name now."},
 )
-@protected(Role.USER)
+@protected(Role.USER, scope="template:write")
 async def restore(request: Request, template_id: str, number: str):
     restored = _number(number)
     template = await versions.restore(request.app.ctx.core, template_id=template_id, number=restored,
@@ -124,7 +127,8 @@ async def restore(request: Request, template_id: str, number: str):
     "reads from_step or a changed input (directly or through other steps), reads an overridden "
     "output, or its definition differs in `version`. foreach items and loop iterations are "
     "reused one by one. The source may still be running.",
-    errors={404: "NotFoundError: no run you may read has this id, or no such version.",
+    errors={403: "PermissionDeniedError: an API key limited to other templates.",
+            404: "NotFoundError: no run you may read has this id, or no such version.",
             413: "PayloadTooLargeError: an output is larger than a step's output may be.",
             422: "ValidationError: unknown from_step; an output of an unknown step, of from_step or "
                  "a step downstream of it, or not of the step's output_schema (detail has the path); "
@@ -132,10 +136,15 @@ async def restore(request: Request, template_id: str, number: str):
     links={"Read": Link("workflow.get_run", _TRACE), "Stream": Link("workflow.stream", _TRACE)},
     params=(header("traceparent", "W3C trace context: the fork's spans join this trace."),),
 )
-@protected(Role.USER)
+@protected(Role.USER, scope="run:start")
 async def fork(request: Request, trace_id: str):
     body = parse_body(request, ForkBody) if (request.body or b"").strip() else ForkBody()
     sent = body.model_fields_set
+    key = request.ctx.principal.key
+    if key is not None and key.templates is not None:  # a key limited to some templates
+        source = await templates.get_run(request.app.ctx.core, trace_id=trace_id, **_who(request))
+        if not key.allows_template(source.template_id):
+            raise PermissionDeniedError("This API key may not start runs of that template.")
     run = await forks.fork_run(
         request.app.ctx.core, trace_id=trace_id, from_step=body.from_step,
         input=body.input if "input" in sent else forks.UNSET, outputs=body.outputs,

@@ -138,6 +138,7 @@ _RUN_LINKS = {
     "Stream": Link("workflow.stream", _TRACE),
     "Reply": Link("workflow.reply", _TRACE, request_body={"content": "yes"}),
     "Cancel": Link("workflow.cancel_run", _TRACE),
+    "Fork": Link("versions.fork", _TRACE),
 }
 _FLAGS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False, "": False}
 
@@ -170,6 +171,10 @@ def _flag(request: Request, name: str) -> bool:
         "Update": Link("workflow.update_template", _TEMPLATE),
         "Delete": Link("workflow.delete_template", _TEMPLATE),
         "Run": Link("workflow.start_run", request_body={**_TEMPLATE, "input": "2 + 2"}),
+        "Versions": Link("versions.list_versions", _TEMPLATE),
+        "Version": Link("versions.get_version", {**_TEMPLATE, "number": "$response.body#/template/version"}),
+        "Diff": Link("versions.diff", _TEMPLATE),
+        "Restore": Link("versions.restore", {**_TEMPLATE, "number": "$response.body#/template/version"}),
     },
 )
 @protected(Role.USER, scope="template:write")

@@ -5,6 +5,7 @@ import { currentSession, onSession, signOut, isAdmin, isSuperAdmin } from './api
 import { SignIn, Register } from './pages/auth.js';
 import { Providers } from './pages/providers.js';
 import { McpServers } from './pages/mcp.js';
+import { Secrets } from './pages/secrets.js';
 import { Workers } from './pages/workers.js';
 import { Templates, TemplateEditor } from './pages/templates.js';
 import { Runs } from './pages/runs.js';
@@ -54,6 +55,7 @@ const NAV = [
   ['workers', 'Workers', () => true],
   ['providers', 'Providers', isAdmin],
   ['mcp', 'MCP servers', () => true],
+  ['secrets', 'Secrets', isAdmin],
   ['users', 'Users', isSuperAdmin],
 ];
 
@@ -63,6 +65,7 @@ function Page({ route }) {
     case 'providers': return isAdmin() ? html`<${Providers} />` : html`<${Forbidden} />`;
     case 'workers': return html`<${Workers} />`;
     case 'mcp': return html`<${McpServers} />`;
+    case 'secrets': return isAdmin() ? html`<${Secrets} />` : html`<${Forbidden} />`;
     case 'templates': return arg ? html`<${TemplateEditor} key=${arg} templateId=${arg} />` : html`<${Templates} />`;
     case 'schedules': return html`<${Schedules} />`;
     case 'subscriptions': return html`<${Subscriptions} />`;

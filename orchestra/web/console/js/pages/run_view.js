@@ -53,7 +53,7 @@ function freshStep(id, extra = {}) {
 function initialState(run) {
   const steps = {};
   const top = run.steps.filter((s) => parentOf(s.path || s.step_id) === null);
-  for (const s of top) steps[s.step_id] = freshStep(s.step_id, { agent: s.agent, depends_on: s.depends_on });
+  for (const s of top) steps[s.step_id] = freshStep(s.step_id, { agent: s.agent, depends_on: s.depends_on, child: s.child_trace_id || null });
   return { status: 'queued', input: run.input, order: top.map((s) => s.step_id), steps, questions: [],
     output: null, error: null, notices: [], log: [], count: 0, lastSeq: 0, startedTs: null, endedTs: null };
 }
@@ -84,6 +84,7 @@ function apply(state, { kind, data, seq }) {
       const questions = state.questions.filter((q) => q.path !== id);  // another step's open question keeps the run waiting
       return withStep({ ...state, status: questions.length ? 'waiting_reply' : 'running', questions }, id, (s) => ({ status: 'running', text: '', tools: [], output: null,
         error: null, usage: null, prompt: data.prompt, agent: data.agent || s.agent, attempt: Math.max(s.attempt + 1, data.attempt || 0),
+        request: data.http || s.request || null, workflow: data.workflow || s.workflow || null,
         container: data.items !== undefined ? 'foreach' : data.max_iterations !== undefined ? 'loop' : s.container,
         retrying: null, skipped: null }));
     }
@@ -96,7 +97,8 @@ function apply(state, { kind, data, seq }) {
         ? { ...t, result: data.result, error: data.error, done: true } : t)) }));
     case 'reply_requested':
       return withStep({ ...state, status: 'waiting_reply', questions: [...state.questions,
-        { request_id: data.request_id, step_id: data.step_id, path: id, prompt: data.prompt, schema: data.schema || null }] }, id,
+        { request_id: data.request_id, step_id: data.step_id, path: id, prompt: data.prompt, schema: data.schema || null,
+          child_trace_id: data.child_trace_id || null }] }, id,
         // a human step's prompt is stored once, here (its step_started has none): the card shows it too
         (s) => ({ status: 'waiting_reply', ...(s.agent && s.agent.human ? { prompt: data.prompt } : {}) }));
     case 'reply_received': {
@@ -111,6 +113,10 @@ function apply(state, { kind, data, seq }) {
       return withStep({ ...state, questions, status: questions.length ? 'waiting_reply' : 'running' }, id,
         () => ({ answer: data.content, timedOut: true }));
     }
+    case 'child_started':  // a workflow step's child run (SPEC §14): the card opens it
+      return withStep(state, id, () => ({ child: data.child_trace_id, childStatus: null }));
+    case 'child_finished':
+      return withStep(state, id, () => ({ child: data.child_trace_id, childStatus: data.status }));
     case 'step_finished':
       return withStep(state, id, () => ({ status: 'succeeded', output: data.output, usage: data.usage,
         counts: data.items || null, iterations: data.iterations ?? null, exhausted: !!data.exhausted }));
@@ -188,7 +194,8 @@ function ReplyBox({ traceId, question }) {
     }
     setBusy(true);
     try {
-      await api('POST', `/workflow/reply/${traceId}`, { content, request_id: question.request_id });
+      // a child run's question (shown here with child_trace_id) is answered on the child's trace
+      await api('POST', `/workflow/reply/${question.child_trace_id || traceId}`, { content, request_id: question.request_id });
     } catch (err) {
       setError(err);
       setBusy(false);
@@ -224,6 +231,9 @@ function StepCard({ step, traceId, questions, view }) {
     ${forking && html`<${ForkPanel} traceId=${traceId} step=${step} definition=${view.definition(step.id)}
                                     onClose=${() => setForking(false)} />`}
     ${step.prompt && html`<details><summary>Prompt</summary><pre>${step.prompt}</pre></details>`}
+    ${step.request && html`<p class="http-request"><code>${step.request.method} ${step.request.url}</code></p>`}
+    ${step.child && html`<p class="child-run"><a href=${`#/run/${step.child}`}>Open the child run</a>${
+      step.childStatus ? html` <${StatusBadge} status=${step.childStatus} />` : ''}</p>`}
     ${step.skipped && html`<p class="note">Skipped: ${step.skipped}.</p>`}
     ${step.retrying && step.status === 'running' && html`<p class="note warn retrying">${step.retrying}</p>`}
     <${ToolCalls} tools=${step.tools} />
@@ -275,6 +285,8 @@ function Run({ run, traceId }) {
   const usage = usageTotal(state.steps);
   return html`<section class="run" data-status=${state.status}>
     <h1>Run of ${run.template_name} <${StatusBadge} status=${state.status} /></h1>
+    ${run.parent && html`<p class="parent-run">A child run of <a href=${`#/run/${run.parent.trace_id}`}>run <code>${run.parent.trace_id}</code></a>
+      (its step <code>${run.parent.path}</code>)</p>`}
     <p class="meta">
       <span>trace <code>${traceId}</code></span>
       ${run.template_version && html`<span>version ${run.template_version}</span>`}
