@@ -26,6 +26,7 @@ class Settings:
     refresh_ttl: int = 7 * 24 * 3600
     rate_limit_register: str = "5/minute"
     rate_limit_login: str = "10/minute"
+    rate_limit_hook: str = "600/minute"  # calls of one inbound webhook (all senders together)
     limiter_storage: str = "async+memory://"
     host: str = "127.0.0.1"
     port: int = 8000
@@ -184,6 +185,8 @@ SETTING_DOCS: dict[str, SettingDoc] = {
     "refresh_ttl": SettingDoc("refresh token lifetime, seconds"),
     "rate_limit_register": SettingDoc("register attempts per client address"),
     "rate_limit_login": SettingDoc("login attempts per client address"),
+    "rate_limit_hook": SettingDoc(
+        "calls of one inbound webhook, whoever sends them (429 for that hook only)"),
     "limiter_storage": SettingDoc(
         "where rate-limit counters live: `async+redis://host:6379` to share them between processes "
         "(install the `redis` extra)"),

@@ -11,6 +11,8 @@ def all_blueprints() -> Blueprint:
         adapter,
         agent,
         auth,
+        hook_intake,
+        hooks,
         keys,
         mcp,
         provider,
@@ -22,5 +24,6 @@ def all_blueprints() -> Blueprint:
         workflow,
     )
 
-    areas = [auth, keys, provider, agent, resource, mcp, secret, schedule, subscription, workflow, versions, adapter]
+    areas = [auth, keys, provider, agent, resource, mcp, secret, schedule, subscription, workflow, versions,
+             hooks, hook_intake, adapter]
     return Blueprint.group(*(area.bp for area in areas), url_prefix="/api/v1")

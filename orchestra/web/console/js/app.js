@@ -13,6 +13,8 @@ import { RunView } from './pages/run_view.js';
 import { Users } from './pages/users.js';
 import { Schedules } from './pages/schedules.js';
 import { Subscriptions } from './pages/subscriptions.js';
+import { Keys } from './pages/keys.js';
+import { Hooks } from './pages/hooks.js';
 
 function currentRoute() {
   const [path, query = ''] = location.hash.replace(/^#\/?/, '').split('?');
@@ -56,6 +58,8 @@ const NAV = [
   ['providers', 'Providers', isAdmin],
   ['mcp', 'MCP servers', () => true],
   ['secrets', 'Secrets', isAdmin],
+  ['hooks', 'Webhooks', () => true],
+  ['keys', 'API keys', () => true],
   ['users', 'Users', isSuperAdmin],
 ];
 
@@ -66,6 +70,8 @@ function Page({ route }) {
     case 'workers': return html`<${Workers} />`;
     case 'mcp': return html`<${McpServers} />`;
     case 'secrets': return isAdmin() ? html`<${Secrets} />` : html`<${Forbidden} />`;
+    case 'hooks': return html`<${Hooks} />`;
+    case 'keys': return html`<${Keys} />`;
     case 'templates': return arg ? html`<${TemplateEditor} key=${arg} templateId=${arg} />` : html`<${Templates} />`;
     case 'schedules': return html`<${Schedules} />`;
     case 'subscriptions': return html`<${Subscriptions} />`;
