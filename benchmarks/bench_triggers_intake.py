@@ -1,7 +1,7 @@
 """Machine access and triggers (issue 26's figures), against one real `orchestra serve`:
 
 1. webhook intake — signed per Standard Webhooks, verified, run stored and queued —
-   requests/s, against `POST /workflow/run` with a bearer access token, same template
+   requests/s (202s only; any other answer is printed), against `POST /workflow/run` with a bearer access token, same template
    (one human step: no provider is called)        goal: hooks >= 0.8x POST /run
 2. the cost of an API-key request over an access-token request: `GET
    /workflow/template/{id}` with each, requests/s   goal: key costs < 10 % more
@@ -63,7 +63,7 @@ async def load(host: str, port: int, requests, connections: int, seconds: float)
 
     start = time.monotonic()
     await asyncio.gather(*(connection() for _ in range(connections)))
-    return sum(statuses.values()) / (time.monotonic() - start), statuses
+    return time.monotonic() - start, statuses
 
 
 def signed_calls(host: str, path: str, secret: str, count: int):
@@ -122,12 +122,12 @@ def main() -> None:
                     "token": lambda: itertools.repeat(with_token),
                     "key": lambda: itertools.repeat(with_key),
                 }[name]()
-                rate, statuses = asyncio.run(load(host, port, requests, args.connections, args.seconds))
-                bad = {s: n for s, n in statuses.items() if s != expected[name]}
-                if bad:
-                    raise SystemExit(f"{name}: unexpected statuses {bad}")
+                took, statuses = asyncio.run(load(host, port, requests, args.connections, args.seconds))
+                rate = statuses.get(expected[name], 0) / took  # only the answers wanted count
+                others = {s: n for s, n in statuses.items() if s != expected[name]}
                 rates[name].append(rate)
-                print(f"round {round_ + 1} {name:<6} {rate:9.1f} req/s", flush=True)
+                print(f"round {round_ + 1} {name:<6} {rate:9.1f} req/s"
+                      + (f"   other answers: {others}" if others else ""), flush=True)
         run_rate, hook_rate = median(rates["run"]), median(rates["hook"])
         token_rate, key_rate = median(rates["token"]), median(rates["key"])
         report("POST /workflow/run (bearer token) median", run_rate, "req/s")

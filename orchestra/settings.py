@@ -222,7 +222,8 @@ SETTING_DOCS: dict[str, SettingDoc] = {
         "it with `Last-Event-ID` (for proxies that cap connection lifetimes; `0`: never)"),
     "run_lease_seconds": SettingDoc("a run's owner renews its lease; when it dies, others take the run over after this"),
     "run_retention_days": SettingDoc(
-        "runs that ended more than this many days ago are deleted with their steps and events, "
+        "runs that ended more than this many days ago are deleted with their steps and events "
+        "(and schedules' fire records and ended webhook deliveries of that age), "
         "at start and hourly, by one process at a time (`0` keeps every run; "
         "`orchestra db prune` does it by hand)"),
     "run_max_attempts": SettingDoc("claims of one run before it ends `interrupted`"),
