@@ -23,7 +23,7 @@ from orchestra.db.provider_slot import ProviderSlot
 from orchestra.money.fair_queue import WINDOW, Limits, Slot, decide
 
 POLL = 0.25  # the longest a waiting call sleeps before it looks again (PostgreSQL)
-HEARTBEAT_LIFE = 5.0  # a waiting row not refreshed this long belongs to a dead process
+HEARTBEAT_LIFE = 30.0  # a waiting row not refreshed this long belongs to a dead process
 
 
 @dataclass
@@ -143,9 +143,14 @@ class ProviderGate:
                             id=slot.id, provider_id=provider_id, run_id=slot.run_id, tokens=slot.tokens,
                             state="waiting", requested_at=slot.requested_at, expires_at=now + HEARTBEAT_LIFE))
                         first = False
-                    else:  # the heartbeat of a call still waiting
-                        await self.db.aexecute(ProviderSlot.update(expires_at=now + HEARTBEAT_LIFE).where(
-                            (ProviderSlot.id == slot.id) & (ProviderSlot.state == "waiting")))
+                    elif not await self.db.aexecute(ProviderSlot.update(expires_at=now + HEARTBEAT_LIFE).where(
+                            (ProviderSlot.id == slot.id) & (ProviderSlot.state == "waiting"))):
+                        # not waiting any more: granted meanwhile (the insert is ignored), or
+                        # taken for dead after a long stall — then it queues again, in its place
+                        await self.db.aexecute(ProviderSlot.insert(
+                            id=slot.id, provider_id=provider_id, run_id=slot.run_id, tokens=slot.tokens,
+                            state="waiting", requested_at=slot.requested_at,
+                            expires_at=now + HEARTBEAT_LIFE).on_conflict_ignore())
                     await self.db.aexecute(ProviderSlot.delete().where(
                         (ProviderSlot.provider_id == provider_id) & (
                             ((ProviderSlot.state == "waiting") & (ProviderSlot.expires_at < now))
