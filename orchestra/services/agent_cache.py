@@ -40,6 +40,9 @@ class AgentConfig:
     provider_base_url: str | None
     provider_api_key: str | None  # decrypted
     model: str | None  # the agent's model, else the provider's model_id
+    provider_name: str | None = None
+    provider_prices: dict[str, Any] | None = None  # the provider's own prices (SPEC §12)
+    provider_limits: dict[str, Any] | None = None  # requests/tokens per minute, concurrency
 
 
 class AgentCache:
@@ -101,7 +104,8 @@ class AgentCache:
         """The provider half of an AgentConfig; `keys` memoises decryption per provider."""
         if provider is None:
             return {"provider_id": None, "provider_kind": None, "provider_base_url": None,
-                    "provider_api_key": None, "model": model}
+                    "provider_api_key": None, "model": model, "provider_name": None,
+                    "provider_prices": None, "provider_limits": None}
         if provider.id not in keys:
             try:
                 keys[provider.id] = (None if provider.api_key_encrypted is None
@@ -115,6 +119,9 @@ class AgentCache:
             "provider_base_url": provider.base_url,
             "provider_api_key": keys[provider.id],
             "model": model or provider.model_id,
+            "provider_name": provider.name,
+            "provider_prices": provider.prices,
+            "provider_limits": provider.limits,
         }
 
     async def _worker_configs(self, workers: list[Worker]) -> dict[str, AgentConfig]:

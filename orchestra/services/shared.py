@@ -9,9 +9,10 @@ builds this object.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from peewee import Database
 
@@ -61,6 +62,8 @@ class Shared:
     key_uses: KeyUses  # when each key's use was last recorded here
     # Called (in order) after a user was deleted: their live runs stop, caches drop them.
     on_user_deleted: list[UserDeletedHook] = field(default_factory=list)
+    # Webhook hooks' verifiers by secret ciphertext (decrypted once per process), oldest first.
+    hook_verifiers: OrderedDict[str, Any] = field(default_factory=OrderedDict)
     # This process's delivery and schedule loops while they run (they set themselves).
     delivery_loop: Waker | None = None
     schedule_fire_loop: Waker | None = None
