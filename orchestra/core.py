@@ -76,6 +76,7 @@ class Core:
         from orchestra.engine.engine import Engine
         from orchestra.services import uploads
         from orchestra.services.agents import agent_cache, tool_registry
+        from orchestra.services.outbox import EventOutbox
 
         async def read_upload(owner_id: str, file_id: str) -> str:
             return await uploads.read_text(self, owner_id=owner_id, file_id=file_id)
@@ -88,7 +89,11 @@ class Core:
             registry=tool_registry(self),
             read_upload=read_upload,
             signals=self.signals,
+            decrypt=self.secrets.decrypt,
         )
+        # The outbox (SPEC §11): run events that subscribers hear of queue their deliveries
+        # in the transaction that stores them; this process's delivery loop is woken after.
+        engine.store.events.outbox = EventOutbox(self.db, on_queued=self._wake_deliveries)
 
         async def on_user_deleted(user_id: str) -> None:
             await engine.cancel_owner(user_id, reason="The run's user was deleted.")
@@ -96,6 +101,11 @@ class Core:
         self.extras.setdefault("on_user_deleted", []).append(on_user_deleted)
         self.extras.setdefault("on_close", []).append(engine.stop)
         return engine
+
+    def _wake_deliveries(self) -> None:
+        loop = self.extras.get("delivery_loop")
+        if loop is not None:
+            loop.wake()
 
     @property
     def is_postgres(self) -> bool:

@@ -72,6 +72,7 @@ class Settings:
     run_retention_days: int = 0  # ended runs older than this are deleted hourly (0: keep all)
     mcp_stdio_commands: str = ""  # comma-separated bare names of commands a stdio MCP server may run
     egress_allow: str = ""  # CIDRs, addresses or host names (optional :port) outgoing connections may reach
+    webhook_retry_hours: float = 24.0  # how long a failing outbound webhook delivery is retried
 
     @property
     def mcp_stdio_allowed(self) -> frozenset[str]:
@@ -108,6 +109,9 @@ class Settings:
                      "expression_result_max_bytes", "expression_workers", "schema_timeout_ms"):
             if getattr(self, name) < 1:
                 raise ValueError(f"ORCHESTRA_{name.upper()} must be at least 1, got {getattr(self, name)}")
+        if not 0 < self.webhook_retry_hours <= 24 * 30:
+            raise ValueError(f"ORCHESTRA_WEBHOOK_RETRY_HOURS must be above 0 and at most 720, "
+                             f"got {self.webhook_retry_hours}")
         return replace(self, home=home, database_url=url)
 
     @property
@@ -273,6 +277,10 @@ SETTING_DOCS: dict[str, SettingDoc] = {
         "connections to model providers and MCP servers may reach although they are loopback, private, "
         "link-local, unique-local or otherwise not public (e.g. `127.0.0.1:11434` for a local Ollama)",
         "empty (public addresses only)"),
+    "webhook_retry_hours": SettingDoc(
+        "hours an outbound event delivery (a subscription's webhook) is retried after its event "
+        "while the receiver fails, with exponential backoff (first retry after about 5 s, at most "
+        "an hour apart); then the delivery is `failed` (a manual retry tries again)"),
 }
 
 TABLE_START = "<!-- settings-table:start (generated: python -m orchestra.settings --write-readme) -->"

@@ -1,5 +1,5 @@
 """The `orchestra` command: serve, db, user (straight against the store), and login,
-account, provider, node, tool, skill, worker, template, file, workflow, reload (through
+account, provider, node, tool, mcp, secret, skill, worker, template, file, workflow, reload (through
 a server).
 
 Command modules import their heavy dependencies (the store, the HTTP client, the
@@ -55,11 +55,15 @@ def _register_commands() -> None:
         mcp,
         node,
         provider,
+        schedule,
+        secret,
         serve,
         skill,
+        subscription,
         template,
         tool,
         user,
+        versions,
         worker,
         workflow,
     )
@@ -67,7 +71,8 @@ def _register_commands() -> None:
     serve.register(app)
     app.add_typer(db.app, name="db")
     app.add_typer(user.app, name="user")
-    for area in (login, account, provider, node, tool, mcp, skill, worker, template, files, workflow):
+    for area in (login, account, provider, node, tool, mcp, secret, skill, worker, template, files, workflow,
+                 versions, schedule, subscription):
         area.register(app)
 
 

@@ -400,7 +400,7 @@ def make_renderer(trace_id: str, *, json_lines: bool, console: Console, replay: 
 _STEP_EVENTS = frozenset({
     EventKind.STEP_STARTED, EventKind.TOKEN, EventKind.TOOL_CALL, EventKind.TOOL_RESULT,
     EventKind.REPLY_REQUESTED, EventKind.REPLY_RECEIVED, EventKind.STEP_FINISHED,
-    EventKind.STEP_FAILED, EventKind.STEP_SKIPPED, EventKind.STEP_RETRYING,
+    EventKind.STEP_FAILED, EventKind.STEP_SKIPPED, EventKind.STEP_RETRYING, EventKind.STEP_REUSED,
 })
 
 
@@ -430,6 +430,11 @@ def _step_event(step: StepView, kind: str, data: dict, ts) -> None:
     elif kind == EventKind.STEP_SKIPPED:
         step.status, step.started, step.finished = "skipped", None, None
         step.parts = [["note", SKIP_REASONS.get(str(data.get("reason")), "skipped")]]
+    elif kind == EventKind.STEP_REUSED:  # a fork's copy: no call was made
+        step.status, step.finished = "succeeded", ts
+        output = data.get("output")
+        step.output = _text(output) if output is not None else ""
+        step.parts = [["note", "set by the fork" if data.get("overridden") else "reused"]]
     else:  # STEP_RETRYING
         step.add("note", retry_text(data))
 
@@ -456,4 +461,5 @@ _PLAIN_LINES = {
     EventKind.TOOL_RESULT: lambda data: f"tool result: {tool_result_text(data)}",
     EventKind.REPLY_RECEIVED: lambda data: f"reply received: {_text(_pick(data, 'content', 'reply', default=''))}",
     EventKind.STEP_RETRYING: retry_text,
+    EventKind.STEP_REUSED: lambda data: "set by the fork" if data.get("overridden") else "reused",
 }

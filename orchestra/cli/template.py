@@ -28,7 +28,7 @@ from orchestra.cli.remote import (
     show_fields,
 )
 
-app = typer.Typer(help="Workflow templates on a server: list, show, check, create, update, delete.",
+app = typer.Typer(help="Workflow templates on a server: list, show, check, create, update, delete, versions, diff, restore.",
                   no_args_is_help=True)
 
 PATH = "/workflow/template"

@@ -27,7 +27,7 @@ from orchestra.engine.vocabulary import EventKind
 if TYPE_CHECKING:
     from orchestra.client import Client, Event
 
-app = typer.Typer(help="Workflow runs on a server: run, list, show, watch, replay, reply, cancel.",
+app = typer.Typer(help="Workflow runs on a server: run, list, show, watch, replay, reply, retry, fork, cancel.",
                   no_args_is_help=True)
 
 JSON = typer.Option(False, "--json", help="Print JSON (streams: one raw event object per line).")

@@ -12,6 +12,7 @@ import unicodedata
 import uuid
 
 from peewee import (
+    AutoField,
     BigIntegerField,
     BooleanField,
     CharField,
@@ -177,11 +178,31 @@ class WorkflowTemplate(NamedModel):
     steps = JSONField()
     spec = JSONField(null=True)  # input_schema, limits, output (SPEC §7)
     shared = BooleanField(default=False)
+    version = IntegerField(default=0)  # the latest version's number (SPEC §13)
     created_at = DateTimeField(default=utcnow)
     updated_at = DateTimeField(default=utcnow)
 
     class Meta:
         indexes = ((("owner", "name_key"), True),)
+
+
+class TemplateVersion(BaseModel):
+    """One immutable save of a template (SPEC §13): its content, stored once, and its
+    `step_count` (every step with an id, inner ones included) so a list reads no content."""
+
+    id = AutoField()
+    template = ForeignKeyField(WorkflowTemplate, on_delete="CASCADE", index=False)
+    version = IntegerField()
+    name = CharField(max_length=128)
+    description = TextField(default="")
+    steps = JSONField()
+    spec = JSONField(null=True)
+    step_count = IntegerField(default=0)
+    author = ForeignKeyField(User, null=True, on_delete="SET NULL")
+    created_at = DateTimeField(default=utcnow)
+
+    class Meta:
+        indexes = ((("template", "version"), True),)
 
 
 class WorkflowRun(BaseModel):
@@ -194,6 +215,9 @@ class WorkflowRun(BaseModel):
     input = TextField(default="")
     input_value = JSONField(null=True)  # a JSON input (templates with input_schema)
     retry_of = CharField(max_length=36, null=True)  # the run whose succeeded steps this reuses
+    template_version = IntegerField(null=True)  # the template version it runs (SPEC §13)
+    # A fork's source: {trace_id, from_step, outputs: [ids whose outputs it set]}
+    forked_from = JSONField(null=True)
     files = JSONField(default=list)
     status = CharField(max_length=32, index=True)
     error = TextField(null=True)
@@ -209,6 +233,11 @@ class WorkflowRun(BaseModel):
     # The W3C traceparent of the request that started the run: every attempt's spans join
     # that trace, in whichever process executes it (orchestra/observability/tracing.py).
     trace_parent = CharField(max_length=64, null=True)
+    # A child run (SPEC §14): the run and step instance that started it, and its level
+    # in the chain (the top run is 1).
+    parent_trace_id = CharField(max_length=36, null=True, index=True)
+    parent_path = CharField(max_length=512, null=True)
+    depth = IntegerField(default=1)
     # What started the run (SPEC §11): null for a person (or an API key), else
     # {kind: "webhook", hook_id, webhook_id} or {kind: "schedule", schedule_id, due_at}.
     trigger = JSONField(null=True)
@@ -230,6 +259,7 @@ class RunStep(BaseModel):
     usage = JSONField(null=True)
     started_at = DateTimeField(null=True)
     finished_at = DateTimeField(null=True)
+    child_trace_id = CharField(max_length=36, null=True)  # a workflow step's child run (SPEC §14)
 
     class Meta:
         indexes = ((("run", "path"), True), (("run", "step_id"), False))
@@ -273,6 +303,19 @@ class McpServer(NamedModel):
     updated_at = DateTimeField(default=utcnow)
 
 
+class Secret(BaseModel):
+    """A value HTTP steps may send (SPEC §14): stored only as SecretBox ciphertext, plus
+    a masked hint (`…abcd`) for lists; never returned."""
+
+    id = CharField(primary_key=True, max_length=36, default=new_id)
+    name = CharField(max_length=64, unique=True)
+    value_encrypted = TextField()
+    hint = CharField(max_length=16)
+    created_by = CharField(max_length=36, null=True)
+    created_at = DateTimeField(default=utcnow)
+    updated_at = DateTimeField(default=utcnow)
+
+
 ALL_MODELS = [
     User,
     RefreshToken,
@@ -282,8 +325,10 @@ ALL_MODELS = [
     SystemNode,
     Upload,
     WorkflowTemplate,
+    TemplateVersion,
     WorkflowRun,
     RunStep,
     RunEvent,
     McpServer,
+    Secret,
 ]

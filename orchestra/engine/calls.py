@@ -1,4 +1,4 @@
-"""A call step (one agent or human call) at an instance path, attempt by attempt
+"""A call step (one agent, human, http or workflow call) at an instance path, attempt by attempt
 (SPEC §7): `retry` with doubling backoff and `step_retrying` between attempts, each
 attempt bounded by `timeout_seconds` and counted against `limits.max_steps`; a human
 step's `default` when its wait runs out. The model itself is `agent_step.AgentSteps`.
@@ -11,6 +11,8 @@ import time
 from typing import Any
 
 from orchestra.engine.agent_step import AgentSteps
+from orchestra.engine.child_step import ChildSteps
+from orchestra.engine.http_step import HttpSteps, shown_request
 from orchestra.engine.language import policies
 from orchestra.engine.language.expressions import ExpressionError, Scope
 from orchestra.engine.live import LimitReached, LiveRun, StepFailure
@@ -42,12 +44,14 @@ class Calls:
     """Agent and human calls, attempt by attempt, with their rows and events."""
 
     def __init__(self, *, store: RunStore, records: Records, agents: AgentSteps,
-                 questions: Questions, prompt_max_bytes: int) -> None:
+                 questions: Questions, prompt_max_bytes: int, http: HttpSteps, children: ChildSteps) -> None:
         self.store = store
         self.records = records
         self.agents = agents
         self.questions = questions
         self.prompt_max_bytes = prompt_max_bytes
+        self.http = http
+        self.children = children
 
     async def step(self, live: LiveRun, step: StepDef, at: At, variables: dict[str, Any],
                    scope: Scope) -> Any:
@@ -69,6 +73,8 @@ class Calls:
             except StepFailure as failure:
                 if attempt < step.max_attempts:
                     delay = policies.retry_delay(step.backoff_seconds, attempt)
+                    # an HTTP 429/503's Retry-After: the next attempt waits at least that
+                    delay = max(delay, getattr(failure, "retry_after", None) or 0)
                     self.records.retrying(live, at, attempt, failure.message, delay)
                     await self.store.release()
                     if delay:
@@ -90,6 +96,8 @@ class Calls:
         """One attempt: (output, usage, last token text). StepFailure when it fails,
         `timed out after N s` past timeout_seconds (a human step's default, if it has
         one, is then its output)."""
+        if step.http is not None or step.workflow is not None:
+            return await self._action(live, step, at, scope, attempt), None, ""
         try:
             prompt = await render_bounded(step.prompt, scope, limit=self.prompt_max_bytes,
                                           where=at.path)  # checked before any event carries it
@@ -113,3 +121,16 @@ class Calls:
                 await self.questions.time_out(live, at, step.default)
                 return step.default, None, ""
             raise StepFailure(f"timed out after {timeout} s") from None
+
+    async def _action(self, live: LiveRun, step: StepDef, at: At, scope: Scope, attempt: int) -> Any:
+        """One attempt of an http or workflow step (SPEC §14): `step_started`, then the
+        request or the child run, bounded by the step's timeout_seconds."""
+        started = {"http": shown_request(step.http)} if step.http is not None else {"workflow": step.workflow}
+        self.records.attempt_started(live, at, attempt, started)
+        try:
+            async with asyncio.timeout(step.timeout_seconds):
+                if step.http is not None:
+                    return await self.http.attempt(live, step, at, scope)
+                return await self.children.attempt(live, step, at, scope, attempt)
+        except TimeoutError:
+            raise StepFailure(f"timed out after {step.timeout_seconds} s") from None

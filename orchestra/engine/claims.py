@@ -61,7 +61,7 @@ class Claims:
             options=RunOptions.from_spec(run.spec),
             started_epoch=(run.started_at.replace(tzinfo=dt.UTC).timestamp()
                            if run.started_at else None),
-            claim=run.owner_process,
+            claim=run.owner_process, forked_from=run.forked_from,
         )
         live.renewed_at = asyncio.get_running_loop().time()
         live.writes.retry = self._write_failed

@@ -23,9 +23,11 @@ from orchestra.db.outage import StoreOutage
 from orchestra.db.signals import Signals
 from orchestra.engine.agent_step import AgentResolver, AgentSteps
 from orchestra.engine.calls import Calls
+from orchestra.engine.child_step import ChildSteps
 from orchestra.engine.claims import Claims
 from orchestra.engine.containers import Containers
 from orchestra.engine.feed import Feeds, Follow
+from orchestra.engine.http_step import HttpSteps
 from orchestra.engine.language.sandbox import Bounds, Sandbox
 from orchestra.engine.live import CANCELLED_BY_REQUEST, LiveRuns
 from orchestra.engine.model import Question, StepKind, StopReason
@@ -57,6 +59,7 @@ class Engine:
         registry: ToolRegistry,
         read_upload: Callable[[str, str], Awaitable[str]],
         signals: Signals,
+        decrypt: Callable[[str], str] | None = None,
         token_interval: float = 0.05,
         retry_base_delay: float = 0.5,
     ) -> None:
@@ -78,8 +81,14 @@ class Engine:
             agents=agents, registry=registry, read_upload=read_upload, sandbox=self.sandbox,
             token_interval=token_interval, retry_base_delay=retry_base_delay,
         )
+        # HTTP steps and child workflows (SPEC §14); `decrypt` opens the secrets they name
+        self.http_steps = HttpSteps(settings, db=db, decrypt=decrypt)
+        self.child_steps = ChildSteps(store=self.store, records=records, feeds=self.feeds,
+                                      sandbox=self.sandbox, stopping=lambda: self.runs.stopping)
+        self.child_steps.submit, self.child_steps.cancel = self.submit, self.cancel
         calls = Calls(store=self.store, records=records, agents=self.agent_steps,
-                      questions=self.questions, prompt_max_bytes=settings.prompt_max_bytes)
+                      questions=self.questions, prompt_max_bytes=settings.prompt_max_bytes,
+                      http=self.http_steps, children=self.child_steps)
         scheduler = Scheduler(store=self.store, runs=self.runs, records=records, sandbox=self.sandbox)
         containers = Containers(runs=self.runs, records=records, scheduler=scheduler, calls=calls,
                                 sandbox=self.sandbox, foreach_max_items=settings.foreach_max_items)
@@ -88,7 +97,8 @@ class Engine:
         scheduler.register(StepKind.FOREACH, containers.foreach)
         scheduler.register(StepKind.LOOP, containers.loop)
         self.tasks = RunTasks(settings, store=self.store, runs=self.runs, scheduler=scheduler,
-                              sandbox=self.sandbox, outage=outage)
+                              sandbox=self.sandbox, outage=outage,
+                              on_unhappy_end=self.child_steps.cancel_descendants_soon)
         self.claims = Claims(settings, store=self.store, runs=self.runs, tasks=self.tasks,
                              questions=self.questions, outage=outage)
         self._started: asyncio.Future | None = None
@@ -199,6 +209,8 @@ class Engine:
             with contextlib.suppress(Exception):  # others find the runs on their next scan
                 await self.signals.notify("control", "wake:")
         await self.agent_steps.close()
+        await self.http_steps.close()
+        await self.child_steps.close()
         await self.store.stop()
         await self.sandbox.close()
         await self.request_sandbox.close()
@@ -226,6 +238,10 @@ class Engine:
             if last is None or last.terminal:
                 return
             await asyncio.sleep(0.05)
+
+    async def cancel_descendants(self, trace_id: str, reason: str) -> None:
+        """Cancel every active child run below `trace_id`, all levels at once (SPEC §14)."""
+        await self.child_steps.cancel_descendants(trace_id, reason)
 
     async def cancel_owner(self, user_id: str, *, reason: str) -> None:
         """Stop every live run of a user (the user is being deleted), all at once."""

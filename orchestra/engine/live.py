@@ -71,7 +71,9 @@ class LiveRun:
     stop_reason: StopReason = StopReason.CANCELLED
     stop_message: str = "The run was cancelled."
     mcp: RunSessions | None = None  # its MCP sessions, opened at their first call
+    child_waits: int = 0  # workflow steps waiting for their child run (SPEC §14): no slot held
     unreadable: str | None = None  # why its stored steps could not be read (it fails)
+    forked_from: dict[str, Any] | None = None  # a fork's source: {trace_id, from_step, outputs}
 
     def mcp_sessions(self, allowed: frozenset[str], egress: EgressPolicy) -> RunSessions:
         """The run's MCP sessions (none is opened until a tool of a server is called)."""
@@ -147,7 +149,10 @@ class LiveRuns:
 
     @property
     def room(self) -> int:
-        return 0 if self.stopping else self.max_runs - len(self._runs)
+        # A parent that waits for a child run holds no slot (SPEC §14): else a chain of runs
+        # could fill ORCHESTRA_MAX_RUNS with waiting parents and never start its children.
+        busy = sum(1 for live in self._runs.values() if not live.child_waits)
+        return 0 if self.stopping else self.max_runs - busy
 
     def running(self) -> list[LiveRun]:
         """The runs whose task has not ended."""

@@ -20,7 +20,7 @@ from orchestra.engine.language.model import Step
 class StepKind(StrEnum):
     """What a step instance does; the scheduler's dispatch table is keyed by it."""
 
-    CALL = "call"  # one agent or human call
+    CALL = "call"  # one agent, human, http or workflow call
     FOREACH = "foreach"  # one instance per item of a list (SPEC §8)
     LOOP = "loop"  # a small workflow per iteration, until a condition (SPEC §8)
 
@@ -88,6 +88,8 @@ class StepDef:
     steps: tuple[StepDef, ...] = ()  # a foreach's small workflow per item
     output: str | None = None  # a foreach with steps: an item's output expression
     loop: LoopDef | None = None
+    http: dict[str, Any] | None = None  # an HTTP request instead of an agent (SPEC §14)
+    workflow: dict[str, Any] | None = None  # a child run instead of an agent (SPEC §14)
 
     @property
     def human(self) -> bool:
@@ -127,6 +129,8 @@ class StepDef:
             has_default="default" in step.model_fields_set, default=step.default,
             foreach=foreach, steps=tuple(cls.from_step(s) for s in step.steps or ()),
             output=step.output, loop=loop,
+            http=step.http.model_dump() if step.http is not None else None,
+            workflow=step.workflow.model_dump() if step.workflow is not None else None,
         )
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from orchestra.db.models import RunStep, utcnow
@@ -30,6 +31,7 @@ from orchestra.engine.live import (
 )
 from orchestra.engine.memory import trim_soon
 from orchestra.engine.model import StepDef, StopReason
+from orchestra.engine.reuse import reused_events
 from orchestra.engine.scheduler import Scheduler
 from orchestra.engine.sizes import check_output
 from orchestra.engine.store import RunStore
@@ -52,8 +54,10 @@ class RunTasks:
     """A run's task, from its claim to its end or hand-back."""
 
     def __init__(self, settings: Settings, *, store: RunStore, runs: LiveRuns,
-                 scheduler: Scheduler, sandbox: Sandbox, outage: StoreOutage) -> None:
+                 scheduler: Scheduler, sandbox: Sandbox, outage: StoreOutage,
+                 on_unhappy_end: Callable[[str, str], None] | None = None) -> None:
         self.settings = settings
+        self.on_unhappy_end = on_unhappy_end  # a run ended other than succeeded: its children go too
         self.store = store
         self.runs = runs
         self.scheduler = scheduler
@@ -140,9 +144,8 @@ class RunTasks:
                 self.store.append, trace_id, EventKind.RUN_STARTED,
                 {"status": RunStatus.RUNNING, "input": live.input, "steps": [s.id for s in live.steps]},
             )
-            reused = [(EventKind.STEP_FINISHED, {"output": state["output"], "reused": True}, sid)
-                      for sid, state in live.states.items()]
-            if reused:  # steps copied from the run this one retries
+            reused = reused_events(live)
+            if reused:  # steps copied from the run this one retries or forks
                 writes.submit(self.store.append_many, trace_id, reused)
         else:
             writes.submit(self.store.set_run, trace_id, status=RunStatus.RUNNING)
@@ -251,6 +254,8 @@ class RunTasks:
                     live.ending = True
                     await self.store.end(trace_id, kind, data, status=status, error=message)
                     observe.run_ended(trace_id, status)
+                    if self.on_unhappy_end is not None:
+                        self.on_unhappy_end(trace_id, f"Its parent run {trace_id} ended ({status}).")
                 return
             except RunGone:  # gone, or Fenced: another process holds it now
                 return

@@ -45,6 +45,9 @@ class EventKind(StrEnum):
     STEP_SKIPPED = "step_skipped"  # SPEC §7: `when` false, or every dependency skipped
     STEP_RETRYING = "step_retrying"  # SPEC §7: a failed attempt runs again after a delay
     REPLY_TIMED_OUT = "reply_timed_out"  # SPEC §7: a human step's default became its output
+    CHILD_STARTED = "child_started"  # SPEC §14: a workflow step started its child run
+    CHILD_FINISHED = "child_finished"  # SPEC §14: ... and that run ended
+    STEP_REUSED = "step_reused"  # SPEC §13: a fork's instance copied from its source run
     RUN_RESUMED = "run_resumed"
     RUN_FINISHED = "run_finished"
     RUN_FAILED = "run_failed"

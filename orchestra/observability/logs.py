@@ -17,6 +17,7 @@ import sys
 import threading
 from datetime import UTC, datetime
 
+from orchestra import redaction
 from orchestra.observability import context
 
 FORMATS = ("text", "json")
@@ -40,6 +41,7 @@ class ContextFilter(logging.Filter):
         if record.trace_id:
             ids.append(f"trace_id={record.trace_id}")
         record.ids = f" [{' '.join(ids)}]" if ids else ""
+        redaction.scrub_record(record)  # a secret value never reaches a log line (SPEC §14)
         return True
 
 
@@ -65,6 +67,8 @@ class JsonFormatter(logging.Formatter):
                 line[key] = value
         if record.exc_info:
             line["exc"] = self.formatException(record.exc_info)
+        elif record.exc_text:  # a traceback with a secret taken out (redaction.scrub_record)
+            line["exc"] = record.exc_text
         elif record.stack_info:
             line["exc"] = record.stack_info
         return json.dumps(line, ensure_ascii=False, default=str)

@@ -9,6 +9,7 @@ Execution itself is the engine (`orchestra.engine`, reached as `core.engine`).
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from peewee import IntegrityError
@@ -35,7 +36,7 @@ from orchestra.engine.sizes import check_reply_size
 from orchestra.engine.store.events import Event
 from orchestra.engine.vocabulary import FINISHED, EventKind, RunStatus, StepStatus
 from orchestra.errors import ConflictError, NotFoundError, PermissionDeniedError, ValidationError
-from orchestra.services import run_starts
+from orchestra.services import composition, run_starts, version_store
 from orchestra.services.paging import DEFAULT_LIMIT, Page, keyset_page
 from orchestra.services.run_starts import StartKey
 
@@ -64,14 +65,18 @@ def _clean_name(name: str) -> str:
 
 
 async def check_template(
-    core: Core, *, owner_id: str, steps: Any, options: dict[str, Any] | None = None
+    core: Core, *, owner_id: str, steps: Any, options: dict[str, Any] | None = None,
+    template_id: str | None = None,
 ) -> Checked:
     """Every problem of a template (engine.language.validate, plus whether each worker is
-    the owner's), without storing anything: `POST /template/check` and saves use it."""
+    the owner's, each secret exists and each child template may be called: see
+    composition.py), without storing anything: `POST /template/check` and saves use it.
+    `template_id`: the template being replaced (a child must not call it back)."""
     checked = check_template_language(steps, options)
     if not checked.problems:  # a template otherwise sound: do its expressions fit its types?
         for field, problem in type_problems(checked.steps, checked.options):
             _problem(checked.problems, field, problem)
+    await composition.check_calls(core, checked, owner_id=owner_id, template_id=template_id)
     if not checked.workers:
         return checked
     refs = {ref for _field, ref, _agent in checked.workers}
@@ -122,6 +127,7 @@ def template_view(template: WorkflowTemplate) -> dict[str, Any]:
         "owner_id": template.owner_id,
         "steps": template.steps,
         **(template.spec or {}),
+        "version": template.version,
         "created_at": iso(template.created_at),
         "updated_at": iso(template.updated_at),
     }
@@ -178,9 +184,20 @@ async def create_template(
     await _ensure_name_free(core, owner_id, name)
     template = WorkflowTemplate(
         owner=owner_id, name=name, description=description, steps=checked.steps,
-        spec=checked.options or None, shared=shared,
+        spec=checked.options or None, shared=shared, version=1,
     )
-    return await _save_template(template, create=True)
+    return await _save_version(core, template, create=True, author_id=owner_id)
+
+
+async def _save_version(core: Core, template: WorkflowTemplate, *, create: bool,
+                        author_id: str) -> WorkflowTemplate:
+    """Save the template and its new immutable version in one transaction (SPEC §13):
+    a refused save makes no version."""
+    async with core.db.atomic():
+        template.version = await version_store.next_number(core, template, create=create)
+        await _save_template(template, create=create)
+        await version_store.record(core, template, author_id=author_id)
+    return template
 
 
 async def list_templates(
@@ -233,13 +250,14 @@ async def update_template(
     if len(description) > PROMPT_MAX:
         raise ValidationError.field("description", f"must be at most {PROMPT_MAX} characters long")
     template.description = description
-    checked = await check_template(core, owner_id=template.owner_id, steps=steps, options=options)
+    checked = await check_template(core, owner_id=template.owner_id, steps=steps, options=options,
+                                   template_id=template.id)
     if checked.problems:
         _raise(checked.problems)
     template.steps, template.spec = checked.steps, checked.options or None
     await _ensure_name_free(core, template.owner_id, template.name, except_id=template.id)
     template.updated_at = utcnow()
-    return await _save_template(template, create=False)
+    return await _save_version(core, template, create=False, author_id=user_id)
 
 
 async def delete_template(core: Core, *, user_id: str, is_admin: bool, template_id: str) -> None:
@@ -265,17 +283,20 @@ async def start_run(
     trigger: dict[str, Any] | None = None,
     remember: StartKey | None = None,
     template: WorkflowTemplate | None = None,
+    version: int | None = None,
 ) -> WorkflowRun:
     """Store a `queued` run of a readable template and hand it to the engine. With an
     `input_schema` the input may be any JSON value and must validate; without one it is
     text. `trace_parent` (a W3C traceparent) is the trace the run's spans join;
     `trigger` says what started it (SPEC §11); `remember` is stored in the run's
     transaction, so a duplicate start fails with IntegrityError (services/run_starts.py).
-    `template`, when the caller has already read it (and checked the user may run it)."""
+    `template`, when the caller has already read it (and checked the user may run it).
+    `version`: the template version to run (SPEC §13; default the latest, 404 unknown)."""
     if template is None:
         template = await get_template(core, user_id=user_id, is_admin=is_admin,
                                       template_id=template_id)
-    spec = template.spec or {}
+    pinned = await version_store.for_run(core, template, version)
+    spec = pinned.spec or {}
     problems: list[dict[str, str]] = []
     if "input_schema" in spec:
         problems += await schemas.check(input, spec["input_schema"], root="input",
@@ -303,9 +324,10 @@ async def start_run(
         run = await WorkflowRun.acreate(
             owner=user_id,
             template=template.id,
-            template_name=template.name,
-            steps=template.steps,
-            spec=template.spec,
+            template_name=pinned.name,
+            template_version=pinned.version,
+            steps=pinned.steps,
+            spec=pinned.spec,
             input=input_text,
             input_value=input_value,
             files=attached,
@@ -315,10 +337,10 @@ async def start_run(
         )
         if remember is not None:
             await run_starts.remember(core, remember, run.trace_id)
-        if template.steps:  # one statement for every step row
+        if pinned.steps:  # one statement for every step row
             await core.db.aexecute(RunStep.insert_many([
                 {"run": run.trace_id, "step_id": step["id"], "path": step["id"], "status": StepStatus.PENDING}
-                for step in template.steps
+                for step in pinned.steps
             ]))
     await core.engine.submit(run.trace_id)
     return run
@@ -360,7 +382,12 @@ def run_summary(run: WorkflowRun) -> dict[str, Any]:
         "started_at": iso(run.started_at),
         "finished_at": iso(run.finished_at),
         "retry_of": run.retry_of,
+        # a child run (SPEC §14): the run and step instance that started it
+        "parent": {"trace_id": run.parent_trace_id, "path": run.parent_path} if run.parent_trace_id else None,
         "trigger": run.trigger,
+        "template_version": run.template_version,
+        "forked_from": ({"trace_id": run.forked_from.get("trace_id"), "from_step": run.forked_from.get("from_step")}
+                        if run.forked_from else None),
     }
 
 
@@ -405,6 +432,7 @@ async def run_detail(core: Core, run: WorkflowRun) -> dict[str, Any]:
             "output": step_output(row) if row else None,
             "error": row.error if row else None,
             "usage": row.usage if row else None,
+            "child_trace_id": row.child_trace_id if row else None,
             "started_at": iso(row.started_at) if row else None,
             "finished_at": iso(row.finished_at) if row else None,
         })
@@ -433,7 +461,9 @@ async def cancel_run(core: Core, *, user_id: str, is_admin: bool, trace_id: str)
     run = await get_run(core, user_id=user_id, is_admin=is_admin, trace_id=trace_id)
     if run.status in FINISHED:
         raise ConflictError(f"The run has already ended ({run.status}).")
-    await core.engine.cancel(trace_id, reason="The run was cancelled by request.")
+    # its child runs (SPEC §14) at once, wherever they run, rather than level by level
+    await asyncio.gather(core.engine.cancel(trace_id, reason="The run was cancelled by request."),
+                         core.engine.cancel_descendants(trace_id, f"Its parent run {trace_id} was cancelled."))
     return await get_run(core, user_id=user_id, is_admin=is_admin, trace_id=trace_id)
 
 
@@ -484,6 +514,7 @@ async def retry_run(
             owner=old.owner_id, template=old.template_id, template_name=old.template_name,
             steps=old.steps, spec=old.spec, input=old.input, input_value=old.input_value,
             files=old.files, retry_of=old.trace_id, status=RunStatus.QUEUED,
+            template_version=old.template_version,
         )
         new_rows = []
         for sid in ids:

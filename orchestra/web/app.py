@@ -14,7 +14,9 @@ from sanic_ext.extensions.http.extension import HTTPExtension
 from orchestra.core import Core
 from orchestra.db.database import end_task_store_work, release_connection
 from orchestra.observability import tracing
+from orchestra.services.deliveries import DeliveryLoop
 from orchestra.services.retention import RetentionTimer
+from orchestra.services.schedule_fires import FireLoop
 from orchestra.services.uploads import sweep_stray_files
 from orchestra.settings import Settings
 from orchestra.web import errors, head, observe
@@ -152,10 +154,20 @@ def create_app(settings: Settings | None = None, *, name: str | None = None) -> 
         # tokens, now and hourly (services/retention.py).
         app.ctx.retention = RetentionTimer(app.ctx.core)
         app.ctx.retention.start()
+        # Schedules: this process fires due times with the others, exactly once
+        # (services/schedule_fires.py).
+        app.ctx.fire_loop = FireLoop(app.ctx.core)
+        app.ctx.fire_loop.start()
+        # Outbound events: this process delivers the outbox with the others, each delivery
+        # by one process at a time (services/deliveries.py).
+        app.ctx.delivery_loop = DeliveryLoop(app.ctx.core)
+        app.ctx.delivery_loop.start()
 
     @app.before_server_stop
     async def hand_back_runs(app: Sanic) -> None:
         await app.ctx.retention.stop()
+        await app.ctx.fire_loop.stop()
+        await app.ctx.delivery_loop.stop()
         # Stop claiming, let in-flight steps finish for the grace period, then hand the
         # runs back so another process goes on at once (before streams are closed).
         await app.ctx.core.engine.stop()

@@ -16,7 +16,8 @@ from orchestra.web.apidoc.operation import Param, query
 from orchestra.web.responses import SUCCESS
 
 # The list each parameter name pages, as the services name it in their cursors.
-_KINDS = {"runs": "run", "templates": "template", "workers": "worker", "files": "file"}
+_KINDS = {"runs": "run", "templates": "template", "workers": "worker", "files": "file",
+          "schedules": "schedule", "subscriptions": "subscription"}
 
 
 def raw_arg(request: Request, name: str) -> str | None:

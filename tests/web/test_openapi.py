@@ -156,7 +156,7 @@ async def test_template_steps_are_the_step_union(doc):
     assert set(step["properties"]) == {  # SPEC §4, §7's step policies, §8's containers
         "id", "agent", "prompt", "depends_on",
         "when", "output_schema", "timeout_seconds", "retry", "on_error", "tools", "default",
-        "foreach", "steps", "output", "loop",
+        "foreach", "steps", "output", "loop", "http", "workflow",  # §14's calls
     }
     assert step["properties"]["timeout_seconds"]["anyOf"][0] == {"type": "integer", "minimum": 1, "maximum": 86400}
     assert step["properties"]["on_error"]["enum"] == ["fail", "continue"]
@@ -183,10 +183,13 @@ async def test_success_statuses_and_media_types(doc):
                ("/api/v1/agent/worker", "post"), ("/api/v1/resource/skill", "post"),
                ("/api/v1/workflow/template", "post"), ("/api/v1/adapter/client/upload", "post"),
                ("/api/v1/resource/mcp", "post"), ("/api/v1/auth/key", "post"),
-               ("/api/v1/workflow/hook", "post")}
+               ("/api/v1/workflow/hook", "post"), ("/api/v1/workflow/schedule", "post"),
+               ("/api/v1/workflow/subscription", "post"), ("/api/v1/resource/secret", "post"),
+               ("/api/v1/workflow/template/{template_id}/versions/{number}/restore", "post")}
     for key, op in ops.items():
         success = [s for s in op["responses"] if s.startswith("2")]
-        started = {("/api/v1/workflow/run", "post"), ("/api/v1/workflow/run/{trace_id}/retry", "post")}
+        started = {("/api/v1/workflow/run", "post"), ("/api/v1/workflow/run/{trace_id}/retry", "post"),
+                   ("/api/v1/workflow/run/{trace_id}/fork", "post")}
         expected = "201" if key in created else "202" if key in started else "200"
         assert success[0] == expected, key
         assert "default" not in op["responses"], key

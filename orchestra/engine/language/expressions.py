@@ -108,6 +108,11 @@ def _spelled(source: str) -> str:
     return "".join(out)
 
 
+def without_strings(source: str) -> str:
+    """The expression with its string literals emptied (what names it uses, not says)."""
+    return _STRINGS.sub('""', source)
+
+
 @lru_cache(maxsize=4096)
 def compile_expression(source: str) -> Compiled:
     """The compiled program of `source` (cached); ExpressionError if too long or invalid."""

@@ -60,6 +60,42 @@ class StepTools(Closed):
         "'fail': the first tool error fails the step (then retry and on_error apply).")
 
 
+HTTP_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+HTTP_URL_MAX = 8_192
+HTTP_HEADERS_MAX = 64
+HTTP_HEADER_NAME = r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,256}$"  # an RFC 9110 token
+HTTP_HEADER_VALUE_MAX = 8_192
+HTTP_TIMEOUT_MAX = 600
+MAX_CHAIN = 5  # runs in a parent/child chain, the top run included (SPEC §14)
+
+
+class HttpCall(Closed):
+    """An HTTP request (SPEC §14). `url`, header values and the strings of `body` may use
+    `{{ }}`; `{{ secrets.NAME }}` only in `url` and header values. The output is `{status,
+    headers, body}` (`body` parsed when the answer is JSON); a status >= 400 fails the step."""
+
+    method: Literal["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
+    url: str = Field(max_length=HTTP_URL_MAX, pattern=_NOT_BLANK,
+                     description="http(s)://…; obeys the egress rule (ORCHESTRA_EGRESS_ALLOW).")
+    headers: dict[str, str] | None = Field(
+        None, max_length=HTTP_HEADERS_MAX, description="Header names are tokens; values may use {{ }}.")
+    body: Any = Field(None, description="A string (sent as it is) or any JSON value (sent as JSON); "
+                      "{{ }} in its strings.")
+    timeout_seconds: float = Field(30, gt=0, le=HTTP_TIMEOUT_MAX,
+                                   description="Bound on the request, seconds (default 30).")
+
+
+class ChildWorkflow(Closed):
+    """Run another template as a child run (SPEC §14) and wait for it: its output is the
+    step's output; a failed or cancelled child fails the step."""
+
+    template: str = Field(min_length=1, max_length=128,
+                          description="The id or name of a template the owner may run; not this one, "
+                          "nor one that calls this one.")
+    version: int | None = Field(None, ge=1, description="The template version to run (SPEC §13; default the latest).")
+    input: str = Field(max_length=EXPRESSION_MAX, description="CEL expression: the child's input.")
+
+
 MAX_CONCURRENCY = 64  # foreach items at once, at most (SPEC §8)
 MAX_ITERATIONS = 100  # loop iterations, at most (SPEC §8)
 
@@ -87,11 +123,14 @@ class Loop(Closed):
 
 
 class Step(Closed):
-    """One step of a template: an agent or human call, a `foreach` or a `loop`."""
+    """One step of a template: an agent or human call, an HTTP request, a child workflow,
+    a `foreach` or a `loop`."""
 
     id: str = Field(description="Unique in the template, inner steps included.", pattern=STEP_ID.pattern)
     agent: WorkerAgent | NodeAgent | HumanAgent | None = Field(
-        None, description="Required, except for a loop and for a foreach with `steps`.")
+        None, description="Required, except for a loop, a foreach with `steps`, an http and a workflow step.")
+    http: HttpCall | None = None
+    workflow: ChildWorkflow | None = None
     prompt: str | None = Field(
         None,
         description="Not blank; required with `agent`. `{{ expr }}` inserts a CEL expression's value (a string as "

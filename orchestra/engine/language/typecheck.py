@@ -49,15 +49,29 @@ def _sites(steps: list[dict[str, Any]], options: dict[str, Any]) -> Iterator[tup
         yield "output", options["output"]
 
 
+def _output_example(step: dict[str, Any]) -> Any:
+    """What a step's output looks like: its output_schema's example, an HTTP answer's
+    known fields, else text."""
+    if "output_schema" in step:
+        return schema_example(step["output_schema"])
+    if "http" in step and "foreach" not in step:
+        return {"status": 200, "headers": {}}
+    return "text"
+
+
 def type_problems(steps: list[dict[str, Any]], options: dict[str, Any]) -> list[tuple[str, str]]:
     """(field, problem) for each top-level expression that fails on its declared types."""
     schema = options.get("input_schema")
     values = {
         "input": schema_example(schema) if schema is not None else "text",
-        "steps": {s["id"]: {"output": schema_example(s["output_schema"]) if "output_schema" in s else "text",
-                            "status": "succeeded"}
+        "steps": {s["id"]: {"output": _output_example(s), "status": "succeeded"}
                   for s, _depth, _where in walk(steps) if isinstance(s.get("id"), str)},
     }
+    # A child run's output (SPEC §14) has no declared type here: expressions naming one
+    # are left to run time, as are those over a foreach of http or workflow calls.
+    unknown = {s["id"] for s, _depth, _where in walk(steps) if isinstance(s.get("id"), str)
+               and "output_schema" not in s
+               and ("workflow" in s or ("foreach" in s and "http" in s))}
     found = []
     for where, source in _sites(steps, options):
         try:
@@ -66,6 +80,8 @@ def type_problems(steps: list[dict[str, Any]], options: dict[str, Any]) -> list[
             continue  # the language check reports it
         # A comprehension may iterate over what it is given: left to run time (bounded there).
         if compiled.macros or compiled.variables - {"input", "steps"}:
+            continue
+        if "steps" in compiled.variables and (compiled.all_steps or unknown & set(compiled.step_refs)):
             continue
         try:
             compiled.program.execute(cel.Context({k: v for k, v in values.items() if k in compiled.variables}))

@@ -18,6 +18,14 @@ import pydantic
 
 from orchestra.engine.instances import MAX_DEPTH
 from orchestra.engine.language import expressions, schemas
+from orchestra.engine.language.calls import (
+    SECRET_REF,
+    SECRETS_ONLY_THERE,
+    action_of,
+    clean_actions,
+    http_texts,
+    mentions_secrets,
+)
 from orchestra.engine.language.model import (
     MAX_STEPS,
     NODE_NAMES,
@@ -43,6 +51,11 @@ class Checked:
     # (field, worker id or name, the step's agent dict): looked up by the caller, which
     # writes the worker's id into the agent when the template named it
     workers: list[tuple[str, str, dict[str, str]]] = field(default_factory=list)
+    # (field, secret name) of every `{{ secrets.NAME }}`: the caller checks they exist
+    secrets: list[tuple[str, str]] = field(default_factory=list)
+    # (field, template id or name, the step's workflow dict): the caller resolves each to
+    # a template the owner may run, writes its id, and checks depth and self-calls
+    children: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
 
     def add(self, where: str, problem: str) -> None:
         self.problems.append({"field": where, "problem": problem})
@@ -110,9 +123,9 @@ def _container_shape(raw: dict[str, Any], where: str, checked: Checked) -> bool:
                 checked.add(f"{where}.{name}", "is not a loop step's field (a loop has loop.steps)")
                 ok = False
     elif "steps" in raw:
-        for name in ("agent", "prompt"):
+        for name in ("agent", "prompt", "http", "workflow"):
             if name in raw:
-                checked.add(f"{where}.{name}", "a foreach has either agent and prompt, or steps")
+                checked.add(f"{where}.{name}", "a foreach has either agent and prompt, http, workflow, or steps")
                 ok = False
     else:
         if "output" in raw:
@@ -134,6 +147,8 @@ def _clean_step(raw: Any, where: str, checked: Checked, depth: int = 0,
     if "steps" in raw or "output" in raw:
         checked.add(where, "steps and output belong to a foreach step")
         return None
+    if raw.get("http") is not None or raw.get("workflow") is not None:
+        return _clean_action(raw, where, checked)
     agent = _check_agent(raw.get("agent"), f"{where}.agent", checked)
     try:  # the agent is checked above, in words of its own
         step = Step.model_validate({**raw, "agent": {"human": True}, "depends_on": raw.get("depends_on") or []})
@@ -155,6 +170,21 @@ def _clean_step(raw: Any, where: str, checked: Checked, depth: int = 0,
     return clean
 
 
+def _clean_action(raw: dict[str, Any], where: str, checked: Checked) -> dict[str, Any] | None:
+    """An http or workflow step as stored, or None (problems added)."""
+    if action_of(raw, where, checked) is None:
+        return None
+    try:
+        step = Step.model_validate({**raw, "depends_on": raw.get("depends_on") or []})
+    except pydantic.ValidationError as exc:
+        _pydantic_problems(checked, where, exc)
+        return None
+    clean: dict[str, Any] = {"id": step.id, "depends_on": list(dict.fromkeys(step.depends_on or []))}
+    clean_actions(step, clean, checked, where)
+    _policies(step, clean)
+    return clean
+
+
 def _clean_container(raw: dict[str, Any], where: str, checked: Checked, depth: int,
                      seen: set[str]) -> dict[str, Any] | None:
     """A foreach or loop step as stored, its inner steps checked level by level."""
@@ -165,7 +195,10 @@ def _clean_container(raw: dict[str, Any], where: str, checked: Checked, depth: i
         return None
     is_loop = raw.get("loop") is not None
     inner_raw = (raw["loop"].get("steps") if isinstance(raw["loop"], dict) else None) if is_loop else raw.get("steps")
-    probe, agent = _container_probe(raw, where, checked, is_loop)
+    action = not is_loop and "steps" not in raw and (raw.get("http") is not None or raw.get("workflow") is not None)
+    if action and action_of(raw, where, checked) is None:
+        return None
+    probe, agent = _container_probe(raw, where, checked, is_loop, action)
     try:
         step = Step.model_validate(probe)
     except pydantic.ValidationError as exc:
@@ -177,17 +210,19 @@ def _clean_container(raw: dict[str, Any], where: str, checked: Checked, depth: i
         inner = _check_level(inner_raw, inner_where, checked, depth + 1, seen)
     if step is None:
         return None
-    if not is_loop and "steps" not in raw and step.prompt is None:
+    if not is_loop and "steps" not in raw and not action and step.prompt is None:
         checked.add(f"{where}.prompt", "a foreach needs agent and prompt, or steps")
         return None
     clean = _stored_container(step, raw, is_loop, inner, agent)
+    if clean is not None and action:
+        clean_actions(step, clean, checked, where)
     if clean is not None:
         _policies(step, clean)
     return clean
 
 
 def _container_probe(raw: dict[str, Any], where: str, checked: Checked,
-                     is_loop: bool) -> tuple[dict[str, Any], dict[str, Any] | None]:
+                     is_loop: bool, action: bool = False) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """What `Step` validates of a container (its inner steps stand in as a placeholder:
     they are checked level by level), and a foreach's own agent, checked."""
     probe = {**raw, "depends_on": raw.get("depends_on") or []}
@@ -197,7 +232,7 @@ def _container_probe(raw: dict[str, Any], where: str, checked: Checked,
             probe["loop"] = {**raw["loop"], "steps": _PLACEHOLDER_STEPS} if "steps" in raw["loop"] else raw["loop"]
     elif "steps" in raw:
         probe["steps"] = _PLACEHOLDER_STEPS
-    else:
+    elif not action:  # an http or workflow call per item is checked by Step itself
         agent = _check_agent(raw.get("agent"), f"{where}.agent", checked)
         probe["agent"] = {"human": True}
     return probe, agent
@@ -225,6 +260,8 @@ def _stored_container(step: Step, raw: dict[str, Any], is_loop: bool,
         if step.output is not None:
             clean["output"] = step.output
         return clean
+    if step.http is not None or step.workflow is not None:
+        return clean  # its call is added by the caller (_clean_actions)
     if agent is None:
         return None
     clean["agent"], clean["prompt"] = agent, step.prompt
@@ -400,6 +437,9 @@ def _check_graph(steps: list[Any], checked: Checked, where: str = "steps") -> di
 def _check_expression(source: str, where: str, visible: set[str], ids: set[str],
                       checked: Checked, *, placeholder: bool = False,
                       allowed: frozenset[str] = STEP_VARIABLES) -> None:
+    if mentions_secrets(source):
+        checked.add(where, SECRETS_ONLY_THERE)
+        return
     legacy = expressions.LEGACY.match(source) if placeholder else None
     if legacy:
         refs: tuple[str, ...] = (legacy.group(1),) if legacy.group(1) else ()
@@ -424,12 +464,31 @@ def _check_expression(source: str, where: str, visible: set[str], ids: set[str],
             checked.add(where, f"{shown} needs step '{ref}' in depends_on (directly or transitively)")
 
 
+def _check_http_language(where: str, http: dict[str, Any], ancestors: set[str], ids: set[str],
+                         checked: Checked, allowed: frozenset[str]) -> None:
+    """`{{ }}` of an http step: secrets in url and header values, expressions everywhere."""
+    for field_path, text, secrets_ok in http_texts(http, where):
+        if not isinstance(text, str):
+            continue
+        for source in expressions.placeholders(text):
+            named = SECRET_REF.match(source.strip())
+            if named and secrets_ok:
+                checked.secrets.append((field_path, named.group(1)))
+                continue
+            _check_expression(source, field_path, ancestors, ids, checked, placeholder=True, allowed=allowed)
+
+
 def _check_step_language(where: str, step: dict[str, Any], visible: Visible, ids: set[str],
                          checked: Checked) -> None:
     ancestors, allowed = set(visible.outer), visible.variables
     in_prompt = allowed | {"item", "index"} if "foreach" in step else allowed  # one call per item
     for source in expressions.placeholders(step.get("prompt") or ""):
         _check_expression(source, f"{where}.prompt", ancestors, ids, checked, placeholder=True,
+                          allowed=in_prompt)
+    if isinstance(step.get("http"), dict):
+        _check_http_language(where, step["http"], ancestors, ids, checked, in_prompt)
+    if isinstance(step.get("workflow"), dict) and isinstance(step["workflow"].get("input"), str):
+        _check_expression(step["workflow"]["input"], f"{where}.workflow.input", ancestors, ids, checked,
                           allowed=in_prompt)
     if "when" in step:
         _check_expression(step["when"], f"{where}.when", ancestors, ids, checked, allowed=allowed)
@@ -440,6 +499,12 @@ def _check_step_language(where: str, step: dict[str, Any], visible: Visible, ids
             checked.add(".".join(p for p in (f"{where}.output_schema", sub) if p), problem)
     else:
         schema_problems = []
+    _check_default(where, step, schema, schema_problems, checked)
+
+
+def _check_default(where: str, step: dict[str, Any], schema: Any, schema_problems: list,
+                   checked: Checked) -> None:
+    """A human step's `default`: it needs timeout_seconds and must fit output_schema."""
     human = "human" in step.get("agent", {})
     if "default" in step and "agent" in step:
         if not human:

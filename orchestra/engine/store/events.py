@@ -14,7 +14,7 @@ import contextlib
 import json
 import random
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 from peewee import IntegrityError, fn
 
@@ -111,6 +111,15 @@ Stored = Callable[[str, list[Event]], None]
 Item = tuple[str, dict[str, Any] | None, "At | str | None"]
 
 
+class Outbox(Protocol):
+    """What queues deliveries of run events (services/outbox.py): `queue` runs inside the
+    transaction that stores `events`, for inserts holding a kind in `kinds`."""
+
+    kinds: frozenset[str]
+
+    async def queue(self, trace_id: str, events: list[Event]) -> None: ...
+
+
 class EventLog:
     """Appends and reads of `run_event`; one per process."""
 
@@ -121,6 +130,9 @@ class EventLog:
         self.fence_for: Callable[[str], Callable[[], Awaitable[None]] | None] | None = None
         self._locks: dict[str, asyncio.Lock] = {}
         self._last: dict[str, int] = {}
+        # The outbox (SPEC §11): given the events an insert stores, in the same
+        # transaction, so that a subscriber's delivery is queued with its event or not at all.
+        self.outbox: Outbox | None = None
 
     # -- writing ----------------------------------------------------------------------
     async def append(
@@ -183,6 +195,15 @@ class EventLog:
         if last is None:
             last = await self.max_seq(trace_id)
         rows = self._rows(trace_id, last, items)
+        outbox = self.outbox
+        if outbox is not None and any(row["kind"] in outbox.kinds for row in rows):
+            async with self.db.atomic():  # the event and its deliveries commit together
+                events = await self._store(rows)
+                await outbox.queue(trace_id, events)
+            return events
+        return await self._store(rows)
+
+    async def _store(self, rows: list[dict[str, Any]]) -> list[Event]:
         if len(rows) == 1:
             await RunEvent.acreate(**rows[0])
         else:
@@ -303,6 +324,8 @@ class EventLog:
         )
         asked: dict[str, Question] = {}
         for row in rows:
+            if row.data.get("child_trace_id"):  # a child run's question, shown here (SPEC §14)
+                continue
             request_id = row.data.get("request_id")
             if row.kind == EventKind.REPLY_REQUESTED:
                 asked[request_id] = Question(request_id, row.data.get("step_id"),

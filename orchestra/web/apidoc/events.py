@@ -6,11 +6,14 @@ from __future__ import annotations
 EVENT_FIELDS: dict[str, str] = {
     "run_started": '`status: "running"`, `input`, `steps: [ids]`',
     "step_started": "`agent`, `prompt` (rendered; an agent step's: a human step's question is "
-                    "stored once, in its `reply_requested`)",
+                    "stored once, in its `reply_requested`); an http step's `http: {method, url}` (the "
+                    "URL as written, secrets as placeholders); a workflow step's `workflow`",
     "token": "`text`: streamed model text, coalesced about every 50 ms",
     "tool_call": "`call_id`, `name`, `arguments` (object)",
     "tool_result": "`call_id`, `name`, `result` (string or null), `error` (only on failure)",
-    "reply_requested": "`request_id`, `prompt`, `schema` (a human step with output_schema)",
+    "reply_requested": "`request_id`, `prompt`, `schema` (a human step with output_schema); "
+                       "a child run's question shown on its parent adds `child_trace_id` and "
+                       "`child_step_id` (answer it on the child's trace)",
     "reply_received": "`request_id`, `content` (text, or the JSON value)",
     "reply_withdrawn": "`request_id`: a question of an earlier attempt that the restarted step "
                        "did not ask again; a reply to it is 409",
@@ -20,6 +23,10 @@ EVENT_FIELDS: dict[str, str] = {
     "step_failed": "`error` (the provider's message, where it gave one; `timed out after N s`)",
     "step_skipped": '`reason`: `"when"` (its condition was false) or `"dependencies"` (all skipped)',
     "step_retrying": "`attempt` (the one that failed), `error`, `delay_seconds`",
+    "child_started": "`child_trace_id`, `path`, `template_id`: a workflow step started its child run",
+    "child_finished": "`child_trace_id`, `path`, `status`: that child run ended",
+    "step_reused": "`source_trace_id`, `output`, `path`: a fork's instance copied from the run it forks, "
+                   "its provider not called; `overridden: true` when the fork's `outputs` set it",
     "run_resumed": "`attempt`, `restarted_steps`: another server process took the run over",
     "run_finished": '`status: "succeeded"`, `output` (the template\'s `output`, else the last step\'s)',
     "run_failed": '`status: "failed"`, `error`, `failed_step`; or `status: "interrupted"`, `reason`',

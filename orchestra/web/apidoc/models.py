@@ -176,6 +176,21 @@ class SkillList(Success):
     skills: list[SkillView]
 
 
+class SecretView(Shape):
+    name: str
+    hint: str = Field(description="'…' and the value's last four characters (none of a value under 8).")
+    created_at: Timestamp
+    updated_at: Timestamp
+
+
+class Secret(Success, SecretView):
+    pass
+
+
+class SecretList(Success):
+    secrets: list[SecretView]
+
+
 # --- workers, nodes -------------------------------------------------------------------
 
 
@@ -272,6 +287,7 @@ class TemplateView(Shape):
     input_schema: dict[str, Any] | None = Field(None, description="Only when the template has one.")
     limits: TemplateLimits | None = Field(None, description="Only when the template has them.")
     output: str | None = Field(None, description="Only when the template has one.")
+    version: int = Field(ge=1, description="The latest version: every save makes one (SPEC §13).")
     created_at: Timestamp
     updated_at: Timestamp
 
@@ -316,6 +332,16 @@ class RunRetried(RunStarted):
     retry_of: str = Field(description="The run whose succeeded steps this one reuses.")
 
 
+class ParentRun(Shape):
+    trace_id: str
+    path: str = Field(description="The parent's step instance (a workflow step) that started this run.")
+
+
+class ForkSource(Shape):
+    trace_id: str = Field(description="The run forked.")
+    from_step: str | None = Field(description="The step the fork ran again from, if one was named.")
+
+
 class RunSummary(Shape):
     trace_id: str
     template_id: str | None = Field(description="null once the template is deleted.")
@@ -327,9 +353,14 @@ class RunSummary(Shape):
     started_at: Timestamp | None
     finished_at: Timestamp | None
     retry_of: str | None = Field(None, description="The run this one retries (POST /run/{trace_id}/retry).")
+    parent: ParentRun | None = Field(None, description="A child run (SPEC §14): the run and step instance that "
+                                     "started it; null for a top run.")
     trigger: dict[str, Any] | None = Field(
         None, description="What started the run: null for a person or an API key; "
         '{"kind": "webhook", "hook_id", "webhook_id"} or {"kind": "schedule", "schedule_id", "due_at"}.')
+    template_version: int | None = Field(None, description="The template version the run runs (null for runs "
+                                         "started before versions existed).")
+    forked_from: ForkSource | None = Field(None, description="The run this one forks (POST /run/{trace_id}/fork).")
 
 
 class RunList(Success):
@@ -345,14 +376,16 @@ class Usage(Shape):
 class StepState(Shape):
     step_id: str
     path: str = Field(description="The instance's key in the run (the step id; under loops research[3]).")
-    agent: dict[str, Any]
+    agent: dict[str, Any] | None = Field(description="null for an http or workflow step.")
     depends_on: list[str]
     status: StepStatus
     attempt: int = Field(ge=1, description="The attempt that ran last (retry policy).")
-    reused: bool = Field(description="Copied from the run this one retries; its provider was not called.")
+    reused: bool = Field(description="Copied from the run this one retries or forks (or set by the fork's "
+                                     "outputs); its provider was not called.")
     output: Any = Field(description="Text, or a JSON value for a step with output_schema; null when skipped.")
     error: str | None
     usage: Usage | None
+    child_trace_id: str | None = Field(None, description="A workflow step's child run (SPEC §14).")
     started_at: Timestamp | None
     finished_at: Timestamp | None
 

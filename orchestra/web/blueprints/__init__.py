@@ -15,8 +15,12 @@ def all_blueprints() -> Blueprint:
         mcp,
         provider,
         resource,
+        schedule,
+        secret,
+        subscription,
+        versions,
         workflow,
     )
 
-    areas = [auth, keys, provider, agent, resource, mcp, workflow, adapter]
+    areas = [auth, keys, provider, agent, resource, mcp, secret, schedule, subscription, workflow, versions, adapter]
     return Blueprint.group(*(area.bp for area in areas), url_prefix="/api/v1")

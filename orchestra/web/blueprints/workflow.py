@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import Field
 from sanic import Blueprint, Request
 from sanic.response import HTTPResponse, json
 
@@ -109,6 +110,8 @@ class RunBody(Body):
     )
     files: list[str] | None = rule(None, description="Ids of your uploads, listed to agent steps.",
                                    items={"type": "string", "pattern": ID_PATTERN})
+    version: int | None = Field(None, ge=1, le=2**31 - 1, description="The template version to run "
+                                "(default: the latest); an unknown one is a 404.")
 
 
 class RetryBody(Body):
@@ -135,6 +138,7 @@ _RUN_LINKS = {
     "Stream": Link("workflow.stream", _TRACE),
     "Reply": Link("workflow.reply", _TRACE, request_body={"content": "yes"}),
     "Cancel": Link("workflow.cancel_run", _TRACE),
+    "Fork": Link("versions.fork", _TRACE),
 }
 _FLAGS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False, "": False}
 
@@ -167,6 +171,10 @@ def _flag(request: Request, name: str) -> bool:
         "Update": Link("workflow.update_template", _TEMPLATE),
         "Delete": Link("workflow.delete_template", _TEMPLATE),
         "Run": Link("workflow.start_run", request_body={**_TEMPLATE, "input": "2 + 2"}),
+        "Versions": Link("versions.list_versions", _TEMPLATE),
+        "Version": Link("versions.get_version", {**_TEMPLATE, "number": "$response.body#/template/version"}),
+        "Diff": Link("versions.diff", _TEMPLATE),
+        "Restore": Link("versions.restore", {**_TEMPLATE, "number": "$response.body#/template/version"}),
     },
 )
 @protected(Role.USER, scope="template:write")
@@ -279,7 +287,7 @@ async def delete_template(request: Request, template_id: str):
     extra_responses={200: "Idempotent-Replayed: this Idempotency-Key already started the run "
                           "named (body: message, trace_id, status now); nothing was started."},
     errors={403: "PermissionDeniedError: an API key limited to other templates.",
-            404: "NotFoundError: no template you may read has this id.",
+            404: "NotFoundError: no template you may read has this id, or it has no such version.",
             422: "ValidationError: the body, or an Idempotency-Key over 255 characters or used "
                  "with a different body."},
     links=_RUN_LINKS,
@@ -306,7 +314,7 @@ async def start_run(request: Request):
         return await service.start_run(
             core, template_id=body.template_id, input=body.input, files=body.files,
             trace_parent=tracing.parent_for_run(request.headers), remember=remember,
-            **_who(request),
+            version=body.version, **_who(request),
         )
 
     if remember is None:

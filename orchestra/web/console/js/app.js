@@ -5,11 +5,14 @@ import { currentSession, onSession, signOut, isAdmin, isSuperAdmin } from './api
 import { SignIn, Register } from './pages/auth.js';
 import { Providers } from './pages/providers.js';
 import { McpServers } from './pages/mcp.js';
+import { Secrets } from './pages/secrets.js';
 import { Workers } from './pages/workers.js';
 import { Templates, TemplateEditor } from './pages/templates.js';
 import { Runs } from './pages/runs.js';
 import { RunView } from './pages/run_view.js';
 import { Users } from './pages/users.js';
+import { Schedules } from './pages/schedules.js';
+import { Subscriptions } from './pages/subscriptions.js';
 
 function currentRoute() {
   const [path, query = ''] = location.hash.replace(/^#\/?/, '').split('?');
@@ -47,9 +50,12 @@ function useSession() {
 const NAV = [
   ['runs', 'Runs', () => true],
   ['templates', 'Templates', () => true],
+  ['schedules', 'Schedules', () => true],
+  ['subscriptions', 'Subscriptions', () => true],
   ['workers', 'Workers', () => true],
   ['providers', 'Providers', isAdmin],
   ['mcp', 'MCP servers', () => true],
+  ['secrets', 'Secrets', isAdmin],
   ['users', 'Users', isSuperAdmin],
 ];
 
@@ -59,7 +65,10 @@ function Page({ route }) {
     case 'providers': return isAdmin() ? html`<${Providers} />` : html`<${Forbidden} />`;
     case 'workers': return html`<${Workers} />`;
     case 'mcp': return html`<${McpServers} />`;
+    case 'secrets': return isAdmin() ? html`<${Secrets} />` : html`<${Forbidden} />`;
     case 'templates': return arg ? html`<${TemplateEditor} key=${arg} templateId=${arg} />` : html`<${Templates} />`;
+    case 'schedules': return html`<${Schedules} />`;
+    case 'subscriptions': return html`<${Subscriptions} />`;
     case 'run': return html`<${RunView} key=${arg} traceId=${arg} />`;
     case 'users': return isSuperAdmin() ? html`<${Users} />` : html`<${Forbidden} />`;
     case 'runs': return html`<${Runs} query=${route.query} />`;

@@ -37,7 +37,7 @@ const parsed = (text) => { try { return JSON.parse(text); } catch { return text;
 /** The editor's own fields for what has no plain control: the texts of JSON values
  * (so half-typed JSON survives) and the step's shape. `extra` loses what they hold. */
 export function policyDraft(step) {
-  const extra = without(step, 'id', 'agent', 'prompt', 'depends_on', 'output_schema', 'default');
+  const extra = without(step, 'id', 'agent', 'prompt', 'depends_on', 'output_schema', 'default', 'http', 'workflow');
   const shape = step.loop ? 'loop' : step.foreach ? 'foreach' : 'step';
   const inner = shape === 'loop' ? (step.loop || {}).steps : step.steps;
   const schema = step.output_schema;

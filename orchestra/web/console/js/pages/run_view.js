@@ -8,6 +8,7 @@ import { StepGraph } from '../graph.js';
 import { followRun } from '../stream.js';
 import { InstanceGroup, childrenOf, parentOf } from '../instances.js';
 import { SchemaFields, emptyDraft, draftValue } from '../schema_form.js';
+import { ForkPanel } from '../fork_panel.js';
 
 const LOG_SHOWN = 400;
 
@@ -52,7 +53,7 @@ function freshStep(id, extra = {}) {
 function initialState(run) {
   const steps = {};
   const top = run.steps.filter((s) => parentOf(s.path || s.step_id) === null);
-  for (const s of top) steps[s.step_id] = freshStep(s.step_id, { agent: s.agent, depends_on: s.depends_on });
+  for (const s of top) steps[s.step_id] = freshStep(s.step_id, { agent: s.agent, depends_on: s.depends_on, child: s.child_trace_id || null });
   return { status: 'queued', input: run.input, order: top.map((s) => s.step_id), steps, questions: [],
     output: null, error: null, notices: [], log: [], count: 0, lastSeq: 0, startedTs: null, endedTs: null };
 }
@@ -83,6 +84,7 @@ function apply(state, { kind, data, seq }) {
       const questions = state.questions.filter((q) => q.path !== id);  // another step's open question keeps the run waiting
       return withStep({ ...state, status: questions.length ? 'waiting_reply' : 'running', questions }, id, (s) => ({ status: 'running', text: '', tools: [], output: null,
         error: null, usage: null, prompt: data.prompt, agent: data.agent || s.agent, attempt: Math.max(s.attempt + 1, data.attempt || 0),
+        request: data.http || s.request || null, workflow: data.workflow || s.workflow || null,
         container: data.items !== undefined ? 'foreach' : data.max_iterations !== undefined ? 'loop' : s.container,
         retrying: null, skipped: null }));
     }
@@ -95,7 +97,8 @@ function apply(state, { kind, data, seq }) {
         ? { ...t, result: data.result, error: data.error, done: true } : t)) }));
     case 'reply_requested':
       return withStep({ ...state, status: 'waiting_reply', questions: [...state.questions,
-        { request_id: data.request_id, step_id: data.step_id, path: id, prompt: data.prompt, schema: data.schema || null }] }, id,
+        { request_id: data.request_id, step_id: data.step_id, path: id, prompt: data.prompt, schema: data.schema || null,
+          child_trace_id: data.child_trace_id || null }] }, id,
         // a human step's prompt is stored once, here (its step_started has none): the card shows it too
         (s) => ({ status: 'waiting_reply', ...(s.agent && s.agent.human ? { prompt: data.prompt } : {}) }));
     case 'reply_received': {
@@ -110,9 +113,16 @@ function apply(state, { kind, data, seq }) {
       return withStep({ ...state, questions, status: questions.length ? 'waiting_reply' : 'running' }, id,
         () => ({ answer: data.content, timedOut: true }));
     }
+    case 'child_started':  // a workflow step's child run (SPEC §14): the card opens it
+      return withStep(state, id, () => ({ child: data.child_trace_id, childStatus: null }));
+    case 'child_finished':
+      return withStep(state, id, () => ({ child: data.child_trace_id, childStatus: data.status }));
     case 'step_finished':
       return withStep(state, id, () => ({ status: 'succeeded', output: data.output, usage: data.usage,
         counts: data.items || null, iterations: data.iterations ?? null, exhausted: !!data.exhausted }));
+    case 'step_reused':  // a fork's copy of its source's instance: no provider call
+      return withStep(state, id, () => ({ status: 'succeeded', output: data.output, reused: true,
+        overridden: !!data.overridden, source: data.source_trace_id }));
     case 'step_skipped':
       return withStep(state, id, () => ({ status: 'skipped', output: null,
         skipped: data.reason === 'when' ? 'its condition was false' : 'every dependency was skipped' }));
@@ -184,7 +194,8 @@ function ReplyBox({ traceId, question }) {
     }
     setBusy(true);
     try {
-      await api('POST', `/workflow/reply/${traceId}`, { content, request_id: question.request_id });
+      // a child run's question (shown here with child_trace_id) is answered on the child's trace
+      await api('POST', `/workflow/reply/${question.child_trace_id || traceId}`, { content, request_id: question.request_id });
     } catch (err) {
       setError(err);
       setBusy(false);
@@ -202,16 +213,27 @@ function ReplyBox({ traceId, question }) {
   </form>`;
 }
 
+const FORKABLE = ['succeeded', 'failed', 'skipped', 'cancelled', 'interrupted'];
+
 function StepCard({ step, traceId, questions, view }) {
+  const [forking, setForking] = useState(false);
   const human = step.agent && step.agent.human;
   const container = step.container || view.children.has(step.id);
+  const forkable = FORKABLE.includes(step.status) && parentOf(step.id) === null;
   return html`<article class=${`step-card status-${step.status}`} data-step=${step.id} aria-labelledby=${`step-${step.id}`}>
     <header><h3 id=${`step-${step.id}`}>${step.id}</h3> <${StatusBadge} status=${step.status} />
       ${step.container && html`<small class="kind">${step.container}</small>`}
       ${step.attempt > 1 && html`<small> run ${step.attempt} times</small>`}
       ${step.usage && html`<small class="usage">${step.usage.prompt_tokens} in · ${step.usage.completion_tokens} out tokens</small>`}
+      ${step.reused && html`<small class="reused">${step.overridden ? 'set by the fork' : 'reused'}</small>`}
+      ${forkable && !forking && html`<button type="button" class="link fork" onClick=${() => setForking(true)}>Fork from here</button>`}
     </header>
+    ${forking && html`<${ForkPanel} traceId=${traceId} step=${step} definition=${view.definition(step.id)}
+                                    onClose=${() => setForking(false)} />`}
     ${step.prompt && html`<details><summary>Prompt</summary><pre>${step.prompt}</pre></details>`}
+    ${step.request && html`<p class="http-request"><code>${step.request.method} ${step.request.url}</code></p>`}
+    ${step.child && html`<p class="child-run"><a href=${`#/run/${step.child}`}>Open the child run</a>${
+      step.childStatus ? html` <${StatusBadge} status=${step.childStatus} />` : ''}</p>`}
     ${step.skipped && html`<p class="note">Skipped: ${step.skipped}.</p>`}
     ${step.retrying && step.status === 'running' && html`<p class="note warn retrying">${step.retrying}</p>`}
     <${ToolCalls} tools=${step.tools} />
@@ -238,6 +260,11 @@ function Run({ run, traceId }) {
   // The template, to name a foreach's items by their value (best effort: it may be gone).
   const [template] = useLoad(() => api('GET', `/workflow/template/${encodeURIComponent(run.template_id)}`)
     .then((answer) => answer.template, () => null), [run.template_id]);
+  // The definitions the run ran (its version's; the template's now if that is gone), for
+  // a step's output_schema when it is forked.
+  const [version] = useLoad(() => (run.template_id && run.template_version
+    ? api('GET', `/workflow/template/${encodeURIComponent(run.template_id)}/versions/${run.template_version}`)
+      .then((answer) => answer.version, () => null) : Promise.resolve(null)), [run.template_id, run.template_version]);
   const [connection, setConnection] = useState({ state: 'connecting' });
   const [actionError, setActionError] = useState(null);
   useEffect(() => followRun(traceId, {
@@ -252,13 +279,19 @@ function Run({ run, traceId }) {
   const children = useMemo(() => childrenOf(Object.keys(state.steps)), [state.steps]);
   const open = ended ? [] : state.questions;
   const view = { steps: state.steps, children,
+    definition: (path) => definitionOf((version || template || { steps: [] }).steps, path),
     itemValue: (container, index) => { const items = itemsOf(template, state, container); return items ? items[index] : undefined; },
     renderQuestions: (path) => open.filter((q) => q.path === path).map((q) => html`<${ReplyBox} key=${q.request_id} traceId=${traceId} question=${q} />`) };
   const usage = usageTotal(state.steps);
   return html`<section class="run" data-status=${state.status}>
     <h1>Run of ${run.template_name} <${StatusBadge} status=${state.status} /></h1>
+    ${run.parent && html`<p class="parent-run">A child run of <a href=${`#/run/${run.parent.trace_id}`}>run <code>${run.parent.trace_id}</code></a>
+      (its step <code>${run.parent.path}</code>)</p>`}
     <p class="meta">
       <span>trace <code>${traceId}</code></span>
+      ${run.template_version && html`<span>version ${run.template_version}</span>`}
+      ${run.forked_from && html`<span class="forked">forked from <a href=${`#/run/${run.forked_from.trace_id}`}>${run.forked_from.trace_id.slice(0, 8)}</a>${
+        run.forked_from.from_step ? ` at ${run.forked_from.from_step}` : ''}</span>`}
       <span>started ${when(state.startedTs || run.created_at)}</span>
       <span>${ended ? `took ${duration(state.startedTs || run.started_at, state.endedTs)}` : ''}</span>
       <span class=${`connection ${connection.state}`} role="status">${run.finished_at ? 'replay · ' : ''}${CONNECTION_TEXT[connection.state]}</span>

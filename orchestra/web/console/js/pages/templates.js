@@ -6,6 +6,7 @@ import { TextField, TextArea, Select, ErrorBox, Notice, useLoad, when, go, useId
 import { StepGraph, stages } from '../graph.js';
 import { StepPolicies, ContainerControls, ShapeSelect, policyDraft, policyApi, usesAgent, unreadableJson, innerField } from '../step_policies.js';
 import { TemplateSettings, SETTINGS_FIELDS } from '../template_settings.js';
+import { TemplateVersions } from './versions.js';
 
 const NODES = ['planner', 'reviewer', 'summarizer'];
 // What each system node does (its description in GET /agent/node; orchestra/services/agents.py).
@@ -52,13 +53,53 @@ let nextUid = 0;
  * with the texts of its JSON fields alongside (js/step_policies.js). */
 function toEditable(step, uidOf) {
   const agent = step.agent || {};
-  const kind = agent.human ? 'human' : agent.node ? 'node' : 'worker';
+  const kind = step.http ? 'http' : step.workflow ? 'workflow' : agent.human ? 'human' : agent.node ? 'node' : 'worker';
   const draft = policyDraft(step);
   // A container's inner steps: edited with the same form, when they are a list of steps.
   const list = draft.shape === 'loop' ? (step.loop || {}).steps : draft.shape === 'foreach' ? step.steps : undefined;
   const inner = Array.isArray(list) && list.every((x) => x && typeof x === 'object' && !Array.isArray(x)) ? fromApi(list) : undefined;
   return { ...draft, inner, uid: uidOf(step.id), id: step.id || '', named: step.id || '', kind, worker: agent.worker || '', node: agent.node || 'planner',
-    prompt: step.prompt || '', after: (step.depends_on || []).map((d) => uidOf(d, true)) };
+    prompt: step.prompt || '', after: (step.depends_on || []).map((d) => uidOf(d, true)), ...callDraft(step) };
+}
+
+/** An http or workflow call's fields as the editor holds them (texts for headers and body). */
+function callDraft(step) {
+  const http = step.http || {};
+  const body = http.body;
+  return {
+    method: http.method || 'GET', url: http.url || '',
+    headersText: Object.entries(http.headers || {}).map(([k, v]) => `${k}: ${v}`).join('\n'),
+    bodyText: body === undefined || body === null ? '' : typeof body === 'string' ? body : JSON.stringify(body, null, 2),
+    requestTimeout: http.timeout_seconds === undefined ? '' : String(http.timeout_seconds),
+    child: (step.workflow || {}).template || '', childInput: (step.workflow || {}).input || 'input',
+  };
+}
+
+/** "Name: value" lines as an object (blank lines skipped). */
+function headerLines(text) {
+  const out = {};
+  for (const line of (text || '').split('\n')) {
+    if (!line.trim()) continue;
+    const at = line.indexOf(':');
+    out[(at < 0 ? line : line.slice(0, at)).trim()] = at < 0 ? '' : line.slice(at + 1).trim();
+  }
+  return out;
+}
+
+/** The call a step makes, as the API takes it: an agent and prompt, an http request, or a child workflow. */
+function callApi(step) {
+  if (step.kind === 'http') {
+    const http = { method: step.method, url: step.url };
+    const headers = headerLines(step.headersText);
+    if (Object.keys(headers).length) http.headers = headers;
+    const body = (step.bodyText || '').trim();
+    if (body) { try { http.body = /^[[{]/.test(body) ? JSON.parse(body) : step.bodyText; } catch { http.body = step.bodyText; } }
+    if (step.requestTimeout !== '') http.timeout_seconds = Number(step.requestTimeout);
+    return { http };
+  }
+  if (step.kind === 'workflow') return { workflow: { template: step.child, input: step.childInput } };
+  const agent = step.kind === 'human' ? { human: true } : step.kind === 'node' ? { node: step.node } : { worker: step.worker };
+  return { agent, prompt: step.prompt };
 }
 
 /** The API's steps as editable ones: dependencies resolved to the uids of their steps. */
@@ -76,8 +117,7 @@ function idOf(steps, ref) {
 }
 
 function toApi(step, steps) {
-  const agent = step.kind === 'human' ? { human: true } : step.kind === 'node' ? { node: step.node } : { worker: step.worker };
-  const call = usesAgent(step) ? { agent, prompt: step.prompt } : {};  // a loop, or a foreach of a small workflow, has neither
+  const call = usesAgent(step) ? callApi(step) : {};  // a loop, or a foreach of a small workflow, has neither
   const inner = !usesAgent(step) && step.inner ? step.inner.map((s) => toApi(s, step.inner)) : undefined;
   return { id: step.id, ...call, ...policyApi(step, inner), depends_on: step.after.map((r) => idOf(steps, r)) };
 }
@@ -197,7 +237,12 @@ function StepEditor({ step, index, steps, workers, problems, onChange, onRemove,
       <${TextField} label="Step id" value=${step.id} onInput=${set('id')} problem=${first('id')} />
       <${ShapeSelect} step=${step} onChange=${onChange} problems=${problems} newInner=${newInner} />
       ${usesAgent(step) && html`<${Select} label="Agent" value=${step.kind} onChange=${set('kind')} problem=${first('agent')}
-                 options=${[['worker', 'a worker'], ['node', 'a system node'], ['human', 'a human (asks you)']]} />`}
+                 options=${[['worker', 'a worker'], ['node', 'a system node'], ['human', 'a human (asks you)'],
+                            ['http', 'an HTTP request'], ['workflow', 'another template (a child run)']]} />`}
+      ${usesAgent(step) && step.kind === 'http' && html`<${Select} label="Method" value=${step.method} onChange=${set('method')}
+          problem=${first('http.method')} options=${HTTP_METHODS.map((m) => [m, m])} />`}
+      ${usesAgent(step) && step.kind === 'workflow' && html`<${TextField} label="Template" value=${step.child} onInput=${set('child')}
+          problem=${first('workflow.template')} hint="the id or name of a template you may run (not this one)" />`}
       ${usesAgent(step) && step.kind === 'worker' && html`<${Select} label="Worker" value=${chosen ? chosen.worker_id : ''} onChange=${set('worker')}
           problem=${first('agent.worker')} options=${workerOptions}
           hint=${workers.length ? '' : html`<span class="no-workers">Create a worker first, on the <a href="#/workers">Workers</a> page (or let a human or a system node do this step).</span>`} />`}
@@ -207,7 +252,10 @@ function StepEditor({ step, index, steps, workers, problems, onChange, onRemove,
     </div>
     <${ContainerControls} step=${step} onChange=${onChange} problems=${problems} newInner=${newInner}
         innerEditor=${step.inner && html`<${InnerSteps} step=${step} workers=${workers} problems=${problems} onChange=${onChange} />`} />
-    ${usesAgent(step) && html`<${TextArea} label="Prompt" value=${step.prompt} onInput=${set('prompt')} rows="2" fit problem=${(problems.prompt || []).join(' ')}
+    ${usesAgent(step) && step.kind === 'http' && html`<${HttpFields} step=${step} set=${set} problems=${problems} />`}
+    ${usesAgent(step) && step.kind === 'workflow' && html`<${TextField} label="Child's input" value=${step.childInput} onInput=${set('childInput')}
+        problem=${first('workflow.input')} hint="a CEL expression, e.g. input or steps.plan.output; the child's output is this step's" />`}
+    ${usesAgent(step) && !CALLS.includes(step.kind) && html`<${TextArea} label="Prompt" value=${step.prompt} onInput=${set('prompt')} rows="2" fit problem=${(problems.prompt || []).join(' ')}
                  hint=${step.shape === 'foreach' ? 'Use {{item}}, {{index}}, {{input}} and {{ expressions }}.'
                    : 'Use {{input}}, {{steps.<id>.output}} of a step it depends on, and {{ expressions }}.'} />`}
     <fieldset class=${'depends' + (problems.depends_on ? ' invalid' : '')}>
@@ -222,6 +270,25 @@ function StepEditor({ step, index, steps, workers, problems, onChange, onRemove,
     </fieldset>
     <${StepPolicies} step=${step} onChange=${onChange} problems=${problems} />
   </fieldset>`;
+}
+
+const HTTP_METHODS = ['GET', 'POST', 'PUT', 'PATCH', 'DELETE', 'HEAD', 'OPTIONS'];
+const CALLS = ['http', 'workflow'];
+
+/** An HTTP step's request: URL, headers and body may use {{ }}; secrets only in URL and headers. */
+function HttpFields({ step, set, problems }) {
+  const at = (prefix) => Object.entries(problems).filter(([f]) => f === prefix || f.startsWith(`${prefix}.`))
+    .map(([, list]) => list.join(' ')).join(' ') || undefined;
+  return html`<div class="grid http-fields">
+    <${TextField} label="URL" value=${step.url} onInput=${set('url')} problem=${at('http.url')}
+        hint="http(s)://…; {{ input }}, {{ steps.<id>.output… }} and {{ secrets.NAME }} may be used" />
+    <${TextArea} label="Headers" value=${step.headersText} onInput=${set('headersText')} rows="2" fit problem=${at('http.headers')}
+        hint="Name: value, one per line; e.g. Authorization: Bearer {{ secrets.API_KEY }}" />
+    <${TextArea} label="Body" value=${step.bodyText} onInput=${set('bodyText')} rows="2" fit problem=${at('http.body')}
+        hint="JSON (sent as JSON) or text; {{ }} allowed, secrets not" />
+    <${TextField} label="Request timeout (s)" value=${step.requestTimeout} onInput=${set('requestTimeout')} type="number" min="1" step="any"
+        problem=${at('http.timeout_seconds')} hint="default 30" />
+  </div>`;
 }
 
 /** Step `index` removed: steps that depended on it keep the dependency by its id, shown
@@ -239,7 +306,7 @@ function blankStep(steps, workers, container = '') {
   while (steps.some((s) => s.id === `step${n}`)) n += 1;
   const last = steps[steps.length - 1];
   const first = container === 'foreach' ? '{{item}}' : container === 'loop' ? 'Iteration {{ loop.iteration }} of {{input}}' : '{{input}}';
-  return { ...policyDraft({}), uid: ++nextUid, id: `step${n}`, named: `step${n}`, kind: 'worker', worker: workers[0] ? workers[0].worker_id : '', node: 'planner',
+  return { ...policyDraft({}), ...callDraft({}), uid: ++nextUid, id: `step${n}`, named: `step${n}`, kind: 'worker', worker: workers[0] ? workers[0].worker_id : '', node: 'planner',
     prompt: last && last.id ? `{{steps.${last.id}.output}}` : first, after: last ? [last.uid] : [] };
 }
 
@@ -291,6 +358,19 @@ function TemplateForm({ templateId, template, workers }) {
   const [error, setError] = useState(null);
   const [notice, setNotice] = useState(takeFlash);
   const sharedId = useId('shared');
+  const [saves, setSaves] = useState(0);  // the versions list reloads after each save
+  const restored = (saved, text) => {  // a restored version is the template now: show it
+    setRest(templateRest(saved));
+    setSchemaText(schemaTextOf(saved));
+    setName(saved.name);
+    setDescription(saved.description);
+    setShared(saved.shared);
+    setSteps(fromApi(saved.steps));
+    setMode('steps');
+    setError(null);
+    setNotice(text);
+    setSaves((n) => n + 1);
+  };
 
   const body = () => ({ ...rest, name, description, shared, ...(schemaText.trim() ? { input_schema: readJson(schemaText) } : {}),
     steps: steps.map((st) => toApi(st, steps)) });
@@ -345,6 +425,7 @@ function TemplateForm({ templateId, template, workers }) {
         ? await api('POST', '/workflow/template', payload)
         : await api('PUT', `/workflow/template/${templateId}`, payload);
       setError(null);
+      setSaves((n) => n + 1);
       const text = `Template '${saved.template.name}' ${templateId === 'new' ? 'created' : 'saved'}.`;
       setNotice(text);
       if (templateId === 'new') {
@@ -403,5 +484,6 @@ function TemplateForm({ templateId, template, workers }) {
     </form>
     <h2>Step graph</h2>
     <${StepGraph} steps=${shownSteps} flagged=${flagged} />
+    ${templateId !== 'new' && html`<${TemplateVersions} templateId=${templateId} refresh=${saves} onRestored=${restored} />`}
   </section>`;
 }

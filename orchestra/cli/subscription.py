@@ -1,0 +1,110 @@
+"""`orchestra subscription …`: other systems told of your runs' events, through
+`/api/v1/workflow/subscription` (SPEC §11). The signing secret (`whsec_…`) is printed
+once, by `add`, on stdout (the subscription_id goes to stderr then): keep it, it is
+never shown again.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from orchestra.cli.console import handle_errors, out, print_json, success
+from orchestra.cli.remote import JSON, SERVER, TOKEN, YES, confirm, connect
+
+app = typer.Typer(help="Event subscriptions: add, list, deliveries, retry, remove.", no_args_is_help=True)
+
+PATH = "/workflow/subscription"
+SUBSCRIPTION = typer.Argument(..., help="A subscription_id.")
+EVENTS = ("run.succeeded", "run.failed", "run.cancelled", "run.waiting_reply")
+EVENT_HELP = f"An event ({', '.join(EVENTS)}); repeat. Default: all."
+
+
+def register(root: typer.Typer) -> None:
+    root.add_typer(app, name="subscription")
+
+
+@app.command()
+@handle_errors
+def add(
+    ctx: typer.Context,
+    url: str = typer.Argument(..., help="Where deliveries are POSTed (http:// or https://)."),
+    event: list[str] = typer.Option([], "--event", "-e", help=EVENT_HELP),
+    template: str | None = typer.Option(None, "--template", help="Only runs of this template (id or exact name)."),
+    server: str | None = SERVER, token: str | None = TOKEN, json_output: bool = JSON,
+) -> None:
+    """Subscribe URL; prints the signing secret (shown this once) on stdout."""
+    from orchestra.cli.template import template_id
+
+    with connect(ctx, server, token) as client:
+        body = {"url": url, "events": list(event) or list(EVENTS)}
+        if template is not None:
+            body["template_id"] = template_id(client, template)
+        created = client.post(PATH, json=body)
+    if json_output:
+        print_json({k: v for k, v in created.items() if k != "message"})
+        return
+    sys.stdout.write(created["secret"] + "\n")
+    success(f"added subscription {created['subscription_id']}; the secret above is shown only now")
+
+
+@app.command("list")
+@handle_errors
+def list_subscriptions(ctx: typer.Context, server: str | None = SERVER, token: str | None = TOKEN,
+                       json_output: bool = JSON) -> None:
+    """List your subscriptions (never their secrets)."""
+    from rich.table import Table
+
+    with connect(ctx, server, token) as client:
+        rows = client.get_all(PATH, "subscriptions")
+    if json_output:
+        print_json(rows)
+        return
+    table = Table("url", "events", "template_id")
+    table.add_column("subscription_id", no_wrap=True, min_width=36)
+    for s in rows:
+        table.add_row(s["url"], ", ".join(s["events"]), s.get("template_id") or "", s["subscription_id"])
+    out.print(table)
+
+
+@app.command()
+@handle_errors
+def deliveries(ctx: typer.Context, subscription: str = SUBSCRIPTION, server: str | None = SERVER,
+               token: str | None = TOKEN, json_output: bool = JSON) -> None:
+    """A subscription's deliveries, newest first, with each attempt's response code."""
+    from rich.table import Table
+
+    with connect(ctx, server, token) as client:
+        rows = client.get(f"{PATH}/{subscription}/deliveries")["deliveries"]
+    if json_output:
+        print_json(rows)
+        return
+    table = Table("event", "trace_id", "status", "attempts", "next attempt")
+    table.add_column("delivery_id", no_wrap=True, min_width=36)
+    for d in rows:
+        codes = " ".join(str(a["response_code"] or "—") for a in d["attempts"])
+        table.add_row(d["event"], d["trace_id"], d["status"], codes, d.get("next_attempt_at") or "", d["delivery_id"])
+    out.print(table)
+
+
+@app.command()
+@handle_errors
+def retry(ctx: typer.Context, subscription: str = SUBSCRIPTION,
+          delivery: str = typer.Argument(..., help="A delivery_id."),
+          server: str | None = SERVER, token: str | None = TOKEN) -> None:
+    """Attempt a delivery again now (the same webhook-id and body)."""
+    with connect(ctx, server, token) as client:
+        client.post(f"{PATH}/{subscription}/deliveries/{delivery}/retry")
+    success(f"delivery {delivery} will be attempted again now")
+
+
+@app.command()
+@handle_errors
+def remove(ctx: typer.Context, subscription: str = SUBSCRIPTION, yes: bool = YES, server: str | None = SERVER,
+           token: str | None = TOKEN) -> None:
+    """Remove a subscription and its deliveries (pending ones are not sent)."""
+    confirm(f"remove subscription {subscription}", yes)
+    with connect(ctx, server, token) as client:
+        client.delete(f"{PATH}/{subscription}")
+    success(f"removed subscription {subscription}")

@@ -1,0 +1,197 @@
+"""Workflow steps (SPEC §14): a durable child run per step instance, waited for without
+holding a store connection, its end read from the child's own events.
+
+The child's trace id is derived from the parent's, the instance's path and the attempt
+(`child_id`), and the child is stored — with its step rows, the parent step's
+`child_trace_id` and the parent's `child_started` — in one fenced transaction of the
+parent's owner (`store/children.py`). So whoever runs the parent step again after a
+take-over finds the same child and waits for it: a finished child is never run again, a
+running one goes on under its own owner (a take-over of the child is an ordinary
+resume). The wait follows the child's event feed (signals across processes; no poll, no
+connection held): a child's `reply_requested` / `reply_received` are shown on the parent
+with `child_trace_id` (answered on the child's trace), and its terminal event ends the
+wait. While it waits the parent holds no run slot (`LiveRun.child_waits`).
+
+A parent that ends other than succeeded cancels its active descendants (all levels at
+once, `cancel_descendants`); a step that ends without its child (a timeout, a failed
+sibling) cancels that child. A child template deleted before or while the parent waits
+fails the step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from orchestra.engine.feed import Feeds
+from orchestra.engine.language import schemas
+from orchestra.engine.language.expressions import ExpressionError, Scope, text_of
+from orchestra.engine.language.model import MAX_CHAIN
+from orchestra.engine.language.sandbox import Sandbox
+from orchestra.engine.live import LiveRun, StepFailure
+from orchestra.engine.model import At, StepDef, StopReason
+from orchestra.engine.records import Records
+from orchestra.engine.store import RunStore
+from orchestra.engine.store.children import MIRRORED, ChildRuns, NewChild
+from orchestra.engine.vocabulary import EventKind, RunStatus
+
+logger = logging.getLogger("orchestra.engine")
+
+_NAMESPACE = uuid.UUID("6f1c2b8e-4d0a-5e7f-9a3b-c5d6e7f80912")
+TEMPLATE_CHECK_SECONDS = 2.0  # how often a waiting parent looks whether the child's template still exists
+_OWN_FIELDS = ("trace_id", "seq", "ts", "step_id", "path", "attempt")  # the parent's event has its own
+_TERMINAL_STATUS = {EventKind.RUN_FINISHED: RunStatus.SUCCEEDED, EventKind.RUN_CANCELLED: RunStatus.CANCELLED}
+
+
+def child_id(parent_trace_id: str, path: str, attempt: int) -> str:
+    """The child run of a step instance's attempt: the same id whoever computes it."""
+    return str(uuid.uuid5(_NAMESPACE, f"{parent_trace_id}/{path}/{attempt}"))
+
+
+class ChildSteps:
+    """Engine part: one attempt of a `workflow` step, and the cancel of descendants.
+    `submit` and `cancel` are the engine's (set by it once built)."""
+
+    def __init__(self, *, store: RunStore, records: Records, feeds: Feeds, sandbox: Sandbox,
+                 stopping: Callable[[], bool]) -> None:
+        self.store = store
+        self.children = ChildRuns(store)
+        self.records = records
+        self.feeds = feeds
+        self.sandbox = sandbox
+        self.stopping = stopping
+        self.submit: Callable[[str], Awaitable[None]] | None = None
+        self.cancel: Callable[..., Awaitable[None]] | None = None
+        self._tasks: set[asyncio.Task] = set()
+
+    async def attempt(self, live: LiveRun, step: StepDef, at: At, scope: Scope, attempt: int) -> Any:
+        """Start (or find) the attempt's child run and wait for its end; its output."""
+        flow = step.workflow
+        child = child_id(live.trace_id, at.path, attempt)
+        live.child_waits += 1  # from now on this run holds no slot: the child may take it
+        live.waiting.add(at.path)
+        try:
+            if not await self.children.exists(child):
+                await self._start(live, at, flow, scope, child)
+            await self.store.release()
+            status, output, error = await self._wait(live, at, flow["template"], child)
+        except asyncio.CancelledError:
+            if not self.stopping() and live.stop_reason not in (StopReason.HANDBACK, StopReason.LOST):
+                self.in_background(self._cancel_tree(child, "Its parent step ended."))
+            raise
+        finally:
+            live.child_waits -= 1
+            live.waiting.discard(at.path)
+        self.records.event(live, at, EventKind.CHILD_FINISHED,
+                           {"child_trace_id": child, "path": at.path, "status": status})
+        if status != RunStatus.SUCCEEDED:
+            raise StepFailure(f"The child run {child} ({flow['template']}) {status}"
+                              + (f": {error}" if error else "."))
+        return output
+
+    async def _start(self, live: LiveRun, at: At, flow: dict[str, Any], scope: Scope, child: str) -> None:
+        """Store the child run (queued) with the parent's `child_started`, then submit it."""
+        try:
+            value = await scope.evaluate(flow["input"])
+        except ExpressionError as exc:
+            raise StepFailure(exc.message) from None
+        template = await self.children.template(flow["template"])
+        if template is None or (template.owner_id != live.owner_id and not template.shared):
+            raise StepFailure(f"The child template '{flow['template']}' no longer exists (or is no longer "
+                              "yours to run).")
+        steps, spec, number = template.steps, template.spec, template.version or None
+        if flow.get("version") is not None and flow["version"] != template.version:
+            pinned = await self.children.version(template.id, flow["version"])
+            if pinned is None:
+                raise StepFailure(f"The child template '{template.name}' has no version {flow['version']} "
+                                  f"(its latest is {template.version}).")
+            steps, spec, number = pinned.steps, pinned.spec, pinned.version
+        depth = await self.children.depth(live.trace_id) + 1
+        if depth > MAX_CHAIN:
+            raise StepFailure(f"The child run would be level {depth} of its chain; a chain holds at most "
+                              f"{MAX_CHAIN} runs (the top run and four levels of children).")
+        if "input_schema" in (spec or {}):
+            found = await schemas.check(value, spec["input_schema"], root="input", sandbox=self.sandbox)
+            if found:
+                raise StepFailure(f"The child's input does not match {template.name}'s input_schema: "
+                                  f"{schemas.describe(found)}")
+            new = NewChild(child, live.owner_id, template, depth, "", value, steps, spec, number)
+        else:
+            new = NewChild(child, live.owner_id, template, depth, text_of(value), None, steps, spec, number)
+        started = live.tagged(at, {"child_trace_id": child, "path": at.path, "template_id": template.id})
+        await asyncio.shield(live.writes.submit(self.children.start, live.trace_id, at, new, started))
+        await self.store.release()
+        await self.submit(child)
+
+    async def _wait(self, live: LiveRun, at: At, template_id: str,
+                    child: str) -> tuple[str, Any, str | None]:
+        """(status, output, error) of the child once it ended; its questions shown here."""
+        shown = await self.children.shown(live.trace_id, child)
+        await self.store.release()
+        follow = self.feeds.follow(child, after=0, ping_every=TEMPLATE_CHECK_SECONDS)
+        try:
+            async for event in follow:
+                if event is None:
+                    await self._template_still_there(template_id, child)
+                    continue
+                key = (event.kind, event.data.get("request_id"))
+                if event.kind in MIRRORED and key not in shown:
+                    shown.add(key)
+                    data = {k: v for k, v in event.data.items() if k not in _OWN_FIELDS}
+                    self.records.event(live, at, event.kind, {
+                        **data, "child_trace_id": child, "child_step_id": event.data.get("step_id"),
+                        "child_path": event.data.get("path")})
+                if event.terminal:
+                    status = event.data.get("status") or _TERMINAL_STATUS.get(event.kind, RunStatus.FAILED)
+                    return status, event.data.get("output"), event.data.get("error") or event.data.get("reason")
+        finally:
+            await follow.aclose()
+            await self.store.release()
+        raise StepFailure(f"The child run {child} ended without a terminal event.")
+
+    async def _template_still_there(self, template_id: str, child: str) -> None:
+        exists = await self.children.template_exists(template_id)
+        await self.store.release()
+        if not exists:
+            await self._cancel_tree(child, "Its template was deleted.")
+            raise StepFailure(f"The child template '{template_id}' was deleted while this step "
+                              f"waited for its run {child}.")
+
+    # -- cancelling descendants ---------------------------------------------------------
+    async def cancel_descendants(self, trace_id: str, reason: str) -> None:
+        """Cancel every active run below `trace_id` (all levels), all at once."""
+        found = await self.children.active_below(trace_id)
+        await self.store.release()
+        if found:
+            await asyncio.gather(*(self.cancel(child, reason=reason) for child in found), return_exceptions=True)
+
+    def cancel_descendants_soon(self, trace_id: str, reason: str) -> None:
+        """`cancel_descendants` in the background (a run's end does not wait for it)."""
+        self.in_background(self.cancel_descendants(trace_id, reason))
+
+    async def _cancel_tree(self, child: str, reason: str) -> None:
+        await asyncio.gather(self.cancel(child, reason=reason), self.cancel_descendants(child, reason))
+
+    def in_background(self, work: Awaitable[None]) -> None:
+        """Run `work` as a kept task; a failure is logged (the children's own leases and
+        cancel flags finish the job)."""
+
+        async def quietly() -> None:
+            try:
+                await work
+            except Exception:  # noqa: BLE001 - the store may be away, the engine stopping
+                logger.warning("could not cancel child runs", exc_info=True)
+
+        task = asyncio.get_running_loop().create_task(quietly())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def close(self) -> None:
+        """Let the background cancels finish (a little)."""
+        if self._tasks:
+            with contextlib.suppress(Exception):
+                await asyncio.wait(list(self._tasks), timeout=2)

@@ -1,0 +1,100 @@
+"""The run store's statements about child runs (SPEC §14): a child stored with its
+parent's link and `child_started` in one fenced write of the parent's owner, the
+active runs below a run, and what a waiting parent reads (its template, its questions
+shown already)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from orchestra.db.models import (
+    RunEvent,
+    RunStep,
+    TemplateVersion,
+    WorkflowRun,
+    WorkflowTemplate,
+    utcnow,
+)
+from orchestra.engine.model import At
+from orchestra.engine.store.events import Event
+from orchestra.engine.store.runs import RunStore
+from orchestra.engine.vocabulary import ACTIVE, EventKind, RunStatus, StepStatus
+
+MIRRORED = (EventKind.REPLY_REQUESTED, EventKind.REPLY_RECEIVED)
+
+
+@dataclass(frozen=True)
+class NewChild:
+    """A child run about to be stored."""
+
+    trace_id: str
+    owner_id: str
+    template: WorkflowTemplate
+    depth: int
+    input_text: str
+    input_value: Any
+    steps: list[dict[str, Any]]  # the version it runs (SPEC §13): its steps and spec
+    spec: dict[str, Any] | None
+    version: int | None
+
+
+class ChildRuns:
+    """Child runs in the store, as a parent's owner writes and reads them."""
+
+    def __init__(self, store: RunStore) -> None:
+        self.store = store
+        self.db = store.db
+
+    async def exists(self, trace_id: str) -> bool:
+        return await self.db.exists(WorkflowRun.select(WorkflowRun.trace_id).where(WorkflowRun.trace_id == trace_id))
+
+    async def template(self, template_id: str) -> WorkflowTemplate | None:
+        return await WorkflowTemplate.aget_or_none(WorkflowTemplate.id == template_id)
+
+    async def version(self, template_id: str, number: int) -> TemplateVersion | None:
+        return await TemplateVersion.aget_or_none(
+            (TemplateVersion.template == template_id) & (TemplateVersion.version == number))
+
+    async def template_exists(self, template_id: str) -> bool:
+        return await self.db.exists(WorkflowTemplate.select(WorkflowTemplate.id)
+                                    .where(WorkflowTemplate.id == template_id))
+
+    async def depth(self, trace_id: str) -> int:
+        rows = await self.db.list(WorkflowRun.select(WorkflowRun.depth).where(WorkflowRun.trace_id == trace_id))
+        return (rows[0].depth or 1) if rows else 1
+
+    async def start(self, parent: str, at: At, child: NewChild, started: dict[str, Any]) -> list[Event]:
+        """The child run (queued, its step rows pending), the parent step's
+        `child_trace_id` and the parent's `child_started`, in one fenced transaction."""
+        template = child.template
+
+        async def store() -> list[Event]:
+            await self.db.aexecute(WorkflowRun.insert(
+                trace_id=child.trace_id, owner=child.owner_id, template=template.id,
+                template_name=template.name, steps=child.steps, spec=child.spec, template_version=child.version,
+                input=child.input_text, input_value=child.input_value, files=[], status=RunStatus.QUEUED,
+                parent_trace_id=parent, parent_path=at.path, depth=child.depth, created_at=utcnow()))
+            await self.db.aexecute(RunStep.insert_many([
+                {"run": child.trace_id, "step_id": s["id"], "path": s["id"], "status": StepStatus.PENDING}
+                for s in child.steps]))
+            await self.store.set_step(parent, at.path, child_trace_id=child.trace_id)
+            return await self.store.events.insert(parent, [(EventKind.CHILD_STARTED, started, at)])
+
+        return await self.store.write(parent, store)
+
+    async def active_below(self, trace_id: str) -> list[str]:
+        """Every active run below `trace_id`, all levels, top down."""
+        found, level = [], [trace_id]
+        while level:
+            rows = await self.db.list(WorkflowRun.select(WorkflowRun.trace_id).where(
+                WorkflowRun.parent_trace_id.in_(level) & WorkflowRun.status.in_(list(ACTIVE))))
+            level = [row.trace_id for row in rows]
+            found += level
+        return found
+
+    async def shown(self, parent: str, child: str) -> set[tuple[str, Any]]:
+        """The child's questions (and answers) the parent shows already."""
+        rows = await self.db.list(RunEvent.select(RunEvent.kind, RunEvent.data).where(
+            (RunEvent.run == parent) & RunEvent.kind.in_(list(MIRRORED))))
+        return {(row.kind, row.data.get("request_id")) for row in rows if row.data.get("child_trace_id") == child}

@@ -1,0 +1,111 @@
+"""Secret values kept out of what a process writes or sends (SPEC §14): events, outputs,
+errors, log lines, trace spans and metric labels show `***` in their place.
+
+Every secret value this process has loaded (an HTTP step reading the ones it names, an
+administrator storing one) is remembered here; `scrub` replaces each occurrence in a
+text or, recursively, in a JSON value, and the log filter applies it to every record.
+Values shorter than MIN_LENGTH are refused at entry (a two-letter secret would turn
+half the words of a log into `***`). The set is bounded: the oldest values go first.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import OrderedDict
+from typing import Any
+
+MASK = "***"
+MIN_LENGTH = 4
+_KEPT = 10_000  # values remembered at most, per process
+
+_known: OrderedDict[str, None] = OrderedDict()
+_pattern: re.Pattern[str] | None = None
+
+
+def remember(values: Any) -> None:
+    """Add secret values (an iterable of strings) to what this process redacts."""
+    global _pattern
+    changed = False
+    for value in values:
+        if isinstance(value, str) and len(value) >= MIN_LENGTH:
+            if value in _known:
+                _known.move_to_end(value)
+                continue
+            _known[value] = None
+            changed = True
+            while len(_known) > _KEPT:
+                _known.popitem(last=False)
+    if changed:
+        _pattern = None
+
+
+def forget(value: str) -> None:
+    """A deleted or replaced secret's old value: nothing new will carry it."""
+    global _pattern
+    if _known.pop(value, False) is None:
+        _pattern = None
+
+
+def _compiled(values: tuple[str, ...] | None) -> re.Pattern[str] | None:
+    global _pattern
+    if values is not None:
+        usable = sorted({v for v in values if isinstance(v, str) and len(v) >= MIN_LENGTH}, key=len, reverse=True)
+        return re.compile("|".join(map(re.escape, usable))) if usable else None
+    if _pattern is None and _known:
+        _pattern = re.compile("|".join(map(re.escape, sorted(_known, key=len, reverse=True))))
+    return _pattern
+
+
+def scrub_text(text: str, values: tuple[str, ...] | None = None) -> str:
+    """`text` with every secret (those given, else every one this process knows) as ***."""
+    pattern = _compiled(values)
+    if pattern is None or not isinstance(text, str):
+        return text
+    return pattern.sub(MASK, text)
+
+
+def scrub(value: Any, values: tuple[str, ...] | None = None) -> Any:
+    """A JSON value with every secret in its strings (keys included) as ***."""
+    pattern = _compiled(values)
+    if pattern is None:
+        return value
+    return _walk(value, pattern)
+
+
+def _walk(value: Any, pattern: re.Pattern[str]) -> Any:
+    if isinstance(value, str):
+        return pattern.sub(MASK, value)
+    if isinstance(value, dict):
+        return {_walk(k, pattern): _walk(v, pattern) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_walk(v, pattern) for v in value]
+    return value
+
+
+def known() -> bool:
+    return bool(_known)
+
+
+def scrub_record(record: Any) -> None:
+    """A log record with every known secret as *** (its message, arguments merged, and
+    the text of its exception)."""
+    if not _known:
+        return
+    try:
+        message = record.getMessage()
+    except Exception:  # noqa: BLE001 - a record whose arguments do not fit stays as it is
+        return
+    cleaned = scrub_text(message)
+    if cleaned != message:
+        record.msg, record.args = cleaned, None
+    if record.exc_info:
+        import traceback
+
+        text = "".join(traceback.format_exception(*record.exc_info))
+        cleaned = scrub_text(text)
+        if cleaned != text:
+            record.exc_info, record.exc_text = None, cleaned.rstrip("\n")
+    for key in ("request", "host"):
+        extra = getattr(record, key, None)
+        if isinstance(extra, str):
+            setattr(record, key, scrub_text(extra))

@@ -1,0 +1,240 @@
+"""Delivering the outbox (SPEC §11): every server process runs a `DeliveryLoop`; each
+pending delivery is attempted by one process at a time.
+
+A process claims due deliveries in a short transaction (`FOR UPDATE SKIP LOCKED` on
+PostgreSQL), stamping them with its own `claim_token` and a `claim_until`; it then
+sends them with no store connection held, and records each outcome with an update
+conditioned on that token (fenced): a process that stalled past its claim, while
+another took the delivery over, writes nothing. A process killed mid-attempt leaves the
+claim to run out (CLAIM_SECONDS); the delivery is then attempted again, with the same
+`webhook-id` and body.
+
+Each attempt is signed per Standard Webhooks (the `standardwebhooks` package):
+`webhook-id` is `msg_<delivery_id>` on every attempt, `webhook-timestamp` the attempt's
+time, `webhook-signature` `v1,<base64 HMAC-SHA256 of "id.timestamp.body">`. A 2xx
+answer ends it; anything else (another status, a refused or failed connection, a
+timeout) is retried after 5 s, 10 s, 20 s … at most an hour apart, for
+ORCHESTRA_WEBHOOK_RETRY_HOURS from the event, then the delivery is `failed`. Every
+connection obeys the egress rule (ORCHESTRA_EGRESS_ALLOW); no redirect is followed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+import random
+from typing import Any
+
+import httpx2
+from peewee import fn
+from standardwebhooks.webhooks import Webhook
+
+from orchestra.core import Core
+from orchestra.db.models import new_id, utcnow
+from orchestra.db.outage import StoreOutage, backoff, release_quietly
+from orchestra.db.trigger_models import EventSubscription, WebhookDelivery
+from orchestra.egress import SETTING as EGRESS_SETTING
+from orchestra.egress import find_refusal
+from orchestra.tls import client_tls
+
+logger = logging.getLogger("orchestra.deliveries")
+
+BATCH = 20  # deliveries claimed at once
+CONCURRENCY = 10  # attempts in flight per process
+ATTEMPT_TIMEOUT = 15.0  # seconds for one attempt (connect, send, the answer's head)
+CLAIM_SECONDS = 30.0  # a claim outlives any attempt (ATTEMPT_TIMEOUT); past it another process takes over
+IDLE_SECONDS = 5.0  # the longest sleep (deliveries queued by other processes are seen by then)
+FIRST_RETRY_SECONDS = 5.0
+RETRY_CAP_SECONDS = 3600.0
+ATTEMPTS_KEPT = 50  # the newest attempts kept on a delivery
+ERROR_MAX = 300
+
+
+def webhook_id(delivery_id: str) -> str:
+    return f"msg_{delivery_id}"
+
+
+def retry_delay(failures: int) -> float:
+    """Seconds before the next attempt after `failures` failed ones (±10 % jitter)."""
+    base = min(RETRY_CAP_SECONDS, FIRST_RETRY_SECONDS * 2 ** (failures - 1))
+    return base * random.uniform(0.9, 1.1) if base < RETRY_CAP_SECONDS else base
+
+
+class DeliveryLoop:
+    """This process's delivery loop; owned by the server's lifecycle (web/app.py)."""
+
+    def __init__(self, core: Core) -> None:
+        self.core = core
+        self.outage: StoreOutage = core.extras.setdefault("store_outage", StoreOutage())
+        self.task: asyncio.Task | None = None
+        self._wake = asyncio.Event()
+        self._stopping = False
+        self._client: httpx2.AsyncClient | None = None
+
+    def start(self) -> None:
+        self.core.extras["delivery_loop"] = self
+        self.task = asyncio.get_running_loop().create_task(self._loop(), name="webhook-deliveries")
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def stop(self) -> None:
+        """Stop claiming; attempts in flight get ATTEMPT_TIMEOUT to finish (else their
+        claims run out and another process tries again)."""
+        self._stopping = True
+        self._wake.set()
+        self.core.extras.pop("delivery_loop", None)
+        if self.task is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(self.task), timeout=ATTEMPT_TIMEOUT + 2)
+            except TimeoutError:
+                self.task.cancel()
+                await asyncio.gather(self.task, return_exceptions=True)
+        if self._client is not None:
+            await self._client.aclose()
+
+    @property
+    def client(self) -> httpx2.AsyncClient:
+        if self._client is None:
+            self._client = httpx2.AsyncClient(
+                timeout=ATTEMPT_TIMEOUT, follow_redirects=False,
+                transport=self.core.settings.egress.transport(verify=client_tls()),
+                headers={"User-Agent": "orchestra-webhooks"},
+            )
+        return self._client
+
+    async def _loop(self) -> None:
+        failures = 0
+        while not self._stopping:
+            self._wake.clear()
+            try:
+                claimed = await self.claim()
+                await release_quietly(self.core.db)
+                if claimed:
+                    await self.attempt_all(claimed)
+                wait = 0.0 if len(claimed) >= BATCH else await self._seconds_to_next()
+                self.outage.succeeded()
+                failures = 0
+            except Exception as exc:  # noqa: BLE001 - the loop must outlive any one round
+                failures += 1
+                if not self.outage.failed(exc, "delivering webhooks"):
+                    logger.exception("delivering webhooks failed")
+                wait = backoff(failures, cap=5.0)
+            finally:
+                await release_quietly(self.core.db)
+            if self._stopping:
+                break
+            if wait > 0:
+                try:
+                    async with asyncio.timeout(wait):
+                        await self._wake.wait()
+                except TimeoutError:
+                    pass
+
+    async def _seconds_to_next(self) -> float:
+        rows = await self.core.db.list(
+            WebhookDelivery.select(fn.MIN(WebhookDelivery.next_attempt_at).alias("due"))
+            .where(WebhookDelivery.status == "pending").dicts())
+        due = rows[0]["due"] if rows else None
+        if due is None:
+            return IDLE_SECONDS
+        if isinstance(due, str):
+            due = dt.datetime.fromisoformat(due)
+        # A due delivery another process holds: look again shortly, not at once.
+        return max(0.2, min(IDLE_SECONDS, (due - utcnow()).total_seconds()))
+
+    async def claim(self) -> list[tuple[WebhookDelivery, EventSubscription, str]]:
+        """Due pending deliveries nobody holds, now held by this process (with its token)."""
+        core = self.core
+        now = utcnow()
+        token = new_id()
+        async with core.write_transaction():
+            query = (WebhookDelivery.select()
+                     .where((WebhookDelivery.status == "pending") & (WebhookDelivery.next_attempt_at <= now)
+                            & (WebhookDelivery.claim_until.is_null() | (WebhookDelivery.claim_until < now)))
+                     .order_by(WebhookDelivery.next_attempt_at).limit(BATCH))
+            if core.is_postgres:
+                query = query.for_update(skip_locked=True)
+            rows = await core.db.list(query)
+            if not rows:
+                return []
+            await core.db.aexecute(WebhookDelivery.update(
+                claim_token=token, claim_until=now + dt.timedelta(seconds=CLAIM_SECONDS)
+            ).where(WebhookDelivery.id.in_([r.id for r in rows])))
+            subs = {s.id: s for s in await core.db.list(EventSubscription.select().where(
+                EventSubscription.id.in_(list({r.subscription_id for r in rows}))))}
+        return [(row, subs[row.subscription_id], token) for row in rows if row.subscription_id in subs]
+
+    async def attempt_all(self, claimed: list[tuple[WebhookDelivery, EventSubscription, str]]) -> None:
+        gate = asyncio.Semaphore(CONCURRENCY)
+
+        async def one(row: WebhookDelivery, sub: EventSubscription, token: str) -> None:
+            async with gate:
+                outcome = await self.send(row, sub)
+                await self.record(row, token, outcome)
+
+        await asyncio.gather(*(one(*item) for item in claimed))
+
+    async def send(self, row: WebhookDelivery, sub: EventSubscription) -> dict[str, Any]:
+        """One attempt, with no store connection held: `{at, response_code, error}`."""
+        at = dt.datetime.now(dt.UTC)
+        message_id = webhook_id(row.id)
+        try:
+            secret = self.core.secrets.decrypt(sub.secret_encrypted)
+            signature = Webhook(secret).sign(message_id, at, row.payload)
+        except Exception:  # noqa: BLE001 - a secret that cannot be read (a changed SECRET_KEY)
+            return _attempt(at, None, "the subscription's secret cannot be read (was ORCHESTRA_SECRET_KEY changed?)")
+        headers = {
+            "content-type": "application/json",
+            "webhook-id": message_id,
+            "webhook-timestamp": str(int(at.timestamp())),
+            "webhook-signature": signature,
+        }
+        try:
+            request = self.client.build_request("POST", sub.url, content=row.payload.encode(), headers=headers)
+            response = await self.client.send(request, stream=True)
+            await response.aclose()  # the answer's body is not read
+        except httpx2.HTTPError as exc:
+            refused = find_refusal(exc)
+            if refused is not None:
+                return _attempt(at, None, f"{refused} (setting: {EGRESS_SETTING})")
+            if isinstance(exc, httpx2.TimeoutException):
+                return _attempt(at, None, f"no answer within {ATTEMPT_TIMEOUT:g} s")
+            return _attempt(at, None, f"could not connect: {type(exc).__name__}: {exc}")
+        except Exception as exc:  # noqa: BLE001 - a URL httpx cannot use
+            return _attempt(at, None, f"could not send: {type(exc).__name__}: {exc}")
+        error = None if 200 <= response.status_code < 300 else f"answered {response.status_code}"
+        return _attempt(at, response.status_code, error)
+
+    async def record(self, row: WebhookDelivery, token: str, attempt: dict[str, Any]) -> bool:
+        """Store the attempt's outcome, fenced on the claim; whether it was stored."""
+        attempts = [*list(row.attempts or []), attempt][-ATTEMPTS_KEPT:]
+        now = utcnow()
+        values: dict[str, Any] = {"attempts": attempts, "claim_token": None, "claim_until": None}
+        if attempt["error"] is None:
+            values.update(status="delivered", next_attempt_at=None)
+        else:
+            failures = sum(1 for a in attempts if a["error"] is not None)
+            following = now + dt.timedelta(seconds=retry_delay(failures))
+            give_up = row.created_at + dt.timedelta(hours=self.core.settings.webhook_retry_hours)
+            if following > give_up:
+                values.update(status="failed", next_attempt_at=None)
+            else:
+                values.update(next_attempt_at=following)
+        for tries in range(1, 1000):
+            try:
+                stored = await self.core.db.aexecute(WebhookDelivery.update(**values).where(
+                    (WebhookDelivery.id == row.id) & (WebhookDelivery.claim_token == token)))
+                await release_quietly(self.core.db)
+                return bool(stored)
+            except Exception as exc:  # noqa: BLE001 - an outage: keep the outcome until the store is back
+                if not self.outage.failed(exc, "recording a webhook delivery") or self._stopping:
+                    return False
+                await asyncio.sleep(backoff(tries, cap=5.0))
+        return False
+
+
+def _attempt(at: dt.datetime, code: int | None, error: str | None) -> dict[str, Any]:
+    text = at.replace(tzinfo=None).isoformat(timespec="milliseconds") + "Z"
+    return {"at": text, "response_code": code, "error": None if error is None else error[:ERROR_MAX]}

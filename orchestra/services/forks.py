@@ -1,0 +1,169 @@
+"""Forks (SPEC §13): a new run from another's finished work, re-paying nothing reused.
+
+`POST /run/{trace_id}/fork {from_step?, input?, outputs?, version?}` checks the request,
+decides from the template's dependency graph and each step's rendered inputs which of
+the source's instances are reused (`fork_plan`), and stores the new run with those
+instances already `succeeded` (`reused`, their outputs copied, no usage: the source run
+keeps what it spent) and the overridden steps with their new outputs, before it is
+queued. The engine resumes from stored instances, so it runs only what is left, and
+announces each copied instance with `step_reused {source_trace_id}`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from orchestra.core import Core
+from orchestra.db.models import RunStep, WorkflowRun, WorkflowTemplate
+from orchestra.engine import instances
+from orchestra.engine.language import schemas
+from orchestra.engine.records import output_fields
+from orchestra.engine.run_task import step_output
+from orchestra.engine.sizes import check_reply_size
+from orchestra.engine.vocabulary import RunStatus, StepStatus
+from orchestra.errors import NotFoundError, ValidationError
+from orchestra.services import version_store, workflows
+from orchestra.services.fork_plan import Planner, Source
+from orchestra.services.template_diff import steps_by_id
+
+UNSET: Any = object()  # `input` not sent: the source's input
+PROBLEMS_MAX = 50  # problems listed for one fork's outputs
+_ROW_DEFAULTS = {"reused": False, "attempt": 1, "output": None, "output_value": None, "usage": None,
+                 "started_at": None, "finished_at": None}
+
+
+def downstream(steps: list[dict[str, Any]], root: str) -> set[str]:
+    """`root`'s top-level step (itself, or the container it is inside) and every
+    top-level step that depends on it, directly or through others."""
+    top = root
+    for step in steps:
+        if any(inner["id"] == root for inner, _d, _w in instances.walk([step])):
+            top = step["id"]
+    found, changed = {top}, True
+    while changed:
+        changed = False
+        for step in steps:
+            if step["id"] not in found and found & set(step.get("depends_on") or []):
+                found.add(step["id"])
+                changed = True
+    return found
+
+
+async def _fork_steps(core: Core, source: WorkflowRun, version: int | None
+                      ) -> tuple[list[dict[str, Any]], dict[str, Any], str, int | None]:
+    """(steps, spec, template name, version) the fork runs: the source's own, or
+    `version` of its template (404 when the template or that version is gone)."""
+    if version is None:
+        return source.steps, source.spec or {}, source.template_name, source.template_version
+    template = None
+    if source.template_id is not None:
+        template = await WorkflowTemplate.aget_or_none(WorkflowTemplate.id == source.template_id)
+    if template is None:
+        raise NotFoundError("The run's template was deleted, and its versions with it: a fork can "
+                            "only run the run's own steps (leave out `version`).")
+    # the fork is the source owner's run: the version must be one that owner may run
+    template = await workflows.get_template(core, user_id=source.owner_id, is_admin=False, template_id=template.id)
+    pinned = await version_store.for_run(core, template, version)
+    return pinned.steps, pinned.spec or {}, pinned.name, pinned.version
+
+
+async def _check_input(core: Core, value: Any, spec: dict[str, Any]) -> list[dict[str, str]]:
+    if "input_schema" in spec:
+        return await schemas.check(value, spec["input_schema"], root="input",
+                                   sandbox=core.engine.request_sandbox)
+    if not isinstance(value, str):
+        return [{"field": "input", "problem": "must be a string (this template has no input_schema)"}]
+    return []
+
+
+async def _check_outputs(core: Core, steps: list[dict[str, Any]], outputs: dict[str, Any],
+                         again: set[str]) -> list[dict[str, str]]:
+    """Each overridden output: a top-level step not run again, its value of the step's
+    output_schema (text for a step without one), no larger than a step's output may be."""
+    top = {step["id"]: step for step in steps}
+    inner = set(steps_by_id(steps)) - set(top)
+    problems: list[dict[str, str]] = []
+    for sid, value in outputs.items():
+        if len(problems) >= PROBLEMS_MAX:  # a hostile body of many unknown ids: enough said
+            break
+        field = f"outputs.{sid[:64]}"
+        step = top.get(sid)
+        if step is None:
+            problem = ("is inside a foreach or loop: only a top-level step's output can be set"
+                       if sid in inner else f"unknown step {sid[:64]!r}")
+            problems.append({"field": field, "problem": problem})
+        elif sid in again:
+            problems.append({"field": field, "problem": "is from_step or downstream of it: it runs again"})
+        elif "output_schema" in step:
+            problems += await schemas.check(value, step["output_schema"], root=field,
+                                            sandbox=core.engine.request_sandbox)
+        elif instances.kind_of(step) == "step" and not isinstance(value, str):
+            problems.append({"field": field, "problem": "must be text (this step has no output_schema)"})
+        if not problems:
+            check_reply_size(value, limit=core.settings.step_output_max_bytes)
+    return problems
+
+
+def _copied(trace_id: str, row: RunStep) -> dict[str, Any]:
+    """A source instance copied into the fork: its output, no usage."""
+    return {**_ROW_DEFAULTS, "run": trace_id, "step_id": row.step_id, "path": row.path or row.step_id,
+            "status": StepStatus.SUCCEEDED, "reused": True, "attempt": row.attempt,
+            "output": row.output, "output_value": row.output_value,
+            "started_at": row.started_at, "finished_at": row.finished_at}
+
+
+async def fork_run(
+    core: Core, *, user_id: str, is_admin: bool, trace_id: str, from_step: str | None = None,
+    input: Any = UNSET, outputs: dict[str, Any] | None = None, version: int | None = None,
+    trace_parent: str | None = None,
+) -> WorkflowRun:
+    """A new run of the source's owner that reuses every source instance the plan allows
+    (the source may still be active: what has succeeded so far counts)."""
+    source = await workflows.get_run(core, user_id=user_id, is_admin=is_admin, trace_id=trace_id)
+    steps, spec, name, number = await _fork_steps(core, source, version)
+    ids = steps_by_id(steps)
+    if from_step is not None and from_step not in ids:
+        listed = ", ".join(list(ids)[:50])
+        raise ValidationError.field("from_step", f"unknown step {from_step[:64]!r}; steps: {listed}")
+    outputs = dict(outputs or {})
+    new_input = workflows.run_input(source) if input is UNSET else input
+    again = downstream(steps, from_step) if from_step is not None else set()
+    problems = await _check_input(core, new_input, spec)
+    problems += await _check_outputs(core, steps, outputs, again)
+    if problems:
+        raise ValidationError(f"The fork cannot start: {schemas.describe(problems)}.", detail=problems)
+    rows = await core.db.list(RunStep.select().where(RunStep.run == source.trace_id))
+    by_path = {row.path or row.step_id: row for row in rows}
+    planner = Planner(
+        Source({path: (row.status, step_output(row)) for path, row in by_path.items()},
+               steps_by_id(source.steps), workflows.run_input(source)),
+        forced={from_step} if from_step else set(), overrides=outputs,
+        sandbox=core.engine.request_sandbox,
+    )
+    plan = await planner.run(steps, new_input)
+    structured = "input_schema" in spec
+    async with core.db.atomic():
+        run = await WorkflowRun.acreate(
+            owner=source.owner_id, template=source.template_id, template_name=name,
+            template_version=number, steps=steps, spec=spec or None,
+            input="" if structured else new_input, input_value=new_input if structured else None,
+            files=source.files, status=RunStatus.QUEUED, trace_parent=trace_parent,
+            forked_from={"trace_id": source.trace_id, "from_step": from_step, "outputs": list(outputs)},
+        )
+        reused = {path: _copied(run.trace_id, by_path[path]) for path in plan.reused}
+        new_rows = []
+        for step in steps:
+            sid = step["id"]
+            if sid in outputs:
+                fields = output_fields(outputs[sid], structured="output_schema" in step
+                                       or not isinstance(outputs[sid], str))
+                new_rows.append({**_ROW_DEFAULTS, "run": run.trace_id, "step_id": sid, "path": sid,
+                                 "status": StepStatus.SUCCEEDED, "reused": True, **fields})
+            elif sid not in reused:
+                new_rows.append({**_ROW_DEFAULTS, "run": run.trace_id, "step_id": sid, "path": sid,
+                                 "status": StepStatus.PENDING})
+        new_rows += reused.values()
+        for start in range(0, len(new_rows), 500):  # bounded statements for large maps
+            await core.db.aexecute(RunStep.insert_many(new_rows[start:start + 500]))
+    await core.engine.submit(run.trace_id)
+    return run

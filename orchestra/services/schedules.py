@@ -1,0 +1,178 @@
+"""Schedules (SPEC §11): a five-field cron in an IANA time zone that starts runs of a
+template as its owner. This module saves, reads and shows them; firing is
+`schedule_fires` (the loop every server process runs).
+
+A schedule's `next_due_at` is the next due time no process has handled yet. Saving
+one (create, or a change of cron, zone or enabled) sets it to the first due time after
+now: due times that passed before the save are never fired.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from orchestra.core import Core
+from orchestra.db.models import iso, utcnow
+from orchestra.db.trigger_models import ScheduleFire, WorkflowSchedule
+from orchestra.errors import NotFoundError, ValidationError
+from orchestra.services import cron
+from orchestra.services.paging import Page, keyset_page
+from orchestra.services.run_access import require_runnable
+from orchestra.services.trigger_runs import checked_input
+
+OVERLAPS = ("skip", "allow", "cancel_previous")
+CATCHUPS = ("none", "latest", "all")
+WINDOW_DEFAULT = 3600
+WINDOW_MAX = 7 * 24 * 3600
+
+
+def _known_id(value: str) -> bool:
+    return isinstance(value, str) and 0 < len(value) <= 36 and "\x00" not in value
+
+
+async def get_schedule(core: Core, *, user_id: str, schedule_id: str) -> WorkflowSchedule:
+    """The caller's schedule, or 404."""
+    row = None
+    if _known_id(schedule_id):
+        row = await WorkflowSchedule.aget_or_none(
+            (WorkflowSchedule.id == schedule_id) & (WorkflowSchedule.owner == user_id))
+    if row is None:
+        raise NotFoundError(f"No schedule has the id '{schedule_id}'.")
+    return row
+
+
+async def _fields(core: Core, user_id: str, body: dict[str, Any]) -> dict[str, Any]:
+    """Checked, normalized columns from a body (every field; the web layer fills defaults)."""
+    problems: list[dict[str, str]] = []
+    try:
+        tz = cron.zone(body["timezone"])
+    except cron.CronProblem as exc:
+        problems.append({"field": "timezone", "problem": str(exc)})
+        tz = None
+    expression = body["cron"]
+    if tz is not None:
+        try:
+            expression = cron.check(body["cron"], tz)
+        except cron.CronProblem as exc:
+            problems.append({"field": "cron", "problem": str(exc)})
+    if body["overlap"] not in OVERLAPS:
+        problems.append({"field": "overlap", "problem": f"must be one of {', '.join(OVERLAPS)}"})
+    if body["catchup"] not in CATCHUPS:
+        problems.append({"field": "catchup", "problem": f"must be one of {', '.join(CATCHUPS)}"})
+    window = body["catchup_window_seconds"]
+    if isinstance(window, bool) or not isinstance(window, int) or not 0 <= window <= WINDOW_MAX:
+        problems.append({"field": "catchup_window_seconds", "problem": f"must be an integer from 0 to {WINDOW_MAX}"})
+    try:
+        (template,) = await require_runnable(core, user_id=user_id, template_ids=[body["template_id"]],
+                                             field="template_id")
+    except ValidationError as exc:
+        problems += exc.detail
+        template = None
+    if template is not None:
+        try:
+            await checked_input(core, template, body["input"])
+        except ValidationError as exc:
+            problems += exc.detail
+    if problems:
+        summary = "; ".join(f"{p['field']}: {p['problem']}" for p in problems[:5])
+        raise ValidationError(f"Invalid schedule: {summary}.", detail=problems)
+    return {
+        "template": template.id, "cron": expression, "timezone": body["timezone"],
+        "input": body["input"], "overlap": body["overlap"], "catchup": body["catchup"],
+        "catchup_window_seconds": window, "enabled": bool(body["enabled"]),
+    }
+
+
+def _next_due(fields: dict[str, Any], now: dt.datetime) -> dt.datetime | None:
+    if not fields["enabled"]:
+        return None
+    tz = cron.zone(fields["timezone"])
+    due = cron.first_after(fields["cron"], tz, now.replace(tzinfo=cron.UTC))
+    return None if due is None else cron.to_naive_utc(due)
+
+
+async def create_schedule(core: Core, *, user_id: str, body: dict[str, Any]) -> WorkflowSchedule:
+    fields = await _fields(core, user_id, body)
+    now = utcnow()
+    row = await WorkflowSchedule.acreate(owner=user_id, next_due_at=_next_due(fields, now),
+                                         created_at=now, updated_at=now, **fields)
+    wake_fire_loop(core)
+    return row
+
+
+async def update_schedule(core: Core, *, user_id: str, schedule_id: str, body: dict[str, Any]) -> WorkflowSchedule:
+    """Replace every field. A changed cron, zone or `enabled` starts counting from now."""
+    row = await get_schedule(core, user_id=user_id, schedule_id=schedule_id)
+    fields = await _fields(core, user_id, body)
+    now = utcnow()
+    timing = (row.cron, row.timezone, row.enabled) != (fields["cron"], fields["timezone"], fields["enabled"])
+    values = dict(fields, updated_at=now)
+    if timing:
+        values["next_due_at"] = _next_due(fields, now)
+    async with core.write_transaction():
+        await core.db.aexecute(WorkflowSchedule.update(**values).where(WorkflowSchedule.id == row.id))
+    wake_fire_loop(core)
+    return await get_schedule(core, user_id=user_id, schedule_id=schedule_id)
+
+
+async def delete_schedule(core: Core, *, user_id: str, schedule_id: str) -> None:
+    row = await get_schedule(core, user_id=user_id, schedule_id=schedule_id)
+    await core.db.aexecute(WorkflowSchedule.delete().where(WorkflowSchedule.id == row.id))
+
+
+async def list_schedules(core: Core, *, user_id: str, limit: int, cursor: str | None) -> Page[WorkflowSchedule]:
+    query = WorkflowSchedule.select().where(WorkflowSchedule.owner == user_id)
+    return await keyset_page(core.db, query, kind="schedule", at=WorkflowSchedule.created_at,
+                             key=WorkflowSchedule.id, limit=limit, cursor=cursor)
+
+
+async def last_fires(core: Core, schedule_ids: list[str]) -> dict[str, ScheduleFire]:
+    """Each schedule's latest handled due time (one query per schedule, on the unique index)."""
+    found: dict[str, ScheduleFire] = {}
+    for schedule_id in schedule_ids:
+        rows = await core.db.list(
+            ScheduleFire.select().where(ScheduleFire.schedule == schedule_id)
+            .order_by(ScheduleFire.due_at.desc()).limit(1))
+        if rows:
+            found[schedule_id] = rows[0]
+    return found
+
+
+def schedule_view(row: WorkflowSchedule, last: ScheduleFire | None, *, now: dt.datetime | None = None) -> dict[str, Any]:
+    """A schedule as the API shows it: `next_fires` and `last_fire` in its own zone."""
+    tz = cron.zone(row.timezone)
+    upcoming: list[str] = []
+    if row.enabled:
+        start = row.next_due_at or now or utcnow()
+        # The next due time not yet handled, then the ones after it.
+        first = cron.from_naive_utc(start, tz) - dt.timedelta(seconds=1)
+        upcoming = [d.isoformat() for d in cron.next_fires(row.cron, tz, first)]
+    return {
+        "schedule_id": row.id,
+        "template_id": row.template_id,
+        "owner_id": row.owner_id,
+        "cron": row.cron,
+        "timezone": row.timezone,
+        "input": row.input,
+        "overlap": row.overlap,
+        "catchup": row.catchup,
+        "catchup_window_seconds": row.catchup_window_seconds,
+        "enabled": row.enabled,
+        "next_fires": upcoming,
+        "last_fire": None if last is None else {
+            "due_at": cron.iso_in(last.due_at, tz),
+            "trace_id": last.trace_id,
+            "outcome": last.outcome,
+            **({"error": last.error} if last.error else {}),
+        },
+        "created_at": iso(row.created_at),
+        "updated_at": iso(row.updated_at),
+    }
+
+
+def wake_fire_loop(core: Core) -> None:
+    """A schedule changed: this process's fire loop reads the next due time again."""
+    loop = core.extras.get("schedule_fire_loop")
+    if loop is not None:
+        loop.wake()

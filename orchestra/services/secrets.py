@@ -1,0 +1,124 @@
+"""Secrets (SPEC §14): values HTTP steps send, kept encrypted, never returned.
+
+Administrators store a secret by name; templates name it as `{{ secrets.NAME }}` in an
+HTTP step's URL and header values only (the template checks are in
+engine/language/validate.py and `missing_names` below). A value is stored as SecretBox
+ciphertext (Fernet, the key derived from the server secret, as provider keys are) plus
+a hint (`…abcd`, the last four characters of a value of 8 or more, else `…`); no route
+returns it. A run reads the values its step names when the step runs, and the values
+join this process's redaction set (orchestra/redaction.py).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from peewee import IntegrityError
+
+from orchestra import redaction
+from orchestra.core import Core
+from orchestra.db.models import Secret, iso, storable, utcnow
+from orchestra.errors import ConflictError, NotFoundError, ValidationError
+
+NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+NAME_RULE = "must be 1 to 64 letters, digits or '_', not starting with a digit"
+VALUE_MAX = 8192
+# Printable ASCII, space and tab: what an HTTP header value or a URL may carry as it is.
+VALUE = re.compile(rf"^[\t\x20-\x7e]{{{redaction.MIN_LENGTH},{VALUE_MAX}}}$")
+VALUE_RULE = (f"must be {redaction.MIN_LENGTH} to {VALUE_MAX} printable ASCII characters "
+              "(spaces and tabs allowed; no line breaks)")
+HINT_FROM = 8  # a shorter value shows no character of itself
+
+
+def hint(value: str) -> str:
+    return "…" + value[-4:] if len(value) >= HINT_FROM else "…"
+
+
+def clean_name(name: str) -> str:
+    if not isinstance(name, str) or not NAME.fullmatch(name):
+        raise ValidationError.field("name", NAME_RULE)
+    return name
+
+
+def clean_value(value: str) -> str:
+    if not isinstance(value, str) or not VALUE.fullmatch(value):
+        raise ValidationError.field("value", VALUE_RULE)
+    return value
+
+
+def secret_view(secret: Secret) -> dict[str, Any]:
+    """What a client sees of a secret: never its value."""
+    return {
+        "name": secret.name,
+        "hint": secret.hint,
+        "created_at": iso(secret.created_at),
+        "updated_at": iso(secret.updated_at),
+    }
+
+
+async def create_secret(core: Core, *, name: str, value: str, created_by: str | None = None) -> Secret:
+    """Store a new secret; 422 for a bad name or value, 409 for a name in use."""
+    name, value = clean_name(name), clean_value(value)
+    secret = Secret(name=name, value_encrypted=core.secrets.encrypt(value), hint=hint(value),
+                    created_by=created_by)
+    if await Secret.aget_or_none(Secret.name == name) is not None:
+        raise _taken(name)
+    try:
+        await secret.asave(force_insert=True)
+    except IntegrityError:  # a concurrent create took the name
+        raise _taken(name) from None
+    redaction.remember([value])
+    return secret
+
+
+async def update_secret(core: Core, *, name: str, value: str) -> Secret:
+    """Replace a secret's value; 404 for an unknown name."""
+    secret = await get_secret(name)
+    value = clean_value(value)
+    secret.value_encrypted, secret.hint, secret.updated_at = core.secrets.encrypt(value), hint(value), utcnow()
+    await secret.asave(only=[Secret.value_encrypted, Secret.hint, Secret.updated_at])
+    redaction.remember([value])
+    return secret
+
+
+async def list_secrets(core: Core) -> list[Secret]:
+    return await core.db.list(Secret.select().order_by(Secret.name))
+
+
+async def get_secret(name: str) -> Secret:
+    secret = await Secret.aget_or_none(Secret.name == name) if storable(name) and NAME.fullmatch(name) else None
+    if secret is None:
+        raise NotFoundError(f"No secret is named '{name}'.")
+    return secret
+
+
+async def delete_secret(core: Core, *, name: str) -> None:
+    """Delete a secret; a template that names it fails that step when it runs."""
+    secret = await get_secret(name)
+    await core.db.aexecute(Secret.delete().where(Secret.id == secret.id))
+
+
+async def missing_names(core: Core, names: set[str]) -> set[str]:
+    """Of `names`, those no secret has (a template naming one is a 422 at save)."""
+    if not names:
+        return set()
+    rows = await core.db.list(Secret.select(Secret.name).where(Secret.name.in_(sorted(names))))
+    return names - {row.name for row in rows}
+
+
+async def values(core: Core, names: set[str]) -> dict[str, str]:
+    """The plain values of `names` (for a step about to send them); a name that no
+    longer exists is left out. The values join this process's redaction set."""
+    if not names:
+        return {}
+    rows = await core.db.list(Secret.select(Secret.name, Secret.value_encrypted)
+                              .where(Secret.name.in_(sorted(names))))
+    found = {row.name: core.secrets.decrypt(row.value_encrypted) for row in rows}
+    redaction.remember(found.values())
+    return found
+
+
+def _taken(name: str) -> ConflictError:
+    return ConflictError(f"A secret named '{name}' exists already; change its value with "
+                         f"PUT /api/v1/resource/secret/{name}.")

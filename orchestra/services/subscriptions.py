@@ -1,0 +1,130 @@
+"""Outbound event subscriptions (SPEC §11): a user's URL, told of their runs' events
+(`run.succeeded`, `run.failed`, `run.cancelled`, `run.waiting_reply`), optionally only
+of one template's runs. The secret (`whsec_…`, 24 random bytes) is shown once, at
+creation, and kept encrypted; it signs every delivery. Queueing is `outbox`, sending
+`deliveries`; this module saves subscriptions and shows their deliveries.
+"""
+
+from __future__ import annotations
+
+import base64
+import secrets
+from typing import Any
+
+from orchestra.core import Core
+from orchestra.db.models import iso, utcnow
+from orchestra.db.trigger_models import EventSubscription, WebhookDelivery
+from orchestra.egress import SETTING as EGRESS_SETTING
+from orchestra.errors import NotFoundError, ValidationError
+from orchestra.services.deliveries import webhook_id
+from orchestra.services.outbox import TYPES
+from orchestra.services.paging import Page, keyset_page
+from orchestra.services.providers import BASE_URL
+from orchestra.services.run_access import require_runnable
+
+URL_MAX = 2048
+DELIVERIES_MAX = 200
+
+
+def new_secret() -> str:
+    return "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
+
+
+def _known_id(value: str) -> bool:
+    return isinstance(value, str) and 0 < len(value) <= 36 and "\x00" not in value
+
+
+async def get_subscription(core: Core, *, user_id: str, subscription_id: str) -> EventSubscription:
+    row = None
+    if _known_id(subscription_id):
+        row = await EventSubscription.aget_or_none(
+            (EventSubscription.id == subscription_id) & (EventSubscription.owner == user_id))
+    if row is None:
+        raise NotFoundError(f"No subscription has the id '{subscription_id}'.")
+    return row
+
+
+async def check_url(core: Core, url: str) -> str:
+    """The URL stripped; 422 naming `url` (and ORCHESTRA_EGRESS_ALLOW) when the egress
+    rule refuses its host."""
+    if not url.strip() or len(url) > URL_MAX or BASE_URL.search(url) is None:
+        raise ValidationError.field("url", "must be an http:// or https:// URL whose host is an IP "
+                                    "address or an ASCII host name, with an optional port up to 65535")
+    url = url.strip()
+    refusal = await core.settings.egress.url_refusal(url)
+    if refusal:
+        raise ValidationError(f"url: is refused: {refusal}", detail=[
+            {"field": "url", "problem": f"is refused: {refusal}", "setting": EGRESS_SETTING}])
+    return url
+
+
+async def create_subscription(core: Core, *, user_id: str, url: str, events: list[str],
+                              template_id: str | None) -> tuple[EventSubscription, str]:
+    """The stored subscription and its secret (shown this once)."""
+    unknown = [e for e in events if e not in TYPES]
+    if unknown or not events:
+        raise ValidationError.field("events", f"must be one or more of {', '.join(TYPES)}")
+    if template_id is not None:
+        await require_runnable(core, user_id=user_id, template_ids=[template_id], field="template_id")
+    url = await check_url(core, url)
+    secret = new_secret()
+    row = await EventSubscription.acreate(
+        owner=user_id, template=template_id, url=url, events=list(dict.fromkeys(events)),
+        secret_encrypted=core.secrets.encrypt(secret), created_at=utcnow())
+    return row, secret
+
+
+async def list_subscriptions(core: Core, *, user_id: str, limit: int, cursor: str | None) -> Page[EventSubscription]:
+    query = EventSubscription.select().where(EventSubscription.owner == user_id)
+    return await keyset_page(core.db, query, kind="subscription", at=EventSubscription.created_at,
+                             key=EventSubscription.id, limit=limit, cursor=cursor)
+
+
+async def delete_subscription(core: Core, *, user_id: str, subscription_id: str) -> None:
+    row = await get_subscription(core, user_id=user_id, subscription_id=subscription_id)
+    async with core.write_transaction():
+        await core.db.aexecute(WebhookDelivery.delete().where(WebhookDelivery.subscription == row.id))
+        await core.db.aexecute(EventSubscription.delete().where(EventSubscription.id == row.id))
+
+
+def subscription_view(row: EventSubscription) -> dict[str, Any]:
+    """A subscription as shown; never its secret."""
+    return {"subscription_id": row.id, "url": row.url, "events": row.events,
+            "template_id": row.template_id, "owner_id": row.owner_id, "created_at": iso(row.created_at)}
+
+
+async def list_deliveries(core: Core, *, user_id: str, subscription_id: str,
+                          limit: int = DELIVERIES_MAX) -> list[WebhookDelivery]:
+    """The subscription's newest deliveries first."""
+    row = await get_subscription(core, user_id=user_id, subscription_id=subscription_id)
+    return await core.db.list(WebhookDelivery.select().where(WebhookDelivery.subscription == row.id)
+                              .order_by(WebhookDelivery.created_at.desc(), WebhookDelivery.id.desc())
+                              .limit(limit))
+
+
+async def retry_delivery(core: Core, *, user_id: str, subscription_id: str, delivery_id: str) -> WebhookDelivery:
+    """Attempt the delivery again now (pending again, whatever it was), same webhook-id.
+    Past the retry window (ORCHESTRA_WEBHOOK_RETRY_HOURS) that is one attempt; within it,
+    the backoff goes on from there."""
+    row = await get_subscription(core, user_id=user_id, subscription_id=subscription_id)
+    where = (WebhookDelivery.id == delivery_id) & (WebhookDelivery.subscription == row.id)
+    if not _known_id(delivery_id) or await WebhookDelivery.aget_or_none(where) is None:
+        raise NotFoundError(f"No delivery has the id '{delivery_id}'.")
+    await core.db.aexecute(WebhookDelivery.update(status="pending", next_attempt_at=utcnow()).where(where))
+    loop = core.extras.get("delivery_loop")
+    if loop is not None:
+        loop.wake()
+    return await WebhookDelivery.aget(where)
+
+
+def delivery_view(row: WebhookDelivery) -> dict[str, Any]:
+    return {
+        "delivery_id": row.id,
+        "webhook_id": webhook_id(row.id),
+        "event": row.event,
+        "trace_id": row.trace_id,
+        "status": row.status,
+        "attempts": list(row.attempts or []),
+        "next_attempt_at": iso(row.next_attempt_at),
+        "created_at": iso(row.created_at),
+    }

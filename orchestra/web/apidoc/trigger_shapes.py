@@ -1,0 +1,99 @@
+"""Answer shapes of schedules and event subscriptions (SPEC §11), for the OpenAPI document."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from orchestra.web.apidoc.models import NextCursor, Shape, Success, Timestamp
+
+Outcome = Literal["started", "skipped", "missed", "failed"]
+DeliveryStatus = Literal["pending", "delivered", "failed"]
+EventType = Literal["run.succeeded", "run.failed", "run.cancelled", "run.waiting_reply"]
+Offset = Field(description="ISO 8601 with the offset of the schedule's zone at that instant.")
+
+
+class LastFire(Shape):
+    due_at: str = Field(description="ISO 8601 with the offset of the schedule's zone at that instant.")
+    trace_id: str | None = Field(description="The run it started (outcome started).")
+    outcome: Outcome
+    error: str | None = Field(None, description="Why it did not start a run (skipped, missed, failed).")
+
+
+class ScheduleView(Shape):
+    schedule_id: str
+    template_id: str
+    owner_id: str
+    cron: str = Field(description="Five fields, normalized to single spaces.")
+    timezone: str
+    input: Any = None
+    overlap: Literal["skip", "allow", "cancel_previous"]
+    catchup: Literal["none", "latest", "all"]
+    catchup_window_seconds: int
+    enabled: bool
+    next_fires: list[str] = Field(description="The next 5 due times (empty when disabled), ISO 8601 "
+                                  "with the offset of the schedule's zone at each instant.")
+    last_fire: LastFire | None
+    created_at: Timestamp
+    updated_at: Timestamp
+
+
+class Schedule(Success):
+    schedule_id: str
+    schedule: ScheduleView
+
+
+class ScheduleList(Success):
+    schedules: list[ScheduleView]
+    next_cursor: str | None = NextCursor()
+
+
+class SubscriptionView(Shape):
+    subscription_id: str
+    url: str
+    events: list[EventType]
+    template_id: str | None
+    owner_id: str
+    created_at: Timestamp
+
+
+class SubscriptionCreated(Success):
+    subscription_id: str
+    secret: str = Field(description="whsec_…: shown this once; verifies the signatures.")
+    subscription: SubscriptionView
+
+
+class Subscription(Success):
+    subscription_id: str
+    subscription: SubscriptionView
+
+
+class SubscriptionList(Success):
+    subscriptions: list[SubscriptionView]
+    next_cursor: str | None = NextCursor()
+
+
+class Attempt(Shape):
+    at: Timestamp
+    response_code: int | None = Field(description="null when no answer came (error says why).")
+    error: str | None
+
+
+class DeliveryView(Shape):
+    delivery_id: str
+    webhook_id: str = Field(description="The webhook-id header of every attempt.")
+    event: EventType
+    trace_id: str
+    status: DeliveryStatus
+    attempts: list[Attempt]
+    next_attempt_at: Timestamp | None
+    created_at: Timestamp
+
+
+class DeliveryList(Success):
+    deliveries: list[DeliveryView]
+
+
+class Delivery(Success):
+    delivery: DeliveryView

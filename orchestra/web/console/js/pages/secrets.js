@@ -1,0 +1,77 @@
+// Secrets (administrators): values HTTP steps send as {{ secrets.NAME }}. The API never
+// returns a value: the list shows names and hints (…abcd); a value is typed once, hidden.
+import { html, useState } from '../html.js';
+import { api } from '../api.js';
+import { TextField, ErrorBox, Notice, useLoad, when, problemsByField, ConfirmButton } from '../ui.js';
+
+function SetSecret({ onSet }) {
+  const [form, setForm] = useState({ name: '', value: '' });
+  const [error, setError] = useState(null);
+  const [busy, setBusy] = useState(false);
+  const problems = problemsByField(error);
+  const submit = async (e) => {
+    e.preventDefault();
+    setBusy(true);
+    try {
+      let answer;
+      try {
+        answer = await api('POST', '/resource/secret', form);
+      } catch (err) {
+        if (err.status !== 409) throw err;  // the name exists: set means replace its value
+        answer = await api('PUT', `/resource/secret/${encodeURIComponent(form.name)}`, { value: form.value });
+      }
+      setForm({ name: '', value: '' });
+      setError(null);
+      onSet(`Secret '${answer.name}' stored (${answer.hint}). Use it as {{ secrets.${answer.name} }} in an HTTP step's URL or headers.`);
+    } catch (err) {
+      setError(err);
+    } finally {
+      setBusy(false);
+    }
+  };
+  return html`<form class="card" onSubmit=${submit} aria-labelledby="set-secret">
+    <h2 id="set-secret">Store a secret</h2>
+    <div class="grid">
+      <${TextField} label="Name" value=${form.name} onInput=${(name) => setForm({ ...form, name })} required
+                    problem=${problems.name} hint="letters, digits or _; an existing name gets the new value" />
+      <${TextField} label="Value" type="password" value=${form.value} onInput=${(value) => setForm({ ...form, value })}
+                    required autocomplete="off" problem=${problems.value} hint="encrypted at rest, never shown again" />
+    </div>
+    <${ErrorBox} error=${error} />
+    <button type="submit" class="primary" disabled=${busy}>${busy ? 'Storing…' : 'Store secret'}</button>
+  </form>`;
+}
+
+export function Secrets() {
+  const [data, loadError, reload] = useLoad(() => api('GET', '/resource/secret'));
+  const [notice, setNotice] = useState('');
+  const [error, setError] = useState(null);
+  const remove = async (s) => {
+    try {
+      await api('DELETE', `/resource/secret/${encodeURIComponent(s.name)}`);
+      setNotice(`Secret '${s.name}' deleted.`);
+      reload();
+    } catch (err) {
+      setError(err);
+    }
+  };
+  return html`<section>
+    <h1>Secrets</h1>
+    <p class="hint">HTTP steps send them as <code>{{ secrets.NAME }}</code> in their URL or header values; anywhere
+      else a template is refused. Runs show <code>***</code> wherever a value could appear.</p>
+    <${Notice} text=${notice} />
+    <${ErrorBox} error=${loadError || error} />
+    <div class="table-wrap"><table class="stack secrets">
+      <thead><tr><th>Name</th><th>Value</th><th>Changed</th><th></th></tr></thead>
+      <tbody>
+        ${data && data.secrets.length === 0 && html`<tr><td colspan="4">No secrets yet.</td></tr>`}
+        ${data && data.secrets.map((s) => html`<tr key=${s.name} data-secret=${s.name}>
+          <td data-label="Name"><code>${s.name}</code></td><td data-label="Value">${s.hint}</td>
+          <td data-label="Changed">${when(s.updated_at)}</td>
+          <td><${ConfirmButton} label="Delete" confirm=${`Delete ${s.name}`} onConfirm=${() => remove(s)} /></td>
+        </tr>`)}
+      </tbody>
+    </table></div>
+    <${SetSecret} onSet=${(text) => { setNotice(text); reload(); }} />
+  </section>`;
+}

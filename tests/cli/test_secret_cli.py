@@ -1,0 +1,36 @@
+"""`orchestra secret set | list | delete` through a real server: the value comes from
+stdin (never argv), is never printed, and set replaces an existing secret's value."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.cli.cli_harness import api_world
+
+VALUE = "sk-cli-secret-0123456789wxyz"
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    with api_world(tmp_path_factory) as info:
+        yield info
+
+
+def test_secret_set_list_replace_delete(world):
+    cli = world["cli"]
+    done = cli("secret", "set", "CRM_KEY", "--value-stdin", input=VALUE + "\n")
+    assert done.returncode == 0, done.stderr
+    assert VALUE not in done.stdout + done.stderr and "…wxyz" in done.stderr
+    listed = cli("secret", "list", "--json")
+    assert listed.returncode == 0 and VALUE not in listed.stdout
+    assert '"CRM_KEY"' in listed.stdout and "…wxyz" in listed.stdout
+    again = cli("secret", "set", "CRM_KEY", "--value-stdin", input="another-value-1234\n")
+    assert again.returncode == 0 and "replaced" in again.stderr
+    assert [s["hint"] for s in world["api"].get("/resource/secret").json()["secrets"]] == ["…1234"]
+    bad = cli("secret", "set", "1bad", "--value-stdin", input=VALUE + "\n")
+    assert bad.returncode != 0 and "name" in bad.stderr and VALUE not in bad.stderr
+    gone = cli("secret", "delete", "CRM_KEY", "--yes")
+    assert gone.returncode == 0, gone.stderr
+    assert world["api"].get("/resource/secret").json()["secrets"] == []
+    missing = cli("secret", "delete", "CRM_KEY", "--yes")
+    assert missing.returncode != 0 and "No secret" in missing.stderr

@@ -1,0 +1,87 @@
+"""Composition in the console, in Chromium against a real server (SPEC §14): an
+administrator stores a secret (its value never shown again), builds a template whose
+steps are an HTTP request naming the secret and a child workflow in the step editor;
+the parent's run page opens the child run from its step, and the child's page links
+back; the secret never reaches the page."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from orchestra.testing.fake_http import FakeHttp
+from tests.console.test_console_first_hour import api, step
+
+expect = pytest.importorskip(
+    "playwright.sync_api", reason="browser tests need Playwright for Python: pip install -e '.[test]'"
+).expect
+
+VALUE = "console-secret-9876abcd"
+
+
+def test_secrets_http_steps_and_child_runs_in_the_console(console):
+    page = console.page
+    http = api(console, "root")
+    with FakeHttp() as target:
+        console.sign_in("root")
+        console.open("secrets")
+        page.get_by_role("heading", name="Secrets", exact=True).wait_for()
+        page.get_by_label("Name", exact=True).fill("CRM")
+        page.get_by_label("Value", exact=True).fill(VALUE)
+        page.get_by_role("button", name="Store secret").click()
+        page.get_by_text("Secret 'CRM' stored (…abcd).").wait_for()
+        expect(page.locator('tr[data-secret="CRM"]')).to_contain_text("…abcd")
+        assert VALUE not in page.content()
+
+        # the child: one HTTP step, built in the step editor
+        console.open("templates/new")
+        page.get_by_role("heading", name="New template").wait_for()
+        page.get_by_label("Name", exact=True).fill("lookup")
+        step(page, 0).get_by_label("Agent").select_option("http")
+        step(page, 0).get_by_label("Method").select_option("POST")
+        step(page, 0).get_by_label("URL").fill(target.url + "/echo?q={{ input }}")
+        step(page, 0).get_by_label("Headers").fill("Authorization: Bearer {{ secrets.CRM }}")
+        step(page, 0).get_by_label("Body").fill('{"company": "{{ input }}"}')
+        page.get_by_role("button", name="Save template").click()
+        page.get_by_text("Template 'lookup' created.").wait_for()
+        child_id = page.url.rsplit("/", 1)[1]
+        saved = http.get(f"/workflow/template/{child_id}").json()["template"]
+        assert saved["steps"][0]["http"] == {
+            "method": "POST", "url": target.url + "/echo?q={{ input }}",
+            "headers": {"Authorization": "Bearer {{ secrets.CRM }}"}, "body": {"company": "{{ input }}"}}
+
+        # a secret in the body is refused next to the field
+        step(page, 0).get_by_label("Body").fill('{"key": "{{ secrets.CRM }}"}')
+        page.get_by_role("button", name="Save template").click()
+        step(page, 0).get_by_text("secrets may be used only").wait_for()
+
+        # the parent: a workflow step calling it by name
+        console.open("templates/new")
+        page.get_by_role("heading", name="New template").wait_for()
+        page.get_by_label("Name", exact=True).fill("research")
+        step(page, 0).get_by_label("Agent").select_option("workflow")
+        step(page, 0).get_by_label("Template", exact=True).fill("lookup")
+        page.get_by_role("button", name="Save template").click()
+        page.get_by_text("Template 'research' created.").wait_for()
+        parent_id = page.url.rsplit("/", 1)[1]
+        saved = http.get(f"/workflow/template/{parent_id}").json()["template"]
+        assert saved["steps"][0]["workflow"] == {"template": child_id, "input": "input"}
+
+        started = http.post("/workflow/run", json={"template_id": parent_id, "input": "acme"})
+        trace_id = started.json()["trace_id"]
+        console.open(f"run/{trace_id}")
+        page.locator('section.run[data-status="succeeded"]').wait_for()
+        console.shot("parent-run")
+        page.get_by_role("link", name="Open the child run").click()
+        page.wait_for_url(re.compile(r"#/run/[0-9a-f-]{36}$"))
+        assert trace_id not in page.url
+        page.locator('section.run[data-status="succeeded"]').wait_for()
+        page.locator("p.parent-run").get_by_role("link").wait_for()
+        expect(page.locator("p.http-request")).to_contain_text("POST " + target.url + "/echo")
+        assert VALUE not in page.content()
+        assert "***" in page.content()  # the echoed header, redacted
+        page.locator("p.parent-run").get_by_role("link").click()
+        page.wait_for_url(re.compile(rf"#/run/{trace_id}$"))
+        console.shot("child-run")
+        assert console.errors == [], console.errors

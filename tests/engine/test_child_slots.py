@@ -1,0 +1,29 @@
+"""A parent waiting for its child run holds no run slot (SPEC §14): with
+ORCHESTRA_MAX_RUNS 1 a chain of three runs still finishes in one process."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestra.services import auth
+from orchestra.services import workflows as wf
+from tests.engine.test_engine import wait_status
+
+
+@pytest.fixture
+def settings_overrides():
+    return {"max_runs": 1}
+
+
+async def test_a_chain_runs_with_one_run_slot(core):
+    owner = (await auth.register(core, user_name="alice", password="password-123")).id
+
+    async def template(name, steps):
+        return (await wf.create_template(core, owner_id=owner, is_admin=False, name=name, steps=steps)).id
+
+    await template("leaf", [{"id": "q", "http": {"method": "GET", "url": "http://127.0.0.1:1/"}, "on_error": "continue"}])
+    await template("middle", [{"id": "m", "workflow": {"template": "leaf", "input": "input"}}])
+    top = await template("top", [{"id": "t", "workflow": {"template": "middle", "input": "input"}}])
+    run = await wf.start_run(core, user_id=owner, is_admin=False, template_id=top, input="x")
+    done = await wait_status(core, run.trace_id, "succeeded", "failed", timeout=20)
+    assert done.status == "succeeded", done.error
