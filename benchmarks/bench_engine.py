@@ -106,13 +106,14 @@ async def bench(steps: int, repeat: int) -> None:
             key = (config.provider_kind, config.provider_base_url, config.provider_api_key)
             timed = engine.agent_steps.clients[key] = TimedClient(engine.agent_steps.build_client(config))
 
-            overheads, walls, providers_s = [], [], []
+            overheads, walls, providers_s, cpus = [], [], [], []
             for _ in range(repeat):
                 timed.seconds = 0.0
-                began = time.perf_counter()
+                began, cpu_began = time.perf_counter(), time.process_time()
                 run = await wf.start_run(core, user_id=user.id, is_admin=False, template_id=template.id, input="go")
                 await engine.runs[run.trace_id].task
                 wall = time.perf_counter() - began
+                cpus.append((time.process_time() - cpu_began) / steps)
                 stored = await WorkflowRun.aget(WorkflowRun.trace_id == run.trace_id)
                 assert stored.status == "succeeded", stored.error
                 walls.append(wall)
@@ -121,6 +122,9 @@ async def bench(steps: int, repeat: int) -> None:
             report(f"run wall time, {steps} sequential steps", median(walls) * 1000, "ms")
             report("time inside the provider client", median(providers_s) * 1000, "ms")
             report("engine overhead per step (median of runs)", median(overheads) * 1000, "ms", "< 5 ms")
+            # CPU of this process (its store threads included) per step, provider client
+            # included: less at the mercy of other processes on a shared machine than wall time
+            report("process CPU per step (median of runs)", median(cpus) * 1000, "ms")
         finally:
             await core.engine.stop()
             await core.close()

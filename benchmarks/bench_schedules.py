@@ -88,7 +88,7 @@ def main() -> int:
             wait = (last - dt.datetime.now(dt.UTC).replace(tzinfo=None)).total_seconds() + 20
             time.sleep(max(0.0, wait))
             rows = asyncio.run(sql(pg_url, f"""
-                SELECT f.schedule_id, f.due_at, f.outcome, e.created_at AS started_at
+                SELECT f.schedule_id, f.due_at, f.outcome, f.fired_at, e.created_at AS started_at
                 FROM schedule_fire f
                 LEFT JOIN run_event e ON e.run_id = f.trace_id AND e.kind = 'run_started'
                 WHERE f.due_at >= '{first.isoformat()}' AND f.due_at <= '{last.isoformat()}'"""))
@@ -102,6 +102,12 @@ def main() -> int:
     report("fire lag due -> run_started p50", median(lags) * 1000, "ms")
     report("fire lag due -> run_started p99", percentile(lags, 99) * 1000, "ms", "< 2000 ms")
     report("fire lag due -> run_started max", max(lags, default=float("nan")) * 1000, "ms")
+    stored = [(row["fired_at"] - row["due_at"]).total_seconds() for row in rows]
+    report("  of which due -> fire stored p50", median(stored) * 1000, "ms")
+    report("  of which due -> fire stored p99", percentile(stored, 99) * 1000, "ms")
+    handed = [(row["started_at"] - row["fired_at"]).total_seconds() for row in rows if row["started_at"]]
+    report("  of which fire stored -> run_started p50", median(handed) * 1000, "ms")
+    report("  of which fire stored -> run_started p99", percentile(handed, 99) * 1000, "ms")
     for minute in sorted({row["due_at"] for row in rows}):
         these = [(r["started_at"] - r["due_at"]).total_seconds() for r in rows if r["due_at"] == minute and r["started_at"]]
         report(f"  due {minute:%H:%M} p99", percentile(these, 99) * 1000, "ms")

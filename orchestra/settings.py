@@ -26,6 +26,7 @@ class Settings:
     refresh_ttl: int = 7 * 24 * 3600
     rate_limit_register: str = "5/minute"
     rate_limit_login: str = "10/minute"
+    rate_limit_hook: str = "600/minute"  # calls of one inbound webhook (all senders together)
     limiter_storage: str = "async+memory://"
     host: str = "127.0.0.1"
     port: int = 8000
@@ -42,6 +43,7 @@ class Settings:
     hash_queue: int = 64  # hashes waiting beyond the running ones before 503
     llm_timeout: float = 60.0
     llm_retries: int = 3
+    llm_max_tokens: int = 4096  # a model answer's cap, sent with every call (what a budget reserves)
     llm_max_tool_rounds: int = 8
     schema_repairs: int = 2  # repair rounds of a structured answer that does not fit its schema
     sse_ping_seconds: float = 15.0
@@ -184,6 +186,8 @@ SETTING_DOCS: dict[str, SettingDoc] = {
     "refresh_ttl": SettingDoc("refresh token lifetime, seconds"),
     "rate_limit_register": SettingDoc("register attempts per client address"),
     "rate_limit_login": SettingDoc("login attempts per client address"),
+    "rate_limit_hook": SettingDoc(
+        "calls of one inbound webhook, whoever sends them (429 for that hook only)"),
     "limiter_storage": SettingDoc(
         "where rate-limit counters live: `async+redis://host:6379` to share them between processes "
         "(install the `redis` extra)"),
@@ -203,6 +207,9 @@ SETTING_DOCS: dict[str, SettingDoc] = {
     "hash_queue": SettingDoc("hashes that may wait beyond the running ones before login/register answer 503"),
     "llm_timeout": SettingDoc("seconds to wait on a model provider's answer"),
     "llm_retries": SettingDoc("retries of a provider error that may pass (429, 5xx, timeouts)"),
+    "llm_max_tokens": SettingDoc(
+        "tokens a model's answer may take, sent with every call as max_tokens; a run's budget "
+        "reserves this many at the output price before each call"),
     "llm_max_tool_rounds": SettingDoc("tool-call rounds an agent step may take"),
     "schema_repairs": SettingDoc(
         "times a model is told what was wrong and asked again when its answer does not match "
@@ -215,7 +222,8 @@ SETTING_DOCS: dict[str, SettingDoc] = {
         "it with `Last-Event-ID` (for proxies that cap connection lifetimes; `0`: never)"),
     "run_lease_seconds": SettingDoc("a run's owner renews its lease; when it dies, others take the run over after this"),
     "run_retention_days": SettingDoc(
-        "runs that ended more than this many days ago are deleted with their steps and events, "
+        "runs that ended more than this many days ago are deleted with their steps and events "
+        "(and schedules' fire records and ended webhook deliveries of that age), "
         "at start and hourly, by one process at a time (`0` keeps every run; "
         "`orchestra db prune` does it by hand)"),
     "run_max_attempts": SettingDoc("claims of one run before it ends `interrupted`"),

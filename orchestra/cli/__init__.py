@@ -1,5 +1,6 @@
 """The `orchestra` command: serve, db, user (straight against the store), and login,
-account, provider, node, tool, mcp, secret, skill, worker, template, file, workflow, reload (through
+account, key, hook, provider, node, tool, mcp, secret, skill, worker, template, file, workflow,
+versions, schedule, subscription, reload (through
 a server).
 
 Command modules import their heavy dependencies (the store, the HTTP client, the
@@ -51,6 +52,8 @@ def _register_commands() -> None:
         account,
         db,
         files,
+        hook,
+        key,
         login,
         mcp,
         node,
@@ -62,6 +65,7 @@ def _register_commands() -> None:
         subscription,
         template,
         tool,
+        usage,
         user,
         versions,
         worker,
@@ -71,8 +75,8 @@ def _register_commands() -> None:
     serve.register(app)
     app.add_typer(db.app, name="db")
     app.add_typer(user.app, name="user")
-    for area in (login, account, provider, node, tool, mcp, secret, skill, worker, template, files, workflow,
-                 versions, schedule, subscription):
+    for area in (login, account, key, provider, node, tool, mcp, secret, skill, worker, template, files,
+                 workflow, versions, schedule, subscription, hook, usage):
         area.register(app)
 
 

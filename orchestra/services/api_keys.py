@@ -16,6 +16,7 @@ import contextlib
 import datetime as dt
 import hashlib
 import logging
+import re
 import secrets
 from dataclasses import dataclass
 from typing import Any
@@ -90,16 +91,29 @@ def _scopes(scopes: list[str]) -> list[str]:
     return [s for s in SCOPES if s in scopes]
 
 
+_DATE_TIME = re.compile(
+    r"^(\d{4})-(\d{2})-(\d{2})(?:[Tt ](\d{2}):(\d{2})(?::(\d{2})(?:[.,](\d+))?)?)?"
+    r"([Zz]|[+-]\d{2}:?\d{2})?$")
+
+
 def parse_expiry(value: str | None, *, now: dt.datetime | None = None) -> dt.datetime | None:
-    """`expires_at` (ISO 8601; without an offset, UTC) as naive UTC; 422 unless in the future."""
+    """`expires_at` (ISO 8601 / RFC 3339; without an offset, UTC) as naive UTC; 422 unless
+    a real time in the future. A leap second reads as :59, digits past microseconds are cut."""
     if value is None:
         return None
+    match = _DATE_TIME.match(value.strip()) if isinstance(value, str) else None
+    if match is None:
+        raise ValidationError.field("expires_at", "must be an ISO 8601 date and time")
+    year, month, day, hour, minute, second, fraction, offset = match.groups()
     try:
-        when = dt.datetime.fromisoformat(value.strip())
-    except (ValueError, AttributeError):
+        when = dt.datetime(int(year), int(month), int(day), int(hour or 0), int(minute or 0),
+                           min(int(second or 0), 59), int((fraction or "0")[:6].ljust(6, "0")))
+        if offset and offset not in "Zz":
+            sign = 1 if offset[0] == "+" else -1
+            digits = offset[1:].replace(":", "")
+            when -= sign * dt.timedelta(hours=int(digits[:2]), minutes=int(digits[2:]))
+    except (ValueError, OverflowError):
         raise ValidationError.field("expires_at", "must be an ISO 8601 date and time") from None
-    if when.tzinfo is not None:
-        when = when.astimezone(dt.UTC).replace(tzinfo=None)
     if when <= (now or utcnow()):
         raise ValidationError.field("expires_at", "must be in the future")
     return when

@@ -24,9 +24,11 @@ from orchestra.engine.vocabulary import RunStatus, StepStatus
 from orchestra.errors import NotFoundError, ValidationError
 from orchestra.services import version_store, workflows
 from orchestra.services.fork_plan import Planner, Source
+from orchestra.services.spend import run_budget
 from orchestra.services.template_diff import steps_by_id
 
 UNSET: Any = object()  # `input` not sent: the source's input
+PROBLEMS_MAX = 50  # problems listed for one fork's outputs
 _ROW_DEFAULTS = {"reused": False, "attempt": 1, "output": None, "output_value": None, "usage": None,
                  "started_at": None, "finished_at": None}
 
@@ -83,11 +85,13 @@ async def _check_outputs(core: Core, steps: list[dict[str, Any]], outputs: dict[
     inner = set(steps_by_id(steps)) - set(top)
     problems: list[dict[str, str]] = []
     for sid, value in outputs.items():
-        field = f"outputs.{sid}"
+        if len(problems) >= PROBLEMS_MAX:  # a hostile body of many unknown ids: enough said
+            break
+        field = f"outputs.{sid[:64]}"
         step = top.get(sid)
         if step is None:
             problem = ("is inside a foreach or loop: only a top-level step's output can be set"
-                       if sid in inner else f"unknown step '{sid}'")
+                       if sid in inner else f"unknown step {sid[:64]!r}")
             problems.append({"field": field, "problem": problem})
         elif sid in again:
             problems.append({"field": field, "problem": "is from_step or downstream of it: it runs again"})
@@ -121,7 +125,7 @@ async def fork_run(
     ids = steps_by_id(steps)
     if from_step is not None and from_step not in ids:
         listed = ", ".join(list(ids)[:50])
-        raise ValidationError.field("from_step", f"unknown step '{from_step}'; steps: {listed}")
+        raise ValidationError.field("from_step", f"unknown step {from_step[:64]!r}; steps: {listed}")
     outputs = dict(outputs or {})
     new_input = workflows.run_input(source) if input is UNSET else input
     again = downstream(steps, from_step) if from_step is not None else set()
@@ -146,6 +150,7 @@ async def fork_run(
             input="" if structured else new_input, input_value=new_input if structured else None,
             files=source.files, status=RunStatus.QUEUED, trace_parent=trace_parent,
             forked_from={"trace_id": source.trace_id, "from_step": from_step, "outputs": list(outputs)},
+            budget_pusd=run_budget(spec, None),  # the template's limits.budget_usd (SPEC §12)
         )
         reused = {path: _copied(run.trace_id, by_path[path]) for path in plan.reused}
         new_rows = []

@@ -24,7 +24,7 @@ from peewee import ModelSelect
 from orchestra.core import Core
 from orchestra.db.database import release_connection
 from orchestra.db.models import WorkflowRun, utcnow
-from orchestra.services import run_starts
+from orchestra.services import run_starts, trigger_retention
 from orchestra.services.auth import prune_expired_tokens
 
 logger = logging.getLogger("orchestra.retention")
@@ -110,6 +110,8 @@ async def prune(
     """One round: ended runs older than `older_than` (None: keep every run), expired
     refresh tokens, and remembered starts past their 24 hours."""
     runs = 0 if older_than is None else await prune_runs(core, older_than=older_than, now=now, stop=stop)
+    if older_than is not None:  # schedules' fire records and ended webhook deliveries of that age
+        await trigger_retention.prune(core, cutoff=(now or utcnow()) - older_than)
     tokens = await prune_expired_tokens(core, now=now)
     await run_starts.prune(core, now=now)  # idempotency keys and webhook ids past 24 h
     await release_connection(core.db)

@@ -23,11 +23,12 @@ from peewee import IntegrityError
 
 from orchestra.core import Core
 from orchestra.db.access_models import RunStartKey
-from orchestra.db.models import WorkflowRun, storable, utcnow
-from orchestra.errors import ValidationError
+from orchestra.db.models import WorkflowRun, utcnow
+from orchestra.errors import ConflictError, ValidationError
 
 WINDOW = dt.timedelta(hours=24)
 KEY_MAX = 255
+KEY_PATTERN = r"^[^\u0000-\u001f\u007f]{1,255}$"  # what `idempotency_key` accepts, for the API document
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 
 
@@ -59,9 +60,9 @@ def idempotency_key(raw: str | None) -> str | None:
     """The header's value, or None when absent; 422 naming the header when unusable."""
     if raw is None:
         return None
-    if not 1 <= len(raw) <= KEY_MAX or not raw.isprintable() or not storable(raw):
+    if not 1 <= len(raw) <= KEY_MAX or any(ord(c) < 32 or ord(c) == 127 for c in raw):
         raise ValidationError.field(
-            IDEMPOTENCY_HEADER, f"must be 1 to {KEY_MAX} printable characters")
+            IDEMPOTENCY_HEADER, f"must be 1 to {KEY_MAX} characters, none of them a control character")
     return raw
 
 
@@ -94,21 +95,30 @@ async def _earlier(core: Core, start: StartKey) -> tuple[RunStartKey, str] | Non
 
 
 async def start_once(
-    core: Core, start: StartKey, begin: Callable[[], Awaitable[WorkflowRun]]
+    core: Core, start: StartKey, begin: Callable[[], Awaitable[WorkflowRun]], *,
+    look_first: bool = True,
 ) -> Started:
     """Start a run with `begin()` (which must call `remember` in its transaction) unless
-    this key already started one; then the earlier run, `replayed`."""
-    earlier = await _earlier(core, start)
-    if earlier is not None:
-        return Started(earlier[0].run.trace_id, earlier[1], True)
-    try:
-        run = await begin()
-    except IntegrityError:
+    this key already started one; then the earlier run, `replayed`.
+
+    `look_first` reads the remembered start before beginning (an Idempotency-Key: a replay
+    must answer even if the request could no longer start a run, its template deleted).
+    Without it (webhooks: most calls are first deliveries) the insert itself finds the
+    duplicate, and a first delivery costs one round trip less."""
+    if look_first:
         earlier = await _earlier(core, start)
-        if earlier is None:  # the winner's run is gone already (deleted): not a duplicate
-            raise
-        return Started(earlier[0].run.trace_id, earlier[1], True)
-    return Started(run.trace_id, run.status, False)
+        if earlier is not None:
+            return Started(earlier[0].run.trace_id, earlier[1], True)
+    for _ in range(2):  # a second time only after forgetting an expired start of this key
+        try:
+            run = await begin()
+        except IntegrityError:
+            earlier = await _earlier(core, start)
+            if earlier is not None:
+                return Started(earlier[0].run.trace_id, earlier[1], True)
+            continue  # it had expired (now forgotten), or its run was deleted meanwhile
+        return Started(run.trace_id, run.status, False)
+    raise ConflictError("This start could not be stored; send it again.")
 
 
 async def prune(core: Core, *, now: dt.datetime | None = None) -> int:

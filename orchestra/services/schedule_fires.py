@@ -4,7 +4,8 @@ due time of every schedule exactly once.
 How exactly once holds: a schedule whose `next_due_at` has come is claimed with a row
 lock (`FOR UPDATE SKIP LOCKED` on PostgreSQL; SQLite has one writer at a time), and in
 that one transaction its due times are recorded in `schedule_fire` (unique
-`(schedule_id, due_at)`), each started run is stored, and `next_due_at` moves past now.
+`(schedule_id, due_at)`), each started run is stored, and `next_due_at` moves past now
+— for a batch of schedules at once, in a few statements (`Plan`).
 A process killed before the commit leaves nothing behind: the next process to look
 finds the schedule still due. A process killed after it leaves the runs `queued`, and
 any engine claims them.
@@ -26,28 +27,32 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
+import time
+from dataclasses import dataclass, field
 from typing import Any
 
-from peewee import fn
+from peewee import Case, fn
 
 from orchestra.core import Core
-from orchestra.db.models import WorkflowRun, utcnow
+from orchestra.db.models import RunStep, WorkflowRun, new_id, utcnow
 from orchestra.db.outage import StoreOutage, backoff, release_quietly
 from orchestra.db.trigger_models import ScheduleFire, WorkflowSchedule
 from orchestra.engine.vocabulary import ACTIVE
 from orchestra.errors import ValidationError
 from orchestra.services import cron
 from orchestra.services.run_access import runnable_template
-from orchestra.services.trigger_runs import checked_input, store_run
+from orchestra.services.trigger_runs import checked_input, run_row, step_rows
 
 logger = logging.getLogger("orchestra.schedules")
 
 GRACE_SECONDS = 60.0  # a due time at most this late is on time
 IDLE_SECONDS = 30.0  # the longest sleep (schedules saved on other processes are seen by then)
-BATCH = 25  # schedules fired in one transaction
+BATCH = 100  # schedules fired in one transaction
+WRITE_CHUNK = 500  # rows in one INSERT
 MOST_DUE = 1000  # due times of one schedule considered in one look (the newest)
 SUBMIT_CONCURRENCY = 8
 LOCKED_RETRY_SECONDS = 0.2
+RETRY_BROKEN_SECONDS = 60.0  # a schedule whose fire failed (not an outage) is tried again after
 
 
 class FireLoop:
@@ -59,6 +64,9 @@ class FireLoop:
         self.task: asyncio.Task | None = None
         self._wake = asyncio.Event()
         self._stopping = False
+        self._broken: dict[str, float] = {}  # schedule id -> monotonic time to try it again
+        self._templates: dict[tuple[str, str], Any] = {}  # (owner, template) -> runnable template, in a look
+        self._submitting: set[asyncio.Task] = set()
 
     def start(self) -> None:
         self.core.extras["schedule_fire_loop"] = self
@@ -78,6 +86,8 @@ class FireLoop:
             except TimeoutError:
                 self.task.cancel()
                 await asyncio.gather(self.task, return_exceptions=True)
+        if self._submitting:  # runs not handed over stay queued: any claim loop takes them
+            await asyncio.wait(set(self._submitting), timeout=5)
 
     async def _loop(self) -> None:
         failures = 0
@@ -110,9 +120,12 @@ class FireLoop:
                 pass
 
     async def _seconds_to_next_due(self) -> float:
-        rows = await self.core.db.list(
-            WorkflowSchedule.select(fn.MIN(WorkflowSchedule.next_due_at).alias("due"))
-            .where(WorkflowSchedule.enabled == True).dicts())  # noqa: E712
+        query = (WorkflowSchedule.select(fn.MIN(WorkflowSchedule.next_due_at).alias("due"))
+                 .where(WorkflowSchedule.enabled == True))  # noqa: E712
+        broken = self._still_broken()
+        if broken:
+            query = query.where(WorkflowSchedule.id.not_in(broken))
+        rows = await self.core.db.list(query.dicts())
         due = rows[0]["due"] if rows else None
         if due is None:
             return IDLE_SECONDS
@@ -121,30 +134,42 @@ class FireLoop:
         return max(0.0, min(IDLE_SECONDS, (due - utcnow()).total_seconds() + 0.002))
 
     async def fire_due(self, now: dt.datetime | None = None) -> int:
-        """Claim up to BATCH due schedules and handle their due times, in one transaction;
-        then hand the started runs to the engine. How many schedules were claimed."""
+        """Claim up to BATCH due schedules and handle their due times, in one transaction
+        of a few statements (reads for the whole batch, then bulk writes); then hand the
+        started runs to the engine. How many schedules were claimed."""
         core = self.core
         now = now or utcnow()
-        started: list[str] = []
-        cancels: list[str] = []
+        self._templates = {}
         async with core.write_transaction():
             query = (WorkflowSchedule.select()
                      .where((WorkflowSchedule.enabled == True)  # noqa: E712
                             & (WorkflowSchedule.next_due_at <= now))
                      .order_by(WorkflowSchedule.next_due_at).limit(BATCH))
+            broken = self._still_broken()
+            if broken:
+                query = query.where(WorkflowSchedule.id.not_in(broken))
             if core.is_postgres:
                 query = query.for_update(skip_locked=True)
             rows = await core.db.list(query)
-            for row in rows:
-                await self._handle(row, now, started, cancels)
+            plan = await self._plan(rows, now) if rows else Plan()
+            await plan.write(core.db, postgres=core.is_postgres)
         await release_quietly(core.db)
         if rows:
-            logger.debug("fired %d schedule(s): %d run(s) started", len(rows), len(started))
-        for trace_id in cancels:
+            logger.debug("fired %d schedule(s): %d run(s) started", len(rows), len(plan.started))
+        for trace_id in plan.cancels:
             asyncio.get_running_loop().create_task(
                 core.engine.cancel(trace_id, reason="A later fire of its schedule replaced it (overlap: cancel_previous)."))
-        await self._submit(started)
+        if plan.started:  # the next batch is fired meanwhile
+            task = asyncio.get_running_loop().create_task(self._submit(plan.started))
+            self._submitting.add(task)
+            task.add_done_callback(self._submitting.discard)
         return len(rows)
+
+    def _still_broken(self) -> list[str]:
+        moment = time.monotonic()
+        for schedule_id in [k for k, until in self._broken.items() if until <= moment]:
+            del self._broken[schedule_id]
+        return list(self._broken)
 
     async def _submit(self, trace_ids: list[str]) -> None:
         """Hand queued runs to the engine (a failure leaves them queued: claimed later)."""
@@ -160,15 +185,14 @@ class FireLoop:
 
         await asyncio.gather(*(submit(t) for t in trace_ids))
 
-    async def _handle(self, row: WorkflowSchedule, now: dt.datetime, started: list[str],
-                      cancels: list[str]) -> None:
-        """Record and fire `row`'s due times up to `now`; move `next_due_at` past now."""
+    def _due_times(self, row: WorkflowSchedule, now: dt.datetime) -> tuple[Any, list[dt.datetime], set, Any]:
+        """(zone, due times not yet passed over, those to fire, the next due time) of `row`."""
         tz = cron.zone(row.timezone)
-        aware_now = now.replace(tzinfo=cron.UTC)
         on_time_from = now - dt.timedelta(seconds=GRACE_SECONDS)
         window_from = now - dt.timedelta(seconds=row.catchup_window_seconds)
         start = max(row.next_due_at, min(on_time_from, window_from))
-        due, following = cron.due_between(row.cron, tz, start.replace(tzinfo=cron.UTC), aware_now, MOST_DUE)
+        due, following = cron.due_between(row.cron, tz, start.replace(tzinfo=cron.UTC),
+                                          now.replace(tzinfo=cron.UTC), MOST_DUE)
         due = [d for d in (cron.to_naive_utc(d) for d in due) if d >= row.next_due_at]
         late = [d for d in due if d < on_time_from]
         chosen = {d for d in due if d >= on_time_from}
@@ -176,59 +200,122 @@ class FireLoop:
             chosen.update(late)
         elif row.catchup == "latest":
             chosen.update(late[-1:])
-        for due_at in due:
-            if due_at in chosen:
-                await self._fire(row, tz, due_at, started, cancels)
-            else:
-                await self._record(row, due_at, "missed", error="missed while no process could fire it "
-                                   f"(catchup: {row.catchup})")
-        next_due = None if following is None else cron.to_naive_utc(following)
-        await self.core.db.aexecute(WorkflowSchedule.update(
-            next_due_at=next_due, last_trace_id=row.last_trace_id).where(WorkflowSchedule.id == row.id))
+        return tz, due, chosen, None if following is None else cron.to_naive_utc(following)
 
-    async def _record(self, row: WorkflowSchedule, due_at: dt.datetime, outcome: str, *,
-                      trace_id: str | None = None, error: str | None = None) -> bool:
-        """Insert the fire record unless this due time has one; whether it was inserted."""
-        exists = await ScheduleFire.aget_or_none(
-            (ScheduleFire.schedule == row.id) & (ScheduleFire.due_at == due_at))
-        if exists is not None:
-            return False
-        await ScheduleFire.acreate(schedule=row.id, due_at=due_at, outcome=outcome,
-                                   trace_id=trace_id, error=error)
-        return True
+    async def _template(self, row: WorkflowSchedule) -> Any:
+        key = (row.owner_id, row.template_id)
+        if key not in self._templates:  # one read per template and owner in a look
+            self._templates[key] = await runnable_template(self.core, user_id=row.owner_id,
+                                                           template_id=row.template_id)
+        return self._templates[key]
 
-    async def _previous_active(self, row: WorkflowSchedule) -> str | None:
-        if not row.last_trace_id:
-            return None
-        run = await WorkflowRun.aget_or_none(
-            (WorkflowRun.trace_id == row.last_trace_id) & WorkflowRun.status.in_(list(ACTIVE)))
-        return None if run is None else run.trace_id
+    async def _plan(self, rows: list[WorkflowSchedule], now: dt.datetime) -> Plan:
+        """Decide every due time of `rows`: which fire (and their runs), which are skipped,
+        missed or failed. Reads what the whole batch needs at once."""
+        plan = Plan()
+        timing = {}
+        for row in rows:
+            try:
+                timing[row.id] = self._due_times(row, now)
+            except Exception:  # noqa: BLE001 - one schedule must not hold up the others
+                logger.exception("schedule %s could not be fired; trying again in %.0f s", row.id,
+                                 RETRY_BROKEN_SECONDS)
+                # Only this process's note: its due times stay due (made up per catch-up
+                # once it can fire), and every other schedule goes on meanwhile.
+                self._broken[row.id] = time.monotonic() + RETRY_BROKEN_SECONDS
+        rows = [row for row in rows if row.id in timing]
+        if not rows:
+            return plan
+        handled = set(await self.core.db.list(
+            ScheduleFire.select(ScheduleFire.schedule, ScheduleFire.due_at)
+            .where(ScheduleFire.schedule.in_([r.id for r in rows])
+                   & (ScheduleFire.due_at >= min(r.next_due_at for r in rows))).tuples()))
+        last_runs = [r.last_trace_id for r in rows if r.last_trace_id and r.overlap != "allow"]
+        active = set()
+        if last_runs:
+            active = {t for (t,) in await self.core.db.list(
+                WorkflowRun.select(WorkflowRun.trace_id)
+                .where(WorkflowRun.trace_id.in_(last_runs) & WorkflowRun.status.in_(list(ACTIVE))).tuples())}
+        for row in rows:
+            tz, due, chosen, next_due = timing[row.id]
+            last = row.last_trace_id
+            for due_at in due:
+                if (row.id, due_at) in handled:
+                    continue
+                if due_at not in chosen:
+                    plan.fire(row, due_at, "missed", error=f"missed while no process could fire it (catchup: {row.catchup})")
+                    continue
+                previous = last if row.overlap != "allow" and last in active else None
+                if previous is not None and row.overlap == "skip":
+                    plan.fire(row, due_at, "skipped", error=f"run {previous} was still active (overlap: skip)")
+                    continue
+                trace_id = await self._start(plan, row, tz, due_at)
+                if trace_id is None:
+                    continue
+                if previous is not None:  # overlap: cancel_previous
+                    plan.cancels.append(previous)
+                    active.discard(previous)
+                active.add(trace_id)
+                last = trace_id
+            plan.schedules[row.id] = (next_due, last)
+        return plan
 
-    async def _fire(self, row: WorkflowSchedule, tz: Any, due_at: dt.datetime, started: list[str],
-                    cancels: list[str]) -> None:
-        if await ScheduleFire.aget_or_none(
-                (ScheduleFire.schedule == row.id) & (ScheduleFire.due_at == due_at)) is not None:
-            return  # handled already
-        previous = await self._previous_active(row) if row.overlap != "allow" else None
-        if previous is not None and row.overlap == "skip":
-            await self._record(row, due_at, "skipped", error=f"run {previous} was still active (overlap: skip)")
-            return
-        template = await runnable_template(self.core, user_id=row.owner_id, template_id=row.template_id)
+    async def _start(self, plan: Plan, row: WorkflowSchedule, tz: Any, due_at: dt.datetime) -> str | None:
+        """Plan the run of one due time; None (recorded `failed`) when it cannot start."""
+        template = await self._template(row)
         if template is None:
-            await self._record(row, due_at, "failed", error="the schedule's owner may not run its template")
-            return
+            plan.fire(row, due_at, "failed", error="the schedule's owner may not run its template")
+            return None
         try:
             input_text, input_value = await checked_input(self.core, template, row.input)
         except ValidationError as exc:
-            await self._record(row, due_at, "failed", error=exc.message[:1000])
-            return
+            plan.fire(row, due_at, "failed", error=exc.message[:1000])
+            return None
+        trace_id = new_id()
         trigger = {"kind": "schedule", "schedule_id": row.id, "due_at": cron.iso_in(due_at, tz)}
-        run = await store_run(owner_id=row.owner_id, template=template, input_text=input_text,
-                              input_value=input_value, trigger=trigger)
-        await self._record(row, due_at, "started", trace_id=run.trace_id)
-        if previous is not None:  # overlap: cancel_previous
-            await self.core.db.aexecute(WorkflowRun.update(cancel_requested=True).where(
-                WorkflowRun.trace_id == previous))
-            cancels.append(previous)
-        row.last_trace_id = run.trace_id
-        started.append(run.trace_id)
+        plan.runs.append(run_row(trace_id=trace_id, owner_id=row.owner_id, template=template,
+                                 input_text=input_text, input_value=input_value, trigger=trigger))
+        plan.steps += step_rows(trace_id, template)
+        plan.fire(row, due_at, "started", trace_id=trace_id)
+        plan.started.append(trace_id)
+        return trace_id
+
+
+@dataclass
+class Plan:
+    """What one look decided, written by `write` in a few statements."""
+
+    runs: list[dict[str, Any]] = field(default_factory=list)
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    fires: list[dict[str, Any]] = field(default_factory=list)
+    schedules: dict[str, tuple[dt.datetime | None, str | None]] = field(default_factory=dict)
+    cancels: list[str] = field(default_factory=list)
+    started: list[str] = field(default_factory=list)
+
+    def fire(self, row: WorkflowSchedule, due_at: dt.datetime, outcome: str, *,
+             trace_id: str | None = None, error: str | None = None) -> None:
+        self.fires.append({"schedule": row.id, "due_at": due_at, "outcome": outcome,
+                           "trace_id": trace_id, "error": error, "fired_at": utcnow()})
+
+    async def write(self, db: Any, *, postgres: bool) -> None:
+        for model, rows in ((WorkflowRun, self.runs), (RunStep, self.steps), (ScheduleFire, self.fires)):
+            for at in range(0, len(rows), WRITE_CHUNK):
+                await db.aexecute(model.insert_many(rows[at:at + WRITE_CHUNK]))
+        if self.cancels:
+            await db.aexecute(WorkflowRun.update(cancel_requested=True).where(
+                WorkflowRun.trace_id.in_(self.cancels)))
+        if self.schedules:
+            ids = list(self.schedules)
+            if postgres:  # a CASE of parameters is text to PostgreSQL: ISO text, cast
+                next_due = Case(WorkflowSchedule.id, [(i, _iso(self.schedules[i][0])) for i in ids]).cast("timestamp")
+            else:
+                next_due = Case(WorkflowSchedule.id, [(i, WorkflowSchedule.next_due_at.db_value(self.schedules[i][0]))
+                                                      for i in ids])
+            await db.aexecute(WorkflowSchedule.update(
+                next_due_at=next_due,
+                last_trace_id=Case(WorkflowSchedule.id, [(i, self.schedules[i][1]) for i in ids]),
+            ).where(WorkflowSchedule.id.in_(ids)))
+
+
+def _iso(moment: dt.datetime | None) -> str | None:
+    return None if moment is None else moment.isoformat()

@@ -141,7 +141,10 @@ async def last_fires(core: Core, schedule_ids: list[str]) -> dict[str, ScheduleF
 
 def schedule_view(row: WorkflowSchedule, last: ScheduleFire | None, *, now: dt.datetime | None = None) -> dict[str, Any]:
     """A schedule as the API shows it: `next_fires` and `last_fire` in its own zone."""
-    tz = cron.zone(row.timezone)
+    try:
+        tz = cron.zone(row.timezone)
+    except cron.CronProblem:  # stored before this server's zone database lost it
+        tz = cron.zone("UTC")
     upcoming: list[str] = []
     if row.enabled:
         start = row.next_due_at or now or utcnow()

@@ -10,10 +10,11 @@ from __future__ import annotations
 from typing import Any
 
 from orchestra.core import Core
-from orchestra.db.models import RunStep, WorkflowRun, WorkflowTemplate
+from orchestra.db.models import WorkflowTemplate, utcnow
 from orchestra.engine.language import schemas
 from orchestra.engine.vocabulary import RunStatus, StepStatus
 from orchestra.errors import ValidationError
+from orchestra.services.spend import run_budget
 
 
 async def checked_input(core: Core, template: WorkflowTemplate, value: Any, *,
@@ -37,25 +38,21 @@ async def checked_input(core: Core, template: WorkflowTemplate, value: Any, *,
     return value, None
 
 
-async def store_run(*, owner_id: str, template: WorkflowTemplate, input_text: str, input_value: Any,
-                    trigger: dict[str, Any] | None) -> WorkflowRun:
-    """Insert a `queued` run and its step rows. Call inside a transaction, and hand the
-    run to the engine (`core.engine.submit`) after the commit."""
-    run = await WorkflowRun.acreate(
-        owner=owner_id,
-        template=template.id,
-        template_name=template.name,
-        steps=template.steps,
-        spec=template.spec,
-        input=input_text,
-        input_value=input_value,
-        files=[],
-        status=RunStatus.QUEUED,
-        trigger=trigger,
-    )
-    if template.steps:
-        await WorkflowRun._meta.database.aexecute(RunStep.insert_many([
-            {"run": run.trace_id, "step_id": step["id"], "path": step["id"], "status": StepStatus.PENDING}
-            for step in template.steps
-        ]))
-    return run
+def run_row(*, trace_id: str, owner_id: str, template: WorkflowTemplate, input_text: str, input_value: Any,
+            trigger: dict[str, Any] | None) -> dict[str, Any]:
+    """A `queued` run of the template's latest version, as a row for a bulk insert
+    (inside the caller's transaction; hand it to the engine after the commit)."""
+    return {
+        "trace_id": trace_id, "owner": owner_id, "template": template.id,
+        "template_name": template.name, "template_version": getattr(template, "version", None),
+        "steps": template.steps, "spec": template.spec, "input": input_text, "input_value": input_value,
+        "files": [], "status": RunStatus.QUEUED, "trigger": trigger, "created_at": utcnow(),
+        "attempts": 0, "cancel_requested": False,
+        "budget_pusd": run_budget(template.spec, None),  # the template's limits.budget_usd (SPEC §12)
+    }
+
+
+def step_rows(trace_id: str, template: WorkflowTemplate) -> list[dict[str, Any]]:
+    """The run's pending step rows, for a bulk insert."""
+    return [{"run": trace_id, "step_id": step["id"], "path": step["id"], "status": StepStatus.PENDING}
+            for step in template.steps or []]

@@ -16,13 +16,14 @@ from orchestra.settings import Settings
 
 
 class RateLimits:
-    """The named limiters of the service (`register`, `login`), sharing one storage."""
+    """The named limiters of the service (`register`, `login`, `hook`), sharing one storage."""
 
     def __init__(self, settings: Settings) -> None:
         self._limiter = MovingWindowRateLimiter(_storage(settings.limiter_storage))
         self._items = {
             "register": parse(settings.rate_limit_register),
             "login": parse(settings.rate_limit_login),
+            "hook": parse(settings.rate_limit_hook),  # keyed by hook id, not by client
         }
 
     async def hit(self, name: str, client: str) -> dict[str, str]:

@@ -177,3 +177,4 @@ async def test_last_used_is_recorded_at_most_once_a_minute(client, alice):
     assert (await ApiKey.aget(ApiKey.id == made["key_id"])).last_used_at == first
     listed = (await client.get(KEYS, headers=alice["headers"])).json()["keys"][0]
     assert listed["last_used_at"] is not None
+

@@ -89,3 +89,18 @@ async def test_bad_keys_and_refused_starts_are_not_remembered(client, alice):
     assert await client.app.ctx.core.db.count(RunStartKey.select()) == 1
     good = await client.post(f"{WF}/run", headers=headers, json={"template_id": tid})
     assert good.status_code == 202
+
+
+async def test_a_key_older_than_24_hours_starts_a_new_run(client, alice):
+    import datetime as dt
+
+    from orchestra.db.models import utcnow
+
+    tid = await template(client, alice)
+    headers = {**alice["headers"], "Idempotency-Key": "daily"}
+    first = await client.post(f"{WF}/run", headers=headers, json={"template_id": tid})
+    core = client.app.ctx.core
+    await core.db.aexecute(RunStartKey.update(created_at=utcnow() - dt.timedelta(hours=25)))
+    again = await client.post(f"{WF}/run", headers=headers, json={"template_id": tid, "input": "other"})
+    assert again.status_code == 202 and again.json()["trace_id"] != first.json()["trace_id"]
+    assert await core.db.count(RunStartKey.select()) == 1

@@ -189,7 +189,8 @@ async def test_success_statuses_and_media_types(doc):
     for key, op in ops.items():
         success = [s for s in op["responses"] if s.startswith("2")]
         started = {("/api/v1/workflow/run", "post"), ("/api/v1/workflow/run/{trace_id}/retry", "post"),
-                   ("/api/v1/workflow/run/{trace_id}/fork", "post")}
+                   ("/api/v1/workflow/run/{trace_id}/fork", "post"),
+                   ("/api/v1/hooks/{hook_id}", "post")}
         expected = "201" if key in created else "202" if key in started else "200"
         assert success[0] == expected, key
         assert "default" not in op["responses"], key

@@ -219,3 +219,46 @@ async def test_the_loop_fires_by_itself(client, alice, template):
     client.app.ctx.fire_loop.wake()
     fire = (await fires_of(made["schedule_id"], 1))[0]
     assert fire.outcome == "started"
+
+
+async def test_a_schedule_that_cannot_fire_holds_up_no_other(client, alice, template, loop):
+    broken = await create(client, alice, template_id=template, cron="* * * * *")
+    fine = await create(client, alice, template_id=template, cron="* * * * *")
+    # A zone this server's database no longer knows (stored by an older one).
+    await client.app.ctx.core.db.aexecute(WorkflowSchedule.update(timezone="Mars/Olympus").where(
+        WorkflowSchedule.id == broken["schedule_id"]))
+    due = await make_due(client, broken["schedule_id"], dt.timedelta(minutes=2))
+    await make_due(client, fine["schedule_id"], dt.timedelta(minutes=2))
+    for _ in range(3):
+        await loop.fire_due(now=due + dt.timedelta(seconds=5))
+    (fire,) = await fires_of(fine["schedule_id"], 1)
+    assert fire.outcome == "started"
+    assert await ScheduleFire._meta.database.count(
+        ScheduleFire.select().where(ScheduleFire.schedule == broken["schedule_id"])) == 0
+    stored = await WorkflowSchedule.aget(WorkflowSchedule.id == broken["schedule_id"])
+    assert stored.next_due_at == due  # still due: made up once it can fire
+    shown = await client.get(f"{API}/schedule/{broken['schedule_id']}", headers=alice["headers"])
+    assert shown.status_code == 200, shown.text
+
+
+async def test_retention_prunes_old_fire_records_and_ended_deliveries(client, alice, template, loop):
+    from orchestra.db.trigger_models import EventSubscription, WebhookDelivery
+    from orchestra.services import retention
+
+    made = await create(client, alice, template_id=template, cron="* * * * *", overlap="allow", catchup="all")
+    due = await make_due(client, made["schedule_id"], dt.timedelta(minutes=3))
+    await loop.fire_due(now=due + dt.timedelta(minutes=3, seconds=1))
+    assert len(await fires_of(made["schedule_id"], 4)) == 4
+    sub = await EventSubscription.acreate(owner=alice["user_id"], url="http://127.0.0.1:9/x", events=["run.failed"],
+                                          secret_encrypted="x")
+    for status in ("pending", "delivered", "failed"):
+        await WebhookDelivery.acreate(subscription=sub.id, event="run.failed", trace_id="t", payload="{}",
+                                      status=status, created_at=due)
+    core = client.app.ctx.core
+    # Keep 1.5 minutes: the two oldest due times and the ended deliveries go.
+    await retention.prune(core, older_than=dt.timedelta(minutes=1, seconds=30),
+                          now=due + dt.timedelta(minutes=3, seconds=1))
+    left = await fires_of(made["schedule_id"], 2)
+    assert [f.due_at for f in left] == [due + dt.timedelta(minutes=2), due + dt.timedelta(minutes=3)]
+    statuses = [d.status for d in await core.db.list(WebhookDelivery.select())]
+    assert statuses == ["pending"]

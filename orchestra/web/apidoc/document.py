@@ -99,7 +99,11 @@ def build_document(app: Sanic) -> dict[str, Any]:
         "components": {
             "schemas": schemas,
             "securitySchemes": {
-                "bearer": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT"},
+                "bearer": {
+                    "type": "http", "scheme": "bearer", "bearerFormat": "JWT",
+                    "description": "An access token (JWT), or an API key (`orc_…`, POST /auth/key) on "
+                    "the routes whose `x-api-key-scope` names the scope it needs.",
+                },
                 "access_token": {
                     "type": "apiKey",
                     "in": "query",
@@ -144,6 +148,8 @@ def _operation(path: str, handler, name: str, operation_ids: set[str]) -> dict[s
     elif op.request_content is not None:
         result["requestBody"] = {"required": True, "content": _content(op.request_content)}
     if role is not None:
+        # which scope an API key needs here; null: keys are refused (403)
+        result["x-api-key-scope"] = getattr(handler, "key_scope", None)
         result["security"] = [{"bearer": []}]
         if getattr(handler, "token_in_query", False):
             result["security"].append({"access_token": []})

@@ -59,3 +59,7 @@ class HookCall(Success):
 
 class KeyRevoked(Success):
     key_id: str
+
+
+class HookDeleted(Success):
+    hook_id: str

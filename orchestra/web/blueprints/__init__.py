@@ -11,6 +11,8 @@ def all_blueprints() -> Blueprint:
         adapter,
         agent,
         auth,
+        hook_intake,
+        hooks,
         keys,
         mcp,
         provider,
@@ -18,9 +20,11 @@ def all_blueprints() -> Blueprint:
         schedule,
         secret,
         subscription,
+        usage,
         versions,
         workflow,
     )
 
-    areas = [auth, keys, provider, agent, resource, mcp, secret, schedule, subscription, workflow, versions, adapter]
+    areas = [auth, keys, provider, agent, resource, mcp, secret, schedule, subscription, workflow, versions,
+             hooks, hook_intake, usage, adapter]
     return Blueprint.group(*(area.bp for area in areas), url_prefix="/api/v1")

@@ -13,6 +13,9 @@ import { RunView } from './pages/run_view.js';
 import { Users } from './pages/users.js';
 import { Schedules } from './pages/schedules.js';
 import { Subscriptions } from './pages/subscriptions.js';
+import { Keys } from './pages/keys.js';
+import { Hooks } from './pages/hooks.js';
+import { Usage } from './pages/usage.js';
 
 function currentRoute() {
   const [path, query = ''] = location.hash.replace(/^#\/?/, '').split('?');
@@ -56,6 +59,9 @@ const NAV = [
   ['providers', 'Providers', isAdmin],
   ['mcp', 'MCP servers', () => true],
   ['secrets', 'Secrets', isAdmin],
+  ['hooks', 'Webhooks', () => true],
+  ['keys', 'API keys', () => true],
+  ['usage', 'Usage', () => true],
   ['users', 'Users', isSuperAdmin],
 ];
 
@@ -66,12 +72,15 @@ function Page({ route }) {
     case 'workers': return html`<${Workers} />`;
     case 'mcp': return html`<${McpServers} />`;
     case 'secrets': return isAdmin() ? html`<${Secrets} />` : html`<${Forbidden} />`;
+    case 'hooks': return html`<${Hooks} />`;
+    case 'keys': return html`<${Keys} />`;
     case 'templates': return arg ? html`<${TemplateEditor} key=${arg} templateId=${arg} />` : html`<${Templates} />`;
     case 'schedules': return html`<${Schedules} />`;
     case 'subscriptions': return html`<${Subscriptions} />`;
     case 'run': return html`<${RunView} key=${arg} traceId=${arg} />`;
     case 'users': return isSuperAdmin() ? html`<${Users} />` : html`<${Forbidden} />`;
     case 'runs': return html`<${Runs} query=${route.query} />`;
+    case 'usage': return html`<${Usage} />`;
     default: return html`<section><h1>Not found</h1><p>Nothing is at <code>#/${page}</code>.</p></section>`;
   }
 }

@@ -1,0 +1,223 @@
+"""Inbound webhooks (SPEC §11): a public URL per hook that starts a run of its template
+as its owner when a call is signed per Standard Webhooks (the `standardwebhooks`
+package verifies: `webhook-id`, `webhook-timestamp` within 5 minutes, `webhook-signature`
+`v1,<base64 HMAC-SHA256 of "id.timestamp.body">`).
+
+Nothing is written for a call that fails verification. A verified call's `webhook-id`
+is remembered for 24 hours in the run's own transaction (services/run_starts.py), so a
+sender's retry — on any process, racing or not — answers the first run's `trace_id`
+and starts nothing; a call refused for any reason leaves no trace, and its retry is
+tried afresh. The run's input is the hook's `input` expression (CEL over `body`,
+`headers`, `query`), evaluated within the engine's expression bounds.
+"""
+
+from __future__ import annotations
+
+import base64
+import secrets
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+from standardwebhooks import Webhook
+
+from orchestra.core import Core
+from orchestra.db.access_models import WebhookHook
+from orchestra.db.models import WorkflowTemplate, iso, storable
+from orchestra.engine.language import expressions
+from orchestra.errors import (
+    AuthenticationRequiredError,
+    BadRequestError,
+    NotFoundError,
+    PermissionDeniedError,
+    TokenInvalidError,
+    ValidationError,
+)
+from orchestra.services import run_starts
+from orchestra.services.run_access import may_run, require_runnable
+from orchestra.services.run_starts import Started, StartKey
+
+BODY_MAX = 1024 * 1024  # bytes of a call's body (exactly 1 MiB is accepted)
+HOOKS_MAX = 100  # hooks one user may have
+WEBHOOK_ID_MAX = run_starts.KEY_MAX
+VARIABLES = frozenset({"body", "headers", "query"})
+DEFAULT_INPUT = "body"
+SECRET_BYTES = 32
+_VERIFIERS_MAX = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One call to a hook as it arrived."""
+
+    body: bytes
+    content_type: str
+    headers: dict[str, str]  # lower-case names, first value of each
+    query: dict[str, str]  # first value of each name
+
+
+# --- management -------------------------------------------------------------------------
+
+
+def check_input(source: str) -> str:
+    """The hook's `input` expression, or 422 naming `input`."""
+    _, problems = expressions.check(source, allowed=VARIABLES)
+    if problems:
+        raise ValidationError.field("input", problems[0])
+    return source
+
+
+async def create_hook(core: Core, *, owner_id: str, template_id: str,
+                      input: str = DEFAULT_INPUT) -> tuple[WebhookHook, str]:
+    """Store a hook of `owner_id` on a template they may run; the row and its signing
+    secret (`whsec_…`, returned this once)."""
+    source = check_input(input)
+    [template] = await require_runnable(core, user_id=owner_id, template_ids=[template_id],
+                                        field="template_id")
+    count = await core.db.count(WebhookHook.select().where(WebhookHook.owner == owner_id))
+    if count >= HOOKS_MAX:
+        raise ValidationError.field("template_id", f"you have {HOOKS_MAX} hooks, the limit; delete one first")
+    secret = "whsec_" + base64.b64encode(secrets.token_bytes(SECRET_BYTES)).decode()
+    hook = await WebhookHook.acreate(owner=owner_id, template=template.id, input=source,
+                                     secret_encrypted=core.secrets.encrypt(secret))
+    hook.template = template
+    return hook, secret
+
+
+def hook_view(hook: WebhookHook, url: str) -> dict[str, Any]:
+    return {
+        "hook_id": hook.id,
+        "url": url,
+        "template_id": hook.template_id,
+        "template_name": hook.template.name,
+        "input": hook.input,
+        "created_at": iso(hook.created_at),
+    }
+
+
+def _with_template():
+    return WebhookHook.select(WebhookHook, WorkflowTemplate).join(
+        WorkflowTemplate, on=(WebhookHook.template == WorkflowTemplate.id))
+
+
+async def list_hooks(core: Core, *, owner_id: str) -> list[WebhookHook]:
+    return await core.db.list(
+        _with_template().where(WebhookHook.owner == owner_id)
+        .order_by(WebhookHook.created_at, WebhookHook.id))
+
+
+async def _find(core: Core, hook_id: str) -> WebhookHook | None:
+    if len(hook_id) > 36 or not storable(hook_id):
+        return None
+    rows = await core.db.list(_with_template().where(WebhookHook.id == hook_id))
+    return rows[0] if rows else None
+
+
+async def get_hook(core: Core, *, owner_id: str, hook_id: str) -> WebhookHook:
+    hook = await _find(core, hook_id)
+    if hook is None or hook.owner_id != owner_id:
+        raise NotFoundError(f"No hook of yours has the id '{hook_id[:80]}'.")
+    return hook
+
+
+async def delete_hook(core: Core, *, owner_id: str, hook_id: str) -> None:
+    hook = await get_hook(core, owner_id=owner_id, hook_id=hook_id)
+    await core.db.aexecute(WebhookHook.delete().where(WebhookHook.id == hook.id))
+
+
+# --- calls --------------------------------------------------------------------------------
+
+
+async def find_for_call(core: Core, hook_id: str) -> WebhookHook:
+    """The hook a public call names (404 when there is none)."""
+    hook = await _find(core, hook_id)
+    if hook is None:
+        raise NotFoundError("No such hook.")
+    return hook
+
+
+def _verifier(core: Core, hook: WebhookHook) -> Webhook:
+    """The hook's verifier (its secret decrypted once per process, keyed by ciphertext)."""
+    cache: OrderedDict[str, Webhook] = core.extras.setdefault("hook_verifiers", OrderedDict())
+    verifier = cache.get(hook.secret_encrypted)
+    if verifier is None:
+        verifier = Webhook(core.secrets.decrypt(hook.secret_encrypted))
+        cache[hook.secret_encrypted] = verifier
+        if len(cache) > _VERIFIERS_MAX:
+            cache.popitem(last=False)
+    return verifier
+
+
+def verify(core: Core, hook: WebhookHook, call: Call) -> str:
+    """The call's `webhook-id` once its signature and timestamp check out; else 401
+    (nothing is written for such a call)."""
+    headers = {name: call.headers.get(name, "") for name in
+               ("webhook-id", "webhook-timestamp", "webhook-signature")}
+    if not all(headers.values()):
+        raise AuthenticationRequiredError(
+            "Sign the call per Standard Webhooks: webhook-id, webhook-timestamp and "
+            "webhook-signature are required.")
+    try:
+        _verifier(core, hook).verify(call.body, headers, json_parse=False)
+    except Exception:  # noqa: BLE001 - any failure (bad base64, not UTF-8, stale) is a refusal
+        raise TokenInvalidError(
+            "The webhook signature does not verify (wrong secret, altered body, or a "
+            "timestamp more than 5 minutes away).") from None
+    webhook_id = headers["webhook-id"]
+    if len(webhook_id) > WEBHOOK_ID_MAX or not storable(webhook_id):
+        raise ValidationError.field("webhook-id", f"must be at most {WEBHOOK_ID_MAX} characters")
+    return webhook_id
+
+
+def _body_value(call: Call) -> Any:
+    """The body as the expression sees it: JSON when it is JSON (by its content type, or
+    none given), else its text."""
+    from orchestra.web import json_body  # strict RFC 8259 parsing, as for every body
+
+    content_type = call.content_type.split(";")[0].strip().lower()
+    is_json = content_type in ("", "application/json") or content_type.endswith("+json")
+    if is_json and call.body.strip():
+        try:
+            return json_body.parse(call.body)
+        except json_body.JSONBodyError as exc:
+            if content_type:
+                raise BadRequestError(str(exc)) from None
+    return call.body.decode("utf-8", "replace")
+
+
+async def run_input(core: Core, hook: WebhookHook, call: Call) -> Any:
+    """The run's input: the hook's expression over the call (422 naming `input` when it
+    fails or passes a bound); text for a template without an input_schema."""
+    body = _body_value(call)
+    if hook.input.strip() == DEFAULT_INPUT:
+        value = body
+    else:
+        scope = expressions.Scope({"body": body, "headers": call.headers, "query": call.query},
+                                  sandbox=core.engine.request_sandbox)
+        try:
+            value = await scope.evaluate(hook.input)
+        except expressions.ExpressionError as exc:
+            raise ValidationError.field("input", str(exc)) from None
+    if "input_schema" not in (hook.template.spec or {}):
+        value = expressions.text_of(value)
+    return value
+
+
+async def accept(core: Core, hook: WebhookHook, call: Call, *, trace_parent: str | None = None) -> Started:
+    """Start the hook's run for a verified call, once per `webhook-id` (24 h)."""
+    from orchestra.services import workflows  # workflows imports run_starts; no cycle here
+
+    webhook_id = verify(core, hook, call)
+    if not may_run(hook.template, hook.owner_id):
+        raise PermissionDeniedError("The hook's owner may no longer run its template.")
+    start = StartKey(scope=f"hook:{hook.id}", key=webhook_id, field="webhook-id")
+
+    async def begin():
+        return await workflows.start_run(
+            core, user_id=hook.owner_id, is_admin=False, template_id=hook.template_id,
+            input=await run_input(core, hook, call), template=hook.template,
+            trigger={"kind": "webhook", "hook_id": hook.id, "webhook_id": webhook_id},
+            remember=start, trace_parent=trace_parent,
+        )
+
+    return await run_starts.start_once(core, start, begin, look_first=False)

@@ -1,0 +1,92 @@
+// API keys: list (with each key's last use), create (the secret shown once, to copy),
+// revoke. Keys act as you, narrowed to their scopes (docs/api.md, "API keys").
+import { html, useState } from '../html.js';
+import { api } from '../api.js';
+import { TextField, ErrorBox, Notice, useLoad, problemsByField, when, ConfirmButton } from '../ui.js';
+
+export const SCOPES = ['run:start', 'run:read', 'run:reply', 'run:cancel', 'template:read', 'template:write'];
+
+function CreateKey({ onCreated }) {
+  const [name, setName] = useState('');
+  const [scopes, setScopes] = useState(['run:start', 'run:read']);
+  const [templates, setTemplates] = useState('');
+  const [expires, setExpires] = useState('');
+  const [error, setError] = useState(null);
+  const problems = problemsByField(error);
+  const toggle = (scope) => setScopes(scopes.includes(scope) ? scopes.filter((s) => s !== scope) : [...scopes, scope]);
+  const submit = async (e) => {
+    e.preventDefault();
+    const body = { name, scopes };
+    const ids = templates.split(/[\s,]+/).filter(Boolean);
+    if (ids.length) body.templates = ids;
+    if (expires) body.expires_at = new Date(expires).toISOString();
+    try {
+      const made = await api('POST', '/auth/key', body);
+      setName(''); setTemplates(''); setExpires(''); setError(null);
+      onCreated(made);
+    } catch (err) {
+      setError(err);
+    }
+  };
+  return html`<form class="card" onSubmit=${submit} aria-labelledby="create-key">
+    <h2 id="create-key">Create a key</h2>
+    <div class="grid">
+      <${TextField} label="Name" value=${name} onInput=${setName} required problem=${problems.name} />
+      <${TextField} label="Templates (ids, optional)" value=${templates} onInput=${setTemplates}
+                    problem=${problems.templates} hint="limits run:start to these templates" />
+      <${TextField} label="Expires (optional)" value=${expires} onInput=${setExpires} type="datetime-local"
+                    problem=${problems.expires_at} />
+    </div>
+    <fieldset><legend>Scopes</legend>
+      ${SCOPES.map((scope) => html`<label key=${scope} class="check">
+        <input type="checkbox" checked=${scopes.includes(scope)} onChange=${() => toggle(scope)} /> ${scope}</label>`)}
+      ${problems.scopes && html`<p class="error">${problems.scopes}</p>`}
+    </fieldset>
+    <${ErrorBox} error=${error} />
+    <button type="submit" class="primary">Create key</button>
+  </form>`;
+}
+
+export function Keys() {
+  const [data, loadError, reload] = useLoad(() => api('GET', '/auth/key'));
+  const [created, setCreated] = useState(null);
+  const [notice, setNotice] = useState('');
+  const [error, setError] = useState(null);
+  const revoke = async (k) => {
+    try {
+      await api('DELETE', `/auth/key/${k.key_id}`);
+      setNotice(`Key '${k.name}' revoked.`);
+      reload();
+    } catch (err) {
+      setError(err);
+    }
+  };
+  return html`<section>
+    <h1>API keys</h1>
+    <${Notice} text=${notice} />
+    <${ErrorBox} error=${loadError || error} />
+    ${created && html`<div class="card" role="status" data-new-key>
+      <p>Key <strong>${created.key_info.name}</strong> created. Copy it now: it will not be shown again.</p>
+      <p><code class="secret">${created.key}</code></p>
+      <button type="button" onClick=${() => setCreated(null)}>Done</button>
+    </div>`}
+    <div class="table-wrap"><table class="stack">
+      <thead><tr><th>Name</th><th>Key</th><th>Scopes</th><th>Templates</th><th>Last used</th><th>Expires</th><th>Created</th><th>Actions</th></tr></thead>
+      <tbody>
+        ${data && data.keys.length === 0 && html`<tr><td colspan="8">No keys yet: create one below.</td></tr>`}
+        ${data && data.keys.map((k) => html`<tr key=${k.key_id} data-key=${k.name}>
+          <td data-label="Name">${k.name}</td>
+          <td data-label="Key"><code>orc_${k.prefix}…</code></td>
+          <td data-label="Scopes">${k.scopes.join(' ')}</td>
+          <td data-label="Templates" class="wrap">${k.templates ? k.templates.join(' ') : 'any'}</td>
+          <td data-label="Last used">${k.last_used_at ? when(k.last_used_at) : 'never'}</td>
+          <td data-label="Expires">${k.expires_at ? when(k.expires_at) : 'never'}</td>
+          <td data-label="Created">${when(k.created_at)}</td>
+          <td class="actions" data-label="Actions">
+            <${ConfirmButton} label="Revoke" confirm=${`Revoke ${k.name}`} onConfirm=${() => revoke(k)} />
+          </td></tr>`)}
+      </tbody>
+    </table></div>
+    <${CreateKey} onCreated=${(made) => { setCreated(made); setNotice(''); reload(); }} />
+  </section>`;
+}

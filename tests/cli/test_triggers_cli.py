@@ -1,0 +1,72 @@
+"""`orchestra key` and `orchestra hook` through a real server, checked against what the
+API then holds: secrets printed once on stdout, never listed; revoke and delete work."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import time
+
+import httpx
+import pytest
+from standardwebhooks import Webhook
+
+from tests.cli.cli_harness import api_world
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    with api_world(tmp_path_factory) as info:
+        yield info
+
+
+def test_key_create_list_revoke(world):
+    cli, api = world["cli"], world["api"]
+    template_id = world["templates"]["with_human"]["template_id"]
+    done = cli("key", "create", "nightly", "--scope", "run:start", "-s", "run:read", "--template", template_id)
+    assert done.returncode == 0, done.stderr
+    secret = done.stdout.strip()
+    assert secret.startswith("orc_") and "not be shown again" in done.stderr
+    [info] = api.get("/auth/key").json()["keys"]
+    assert info["name"] == "nightly" and info["templates"] == [template_id]
+    base = world["server"].base_url + "/api/v1"
+    used = httpx.get(f"{base}/workflow/run", headers={"Authorization": f"Bearer {secret}"})
+    assert used.status_code == 200
+    listed = cli("key", "list")
+    assert listed.returncode == 0 and "nightly" in listed.stdout and secret not in listed.stdout
+    assert f"orc_{info['prefix']}" in listed.stdout
+    as_json = json.loads(cli("key", "list", "--json").stdout)
+    assert [k["key_id"] for k in as_json] == [info["key_id"]] and "key" not in as_json[0]
+    done = cli("key", "revoke", "nightly", "--yes")
+    assert done.returncode == 0, done.stderr
+    assert api.get("/auth/key").json()["keys"] == []
+    refused = httpx.get(f"{base}/workflow/run", headers={"Authorization": f"Bearer {secret}"})
+    assert refused.status_code == 401
+    bad = cli("key", "create", "x", "--scope", "root")
+    assert bad.returncode != 0 and "scopes" in bad.stderr
+
+
+def test_hook_create_list_show_delete(world):
+    cli, api = world["cli"], world["api"]
+    template = world["templates"]["with_human"]
+    done = cli("hook", "create", template["template"]["name"], "--input", "body.topic")
+    assert done.returncode == 0, done.stderr
+    url, secret = done.stdout.split()
+    assert secret.startswith("whsec_") and "/api/v1/hooks/" in url
+    [hook] = api.get("/workflow/hook").json()["hooks"]
+    assert hook["url"] == url and hook["input"] == "body.topic"
+    assert secret not in cli("hook", "list").stdout and hook["hook_id"] in cli("hook", "list").stdout
+    shown = json.loads(cli("hook", "show", hook["hook_id"], "--json").stdout)
+    assert shown == hook
+    body = b'{"topic": "tides"}'
+    when = dt.datetime.fromtimestamp(time.time(), dt.UTC)
+    headers = {"webhook-id": "m1", "webhook-timestamp": str(int(when.timestamp())),
+               "webhook-signature": Webhook(secret).sign("m1", when, body.decode()),
+               "content-type": "application/json"}
+    called = httpx.post(url, content=body, headers=headers)
+    assert called.status_code == 202, called.text
+    run = api.get(f"/workflow/run/{called.json()['trace_id']}").json()
+    assert run["input"] == "tides" and run["trigger"]["hook_id"] == hook["hook_id"]
+    assert cli("hook", "delete", hook["hook_id"], "--yes").returncode == 0
+    assert api.get("/workflow/hook").json()["hooks"] == []
+    assert httpx.post(url, content=body, headers=headers).status_code == 404
