@@ -43,6 +43,7 @@ class Settings:
     hash_queue: int = 64  # hashes waiting beyond the running ones before 503
     llm_timeout: float = 60.0
     llm_retries: int = 3
+    llm_max_tokens: int = 4096  # a model answer's cap, sent with every call (what a budget reserves)
     llm_max_tool_rounds: int = 8
     schema_repairs: int = 2  # repair rounds of a structured answer that does not fit its schema
     sse_ping_seconds: float = 15.0
@@ -206,6 +207,9 @@ SETTING_DOCS: dict[str, SettingDoc] = {
     "hash_queue": SettingDoc("hashes that may wait beyond the running ones before login/register answer 503"),
     "llm_timeout": SettingDoc("seconds to wait on a model provider's answer"),
     "llm_retries": SettingDoc("retries of a provider error that may pass (429, 5xx, timeouts)"),
+    "llm_max_tokens": SettingDoc(
+        "tokens a model's answer may take, sent with every call as max_tokens; a run's budget "
+        "reserves this many at the output price before each call"),
     "llm_max_tool_rounds": SettingDoc("tool-call rounds an agent step may take"),
     "schema_repairs": SettingDoc(
         "times a model is told what was wrong and asked again when its answer does not match "

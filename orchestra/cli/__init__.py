@@ -65,6 +65,7 @@ def _register_commands() -> None:
         subscription,
         template,
         tool,
+        usage,
         user,
         versions,
         worker,
@@ -75,7 +76,7 @@ def _register_commands() -> None:
     app.add_typer(db.app, name="db")
     app.add_typer(user.app, name="user")
     for area in (login, account, key, provider, node, tool, mcp, secret, skill, worker, template, files,
-                 workflow, versions, schedule, subscription, hook):
+                 workflow, versions, schedule, subscription, hook, usage):
         area.register(app)
 
 

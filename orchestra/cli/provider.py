@@ -7,6 +7,7 @@ take a provider_id or a provider's exact name.
 
 from __future__ import annotations
 
+import json
 import sys
 
 import typer
@@ -128,6 +129,18 @@ def add(
     success(f"registered {_summary(view)}")
 
 
+def _json_options(**options: str | None) -> dict:
+    """`--prices`/`--limits`: their JSON values (null removes), by field name."""
+    values = {}
+    for field, raw in options.items():
+        if raw is not None:
+            try:
+                values[field] = json.loads(raw)
+            except ValueError:
+                fail(f"--{field} is not JSON: {raw}", ExitCode.USAGE)
+    return values
+
+
 @app.command()
 @handle_errors
 def update(
@@ -140,9 +153,15 @@ def update(
     api_key_stdin: bool = typer.Option(False, "--api-key-stdin", help="Read a new API key from standard input."),
     api_key_prompt: bool = typer.Option(False, "--api-key", help="Ask for a new API key (hidden prompt)."),
     no_api_key: bool = typer.Option(False, "--no-api-key", help="Remove the API key."),
+    prices: str | None = typer.Option(None, "--prices", help=(
+        'Its own prices, USD per million tokens: JSON {"input_per_mtok": "0.27", '
+        '"output_per_mtok": "1.1", "cached_input_per_mtok"?}; "null" removes them.')),
+    limits: str | None = typer.Option(None, "--limits", help=(
+        'JSON {"requests_per_minute"?, "tokens_per_minute"?, "max_concurrency"?}; "null" removes them.')),
     server: str | None = SERVER, token: str | None = TOKEN, json_output: bool = JSON,
 ) -> None:
-    """Change a provider's name, model, URL or key (ADMINISTRATOR and above); its kind is fixed."""
+    """Change a provider's name, model, URL, key, prices or limits (ADMINISTRATOR and above);
+    its kind is fixed."""
     if base_url is not None and no_base_url:
         fail("--base-url and --no-base-url exclude each other", ExitCode.USAGE)
     if sum((api_key_stdin, api_key_prompt, no_api_key)) > 1:
@@ -161,9 +180,10 @@ def update(
         if key is None:
             fail("no API key given; use --no-api-key to remove the key", ExitCode.USAGE)
         body["api_key"] = key
+    body.update(_json_options(prices=prices, limits=limits))
     if not body:
         fail("nothing to change: give --name, --model-id, --base-url, --no-base-url, --api-key, "
-             "--api-key-stdin or --no-api-key", ExitCode.USAGE)
+             "--api-key-stdin, --no-api-key, --prices or --limits", ExitCode.USAGE)
     with connect(ctx, server, token) as client:
         provider_id = resolve_provider(client, provider, ExitCode.NOT_FOUND)
         view = without_message(client.put(f"/provider/{provider_id}", json=body))

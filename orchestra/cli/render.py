@@ -71,6 +71,7 @@ class StepView:
     error: str | None = None
     started: float | None = None
     finished: float | None = None
+    cost: str | None = None  # step_finished's cost_usd (SPEC §12)
 
     def add(self, kind: str, text: str) -> None:
         """Append to the view; streamed text joins the text part before it."""
@@ -221,6 +222,8 @@ class PlainRenderer(Renderer):
             step = self.steps.get(sid) if sid else None
             if step:
                 self._step_ended(kind, sid, step)
+        elif kind in (EventKind.BUDGET_EXCEEDED, EventKind.BUDGET_EXHAUSTED):
+            self._line(budget_line(self.trace_id, kind, data))
         elif event.terminal:
             for line in output_lines(self.outcome):
                 self._line(line)
@@ -235,13 +238,26 @@ class PlainRenderer(Renderer):
 
     def _step_ended(self, kind: str, sid: str, step: StepView) -> None:
         if kind == EventKind.STEP_FINISHED:
-            self._line(f"[{sid}] finished{_seconds(step.started, step.finished)}")
+            self._line(f"[{sid}] finished{_seconds(step.started, step.finished)}{_cost(step.cost)}")
             for line in (step.output or "").splitlines() or [""]:
                 self._line(f"    {line}")
         elif kind == EventKind.STEP_FAILED:
             self._line(f"[{sid}] failed{_seconds(step.started, step.finished)}: {step.error}")
         else:  # skipped: the reason, as the state holds it
             self._line(f"[{sid}] {step.parts[0][1]}")
+
+
+def _cost(cost: str | None) -> str:
+    return f" · ${cost}" if cost else ""
+
+
+def budget_line(trace_id: str, kind: str, data: dict) -> str:
+    """The budget stopped the run: what was spent of what, and how to go on if it waits."""
+    spent = f"${data.get('spent_usd')} of ${data.get('budget_usd')}"
+    if kind == EventKind.BUDGET_EXHAUSTED:
+        return (f"budget exhausted ({spent}): the run waits; raise it with "
+                f"orchestra workflow budget {trace_id} --add 0.50")
+    return f"budget exceeded ({spent}): the next model call was not made"
 
 
 def final_line(outcome: Outcome) -> str:
@@ -294,7 +310,7 @@ class LiveRenderer(Renderer):
         if not body.plain and step.status == "running":
             since = step.started or self.opened
             body.append(f"waiting for the agent… {max(time.time() - since, 0.0):.0f}s", style="dim italic")
-        title = f"[b]{step.step_id}[/] · {step.status}{_seconds(step.started, step.finished)}"
+        title = f"[b]{step.step_id}[/] · {step.status}{_seconds(step.started, step.finished)}{_cost(step.cost)}"
         return Panel(body, title=title, title_align="left", border_style=_STYLE.get(step.status, "white"))
 
     SHOWN = 6  # instances of one container listed at once: a few failed, then running ones
@@ -441,6 +457,7 @@ def _step_event(step: StepView, kind: str, data: dict, ts) -> None:
 
 def _step_finished(step: StepView, data: dict, ts) -> None:
     step.status, step.finished = "succeeded", ts
+    step.cost = data.get("cost_usd") if isinstance(data.get("cost_usd"), str) else None
     output = _pick(data, "output", "content", "text")
     step.output = _text(output) if output is not None else step.text
     if step.output and not step.parts:  # nothing was shown of it yet

@@ -27,7 +27,7 @@ from orchestra.engine.vocabulary import EventKind
 if TYPE_CHECKING:
     from orchestra.client import Client, Event
 
-app = typer.Typer(help="Workflow runs on a server: run, list, show, watch, replay, reply, retry, fork, cancel.",
+app = typer.Typer(help="Workflow runs on a server: run, list, show, watch, replay, reply, retry, fork, budget, cancel.",
                   no_args_is_help=True)
 
 JSON = typer.Option(False, "--json", help="Print JSON (streams: one raw event object per line).")
@@ -108,11 +108,14 @@ def show(
         print_json(run)
         return
     body = run.get("run", run)
-    out.print(f"[b]run {trace_id}[/]: {body.get('status')}", highlight=False)
+    money = "".join(f" · {label} ${body[key]}" for key, label in (("cost_usd", "cost"), ("budget_usd", "budget"))
+                    if body.get(key) is not None)
+    out.print(f"[b]run {trace_id}[/]: {body.get('status')}{money}", highlight=False)
     for step in body.get("steps") or []:
         if isinstance(step, dict):
             name = step.get("path") or step.get("step_id") or step.get("id")  # research[2].facts
-            out.print(f"[b]{escape(str(name))}[/] · {step.get('status', '')}", highlight=False)
+            cost = f" · ${step['cost_usd']}" if step.get("cost_usd") is not None else ""
+            out.print(f"[b]{escape(str(name))}[/] · {step.get('status', '')}{cost}", highlight=False)
             if step.get("output") is not None and step.get("output") != "":
                 out.print(_shown(step["output"]), markup=False, highlight=False)
             if step.get("error"):
@@ -239,6 +242,24 @@ def reply(
     with connect(ctx, server, token) as client:
         client.reply(trace_id, content, request_id)
     success(f"replied to run {trace_id}")
+
+
+@app.command()
+@handle_errors
+def budget(
+    ctx: typer.Context,
+    trace_id: str = typer.Argument(..., help="A run waiting for budget (waiting_budget)."),
+    add: str = typer.Option(..., "--add", help="USD to add to its budget, e.g. 0.50."),
+    server: str | None = SERVER, token: str | None = TOKEN, json_output: bool = JSON,
+) -> None:
+    """Raise the budget of a run that waits for one; it goes on where it stopped."""
+    with connect(ctx, server, token) as client:
+        answer = client.post(f"/workflow/run/{trace_id}/budget", json={"add_usd": add})
+    if json_output:
+        print_json(answer)
+        return
+    success(f"run {trace_id}: budget now ${answer.get('budget_usd')} "
+            f"(spent ${answer.get('cost_usd') or '0'}); it is {answer.get('status')} again")
 
 
 @app.command()

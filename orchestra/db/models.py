@@ -120,6 +120,8 @@ class Provider(NamedModel):
     base_url = CharField(max_length=1024, null=True)
     api_key_encrypted = TextField(null=True)
     api_key_hint = CharField(max_length=32, null=True)  # masked form: sk-…abcd
+    prices = JSONField(null=True)  # {input_per_mtok, output_per_mtok, cached_input_per_mtok}
+    limits = JSONField(null=True)  # {requests_per_minute, tokens_per_minute, max_concurrency}
     created_by = ForeignKeyField(User, null=True, on_delete="SET NULL")
     created_at = DateTimeField(default=utcnow)
 
@@ -233,6 +235,10 @@ class WorkflowRun(BaseModel):
     # The W3C traceparent of the request that started the run: every attempt's spans join
     # that trace, in whichever process executes it (orchestra/observability/tracing.py).
     trace_parent = CharField(max_length=64, null=True)
+    # Spend (SPEC §12), in whole pico-dollars: the budget (null: none) and what is spent,
+    # reservations of calls in flight (or lost in a crash) included; null: nothing priced.
+    budget_pusd = BigIntegerField(null=True)
+    spent_pusd = BigIntegerField(null=True)
     # A child run (SPEC §14): the run and step instance that started it, and its level
     # in the chain (the top run is 1).
     parent_trace_id = CharField(max_length=36, null=True, index=True)
@@ -257,6 +263,10 @@ class RunStep(BaseModel):
     output_value = JSONField(null=True)  # a JSON output (steps with output_schema)
     error = TextField(null=True)
     usage = JSONField(null=True)
+    cost_usd = TextField(null=True)  # exact decimal text; null: no priced call
+    provider_id = CharField(max_length=36, null=True)  # the provider its model calls went to
+    model = CharField(max_length=256, null=True)
+    calls = IntegerField(default=0)  # model calls made, failed attempts included
     started_at = DateTimeField(null=True)
     finished_at = DateTimeField(null=True)
     child_trace_id = CharField(max_length=36, null=True)  # a workflow step's child run (SPEC §14)

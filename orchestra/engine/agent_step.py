@@ -26,10 +26,12 @@ from orchestra.engine.llm import (
     make_client,
     with_retries,
 )
+from orchestra.engine.llm.retry import backoff_delay
 from orchestra.engine.model import At, StepDef
 from orchestra.engine.questions import Questions
 from orchestra.engine.records import Records
 from orchestra.engine.sizes import OUTPUT_SETTING, check_question, utf8_size
+from orchestra.engine.spend import Spending
 from orchestra.engine.store import RunStore
 from orchestra.engine.store.events import RunGone
 from orchestra.engine.tools.base import ToolContext, ToolError, ToolRegistry
@@ -93,7 +95,8 @@ class AgentSteps:
     def __init__(self, settings: Settings, *, store: RunStore, records: Records,
                  questions: Questions, agents: AgentResolver, registry: ToolRegistry,
                  read_upload: Callable[[str, str], Awaitable[str]], sandbox: Sandbox,
-                 token_interval: float = 0.05, retry_base_delay: float = 0.5) -> None:
+                 spending: Spending, token_interval: float = 0.05,
+                 retry_base_delay: float = 0.5) -> None:
         self.settings = settings
         self.store = store
         self.records = records
@@ -102,6 +105,7 @@ class AgentSteps:
         self.registry = registry
         self.read_upload = read_upload
         self.sandbox = sandbox
+        self.spending = spending
         self.token_interval = token_interval
         self.retry_base_delay = retry_base_delay
         self.clients: dict[tuple, Any] = {}  # provider clients, by (kind, URL, key)
@@ -136,11 +140,13 @@ class AgentSteps:
         tool_rounds = 0
         while True:
             result, pending_text = await self._turn(
-                live, at, client, config.model, messages, tools, output_schema=schema
+                live, at, client, config, messages, tools, output_schema=schema
             )
             if result.usage is not None:
                 usage["prompt_tokens"] += result.usage.prompt_tokens
                 usage["completion_tokens"] += result.usage.completion_tokens
+                if result.usage.cached_tokens:
+                    usage["cached_tokens"] = usage.get("cached_tokens", 0) + result.usage.cached_tokens
             if not result.tool_calls:
                 if schema is None:
                     return result.text, usage, pending_text
@@ -234,10 +240,11 @@ class AgentSteps:
         return (result, None) if error is None else (f"Error: {error}", error)
 
     async def _turn(
-        self, live: LiveRun, at: At, client, model: str, messages, tools,
+        self, live: LiveRun, at: At, client, config, messages, tools,
         output_schema: dict[str, Any] | None = None,
     ) -> tuple[ChatResult, str]:
-        """One streamed model turn, retried on retryable errors before any token is shown.
+        """One streamed model turn, retried on retryable errors before any token is shown;
+        a provider's 429 is waited out (its Retry-After) without using a retry (SPEC §12).
 
         Returns the result and, for a final answer (no tool calls), the last buffered
         token text, which the caller appends together with `step_finished`."""
@@ -250,10 +257,26 @@ class AgentSteps:
 
         extra = {"output_schema": output_schema} if output_schema is not None else {}
 
-        async def attempt() -> ChatResult:
+        async def call() -> ChatResult:
             await self.store.release()  # no pooled connection held while the model talks
-            return await _streamed(client.stream_chat(model=model, messages=messages, tools=tools,
-                                                      **extra), coalescer, limit)
+            return await _streamed(client.stream_chat(
+                model=config.model, messages=messages, tools=tools,
+                max_tokens=self.settings.llm_max_tokens, **extra), coalescer, limit)
+
+        async def attempt() -> ChatResult:
+            waits = 0
+            while True:
+                try:
+                    return await self._priced(live, at, config, messages, tools, output_schema, call)
+                except LLMError as exc:
+                    if exc.status != 429 or not exc.retryable:
+                        raise
+                    if exc.retry_after:
+                        self.spending.gate.cool_down(config.provider_id or "", exc.retry_after)
+                    waits += 1
+                    await self.store.release()
+                    await asyncio.sleep(backoff_delay(min(waits, 6), base_delay=self.retry_base_delay,
+                                                      max_delay=8.0, retry_after=exc.retry_after))
 
         try:
             result = await with_retries(
@@ -274,6 +297,30 @@ class AgentSteps:
             await coalescer.flush()
             return result, ""
         return result, await coalescer.take()
+
+    async def _priced(self, live: LiveRun, at: At, config, messages, tools, output_schema,
+                      call: Callable[[], Awaitable[ChatResult]]) -> ChatResult:
+        """One model call inside the provider's limits and the run's budget: room under
+        the limits first, then its reservation, then the call, then its cost settled."""
+        spending = self.spending
+        ticket = await spending.wait_for_room(live, config, messages, tools, output_schema)
+        tokens = None
+        try:
+            reservation = await spending.reserve(live, at.path, config, messages, tools, output_schema)
+            try:
+                result = await call()
+            except LLMError as exc:  # an HTTP error was refused before any work: not billed
+                spending.settle(live, at.path, reservation, None, billed=exc.status is None)
+                raise
+            except BaseException:  # lost, cut or cancelled: its reservation stays spent
+                spending.settle(live, at.path, reservation, None, billed=True)
+                raise
+            spending.settle(live, at.path, reservation, result.usage, billed=True)
+            if result.usage is not None:
+                tokens = result.usage.prompt_tokens + result.usage.completion_tokens
+            return result
+        finally:
+            await asyncio.shield(spending.gate.leave(ticket, tokens))
 
     async def client_for(self, config) -> Any:
         """One provider client per (kind, URL, key), reused across steps and runs; built in

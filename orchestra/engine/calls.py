@@ -81,12 +81,14 @@ class Calls:
                         await asyncio.sleep(delay)
                     attempt += 1
                     continue
-                stored = self.records.failed(live, at, failure.message)
+                stored = self.records.failed(live, at, failure.message,
+                                             self.agents.spending.fields(live, at.path))
                 if durable:
                     await self.records.stored(live, stored)
                 raise
         stored = self.records.call_succeeded(live, at, output, usage, pending_text,
-                                             structured=step.structured)
+                                             structured=step.structured,
+                                             spend=self.agents.spending.fields(live, at.path))
         if durable:
             await self.records.stored(live, stored)
         return output

@@ -31,11 +31,13 @@ from orchestra.engine.http_step import HttpSteps
 from orchestra.engine.language.sandbox import Bounds, Sandbox
 from orchestra.engine.live import CANCELLED_BY_REQUEST, LiveRuns
 from orchestra.engine.model import Question, StepKind, StopReason
+from orchestra.engine.provider_gate import ProviderGate
 from orchestra.engine.questions import Questions
 from orchestra.engine.records import Records
 from orchestra.engine.run_task import RunTasks
 from orchestra.engine.scheduler import Scheduler
-from orchestra.engine.store import RunStore, make_run_store
+from orchestra.engine.spend import Spending
+from orchestra.engine.store import PostgresRunStore, RunStore, make_run_store
 from orchestra.engine.tools.base import ToolRegistry
 from orchestra.settings import Settings
 
@@ -76,10 +78,17 @@ class Engine:
         self.request_sandbox = Sandbox(Bounds.from_settings(settings))
         records = Records(self.store, output_max_bytes=settings.step_output_max_bytes)
         self.questions = Questions(self.store, self.runs, signals, self.request_sandbox)
+        # Money (SPEC §12): provider limits across processes, budgets reserved per call.
+        self.gate = ProviderGate(
+            self.store.db, shared=isinstance(self.store, PostgresRunStore),
+            write_transaction=self.store.write_transaction, release=self.store.release,
+            lease_seconds=max(120.0, settings.llm_timeout * 2))
+        spending = Spending(store=self.store, records=records, gate=self.gate,
+                            max_tokens=settings.llm_max_tokens)
         self.agent_steps = AgentSteps(
             settings, store=self.store, records=records, questions=self.questions,
             agents=agents, registry=registry, read_upload=read_upload, sandbox=self.sandbox,
-            token_interval=token_interval, retry_base_delay=retry_base_delay,
+            spending=spending, token_interval=token_interval, retry_base_delay=retry_base_delay,
         )
         # HTTP steps and child workflows (SPEC §14); `decrypt` opens the secrets they name
         self.http_steps = HttpSteps(settings, db=db, decrypt=decrypt)

@@ -74,6 +74,12 @@ class LiveRun:
     child_waits: int = 0  # workflow steps waiting for their child run (SPEC §14): no slot held
     unreadable: str | None = None  # why its stored steps could not be read (it fails)
     forked_from: dict[str, Any] | None = None  # a fork's source: {trace_id, from_step, outputs}
+    # Spend (engine/spend.py): the budget in pico-dollars (None: none), each running
+    # instance's calls and cost so far, and the calls in flight holding a reservation.
+    budget_pusd: int | None = None
+    spends: dict[str, Any] = field(default_factory=dict)
+    reserved_calls: int = 0
+    settled: asyncio.Event = field(default_factory=asyncio.Event)  # set (and renewed) at each settle
 
     def mcp_sessions(self, allowed: frozenset[str], egress: EgressPolicy) -> RunSessions:
         """The run's MCP sessions (none is opened until a tool of a server is called)."""

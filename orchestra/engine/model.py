@@ -146,12 +146,14 @@ class RunOptions:
     deadline_seconds: int | None = None
     max_steps: int | None = None
     output: str | None = None
+    on_budget: str = "fail"  # or "pause" (SPEC §12)
 
     @classmethod
     def from_spec(cls, spec: dict[str, Any] | None) -> RunOptions:
         spec = spec or {}
         limits = spec.get("limits") or {}
-        return cls(limits.get("deadline_seconds"), limits.get("max_steps"), spec.get("output"))
+        return cls(limits.get("deadline_seconds"), limits.get("max_steps"), spec.get("output"),
+                   limits.get("on_budget") or "fail")
 
 
 def find_step(steps: tuple[StepDef, ...], step_id: str) -> StepDef | None:

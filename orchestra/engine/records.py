@@ -53,13 +53,17 @@ class Records:
         self._submit(live, at.path, at.step_id, values, [(EventKind.STEP_STARTED, live.tagged(at, data), at)])
 
     def call_succeeded(self, live: LiveRun, at: At, output: Any, usage: dict[str, int] | None,
-                       pending_text: str, *, structured: bool) -> asyncio.Future:
-        """A call's output, with the last token text not yet appended, in one write."""
+                       pending_text: str, *, structured: bool,
+                       spend: dict[str, Any] | None = None) -> asyncio.Future:
+        """A call's output, with the last token text not yet appended, in one write;
+        `spend`: its cost fields (engine/spend.py), `cost_usd` also on `step_finished`."""
+        spend = spend or {}
         tokens = [(EventKind.TOKEN, live.tagged(at, {"text": pending_text}), at)] if pending_text else []
-        finished = (EventKind.STEP_FINISHED, live.tagged(at, {"output": output, "usage": usage}), at)
+        data = {"output": output, "usage": usage} | ({"cost_usd": spend["cost_usd"]} if spend else {})
+        finished = (EventKind.STEP_FINISHED, live.tagged(at, data), at)
         live.finished.set(at.path, StepStatus.SUCCEEDED, output)
         return self._submit(live, at.path, None, {
-            "status": StepStatus.SUCCEEDED, "usage": usage, "finished_at": utcnow(),
+            "status": StepStatus.SUCCEEDED, "usage": usage, "finished_at": utcnow(), **spend,
             **output_fields(output, structured)}, [*tokens, finished])
 
     def succeeded(self, live: LiveRun, at: At, output: Any, data: dict[str, Any]) -> asyncio.Future:
@@ -75,12 +79,15 @@ class Records:
                             {"status": StepStatus.SUCCEEDED, "finished_at": utcnow(), **output_fields(output)},
                             [(EventKind.STEP_FINISHED, {"output": output, **data}, at)])
 
-    def failed(self, live: LiveRun, at: At, message: str) -> asyncio.Future:
+    def failed(self, live: LiveRun, at: At, message: str,
+               spend: dict[str, Any] | None = None) -> asyncio.Future:
         """An instance's failure and its `step_failed` (an upsert: an item that failed
-        before it started, at its prompt, has no row yet); the future of that write."""
+        before it started, at its prompt, has no row yet); the future of that write.
+        `spend`: the cost fields of a call's failed attempts."""
         live.finished.set(at.path, StepStatus.FAILED)
         return self._submit(live, at.path, at.step_id,
-                            {"status": StepStatus.FAILED, "error": message, "finished_at": utcnow()},
+                            {"status": StepStatus.FAILED, "error": message, "finished_at": utcnow(),
+                             **(spend or {})},
                             [(EventKind.STEP_FAILED, live.tagged(at, {"error": message}), at)])
 
     def skipped(self, live: LiveRun, at: At, reason: str) -> None:

@@ -11,6 +11,7 @@ back to the store (`_hand_back`) when the process stops.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -34,10 +35,13 @@ from orchestra.engine.model import StepDef, StopReason
 from orchestra.engine.reuse import reused_events
 from orchestra.engine.scheduler import Scheduler
 from orchestra.engine.sizes import check_output
+from orchestra.engine.spend import BudgetStop
 from orchestra.engine.store import RunStore
 from orchestra.engine.store.events import RunGone
 from orchestra.engine.vocabulary import EventKind, RunStatus, StepStatus
+from orchestra.money.amounts import usd_text
 from orchestra.observability import runs as observe
+from orchestra.observability.metrics import budget_exhausted
 from orchestra.settings import Settings
 
 logger = logging.getLogger("orchestra.engine")
@@ -88,8 +92,8 @@ class RunTasks:
             await live.writes.drain()
         except RunFailed as failure:
             await self.end(live, RunStatus.FAILED, EventKind.RUN_FAILED, failure.message, step_id=failure.step_id)
-        except HandBack:
-            await self._hand_back(live)
+        except (HandBack, BudgetStop) as stop:  # given up here: to the store, or for budget
+            await (self._budget_stop(live, stop) if isinstance(stop, BudgetStop) else self._hand_back(live))
         except asyncio.CancelledError:
             task = asyncio.current_task()
             if task is not None:
@@ -268,6 +272,23 @@ class RunTasks:
                 tries += 1
                 await self.store.release()
                 await sleep_backoff(tries)
+
+    async def _budget_stop(self, live: LiveRun, stop: BudgetStop) -> None:
+        """The budget cannot pay for the next call: `on_budget: fail` ends the run after
+        `budget_exceeded`; `pause` gives it up as `waiting_budget` (no owner, no task)
+        after `budget_exhausted`, until a top-up queues it again (SPEC §12)."""
+        budget_exhausted()
+        data = {"budget_usd": usd_text(stop.budget), "spent_usd": usd_text(stop.spent)}
+        if live.options.on_budget != "pause":
+            live.writes.submit(self.store.append, live.trace_id, EventKind.BUDGET_EXCEEDED, data)
+            await self.end(live, RunStatus.FAILED, EventKind.RUN_FAILED,
+                           f"The run's budget of ${data['budget_usd']} cannot pay for its next "
+                           f"model call (${data['spent_usd']} spent or reserved).")
+            return
+        live.past_stopping()
+        await live.writes.settle()
+        with contextlib.suppress(RunGone):  # another process holds it now
+            await self.store.pause_for_budget(live.trace_id, {"status": RunStatus.WAITING_BUDGET, **data})
 
     async def _hand_back(self, live: LiveRun) -> None:
         live.past_stopping()

@@ -18,6 +18,7 @@ class RunStatus(StrEnum):
     FAILED = "failed"
     CANCELLED = "cancelled"
     INTERRUPTED = "interrupted"
+    WAITING_BUDGET = "waiting_budget"  # SPEC §12: paused until its budget is raised
 
 
 class StepStatus(StrEnum):
@@ -52,6 +53,8 @@ class EventKind(StrEnum):
     RUN_FINISHED = "run_finished"
     RUN_FAILED = "run_failed"
     RUN_CANCELLED = "run_cancelled"
+    BUDGET_EXCEEDED = "budget_exceeded"  # SPEC §12: on_budget fail, just before run_failed
+    BUDGET_EXHAUSTED = "budget_exhausted"  # SPEC §12: on_budget pause, the run waits
 
 
 #: A run that is not over: someone holds it, or will claim it.

@@ -70,6 +70,13 @@ LLM_TOKENS = Counter(
     "orchestra_llm_tokens", "Tokens the providers reported, by provider kind and `prompt`/`completion`.",
     ["provider", "kind"],
 )
+LLM_COST = Counter(
+    "orchestra_llm_cost_usd", "USD the priced model calls cost, by provider name and model.",
+    ["provider", "model"],
+)
+BUDGET_EXHAUSTED = Counter(
+    "orchestra_budget_exhausted", "Runs stopped by their budget (failed, or waiting for a top-up).",
+)
 TOOL_CALLS = Counter(
     "orchestra_tool_calls", "Tool calls, by tool and outcome (`ok`, `error`).", ["tool", "outcome"],
 )
@@ -147,6 +154,18 @@ def step_ended(status: str) -> None:
 def llm_call(provider: str, outcome: str, seconds: float) -> None:
     LLM_CALLS.labels(provider, outcome).inc()
     LLM_DURATION.labels(provider).observe(seconds)
+
+
+@_safe
+def llm_cost(provider: str, model: str, usd) -> None:
+    """A priced model call's cost (SPEC §12), by provider name and model."""
+    LLM_COST.labels(provider, model).inc(float(usd))
+
+
+@_safe
+def budget_exhausted() -> None:
+    """A run's budget could not hold its next call (it failed, or waits for a top-up)."""
+    BUDGET_EXHAUSTED.inc()
 
 
 @_safe

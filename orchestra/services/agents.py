@@ -113,6 +113,9 @@ class AgentConfig:
     provider_base_url: str | None
     provider_api_key: str | None  # decrypted
     model: str | None  # the agent's model, else the provider's model_id
+    provider_name: str | None = None
+    provider_prices: dict[str, Any] | None = None  # the provider's own prices (SPEC §12)
+    provider_limits: dict[str, Any] | None = None  # requests/tokens per minute, concurrency
 
 
 class AgentCache:
@@ -199,7 +202,8 @@ def _provider_fields(
     """The provider half of an AgentConfig; `keys` memoises decryption per provider."""
     if provider is None:
         return {"provider_id": None, "provider_kind": None, "provider_base_url": None,
-                "provider_api_key": None, "model": model}
+                "provider_api_key": None, "model": model, "provider_name": None,
+                "provider_prices": None, "provider_limits": None}
     if provider.id not in keys:
         try:
             keys[provider.id] = decrypt_api_key(core, provider)
@@ -213,6 +217,9 @@ def _provider_fields(
         "provider_base_url": provider.base_url,
         "provider_api_key": key,
         "model": model or provider.model_id,
+        "provider_name": provider.name,
+        "provider_prices": provider.prices,
+        "provider_limits": provider.limits,
     }
 
 

@@ -24,6 +24,7 @@ from orchestra.engine.vocabulary import RunStatus, StepStatus
 from orchestra.errors import NotFoundError, ValidationError
 from orchestra.services import version_store, workflows
 from orchestra.services.fork_plan import Planner, Source
+from orchestra.services.spend import run_budget
 from orchestra.services.template_diff import steps_by_id
 
 UNSET: Any = object()  # `input` not sent: the source's input
@@ -149,6 +150,7 @@ async def fork_run(
             input="" if structured else new_input, input_value=new_input if structured else None,
             files=source.files, status=RunStatus.QUEUED, trace_parent=trace_parent,
             forked_from={"trace_id": source.trace_id, "from_step": from_step, "outputs": list(outputs)},
+            budget_pusd=run_budget(spec, None),  # the template's limits.budget_usd (SPEC §12)
         )
         reused = {path: _copied(run.trace_id, by_path[path]) for path in plan.reused}
         new_rows = []

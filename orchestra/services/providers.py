@@ -24,6 +24,7 @@ from orchestra.engine.llm.openai_compat import DEFAULT_BASE_URLS
 from orchestra.errors import ConflictError, NotFoundError, ValidationError
 from orchestra.services.charset import has_control
 from orchestra.services.crypto import mask
+from orchestra.services.provider_terms import clean_limits, clean_prices, price_view
 
 NAME_MAX = 128
 MODEL_MAX = 256
@@ -143,6 +144,8 @@ def provider_view(provider: Provider) -> dict[str, Any]:
         "base_url": provider.base_url,
         "api_key": provider.api_key_hint,
         "has_api_key": provider.api_key_encrypted is not None,
+        **price_view(provider.kind, provider.model_id, provider.base_url, provider.prices),
+        "limits": provider.limits,
         "created_at": iso(provider.created_at),
     }
 
@@ -211,9 +214,12 @@ async def create_provider(
     api_key: str | None = None,
     base_url: str | None = None,
     created_by: str | None = None,
+    prices: Any = None,
+    limits: Any = None,
 ) -> Provider:
     """Register a provider; 422 for a bad field, 409 for a taken name."""
     name = clean_name(name)
+    prices, limits = clean_prices(prices), clean_limits(limits)
     kind = clean_kind(kind)
     model_id = clean_model(model_id)
     base_url = clean_base_url(base_url)
@@ -229,6 +235,8 @@ async def create_provider(
             base_url=base_url,
             api_key_encrypted=core.secrets.encrypt(api_key) if api_key else None,
             api_key_hint=mask(api_key) if api_key else None,
+            prices=prices,
+            limits=limits,
             created_by=created_by,
         )
     except IntegrityError:  # the unique name_key index: a concurrent create took the name
@@ -269,10 +277,16 @@ async def update_provider(
     model_id: str = _UNSET,
     api_key: str | None = _UNSET,
     base_url: str | None = _UNSET,
+    prices: Any = _UNSET,
+    limits: Any = _UNSET,
 ) -> Provider:
     """Change the named fields (the kind is fixed); an empty or null api_key removes it,
     and the masked key sent back as shown keeps it, while base_url is unchanged."""
     provider = await get_provider(core, provider_id)
+    if prices is not _UNSET:
+        provider.prices = clean_prices(prices)
+    if limits is not _UNSET:
+        provider.limits = clean_limits(limits)
     if name is not _UNSET:
         provider.name = clean_name(name)
         await _ensure_name_free(core, provider.name, except_id=provider.id)

@@ -14,6 +14,7 @@ from orchestra.db.models import WorkflowTemplate, utcnow
 from orchestra.engine.language import schemas
 from orchestra.engine.vocabulary import RunStatus, StepStatus
 from orchestra.errors import ValidationError
+from orchestra.services.spend import run_budget
 
 
 async def checked_input(core: Core, template: WorkflowTemplate, value: Any, *,
@@ -47,6 +48,7 @@ def run_row(*, trace_id: str, owner_id: str, template: WorkflowTemplate, input_t
         "steps": template.steps, "spec": template.spec, "input": input_text, "input_value": input_value,
         "files": [], "status": RunStatus.QUEUED, "trigger": trigger, "created_at": utcnow(),
         "attempts": 0, "cancel_requested": False,
+        "budget_pusd": run_budget(template.spec, None),  # the template's limits.budget_usd (SPEC §12)
     }
 
 

@@ -36,7 +36,7 @@ from orchestra.engine.sizes import check_reply_size
 from orchestra.engine.store.events import Event
 from orchestra.engine.vocabulary import FINISHED, EventKind, RunStatus, StepStatus
 from orchestra.errors import ConflictError, NotFoundError, PermissionDeniedError, ValidationError
-from orchestra.services import composition, run_starts, version_store
+from orchestra.services import composition, run_starts, spend, version_store
 from orchestra.services.paging import DEFAULT_LIMIT, Page, keyset_page
 from orchestra.services.run_starts import StartKey
 
@@ -280,6 +280,7 @@ async def start_run(
     input: Any = "",
     files: list[str] | None = None,
     trace_parent: str | None = None,
+    budget_usd: Any = None,
     trigger: dict[str, Any] | None = None,
     remember: StartKey | None = None,
     template: WorkflowTemplate | None = None,
@@ -297,6 +298,7 @@ async def start_run(
                                       template_id=template_id)
     pinned = await version_store.for_run(core, template, version)
     spec = pinned.spec or {}
+    budget = spend.run_budget(spec, budget_usd)
     problems: list[dict[str, str]] = []
     if "input_schema" in spec:
         problems += await schemas.check(input, spec["input_schema"], root="input",
@@ -333,6 +335,7 @@ async def start_run(
             files=attached,
             status=RunStatus.QUEUED,
             trace_parent=trace_parent,
+            budget_pusd=budget,
             trigger=trigger,
         )
         if remember is not None:
@@ -382,6 +385,7 @@ def run_summary(run: WorkflowRun) -> dict[str, Any]:
         "started_at": iso(run.started_at),
         "finished_at": iso(run.finished_at),
         "retry_of": run.retry_of,
+        **spend.money_fields(run),
         # a child run (SPEC §14): the run and step instance that started it
         "parent": {"trace_id": run.parent_trace_id, "path": run.parent_path} if run.parent_trace_id else None,
         "trigger": run.trigger,
@@ -432,6 +436,7 @@ async def run_detail(core: Core, run: WorkflowRun) -> dict[str, Any]:
             "output": step_output(row) if row else None,
             "error": row.error if row else None,
             "usage": row.usage if row else None,
+            "cost_usd": row.cost_usd if row else None,
             "child_trace_id": row.child_trace_id if row else None,
             "started_at": iso(row.started_at) if row else None,
             "finished_at": iso(row.finished_at) if row else None,
@@ -461,6 +466,10 @@ async def cancel_run(core: Core, *, user_id: str, is_admin: bool, trace_id: str)
     run = await get_run(core, user_id=user_id, is_admin=is_admin, trace_id=trace_id)
     if run.status in FINISHED:
         raise ConflictError(f"The run has already ended ({run.status}).")
+    if run.status == RunStatus.WAITING_BUDGET:  # nobody holds it: queue it to be ended
+        await core.db.aexecute(WorkflowRun.update(status=RunStatus.QUEUED, cancel_requested=True).where(
+            (WorkflowRun.trace_id == trace_id) & (WorkflowRun.status == RunStatus.WAITING_BUDGET)))
+    await core.engine.cancel(trace_id, reason="The run was cancelled by request.")
     # its child runs (SPEC §14) at once, wherever they run, rather than level by level
     await asyncio.gather(core.engine.cancel(trace_id, reason="The run was cancelled by request."),
                          core.engine.cancel_descendants(trace_id, f"Its parent run {trace_id} was cancelled."))
@@ -515,6 +524,7 @@ async def retry_run(
             steps=old.steps, spec=old.spec, input=old.input, input_value=old.input_value,
             files=old.files, retry_of=old.trace_id, status=RunStatus.QUEUED,
             template_version=old.template_version,
+            budget_pusd=spend.run_budget(old.spec, None),  # the template's budget, afresh
         )
         new_rows = []
         for sid in ids:

@@ -13,6 +13,7 @@ lists them; `python -m orchestra.testing.fake_llm --help` prints it):
     fake:fail=2                  the first 2 requests with this prompt fail (HTTP 400)
     fake:fail=2 fake:fail_status=503                        ... with another status
     fake:text=Done.              the reply's text
+    fake:cached=3                3 of the prompt's tokens are reported as cached
 
 A value is read as JSON when it parses (`4`, `false`, `{"a": 1}`, `"two words"`), else
 as the text up to the next space. Failures are counted per distinct prompt (its last
@@ -40,12 +41,13 @@ directives (written anywhere in a step's prompt, e.g. in a template):
                        orchestra's client first, ORCHESTRA_LLM_RETRIES)
   fake:value=VALUE     the whole answer of a step whose output_schema is not an object
   fake:text=TEXT       the reply's text (quote several words: fake:text="All done.")
+  fake:cached=N        N of the prompt's tokens are reported as cached (usage)
 unscripted answers: echo mode says "Echo: <prompt>"; assistant mode calls calculator
 for a calculation and an MCP tool the prompt names, else answers in words; a structured
 step gets a value of its schema (the enum value the prompt mentions, else the first;
 true for booleans; the minimum, else 1, for numbers) with fields set by directives."""
 
-RESERVED = frozenset({"tool", "args", "fail", "fail_status", "text"})  # not field names
+RESERVED = frozenset({"tool", "args", "fail", "fail_status", "text", "cached"})  # not field names
 _DIRECTIVE = re.compile(r"(?<![\w:])fake:([A-Za-z_][A-Za-z0-9_.-]*)=")
 _DECODER = json.JSONDecoder()
 
@@ -60,6 +62,7 @@ class Directives:
     fail: int = 0
     fail_status: int = 400
     text: str | None = None
+    cached: int = 0
 
     @classmethod
     def of(cls, prompt: str) -> Directives:
@@ -70,7 +73,7 @@ class Directives:
                 found.tool = str(value)
             elif name == "args" and isinstance(value, dict):
                 found.args = value
-            elif name in ("fail", "fail_status") and isinstance(value, int) and not isinstance(value, bool):
+            elif name in ("fail", "fail_status", "cached") and isinstance(value, int) and not isinstance(value, bool):
                 setattr(found, name, value)
             elif name == "text":
                 found.text = value if isinstance(value, str) else json.dumps(value)

@@ -17,13 +17,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import re
 import socket
 import threading
 import time
 import uuid
 from collections import deque
-from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal, Self
 
@@ -34,7 +32,8 @@ from orchestra.testing.fake_answers import (
     last_user_text,
     unscripted_reply,
 )
-from orchestra.testing.fake_script import ScriptedReply
+from orchestra.testing.fake_meter import TokenMeter, max_tokens_of, rate_limited_body, usage_counts
+from orchestra.testing.fake_script import RecordedRequest, ScriptedReply, split_text
 
 DEFAULT_MODELS = ("fake-model", "fake-model-large")
 INVALID_KEY_ERROR = {
@@ -45,34 +44,6 @@ INVALID_KEY_ERROR = {
         "param": None,
     }
 }
-
-@dataclass
-class RecordedRequest:
-    """A request the fake received: header names lower-cased, `body` parsed JSON (or None),
-    `client_port` the port of the connection that carried it (one per TCP connection)."""
-
-    method: str
-    path: str
-    headers: dict[str, str]
-    body: Any
-    client_port: int = 0
-
-
-def split_text(text: str, chunks: int | None) -> list[str]:
-    """Cut `text` into `chunks` contiguous pieces (None: per word, keeping spaces)."""
-    if not text:
-        return [""]
-    if chunks is None:
-        return re.findall(r"\s*\S+|\s+$", text) or [text]
-    chunks = max(1, min(chunks, len(text)))
-    size, extra = divmod(len(text), chunks)
-    pieces, start = [], 0
-    for i in range(chunks):
-        end = start + size + (1 if i < extra else 0)
-        pieces.append(text[start:end])
-        start = end
-    return pieces
-
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
@@ -162,6 +133,22 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if not self._authorised():
             return
+        if fake.meter is not None:  # a tokens-per-minute limit: 429 with Retry-After
+            wait = fake.meter.admit(count_words(body.get("messages") or []))
+            if wait is not None:
+                self._send_json(429, rate_limited_body(wait, fake.meter.limit),
+                                {"Retry-After": f"{wait:g}"})
+                return
+        with fake._lock:  # how many chat requests are answered at once (provider limits)
+            fake.in_flight += 1
+            fake.max_in_flight = max(fake.max_in_flight, fake.in_flight)
+        try:
+            self._answer(fake, body)
+        finally:
+            with fake._lock:
+                fake.in_flight -= 1
+
+    def _answer(self, fake: FakeLLM, body: dict[str, Any]) -> None:
         reply = fake._next_reply(body)
         if reply.wait_for_requests and not fake._await_requests(reply.wait_for_requests):
             reply = ScriptedReply(kind="error", status=400, body={"error": {
@@ -186,13 +173,16 @@ class _Handler(BaseHTTPRequestHandler):
             body = body.encode()
         self._send_json(reply.status, body, reply.headers)
 
-    def _usage(self, reply: ScriptedReply, body: dict[str, Any], pieces: int) -> dict[str, int]:
-        prompt, completion = reply.usage or (count_words(body.get("messages") or []), pieces)
-        return {
-            "prompt_tokens": prompt,
-            "completion_tokens": completion,
-            "total_tokens": prompt + completion,
-        }
+    def _usage(self, reply: ScriptedReply, body: dict[str, Any], pieces: int) -> dict[str, Any]:
+        """Scripted counts, else the prompt's words and the answer's pieces; `fake:cached`
+        (or a scripted third count) reports part of the prompt as cached."""
+        messages = body.get("messages") or []
+        counts = reply.usage or (count_words(messages), pieces,
+                                 Directives.of(last_user_text(messages)).cached)
+        prompt, completion, cached = (*counts, 0)[:3]
+        if self.server.fake.meter is not None:
+            self.server.fake.meter.add(completion)
+        return usage_counts(prompt, completion, cached)
 
     def _tool_call_payload(self, reply: ScriptedReply) -> list[dict[str, Any]]:
         calls = []
@@ -232,6 +222,10 @@ class _Handler(BaseHTTPRequestHandler):
 
         self._sse(chunk({"role": "assistant", "content": ""}))
         pieces = split_text(reply.text, reply.chunks) if reply.text else []
+        cap = max_tokens_of(body)
+        finish_capped = None
+        if cap is not None and len(pieces) > cap:  # max_tokens: one piece is one token
+            pieces, finish_capped = pieces[:cap], "length"
         if reply.kind == "cut":
             pieces = pieces[: reply.cut_after]
         for i, piece in enumerate(pieces):
@@ -253,7 +247,7 @@ class _Handler(BaseHTTPRequestHandler):
             for piece in split_text(call["function"]["arguments"], 3):
                 piece_delta = {"index": call["index"], "function": {"arguments": piece}}
                 self._sse(chunk({"tool_calls": [piece_delta]}))
-        finish = reply.finish_reason or ("tool_calls" if calls else "stop")
+        finish = finish_capped or reply.finish_reason or ("tool_calls" if calls else "stop")
         self._sse(chunk({}, finish))
         if include_usage:
             self._sse({**base, "choices": [], "usage": self._usage(reply, body, len(pieces) or 1)})
@@ -318,7 +312,8 @@ class FakeLLM:
     down and drops open connections. Usable as a context manager. Any bearer key works
     except those in `bad_keys` (or, when `api_key` is set, any other key), which get an
     OpenAI-style 401. `behavior` picks the unscripted answer (`echo` or `assistant`);
-    `chunk_delay` spaces unscripted chunks; `zero_latency` ignores every delay.
+    `chunk_delay` spaces unscripted chunks; `zero_latency` ignores every delay;
+    `tokens_per_minute` makes it a rate-limited provider (see fake_meter).
     """
 
     def __init__(
@@ -333,6 +328,7 @@ class FakeLLM:
         chunk_delay: float = 0.0,
         zero_latency: bool = False,
         verbose: bool = False,
+        tokens_per_minute: int | None = None,
     ) -> None:
         self.host = host
         self.port = port
@@ -343,6 +339,9 @@ class FakeLLM:
         self.chunk_delay = chunk_delay
         self.zero_latency = zero_latency
         self.verbose = verbose
+        # A provider's tokens-per-minute limit (fake_meter): over it, 429 with Retry-After.
+        self.meter = TokenMeter(tokens_per_minute) if tokens_per_minute else None
+        self.in_flight = self.max_in_flight = 0
         self._queue: deque[ScriptedReply] = deque()
         self._requests: list[RecordedRequest] = []
         self._failures: dict[str, int] = {}  # fake:fail counts, per distinct prompt
@@ -418,7 +417,7 @@ class FakeLLM:
         delay: float = 0.0,
         initial_delay: float = 0.0,
         finish_reason: str | None = None,
-        usage: tuple[int, int] | None = None,
+        usage: tuple[int, ...] | None = None,
         wait_for_requests: int = 0,
     ) -> FakeLLM:
         """Queue a text reply streamed in `chunks` pieces (None: one per word)."""
@@ -577,10 +576,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--delay", type=float, default=0.03, help="seconds between chunks")
     parser.add_argument("--zero-latency", action="store_true", help="never sleep (benchmarks)")
     parser.add_argument("--verbose", action="store_true", help="log every request")
+    parser.add_argument("--tokens-per-minute", type=int, default=None,
+                        help="answer 429 with Retry-After above this many tokens a minute")
     args = parser.parse_args(argv)
 
     fake = FakeLLM(host=args.host, port=args.port, api_key=args.api_key, behavior=args.mode,
-                   chunk_delay=args.delay, zero_latency=args.zero_latency, verbose=args.verbose)
+                   chunk_delay=args.delay, zero_latency=args.zero_latency, verbose=args.verbose,
+                   tokens_per_minute=args.tokens_per_minute)
     url = f"http://{args.host}:{args.port}/v1"
     print(f"Fake LLM serving at {url}  (mode: {args.mode}; Ctrl-C to stop)")
     key = (f"--api-key-stdin  (and type {args.api_key})" if args.api_key

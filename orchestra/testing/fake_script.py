@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -35,5 +36,33 @@ class ScriptedReply:
     cut_after: int = 1
     clean_cut: bool = False
     finish_reason: str | None = None
-    usage: tuple[int, int] | None = None
+    usage: tuple[int, ...] | None = None  # (prompt, completion[, cached])
     wait_for_requests: int = 0
+
+
+@dataclass
+class RecordedRequest:
+    """A request the fake received: header names lower-cased, `body` parsed JSON (or None),
+    `client_port` the port of the connection that carried it (one per TCP connection)."""
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: Any
+    client_port: int = 0
+
+
+def split_text(text: str, chunks: int | None) -> list[str]:
+    """Cut `text` into `chunks` contiguous pieces (None: per word, keeping spaces)."""
+    if not text:
+        return [""]
+    if chunks is None:
+        return re.findall(r"\s*\S+|\s+$", text) or [text]
+    chunks = max(1, min(chunks, len(text)))
+    size, extra = divmod(len(text), chunks)
+    pieces, start = [], 0
+    for i in range(chunks):
+        end = start + size + (1 if i < extra else 0)
+        pieces.append(text[start:end])
+        start = end
+    return pieces

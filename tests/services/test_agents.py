@@ -40,7 +40,7 @@ async def test_worker_config_carries_everything_the_engine_needs(core, owner, pr
         kind="worker", id=worker.id, owner_id=owner.id, name="writer", system_prompt="You write.",
         skill_instructions="Be brief.", tools=("calculator", "current_time"), provider_id=provider.id,
         provider_kind="deepseek", provider_base_url=None, provider_api_key="sk-secret-0000-9999",
-        model="deepseek-chat",
+        model="deepseek-chat", provider_name="main",
     )
 
 

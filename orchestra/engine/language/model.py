@@ -11,7 +11,10 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from orchestra.errors import ValidationError
+from orchestra.money.amounts import parse_usd, usd_text
 
 STEP_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 MAX_STEPS = 50
@@ -184,6 +187,22 @@ class TemplateLimits(Closed):
     max_steps: int | None = Field(
         None, ge=1, le=100_000, description="Step executions: every attempt, item and iteration."
     )
+    budget_usd: Any = Field(
+        None, description="USD the run's model calls may cost at most (SPEC §12): a "
+        "non-negative number or decimal string, kept as a decimal string.")
+    on_budget: Literal["fail", "pause"] | None = Field(
+        None, description="When the budget cannot pay for the next call: fail the run "
+        "(default), or pause it as waiting_budget until a top-up.")
+
+    @field_validator("budget_usd")
+    @classmethod
+    def _money(cls, value: Any) -> str | None:
+        if value is None:
+            return None
+        try:
+            return usd_text(parse_usd(value, "budget_usd"))
+        except ValidationError as exc:
+            raise ValueError(exc.detail[0]["problem"]) from None
 
 
 class TemplateOptions(Closed):

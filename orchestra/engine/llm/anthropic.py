@@ -190,7 +190,7 @@ class AnthropicClient:
 
     async def stream_chat(
         self, *, model: str, messages: list[ChatMessage], tools: list[ToolSpec],
-        output_schema: dict[str, Any] | None = None,
+        output_schema: dict[str, Any] | None = None, max_tokens: int | None = None,
     ) -> AsyncIterator[StreamEvent]:
         """Stream one assistant turn; see `ChatClient` for the order of events.
 
@@ -200,7 +200,7 @@ class AnthropicClient:
         the turn's text (JSON), streamed as it arrives."""
         params: dict[str, Any] = {
             "model": model,
-            "max_tokens": self.max_tokens,
+            "max_tokens": max_tokens or self.max_tokens,
             "messages": to_anthropic_messages(messages),
             "stream": True,
         }
@@ -251,7 +251,7 @@ class _Turn:
         self.wrapped = output_schema is not None and output_schema.get("type") != "object"
         self.text: list[str] = []
         self.calls: dict[int, dict[str, Any]] = {}
-        self.prompt_tokens = self.completion_tokens = 0
+        self.prompt_tokens = self.completion_tokens = self.cached_tokens = 0
         self.stop_reason: str | None = None
         self.finished = False
         self.answer_index: int | None = None
@@ -263,6 +263,7 @@ class _Turn:
             u = event.message.usage
             self.prompt_tokens = ((u.input_tokens or 0) + (u.cache_creation_input_tokens or 0)
                                   + (u.cache_read_input_tokens or 0))
+            self.cached_tokens = u.cache_read_input_tokens or 0
         elif kind == "content_block_start":
             return self._block(event)
         elif kind == "content_block_delta":
@@ -320,7 +321,8 @@ class _Turn:
                 value = parse_arguments("".join(text)).get("value")
                 text = [json.dumps(value, separators=(",", ":"))]
                 events.append(TextDelta(text[0]))
-        usage = Usage(prompt_tokens=self.prompt_tokens, completion_tokens=self.completion_tokens)
+        usage = Usage(prompt_tokens=self.prompt_tokens, completion_tokens=self.completion_tokens,
+                      cached_tokens=self.cached_tokens)
         events.append(usage)
         events.append(ChatResult(
             text="".join(text),

@@ -62,10 +62,12 @@ class ToolCallsReady:
 
 @dataclass(slots=True)
 class Usage:
-    """Token counts reported by the provider for the whole turn."""
+    """Token counts reported by the provider for the whole turn; `cached_tokens` are the
+    part of the prompt read from the provider's cache (priced apart, SPEC §12)."""
 
     prompt_tokens: int
     completion_tokens: int
+    cached_tokens: int = 0
 
 
 @dataclass(slots=True)
@@ -103,6 +105,7 @@ class LLMError(Exception):
         self.status = status
         self.retryable = retryable
         self.retry_after = retry_after
+        self.shown = False  # part of the answer was already shown (never tried again)
 
     def __repr__(self) -> str:
         return (
@@ -120,6 +123,7 @@ class ChatClient(Protocol):
     `ChatResult` summing up the turn. Failures raise `LLMError`, possibly after some
     deltas were already yielded (a stream cut mid-way).
 
+    `max_tokens` caps the answer's tokens (what a budget reserves for it, SPEC §12).
     `output_schema` asks for a final answer that is JSON of that shape, the provider's
     own way where it has one (OpenAI-compatible `response_format`, an Anthropic forced
     tool), else by instructions; the answer's text is then that JSON. The caller still
@@ -128,7 +132,7 @@ class ChatClient(Protocol):
 
     def stream_chat(
         self, *, model: str, messages: list[ChatMessage], tools: list[ToolSpec],
-        output_schema: dict[str, Any] | None = None,
+        output_schema: dict[str, Any] | None = None, max_tokens: int | None = None,
     ) -> AsyncIterator[StreamEvent]: ...
 
     async def list_models(self) -> list[str]: ...

@@ -216,6 +216,17 @@ def structured_params(kind: str, schema: dict[str, Any], messages: list[dict[str
     }}
 
 
+def read_usage(counts: dict[str, Any]) -> Usage:
+    """A chunk's `usage`: cached prompt tokens from OpenAI's `prompt_tokens_details`, or
+    DeepSeek's `prompt_cache_hit_tokens`."""
+    details = counts.get("prompt_tokens_details")
+    cached = (details.get("cached_tokens") if isinstance(details, dict) else None) \
+        or counts.get("prompt_cache_hit_tokens") or 0
+    return Usage(prompt_tokens=int(counts.get("prompt_tokens") or 0),
+                 completion_tokens=int(counts.get("completion_tokens") or 0),
+                 cached_tokens=int(cached) if isinstance(cached, int | float) else 0)
+
+
 class OpenAICompatClient:
     """`ChatClient` over the chat-completions API (OpenAI, DeepSeek, Ollama, compatibles),
     spoken with a plain HTTP stream (httpx2, the httpx successor the provider SDKs use:
@@ -253,7 +264,7 @@ class OpenAICompatClient:
 
     async def stream_chat(
         self, *, model: str, messages: list[ChatMessage], tools: list[ToolSpec],
-        output_schema: dict[str, Any] | None = None,
+        output_schema: dict[str, Any] | None = None, max_tokens: int | None = None,
     ) -> AsyncIterator[StreamEvent]:
         """Stream one assistant turn; see `ChatClient` for the order of events."""
         params: dict[str, Any] = {
@@ -262,6 +273,8 @@ class OpenAICompatClient:
             "stream": True,
             "stream_options": {"include_usage": True},
         }
+        if max_tokens is not None:  # OpenAI's own API names it anew; others keep max_tokens
+            params["max_completion_tokens" if self.kind == "openai" else "max_tokens"] = max_tokens
         if tools:
             params["tools"] = to_openai_tools(tools)
         if output_schema is not None:
@@ -293,8 +306,7 @@ class OpenAICompatClient:
                     continue
                 counts = chunk.get("usage")
                 if counts:
-                    usage = Usage(prompt_tokens=counts.get("prompt_tokens") or 0,
-                                  completion_tokens=counts.get("completion_tokens") or 0)
+                    usage = read_usage(counts)
                 for choice in chunk.get("choices") or ():
                     content = _take_delta(choice.get("delta"), buffer)
                     if content:

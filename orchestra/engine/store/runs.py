@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from peewee import IntegrityError
+from peewee import IntegrityError, fn
 
 from orchestra.db.models import RunStep, WorkflowRun, utcnow
 from orchestra.engine.model import At, Question
@@ -46,6 +46,9 @@ class RunStore:
         self.ownership = Ownership(db, me=process_identity(), lease_seconds=lease_seconds)
         self.lease_db = db  # the lease loop's connection (PostgreSQL: one of its own)
         self._held: dict[str, str] = {}  # runs executing here: trace_id → claim token
+        # Spend settled here and not yet stored (pico-dollars, engine/spend.py): it rides
+        # along with the run's next fenced write, or its next reservation.
+        self._unstored: dict[str, int] = {}
 
     # -- the dialect's part ------------------------------------------------------------
     def write_transaction(self):
@@ -105,6 +108,7 @@ class RunStore:
     def let_go(self, trace_id: str) -> None:
         """The run's task here has ended: no more fenced writes, no cached seq."""
         self._held.pop(trace_id, None)
+        self._unstored.pop(trace_id, None)
         self.events.forget(trace_id)
 
     async def fence(self, trace_id: str) -> None:
@@ -169,13 +173,19 @@ class RunStore:
         `fenced=False`: a write any process may make (a reply)."""
         retry: SeqRetry | None = None
         while True:
+            spent = self._unstored.pop(trace_id, 0) if fenced else 0
             try:
                 async with self.write_transaction():
                     if fenced:  # an owner's write: its claim still holds, or Fenced
                         await self.fence(trace_id)
+                        await self._add_spent(trace_id, spent)
                     events = await store()
                 break
-            except IntegrityError:  # a seq taken meanwhile, or the run deleted
+            except BaseException as exc:
+                self._keep_unstored(trace_id, spent, known_failed=isinstance(exc, IntegrityError))
+                if not isinstance(exc, IntegrityError):
+                    raise
+                # a seq taken meanwhile, or the run deleted
                 self.events.forget(trace_id)  # read the last seq from the store next time
                 if await WorkflowRun.aget_or_none(WorkflowRun.trace_id == trace_id) is None:
                     raise RunGone(f"run {trace_id} no longer exists") from None
@@ -184,6 +194,64 @@ class RunStore:
         self.events.remember(trace_id, events)
         self.events.published(trace_id, events)
         return events
+
+    # -- spend (SPEC §12; engine/spend.py) ------------------------------------------------
+    def spend(self, trace_id: str, pico: int) -> None:
+        """A settled call's change to the run's ledger (its cost less its reservation),
+        kept until the run's next fenced write or reservation stores it."""
+        if pico:
+            self._unstored[trace_id] = self._unstored.get(trace_id, 0) + pico
+
+    def _keep_unstored(self, trace_id: str, pico: int, *, known_failed: bool) -> None:
+        """A write that carried `pico` failed: keep it for the next one, unless it may have
+        been stored (then a release is dropped: counted twice, it could overspend)."""
+        if pico and (known_failed or pico > 0):
+            self.spend(trace_id, pico)
+
+    async def _add_spent(self, trace_id: str, pico: int) -> None:
+        if pico:
+            await self.db.aexecute(WorkflowRun.update(
+                spent_pusd=fn.COALESCE(WorkflowRun.spent_pusd, 0) + pico,
+            ).where(WorkflowRun.trace_id == trace_id))
+
+    async def reserve(self, trace_id: str, pico: int) -> bool:
+        """Reserve `pico` of the run's budget, with the changes kept unstored, in one
+        conditional statement fenced on this process's claim: True when it fit. Fenced
+        when the claim no longer holds."""
+        token = self._held.get(trace_id, "")
+        pending = self._unstored.pop(trace_id, 0)
+        spent = fn.COALESCE(WorkflowRun.spent_pusd, 0)
+        try:
+            changed = await self.db.aexecute(
+                WorkflowRun.update(spent_pusd=spent + pico + pending).where(
+                    self.ownership.holds(trace_id, token)
+                    & (spent + pico + pending <= WorkflowRun.budget_pusd)))
+        except BaseException:
+            self._keep_unstored(trace_id, pending, known_failed=False)
+            raise
+        if changed:
+            return True
+        self.spend(trace_id, pending)
+        if await WorkflowRun.aget_or_none(self.ownership.holds(trace_id, token)) is None:
+            raise Fenced(f"run {trace_id}: this process no longer holds its claim")
+        return False
+
+    async def budget(self, trace_id: str) -> tuple[int | None, int]:
+        """(the budget, what is spent or reserved, unstored changes included), pico-dollars."""
+        row = await WorkflowRun.aget_or_none(WorkflowRun.trace_id == trace_id)
+        stored = (row.spent_pusd or 0) if row is not None else 0
+        return (row.budget_pusd if row is not None else None), stored + self._unstored.get(trace_id, 0)
+
+    async def pause_for_budget(self, trace_id: str, data: dict[str, Any]) -> None:
+        """The run waits for a top-up: `waiting_budget`, held by nobody, with its
+        `budget_exhausted` event, in one fenced write."""
+
+        async def store() -> list[Event]:
+            await self.set_run(trace_id, status=RunStatus.WAITING_BUDGET,
+                               owner_process=None, lease_until=None)
+            return await self.events.insert(trace_id, [(EventKind.BUDGET_EXHAUSTED, data, None)])
+
+        await self.write(trace_id, store)
 
     async def store_instances(self, changes: list[InstanceChange], trace_id: str) -> None:
         """Instances' row changes (a row created when a step id is given, else updated)

@@ -18,8 +18,10 @@ EVENT_FIELDS: dict[str, str] = {
     "reply_withdrawn": "`request_id`: a question of an earlier attempt that the restarted step "
                        "did not ask again; a reply to it is 409",
     "reply_timed_out": "`request_id`, `content`: the human step's `default`, now its output",
-    "step_finished": "`output` (text or JSON value), `usage: {prompt_tokens, completion_tokens}` "
-                     "(null for human steps); `reused: true` for a step copied by a retried run",
+    "step_finished": "`output` (text or JSON value), `usage: {prompt_tokens, completion_tokens, "
+                     "cached_tokens?}` (null for human steps), `cost_usd` (exact decimal string; "
+                     "null when its model has no known price; absent for a step that called no "
+                     "model); `reused: true` for a step copied by a retried run",
     "step_failed": "`error` (the provider's message, where it gave one; `timed out after N s`)",
     "step_skipped": '`reason`: `"when"` (its condition was false) or `"dependencies"` (all skipped)',
     "step_retrying": "`attempt` (the one that failed), `error`, `delay_seconds`",
@@ -31,6 +33,10 @@ EVENT_FIELDS: dict[str, str] = {
     "run_finished": '`status: "succeeded"`, `output` (the template\'s `output`, else the last step\'s)',
     "run_failed": '`status: "failed"`, `error`, `failed_step`; or `status: "interrupted"`, `reason`',
     "run_cancelled": '`status: "cancelled"`, `reason`',
+    "budget_exceeded": "`budget_usd`, `spent_usd`: the next model call's reservation did not fit "
+                       "(`on_budget: fail`); `run_failed` follows",
+    "budget_exhausted": '`status: "waiting_budget"`, `budget_usd`, `spent_usd`: the run waits, '
+                        "held by no process, until `POST /run/{trace_id}/budget` (`on_budget: pause`)",
 }
 
 

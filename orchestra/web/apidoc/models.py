@@ -94,6 +94,13 @@ class ProviderView(Shape):
     base_url: str | None
     api_key: str | None = Field(description="Masked, e.g. sk-…abcd; null when none is kept.")
     has_api_key: bool
+    prices: dict[str, str] | None = Field(description=(
+        "The provider's own prices (USD per million tokens, decimal strings), or null."))
+    price: dict[str, str] | None = Field(description=(
+        "The price that applies now: input_per_mtok, output_per_mtok, cached_input_per_mtok "
+        "and source (provider | genai-prices); null: the model has no known price."))
+    limits: dict[str, int] | None = Field(description=(
+        "requests_per_minute, tokens_per_minute, max_concurrency (each optional), or null."))
     created_at: Timestamp
 
 
@@ -353,6 +360,10 @@ class RunSummary(Shape):
     started_at: Timestamp | None
     finished_at: Timestamp | None
     retry_of: str | None = Field(None, description="The run this one retries (POST /run/{trace_id}/retry).")
+    cost_usd: str | None = Field(None, description=(
+        "What the run's model calls cost (USD, exact decimal string), reservations of calls "
+        "lost in a crash included; null when no call was priced."))
+    budget_usd: str | None = Field(None, description="The run's budget (USD); null: none.")
     parent: ParentRun | None = Field(None, description="A child run (SPEC §14): the run and step instance that "
                                      "started it; null for a top run.")
     trigger: dict[str, Any] | None = Field(
@@ -371,6 +382,7 @@ class RunList(Success):
 class Usage(Shape):
     prompt_tokens: int
     completion_tokens: int
+    cached_tokens: int = Field(None, description="The part of prompt_tokens read from the provider's cache.")
 
 
 class StepState(Shape):
@@ -385,6 +397,8 @@ class StepState(Shape):
     output: Any = Field(description="Text, or a JSON value for a step with output_schema; null when skipped.")
     error: str | None
     usage: Usage | None
+    cost_usd: str | None = Field(None, description=(
+        "USD its model calls cost (failed attempts included), exact; null: none priced."))
     child_trace_id: str | None = Field(None, description="A workflow step's child run (SPEC §14).")
     started_at: Timestamp | None
     finished_at: Timestamp | None
@@ -430,6 +444,26 @@ class EventList(Success):
 class Cancelled(Success):
     trace_id: str
     status: RunStatus
+
+
+class BudgetRaised(Success):
+    trace_id: str
+    status: RunStatus
+    cost_usd: str | None
+    budget_usd: str | None
+
+
+class UsageRow(Shape):
+    key: str | None = Field(description="The user, template, provider id or model; the UTC date for day.")
+    runs: int = Field(ge=0)
+    calls: int = Field(ge=0)
+    input_tokens: int = Field(ge=0, description="Prompt tokens, cached ones included.")
+    output_tokens: int = Field(ge=0)
+    cost_usd: str | None = Field(description="USD (exact decimal string); null: nothing priced.")
+
+
+class UsageReport(Success):
+    rows: list[UsageRow]
 
 
 class Replied(Success):

@@ -20,10 +20,11 @@ def all_blueprints() -> Blueprint:
         schedule,
         secret,
         subscription,
+        usage,
         versions,
         workflow,
     )
 
     areas = [auth, keys, provider, agent, resource, mcp, secret, schedule, subscription, workflow, versions,
-             hooks, hook_intake, adapter]
+             hooks, hook_intake, usage, adapter]
     return Blueprint.group(*(area.bp for area in areas), url_prefix="/api/v1")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pydantic
 from pydantic_core import PydanticCustomError
 from sanic import Blueprint, Request
@@ -43,6 +45,19 @@ def _base_url():
     )
 
 
+def _prices():
+    return rule(None, description=(
+        "USD per million tokens, overriding the price database: {input_per_mtok, "
+        "output_per_mtok, cached_input_per_mtok?}, numbers or decimal strings, not negative; "
+        "null: the database's price (SPEC §12)."))
+
+
+def _limits():
+    return rule(None, description=(
+        "{requests_per_minute?, tokens_per_minute?, max_concurrency?}: positive whole numbers, "
+        "held across every process; calls wait for room. null: no limits."))
+
+
 class ProviderBody(Body):
     """A provider; `base_url` is required for `openai_compatible`."""
 
@@ -61,6 +76,8 @@ class ProviderBody(Body):
     model_id: str = model_rule()
     api_key: str | None = _api_key()
     base_url: str | None = _base_url()
+    prices: dict[str, Any] | None = _prices()
+    limits: dict[str, Any] | None = _limits()
 
     @pydantic.field_validator("provider")
     @classmethod
@@ -83,6 +100,8 @@ class ProviderUpdateBody(ClosedBody):
     model_id: str = model_rule(None)
     api_key: str | None = _api_key()
     base_url: str | None = _base_url()
+    prices: dict[str, Any] | None = _prices()
+    limits: dict[str, Any] | None = _limits()
 
 
 @bp.post("", strict_slashes=False)
@@ -101,6 +120,8 @@ async def create(request: Request):
         model_id=body.model_id,
         api_key=body.api_key,
         base_url=body.base_url,
+        prices=body.prices,
+        limits=body.limits,
         created_by=request.ctx.principal.user_id,
     )
     return json({"message": SUCCESS, **provider_service.provider_view(provider)}, status=201)

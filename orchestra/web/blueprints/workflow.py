@@ -13,6 +13,7 @@ from orchestra.engine.vocabulary import RunStatus
 from orchestra.errors import PermissionDeniedError, ValidationError
 from orchestra.observability import tracing
 from orchestra.services import run_starts
+from orchestra.services import spend as spend_service
 from orchestra.services import workflows as service
 from orchestra.services.roles import Role
 from orchestra.web.apidoc import models as out
@@ -112,6 +113,14 @@ class RunBody(Body):
                                    items={"type": "string", "pattern": ID_PATTERN})
     version: int | None = Field(None, ge=1, le=2**31 - 1, description="The template version to run "
                                 "(default: the latest); an unknown one is a 404.")
+    budget_usd: Any = rule(None, description=(
+        "USD this run's model calls may cost at most (a number or decimal string, not negative); "
+        "with the template's limits.budget_usd the smaller holds (SPEC §12)."))
+
+
+class BudgetBody(Body):
+    add_usd: Any = rule(description=(
+        "USD added to the budget of a run waiting_budget: a positive number or decimal string."))
 
 
 class RetryBody(Body):
@@ -293,8 +302,8 @@ async def delete_template(request: Request, template_id: str):
     links=_RUN_LINKS,
     params=(header("traceparent", "W3C trace context: the run's spans join this trace, in "
                    "whichever process executes it (ignored unless well-formed)."),
-            header(run_starts.IDEMPOTENCY_HEADER, "Makes the start happen once: 1-255 characters "
-                   "(no control characters), remembered per user for 24 hours.",
+            header(run_starts.IDEMPOTENCY_HEADER, "Makes the start happen once: up to 255 characters "
+                   "(no control characters; empty: no key), remembered per user for 24 hours.",
                    type="string", pattern=run_starts.KEY_PATTERN)),
 )
 @protected(Role.USER, scope="run:start")
@@ -315,7 +324,7 @@ async def start_run(request: Request):
         return await service.start_run(
             core, template_id=body.template_id, input=body.input, files=body.files,
             trace_parent=tracing.parent_for_run(request.headers), remember=remember,
-            version=body.version, **_who(request),
+            version=body.version, budget_usd=body.budget_usd, **_who(request),
         )
 
     if remember is None:
@@ -408,6 +417,24 @@ async def retry_run(request: Request, trace_id: str):
     )
     return json({"message": SUCCESS, "trace_id": run.trace_id, "status": RunStatus.QUEUED,
                  "retry_of": trace_id}, status=202)
+
+
+@bp.post("/run/<trace_id:str>/budget")
+@documented(
+    "Raise the budget of a run waiting for one; it goes on from where it stopped",
+    body=BudgetBody, response=out.BudgetRaised,
+    errors={409: "ConflictError: the run is not waiting for budget (waiting_budget).",
+            422: "ValidationError: add_usd is not a positive number or decimal string."},
+    links={"Read": Link("workflow.get_run", {"trace_id": "$response.body#/trace_id"})},
+)
+@protected(Role.USER)
+async def raise_budget(request: Request, trace_id: str):
+    body = parse_body(request, BudgetBody)
+    core = request.app.ctx.core
+    run = await service.get_run(core, trace_id=trace_id, **_who(request))
+    run = await spend_service.top_up(core, run, body.add_usd)
+    return json({"message": SUCCESS, "trace_id": run.trace_id, "status": run.status,
+                 **spend_service.money_fields(run)})
 
 
 @bp.post("/cancel/<trace_id:str>")

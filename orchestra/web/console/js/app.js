@@ -15,6 +15,7 @@ import { Schedules } from './pages/schedules.js';
 import { Subscriptions } from './pages/subscriptions.js';
 import { Keys } from './pages/keys.js';
 import { Hooks } from './pages/hooks.js';
+import { Usage } from './pages/usage.js';
 
 function currentRoute() {
   const [path, query = ''] = location.hash.replace(/^#\/?/, '').split('?');
@@ -60,6 +61,7 @@ const NAV = [
   ['secrets', 'Secrets', isAdmin],
   ['hooks', 'Webhooks', () => true],
   ['keys', 'API keys', () => true],
+  ['usage', 'Usage', () => true],
   ['users', 'Users', isSuperAdmin],
 ];
 
@@ -78,6 +80,7 @@ function Page({ route }) {
     case 'run': return html`<${RunView} key=${arg} traceId=${arg} />`;
     case 'users': return isSuperAdmin() ? html`<${Users} />` : html`<${Forbidden} />`;
     case 'runs': return html`<${Runs} query=${route.query} />`;
+    case 'usage': return html`<${Usage} />`;
     default: return html`<section><h1>Not found</h1><p>Nothing is at <code>#/${page}</code>.</p></section>`;
   }
 }

@@ -9,6 +9,7 @@ import { followRun } from '../stream.js';
 import { InstanceGroup, childrenOf, parentOf } from '../instances.js';
 import { SchemaFields, emptyDraft, draftValue } from '../schema_form.js';
 import { ForkPanel } from '../fork_panel.js';
+import { TopUp, addUsd, usd } from '../money.js';
 
 const LOG_SHOWN = 400;
 
@@ -118,7 +119,7 @@ function apply(state, { kind, data, seq }) {
     case 'child_finished':
       return withStep(state, id, () => ({ child: data.child_trace_id, childStatus: data.status }));
     case 'step_finished':
-      return withStep(state, id, () => ({ status: 'succeeded', output: data.output, usage: data.usage,
+      return withStep(state, id, () => ({ status: 'succeeded', output: data.output, usage: data.usage, cost: data.cost_usd,
         counts: data.items || null, iterations: data.iterations ?? null, exhausted: !!data.exhausted }));
     case 'step_reused':  // a fork's copy of its source's instance: no provider call
       return withStep(state, id, () => ({ status: 'succeeded', output: data.output, reused: true,
@@ -130,6 +131,10 @@ function apply(state, { kind, data, seq }) {
       return withStep(state, id, () => ({ retrying: `Attempt ${data.attempt} failed (${data.error}); trying again in ${data.delay_seconds} s.` }));
     case 'step_failed':
       return withStep(state, id, () => ({ status: 'failed', error: data.error }));
+    case 'budget_exhausted':  // on_budget pause: the run waits for a top-up, held by no server
+      return { ...state, status: 'waiting_budget', budget: { budget: data.budget_usd, spent: data.spent_usd } };
+    case 'budget_exceeded':
+      return { ...state, notices: [...state.notices, `The budget of $${data.budget_usd} cannot pay for the next model call ($${data.spent_usd} spent or reserved): the run stops.`] };
     case 'run_finished':
       return { ...state, status: data.status || 'succeeded', output: data.output, questions: [], endedTs: data.ts };
     case 'run_failed':
@@ -158,13 +163,15 @@ function reducer(state, action) {
 function usageTotal(steps) {
   let prompt = 0;
   let completion = 0;
+  let cost = null;
   for (const s of Object.values(steps)) {
     if (s.usage) {
       prompt += s.usage.prompt_tokens || 0;
       completion += s.usage.completion_tokens || 0;
     }
+    cost = addUsd(cost, s.cost ?? null);
   }
-  return { prompt, completion };
+  return { prompt, completion, cost };
 }
 
 function ToolCalls({ tools }) {
@@ -224,7 +231,7 @@ function StepCard({ step, traceId, questions, view }) {
     <header><h3 id=${`step-${step.id}`}>${step.id}</h3> <${StatusBadge} status=${step.status} />
       ${step.container && html`<small class="kind">${step.container}</small>`}
       ${step.attempt > 1 && html`<small> run ${step.attempt} times</small>`}
-      ${step.usage && html`<small class="usage">${step.usage.prompt_tokens} in · ${step.usage.completion_tokens} out tokens</small>`}
+      ${step.usage && html`<small class="usage">${step.usage.prompt_tokens} in · ${step.usage.completion_tokens} out tokens${step.cost !== undefined ? ` · ${usd(step.cost)}` : ''}</small>`}
       ${step.reused && html`<small class="reused">${step.overridden ? 'set by the fork' : 'reused'}</small>`}
       ${forkable && !forking && html`<button type="button" class="link fork" onClick=${() => setForking(true)}>Fork from here</button>`}
     </header>
@@ -294,12 +301,14 @@ function Run({ run, traceId }) {
         run.forked_from.from_step ? ` at ${run.forked_from.from_step}` : ''}</span>`}
       <span>started ${when(state.startedTs || run.created_at)}</span>
       <span>${ended ? `took ${duration(state.startedTs || run.started_at, state.endedTs)}` : ''}</span>
+      ${run.budget_usd != null && html`<span>budget $${run.budget_usd}</span>`}
       <span class=${`connection ${connection.state}`} role="status">${run.finished_at ? 'replay · ' : ''}${CONNECTION_TEXT[connection.state]}</span>
       ${!ended && html`<button type="button" class="danger" onClick=${cancel}>Cancel run</button>`}
     </p>
     <${ErrorBox} error=${actionError || (connection.state === 'failed' ? connection.error : null)} />
     ${connection.state === 'reconnecting' && connection.error && html`<p class="notice">${connection.error.shown || connection.error.message}</p>`}
     ${state.notices.map((n) => html`<p class="notice resumed" role="status">${n}</p>`)}
+    ${state.status === 'waiting_budget' && html`<${TopUp} traceId=${traceId} />`}
     ${state.input !== null && state.input !== undefined && state.input !== '' && (shown(state.input).length > 600
       ? html`<${LongValue} value=${state.input} label="Input" cls="run-input" />`
       : html`<p><strong>Input:</strong> ${shown(state.input)}</p>`)}
@@ -310,7 +319,7 @@ function Run({ run, traceId }) {
       <h2 id="outcome">Run ${state.status}</h2>
       ${state.output !== null && state.output !== undefined && html`<${LongValue} value=${state.output} label="Output" cls="output final-output" />`}
       ${state.error && html`<p class="error">${state.error}</p>`}
-      <p class="usage">Tokens: ${usage.prompt} prompt · ${usage.completion} completion · ${usage.prompt + usage.completion} total</p>
+      <p class="usage">Tokens: ${usage.prompt} prompt · ${usage.completion} completion · ${usage.prompt + usage.completion} total${usage.cost != null ? ` · cost of its steps $${usage.cost}` : ''}</p>
     </section>`}
     <details class="events"><summary>Events (${state.count}, last ${state.lastSeq})</summary>
       <ol class="event-log" data-count=${state.count} data-last=${state.lastSeq}>

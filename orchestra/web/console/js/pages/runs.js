@@ -96,12 +96,13 @@ export function Runs({ query }) {
     </div>
     <${ErrorBox} error=${runsError} />
     <div class="table-wrap"><table class="stack">
-      <thead><tr><th>Template</th><th>Status</th><th>Started</th><th>Took</th><th>Run</th></tr></thead>
+      <thead><tr><th>Template</th><th>Status</th><th>Started</th><th>Took</th><th>Cost</th><th>Run</th></tr></thead>
       <tbody>
-        ${runs && shown.length === 0 && html`<tr><td colspan="5">No runs${status || text ? ' match the filter' : ' yet'}.</td></tr>`}
+        ${runs && shown.length === 0 && html`<tr><td colspan="6">No runs${status || text ? ' match the filter' : ' yet'}.</td></tr>`}
         ${shown.map((r) => html`<tr key=${r.trace_id} data-run=${r.trace_id}>
           <td data-label="Template">${r.template_name}</td><td data-label="Status"><${StatusBadge} status=${r.status} />${r.error && html`<br /><small>${r.error}</small>`}</td>
           <td data-label="Started">${when(r.started_at || r.created_at)}</td><td data-label="Took">${duration(r.started_at, r.finished_at)}</td>
+          <td data-label="Cost">${r.cost_usd != null ? `$${r.cost_usd}` : '–'}${r.budget_usd != null ? html` <small>of $${r.budget_usd}</small>` : ''}</td>
           <td data-label="Run"><a href=${`#/run/${r.trace_id}`}>${r.finished_at ? 'replay' : 'watch'} <code>${r.trace_id.slice(0, 8)}</code></a></td>
         </tr>`)}
       </tbody>

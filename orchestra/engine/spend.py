@@ -1,0 +1,177 @@
+"""Engine part: what each model call costs, and a run's budget (SPEC §12).
+
+Before a model call of a run with a budget, the owner *reserves* the call's worst case
+in the store, under its fence, in one conditional statement (`spent + reservation <=
+budget`, on the run's row): an upper bound of the prompt's tokens (its UTF-8 bytes plus
+a per-message overhead: no tokenizer makes more tokens than bytes) at the input price,
+plus `max_tokens` at the output price. A call whose reservation does not fit is not
+made. After the call, the reservation becomes the call's actual cost; that change is
+kept in the run store and stored with the run's next fenced write (the step's end, or
+the next reservation), so a call costs one extra store transaction at most. A call whose
+outcome is lost (a crash, a cancel mid-stream) keeps its whole reservation as spent.
+
+The ledger (`workflow_run.spent_pusd`) is in whole pico-dollars, rounded up; each
+step instance keeps its exact cost (`run_step.cost_usd`, decimal text). Runs without a
+budget add their calls' costs to the ledger the same way, without reserving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from orchestra.engine.live import LiveRun, StepFailure
+from orchestra.engine.provider_gate import ProviderGate
+from orchestra.engine.records import Records
+from orchestra.engine.sizes import utf8_size
+from orchestra.engine.store import RunStore
+from orchestra.money.amounts import from_pico, to_pico, usd_text
+from orchestra.money.prices import Price, find_price
+from orchestra.observability import metrics
+
+BASE_TOKENS = 64  # a request's own framing (roles, the chat template's markers)
+PER_MESSAGE_TOKENS = 16  # each message's framing
+SCHEMA_MARGIN_BYTES = 1024  # the words a client wraps an output schema in
+
+
+class BudgetStop(Exception):
+    """A call's reservation does not fit in the run's budget: the run stops (`fail`) or
+    waits for a top-up (`pause`)."""
+
+    def __init__(self, budget: Decimal | None, spent: Decimal | None) -> None:
+        super().__init__("budget exhausted")
+        self.budget, self.spent = budget, spent
+
+
+@dataclass
+class Reservation:
+    """One call's price and what was reserved for it (0 without a budget)."""
+
+    price: Price | None
+    pico: int
+    when: dt.datetime
+
+
+@dataclass
+class StepSpend:
+    """What one step instance's calls cost so far (its failed attempts included)."""
+
+    provider_id: str | None = None
+    provider_name: str = ""
+    model: str | None = None
+    calls: int = 0
+    cost: Decimal | None = None
+
+    def fields(self) -> dict[str, Any]:
+        return {"cost_usd": usd_text(self.cost), "provider_id": self.provider_id,
+                "model": self.model, "calls": self.calls}
+
+
+def prompt_upper_bound(messages: list, tools: list, output_schema: Any) -> int:
+    """At least as many tokens as the request's prompt can be, whatever the tokenizer."""
+    size = BASE_TOKENS
+    for message in messages:
+        size += PER_MESSAGE_TOKENS + utf8_size(message.content or "") + utf8_size(message.name or "")
+        for call in message.tool_calls:
+            size += PER_MESSAGE_TOKENS + utf8_size(call.name) + utf8_size(
+                json.dumps(call.arguments, ensure_ascii=False))
+    for tool in tools:
+        size += PER_MESSAGE_TOKENS + utf8_size(json.dumps(
+            {"name": tool.name, "description": tool.description, "parameters": tool.parameters},
+            ensure_ascii=False))
+    if output_schema is not None:
+        size += SCHEMA_MARGIN_BYTES + utf8_size(json.dumps(output_schema, ensure_ascii=False))
+    return size
+
+
+class Spending:
+    """Reserve before a model call, settle after it, each instance's cost: for AgentSteps
+    (the one place a model is called) and Calls (which store an instance's end)."""
+
+    def __init__(self, *, store: RunStore, records: Records, gate: ProviderGate,
+                 max_tokens: int) -> None:
+        self.store = store
+        self.records = records
+        self.gate = gate
+        self.max_tokens = max_tokens
+
+    @staticmethod
+    def _spend_of(live: LiveRun, path: str) -> StepSpend:
+        return live.spends.setdefault(path, StepSpend())
+
+    async def wait_for_room(self, live: LiveRun, config: Any, messages: list, tools: list,
+                            output_schema: Any) -> Any:
+        """Wait until the provider's limits let this call through (engine/provider_gate.py);
+        its pass, or None for a provider without limits."""
+        if not config.provider_limits:
+            return None
+        bound = prompt_upper_bound(messages, tools, output_schema)
+        estimate = self.gate.estimate(config.provider_id, bound // 4 + 16)
+        return await self.gate.enter(config.provider_id, config.provider_limits, live.trace_id, estimate)
+
+    async def reserve(self, live: LiveRun, path: str, config: Any, messages: list, tools: list,
+                      output_schema: Any) -> Reservation:
+        """Price the call and, under a budget, reserve its worst case (BudgetStop when it
+        cannot fit; StepFailure when its model has no known price). A reservation that
+        does not fit while other calls of the run are in flight here waits for them to
+        settle: they give back what they did not use."""
+        when = dt.datetime.now(dt.UTC)
+        bound = prompt_upper_bound(messages, tools, output_schema)
+        price = find_price(kind=config.provider_kind, model=config.model,
+                           base_url=config.provider_base_url, prices=config.provider_prices,
+                           when=when, prompt_tokens=bound)
+        spend = self._spend_of(live, path)
+        spend.provider_id, spend.model = config.provider_id, config.model
+        spend.provider_name = config.provider_name or ""
+        if live.budget_pusd is None:
+            return Reservation(price, 0, when)
+        if price is None:
+            raise StepFailure(
+                f"The run has a budget, and the model '{config.model}' of provider "
+                f"'{config.provider_name}' has no known price: set the provider's prices "
+                f"(PUT /api/v1/provider/{config.provider_id} with prices).")
+        pico = to_pico(price.cost(bound, self.max_tokens))
+        while not await self.store.reserve(live.trace_id, pico):
+            if live.reserved_calls:  # calls in flight here will give back most of theirs
+                await live.settled.wait()
+                continue
+            await self.records.stored(live)  # settled calls still queued may free room
+            if await self.store.reserve(live.trace_id, pico):
+                break
+            budget, spent = await self.store.budget(live.trace_id)
+            raise BudgetStop(from_pico(budget), from_pico(spent))
+        live.reserved_calls += 1
+        return Reservation(price, pico, when)
+
+    def settle(self, live: LiveRun, path: str, reservation: Reservation, usage: Any, *,
+               billed: bool) -> None:
+        """The call is over: its actual cost replaces its reservation (stored with the
+        run's next write). `billed` False: the provider refused it before any work (an
+        HTTP error), so it costs nothing; a lost outcome keeps its whole reservation."""
+        spend = self._spend_of(live, path)
+        spend.calls += 1
+        if reservation.pico:  # a reservation less: calls waiting for room look again
+            live.reserved_calls -= 1
+            live.settled.set()
+            live.settled = asyncio.Event()
+        if usage is None:
+            if not billed:
+                self.store.spend(live.trace_id, -reservation.pico)
+            return
+        if reservation.price is None:
+            return
+        cost = reservation.price.cost(usage.prompt_tokens, usage.completion_tokens,
+                                      usage.cached_tokens)
+        spend.cost = cost if spend.cost is None else spend.cost + cost
+        self.store.spend(live.trace_id, to_pico(cost) - reservation.pico)
+        metrics.llm_cost(spend.provider_name, spend.model or "", cost)
+
+    @staticmethod
+    def fields(live: LiveRun, path: str) -> dict[str, Any]:
+        """A finished instance's cost fields (its calls' costs, kept until now)."""
+        spend = live.spends.pop(path, None)
+        return spend.fields() if spend is not None and spend.calls else {}

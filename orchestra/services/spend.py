@@ -1,0 +1,119 @@
+"""Spend of runs (SPEC §12): a run's budget at start, its top-up, and usage reports.
+
+A run's budget is the smaller of its template's `limits.budget_usd` and the
+`budget_usd` it was started with; it is kept in whole pico-dollars (rounded down). A
+top-up raises the budget of a run `waiting_budget` and queues it again, in one
+conditional statement, from any process; the next process with room claims it and goes
+on from where it stopped (its finished steps are never called again).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import defaultdict
+from decimal import Decimal
+from typing import Any
+
+from orchestra.core import Core
+from orchestra.db.models import RunStep, WorkflowRun
+from orchestra.engine.vocabulary import RunStatus
+from orchestra.errors import ConflictError, ValidationError
+from orchestra.money.amounts import from_pico, parse_usd, read_usd, to_pico, usd_text
+
+GROUPS = ("user", "template", "provider", "model", "day")
+USAGE_ROWS_MAX = 200_000  # step instances one report reads at most (a bounded query)
+
+
+def run_budget(spec: dict[str, Any] | None, budget_usd: Any) -> int | None:
+    """The budget a run starts with, in pico-dollars (None: no budget); 422 naming
+    budget_usd when it is negative or not a number."""
+    given = None if budget_usd is None else parse_usd(budget_usd, "budget_usd")
+    template = ((spec or {}).get("limits") or {}).get("budget_usd")
+    amounts = [a for a in (given, read_usd(template)) if a is not None]
+    return to_pico(min(amounts), up=False) if amounts else None
+
+
+def money_fields(run: WorkflowRun) -> dict[str, Any]:
+    """A run's `cost_usd` (everything its calls cost, reservations of calls lost in a
+    crash included; null when no call was priced) and `budget_usd` (null: none)."""
+    return {"cost_usd": usd_text(from_pico(run.spent_pusd)),
+            "budget_usd": usd_text(from_pico(run.budget_pusd))}
+
+
+async def top_up(core: Core, run: WorkflowRun, add_usd: Any) -> WorkflowRun:
+    """Raise the budget of a run waiting for one and queue it again; 409 otherwise."""
+    amount = parse_usd(add_usd, "add_usd", allow_zero=False)
+    changed = await core.db.aexecute(
+        WorkflowRun.update(budget_pusd=WorkflowRun.budget_pusd + to_pico(amount, up=False),
+                           status=RunStatus.QUEUED, owner_process=None, lease_until=None)
+        .where((WorkflowRun.trace_id == run.trace_id)
+               & (WorkflowRun.status == RunStatus.WAITING_BUDGET)))
+    if not changed:
+        raise ConflictError(f"The run is not waiting for budget ({run.status}).")
+    await core.engine.submit(run.trace_id)
+    return await WorkflowRun.aget(WorkflowRun.trace_id == run.trace_id)
+
+
+def _bound(value: str | None, field: str, *, end: bool) -> dt.datetime | None:
+    """A `from`/`to` query value: a date (a whole UTC day; `to` includes it) or a
+    date-time; 422 naming the field otherwise."""
+    if value is None or not value.strip():
+        return None
+    text = value.strip()
+    try:
+        if len(text) == 10:
+            day = dt.date.fromisoformat(text)
+            start = dt.datetime(day.year, day.month, day.day)
+            return start + dt.timedelta(days=1) if end else start
+        if len(text) <= 40:
+            moment = dt.datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+            if moment.tzinfo is not None:  # naive: UTC already
+                moment = moment.astimezone(dt.UTC).replace(tzinfo=None)
+            return moment
+    except (ValueError, TypeError, OverflowError):
+        pass
+    raise ValidationError.field(field, "must be a date (2026-11-26) or a date-time (UTC)")
+
+
+async def usage(core: Core, *, user_id: str, is_admin: bool, group_by: str,
+                start: str | None, end: str | None) -> list[dict[str, Any]]:
+    """`[{key, runs, calls, input_tokens, output_tokens, cost_usd}]` of the step instances
+    that called a model, grouped; the caller's own runs, every run for an administrator.
+    A step counts on the day it finished (else started)."""
+    if group_by not in GROUPS:
+        raise ValidationError.field("group_by", f"must be one of {', '.join(GROUPS)}")
+    lower, upper = _bound(start, "from", end=False), _bound(end, "to", end=True)
+    query = (RunStep.select(RunStep.run, RunStep.usage, RunStep.cost_usd, RunStep.provider_id,
+                            RunStep.model, RunStep.calls, RunStep.finished_at, RunStep.started_at,
+                            WorkflowRun.owner, WorkflowRun.template, WorkflowRun.template_name)
+             .join(WorkflowRun, on=(RunStep.run == WorkflowRun.trace_id))
+             .where(RunStep.calls > 0))
+    if not is_admin:
+        query = query.where(WorkflowRun.owner == user_id)
+    when = RunStep.finished_at
+    if lower is not None:
+        query = query.where(when >= lower)
+    if upper is not None:
+        query = query.where(when < upper)
+    rows = await core.db.list(query.limit(USAGE_ROWS_MAX).dicts())
+    groups: dict[Any, dict[str, Any]] = defaultdict(lambda: {
+        "runs": set(), "calls": 0, "input_tokens": 0, "output_tokens": 0, "cost": None})
+    for row in rows:
+        moment = row["finished_at"] or row["started_at"]
+        key = {"user": row["owner"], "template": row["template"], "provider": row["provider_id"],
+               "model": row["model"],
+               "day": moment.date().isoformat() if moment is not None else None}[group_by]
+        group = groups[key]
+        group["runs"].add(row["run"])
+        group["calls"] += row["calls"] or 0
+        counts = row["usage"] or {}
+        group["input_tokens"] += int(counts.get("prompt_tokens") or 0)
+        group["output_tokens"] += int(counts.get("completion_tokens") or 0)
+        if row["cost_usd"] is not None:
+            group["cost"] = (group["cost"] or Decimal(0)) + Decimal(row["cost_usd"])
+    return [{"key": key, "runs": len(g["runs"]), "calls": g["calls"],
+             "input_tokens": g["input_tokens"], "output_tokens": g["output_tokens"],
+             "cost_usd": usd_text(g["cost"])}
+            for key, g in sorted(groups.items(), key=lambda kv: (kv[0] is None, str(kv[0])))]
+
+

@@ -1,0 +1,40 @@
+"""`/api/v1/usage`: what runs' model calls used and cost, grouped (SPEC §12)."""
+
+from __future__ import annotations
+
+from sanic import Blueprint, Request
+from sanic.response import json
+
+from orchestra.services import spend as spend_service
+from orchestra.services.roles import Role
+from orchestra.web.apidoc import models as out
+from orchestra.web.apidoc.operation import documented, query
+from orchestra.web.auth import protected
+from orchestra.web.responses import SUCCESS
+
+bp = Blueprint("usage", url_prefix="/usage")
+
+
+@bp.get("", strict_slashes=False)
+@documented(
+    "Usage and cost of model calls, grouped by user, template, provider, model or day",
+    response=out.UsageReport,
+    description="Your own runs' step instances that called a model (an administrator sees "
+    "everyone's), grouped; a step counts on the UTC day it finished. cost_usd is an exact "
+    "decimal string, null when nothing in the group was priced.",
+    errors={422: "ValidationError: group_by is not one of its values, or from/to is not a date or date-time."},
+    params=(
+        query("group_by", "user | template | provider | model | day (default day).",
+              type="string", enum=list(spend_service.GROUPS)),
+        query("from", "From this UTC date (2026-11-01) or date-time, included."),
+        query("to", "Up to this UTC date (included) or date-time (excluded)."),
+    ),
+)
+@protected(Role.USER)
+async def usage(request: Request):
+    principal = request.ctx.principal
+    rows = await spend_service.usage(
+        request.app.ctx.core, user_id=principal.user_id, is_admin=principal.is_admin,
+        group_by=(request.args.get("group_by") or "day").strip(),
+        start=request.args.get("from"), end=request.args.get("to"))
+    return json({"message": SUCCESS, "rows": rows})

@@ -1,0 +1,65 @@
+"""Provider limits in process (SPEC §12): a foreach's calls wait for room under the
+provider's max_concurrency and requests_per_minute, on SQLite (in memory) and on
+PostgreSQL (provider_slot rows), instead of failing."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from orchestra.db.provider_slot import ProviderSlot
+from orchestra.services import agents, providers
+from orchestra.testing.fake_llm import FakeLLM
+
+API = "/api/v1/workflow"
+
+
+@pytest.fixture
+def database_url(both_stores):
+    return both_stores
+
+
+@pytest.fixture
+def slow_llm():
+    with FakeLLM(chunk_delay=0.02) as fake:
+        yield fake
+
+
+async def run_foreach(client, who, slow_llm, limits, items=8):
+    core = client.app.ctx.core
+    provider = await providers.create_provider(
+        core, name="limited", kind="openai_compatible", model_id="fake-model", api_key="k",
+        base_url=slow_llm.base_url, limits=limits)
+    worker = await agents.create_worker(core, owner_id=who["user_id"], name="w",
+                                        provider_id=provider.id, tools=[])
+    steps = [{"id": "each", "foreach": {"items": "input", "max_concurrency": 8},
+              "agent": {"worker": worker.id}, "prompt": "Say one two three {{item}}"}]
+    made = await client.post(f"{API}/template", headers=who["headers"], json={
+        "name": "t", "steps": steps, "input_schema": {"type": "array"}})
+    assert made.status_code == 201, made.text
+    started = time.monotonic()
+    trace_id = (await client.post(f"{API}/run", headers=who["headers"], json={
+        "template_id": made.json()["template_id"], "input": list(range(items))})).json()["trace_id"]
+    for _ in range(1500):
+        run = (await client.get(f"{API}/run/{trace_id}", headers=who["headers"])).json()
+        if run["status"] in ("succeeded", "failed"):
+            return run, time.monotonic() - started
+        await asyncio.sleep(0.02)
+    raise AssertionError("the run did not end")
+
+
+async def test_max_concurrency_holds_and_every_call_waits_its_turn(client, alice, slow_llm):
+    run, _ = await run_foreach(client, alice, slow_llm, {"max_concurrency": 2})
+    assert run["status"] == "succeeded", run
+    assert len(slow_llm.chat_requests) == 8
+    assert slow_llm.max_in_flight == 2
+
+
+async def test_requests_per_minute_makes_calls_wait_not_fail(client, alice, slow_llm):
+    run, _ = await run_foreach(client, alice, slow_llm, {"requests_per_minute": 3}, items=3)
+    assert run["status"] == "succeeded"
+    slots = await client.app.ctx.core.db.list(ProviderSlot.select())
+    if client.app.ctx.core.is_postgres:  # the calls' rows, every one done
+        assert len(slots) == 3 and {s.state for s in slots} == {"done"}
