@@ -27,6 +27,7 @@ from orchestra.db.database import release_connection
 from orchestra.db.models import iso, storable, utcnow
 from orchestra.errors import NotFoundError, TokenInvalidError, ValidationError
 from orchestra.services.key_cache import KeyCache, KeyEntry
+from orchestra.services.providers import clean_name
 from orchestra.services.run_access import require_runnable
 
 logger = logging.getLogger("orchestra.keys")
@@ -75,10 +76,9 @@ def key_cache(core: Core) -> KeyCache:
 
 
 def _name(name: str) -> str:
-    name = (name or "").strip()
-    if not 1 <= len(name) <= NAME_MAX or not storable(name) or any(ord(c) < 32 for c in name):
-        raise ValidationError.field("name", f"must be 1 to {NAME_MAX} printable characters")
-    return name
+    """As every display name: NFKC, stripped, no control or format character (the rule
+    the OpenAPI document publishes)."""
+    return clean_name(name, max_length=NAME_MAX)
 
 
 def _scopes(scopes: list[str]) -> list[str]:

@@ -28,7 +28,7 @@ from orchestra.errors import ConflictError, ValidationError
 
 WINDOW = dt.timedelta(hours=24)
 KEY_MAX = 255
-KEY_PATTERN = r"^[^\u0000-\u001f\u007f]{1,255}$"  # what `idempotency_key` accepts, for the API document
+KEY_PATTERN = r"^[^\u0000-\u001f\u007f]{0,255}$"  # what `idempotency_key` accepts, for the API document
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 
 
@@ -57,12 +57,13 @@ def fingerprint(value: Any) -> str:
 
 
 def idempotency_key(raw: str | None) -> str | None:
-    """The header's value, or None when absent; 422 naming the header when unusable."""
-    if raw is None:
+    """The header's value, or None when absent or empty (HTTP strips a value of spaces to
+    nothing: such a request is sent without a key); 422 naming the header when unusable."""
+    if not raw:
         return None
-    if not 1 <= len(raw) <= KEY_MAX or any(ord(c) < 32 or ord(c) == 127 for c in raw):
+    if len(raw) > KEY_MAX or any(ord(c) < 32 or ord(c) == 127 for c in raw):
         raise ValidationError.field(
-            IDEMPOTENCY_HEADER, f"must be 1 to {KEY_MAX} characters, none of them a control character")
+            IDEMPOTENCY_HEADER, f"must be at most {KEY_MAX} characters, none of them a control character")
     return raw
 
 

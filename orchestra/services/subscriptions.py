@@ -62,8 +62,8 @@ async def create_subscription(core: Core, *, user_id: str, url: str, events: lis
                               template_id: str | None) -> tuple[EventSubscription, str]:
     """The stored subscription and its secret (shown this once)."""
     unknown = [e for e in events if e not in TYPES]
-    if unknown or not events:
-        raise ValidationError.field("events", f"must be one or more of {', '.join(TYPES)}")
+    if unknown or not events or len(events) > len(TYPES):
+        raise ValidationError.field("events", f"must be one to {len(TYPES)} of {', '.join(TYPES)}")
     if template_id is not None:
         await require_runnable(core, user_id=user_id, template_ids=[template_id], field="template_id")
     url = await check_url(core, url)

@@ -121,7 +121,11 @@ def protected(minimum: Role = Role.USER, *, allow_query: bool = False, scope: st
                 stored = Role(user.role)
                 if stored.rank < principal.role.rank:
                     principal = replace(principal, role=stored)
-            await release_connection(core.db)
+            if request.ctx.users_copy is None:
+                # The check read the store (an API key's may have too). Answered from the
+                # in-process copy, nothing in this request has touched the store yet
+                # (there is no request middleware), so there is nothing to hand back.
+                await release_connection(core.db)
             request.ctx.principal = principal
             return await handler(request, *args, **kwargs)
 

@@ -194,6 +194,7 @@ async def test_a_waiting_run_is_delivered_with_its_question(client, alice):
     ({"url": "ftp://example.com/x", "events": ["run.failed"]}, "url"),
     ({"url": "http://127.0.0.1/x", "events": ["run.started"]}, "events"),
     ({"url": "http://127.0.0.1/x", "events": []}, "events"),
+    ({"url": "http://127.0.0.1/x", "events": ["run.failed"] * 5}, "events"),
     ({"url": "http://127.0.0.1/x", "events": ["run.failed"], "template_id": "00000000-0000-4000-8000-000000000000"},
      "template_id"),
 ])

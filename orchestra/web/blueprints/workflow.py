@@ -302,8 +302,8 @@ async def delete_template(request: Request, template_id: str):
     links=_RUN_LINKS,
     params=(header("traceparent", "W3C trace context: the run's spans join this trace, in "
                    "whichever process executes it (ignored unless well-formed)."),
-            header(run_starts.IDEMPOTENCY_HEADER, "Makes the start happen once: 1-255 characters "
-                   "(no control characters), remembered per user for 24 hours.",
+            header(run_starts.IDEMPOTENCY_HEADER, "Makes the start happen once: up to 255 characters "
+                   "(no control characters; empty: no key), remembered per user for 24 hours.",
                    type="string", pattern=run_starts.KEY_PATTERN)),
 )
 @protected(Role.USER, scope="run:start")
