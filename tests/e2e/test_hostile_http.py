@@ -149,7 +149,22 @@ def _world(server: ServerProcess) -> tuple[httpx.Client, dict[str, str]]:
     mcp = http.post(f"{api}/resource/mcp", json={"name": "m", "transport": "streamable_http",
                                                  "url": "http://127.0.0.1:9/mcp", "timeout_seconds": 2})
     assert mcp.status_code == 201, mcp.text
+    template_id = template.json()["template_id"]
+    schedule = http.post(f"{api}/workflow/schedule", json={"template_id": template_id, "cron": "0 0 1 1 *"})
+    assert schedule.status_code == 201, schedule.text
+    # a public address (no DNS, no delivery: the world's run never fails)
+    subscription = http.post(f"{api}/workflow/subscription",
+                             json={"url": "https://93.184.216.34/hook", "events": ["run.failed"]})
+    assert subscription.status_code == 201, subscription.text
+    hook = http.post(f"{api}/workflow/hook", json={"template_id": template_id})
+    assert hook.status_code == 201, hook.text
     ids = {
+        "schedule_id": schedule.json()["schedule_id"],
+        "subscription_id": subscription.json()["subscription_id"],
+        "hook_id": hook.json()["hook_id"],
+        "number": "1",
+        "key_id": "no-such-key",  # only DELETE names a key: HEAD there is 405 whatever the id
+        "delivery_id": "no-such-delivery",  # only POST …/retry names a delivery
         "provider_id": provider.json()["provider_id"],
         "worker_id": worker.json()["worker_id"],
         "skill_id": skill.json()["skill_id"],
