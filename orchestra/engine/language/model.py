@@ -189,7 +189,12 @@ class TemplateLimits(Closed):
     )
     budget_usd: Any = Field(
         None, description="USD the run's model calls may cost at most (SPEC §12): a "
-        "non-negative number or decimal string, kept as a decimal string.")
+        "non-negative number or decimal string, kept as a decimal string.",
+        json_schema_extra={"anyOf": [
+            {"type": "null"},
+            {"type": "number", "minimum": 0, "maximum": 1_000_000},
+            {"type": "string", "pattern": r"^[0-9]{1,6}(\.[0-9]{1,20})?$"},
+        ]})
     on_budget: Literal["fail", "pause"] | None = Field(
         None, description="When the budget cannot pay for the next call: fail the run "
         "(default), or pause it as waiting_budget until a top-up.")

@@ -26,8 +26,8 @@ bp = Blueprint("usage", url_prefix="/usage")
     params=(
         query("group_by", "user | template | provider | model | day (default day).",
               type="string", enum=list(spend_service.GROUPS)),
-        query("from", "From this UTC date (2026-11-01) or date-time, included."),
-        query("to", "Up to this UTC date (included) or date-time (excluded)."),
+        query("from", "From this UTC date (2026-11-01) or date-time, included.", type="string", format="date"),
+        query("to", "Up to this UTC date (included) or date-time (excluded).", type="string", format="date"),
     ),
 )
 @protected(Role.USER)
