@@ -57,7 +57,7 @@ async def top_up(core: Shared, run: WorkflowRun, add_usd: Any) -> WorkflowRun:
 def _bound(value: str | None, field: str, *, end: bool) -> dt.datetime | None:
     """A `from`/`to` query value: a date (a whole UTC day; `to` includes it) or a
     date-time; 422 naming the field otherwise."""
-    if value is None or not value.strip():
+    if value is None:
         return None
     text = value.strip()
     try:

@@ -191,6 +191,8 @@ async def test_usage_groups_calls_tokens_and_costs(client, alice, admin, priced)
     assert bad.status_code == 422 and bad.json()["detail"][0]["field"] == "group_by"
     bad = await client.get("/api/v1/usage?from=yesterday", headers=alice["headers"])
     assert bad.status_code == 422 and bad.json()["detail"][0]["field"] == "from"
+    bad = await client.get("/api/v1/usage?to=", headers=alice["headers"])  # empty is not a date
+    assert bad.status_code == 422 and bad.json()["detail"][0]["field"] == "to"
 
 
 async def test_a_429_is_waited_out_without_using_a_retry(client, alice, priced, fake_llm):
