@@ -33,8 +33,9 @@ bp = Blueprint("usage", url_prefix="/usage")
 @protected(Role.USER)
 async def usage(request: Request):
     principal = request.ctx.principal
+    args = request.get_args(keep_blank_values=True)  # `to=` is a bad date, not an absent one
     rows = await spend_service.usage(
         request.app.ctx.core, user_id=principal.user_id, is_admin=principal.is_admin,
         group_by=(request.args.get("group_by") or "day").strip(),
-        start=request.args.get("from"), end=request.args.get("to"))
+        start=args.get("from"), end=args.get("to"))
     return json({"message": SUCCESS, "rows": rows})
