@@ -10,6 +10,7 @@ the logs all agree.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import sqlite3
@@ -147,6 +148,34 @@ async def release_quietly(db) -> None:
         await release_connection(db)
     except Exception:  # noqa: BLE001 - the connection went away with the store
         logger.debug("could not release a store connection", exc_info=True)
+
+
+async def keep_going(one_round, *, what: str, db, outage: StoreOutage, wake: asyncio.Event,
+                     stopping) -> None:
+    """Run `one_round()` (it answers the seconds to wait before the next) until `stopping()`:
+    a failed round backs off and is logged once per outage, the task's connection is given
+    back after every round, and `wake` cuts a wait short. The shape every background loop
+    of a process shares (schedule fires, webhook deliveries)."""
+    failures = 0
+    while not stopping():
+        wake.clear()
+        try:
+            wait = await one_round()
+            outage.succeeded()
+            failures = 0
+        except Exception as exc:  # noqa: BLE001 - the loop must outlive any one round
+            failures += 1
+            if not outage.failed(exc, what):
+                logger.exception("%s failed", what)
+            wait = backoff(failures, cap=5.0)
+        finally:
+            await release_quietly(db)
+        if stopping():
+            break
+        if wait > 0:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(wait):
+                    await wake.wait()
 
 
 def _short(exc: BaseException) -> str:

@@ -31,7 +31,7 @@ from peewee import fn
 from standardwebhooks.webhooks import Webhook
 
 from orchestra.db.models import new_id, utcnow
-from orchestra.db.outage import StoreOutage, backoff, release_quietly
+from orchestra.db.outage import StoreOutage, backoff, keep_going, release_quietly
 from orchestra.db.trigger_models import EventSubscription, WebhookDelivery
 from orchestra.egress import SETTING as EGRESS_SETTING
 from orchestra.egress import find_refusal
@@ -105,32 +105,15 @@ class DeliveryLoop:
         return self._client
 
     async def _loop(self) -> None:
-        failures = 0
-        while not self._stopping:
-            self._wake.clear()
-            try:
-                claimed = await self.claim()
-                await release_quietly(self.core.db)
-                if claimed:
-                    await self.attempt_all(claimed)
-                wait = 0.0 if len(claimed) >= BATCH else await self._seconds_to_next()
-                self.outage.succeeded()
-                failures = 0
-            except Exception as exc:  # noqa: BLE001 - the loop must outlive any one round
-                failures += 1
-                if not self.outage.failed(exc, "delivering webhooks"):
-                    logger.exception("delivering webhooks failed")
-                wait = backoff(failures, cap=5.0)
-            finally:
-                await release_quietly(self.core.db)
-            if self._stopping:
-                break
-            if wait > 0:
-                try:
-                    async with asyncio.timeout(wait):
-                        await self._wake.wait()
-                except TimeoutError:
-                    pass
+        await keep_going(self._round, what="delivering webhooks", db=self.core.db,
+                         outage=self.outage, wake=self._wake, stopping=lambda: self._stopping)
+
+    async def _round(self) -> float:
+        claimed = await self.claim()
+        await release_quietly(self.core.db)
+        if claimed:
+            await self.attempt_all(claimed)
+        return 0.0 if len(claimed) >= BATCH else await self._seconds_to_next()
 
     async def _seconds_to_next(self) -> float:
         rows = await self.core.db.list(

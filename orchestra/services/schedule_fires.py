@@ -34,7 +34,7 @@ from typing import Any
 from peewee import Case, fn
 
 from orchestra.db.models import RunStep, WorkflowRun, new_id, utcnow
-from orchestra.db.outage import StoreOutage, backoff, release_quietly
+from orchestra.db.outage import StoreOutage, keep_going, release_quietly
 from orchestra.db.trigger_models import ScheduleFire, WorkflowSchedule
 from orchestra.engine.vocabulary import ACTIVE
 from orchestra.errors import ValidationError
@@ -90,34 +90,19 @@ class FireLoop:
             await asyncio.wait(set(self._submitting), timeout=5)
 
     async def _loop(self) -> None:
-        failures = 0
-        while not self._stopping:
-            self._wake.clear()
-            try:
-                claimed = await self.fire_due()
-                while not self._stopping and claimed >= BATCH:  # more were due than a batch holds
-                    claimed = await self.fire_due()
-                wait = await self._seconds_to_next_due()
-                if wait <= 0.002 and claimed == 0:
-                    # Due, yet nothing could be claimed: another process holds those
-                    # schedules in its transaction now. Look again shortly, not at once.
-                    wait = LOCKED_RETRY_SECONDS
-                self.outage.succeeded()
-                failures = 0
-            except Exception as exc:  # noqa: BLE001 - the loop must outlive any one look
-                failures += 1
-                if not self.outage.failed(exc, "firing schedules"):
-                    logger.exception("firing schedules failed")
-                wait = backoff(failures, cap=5.0)
-            finally:
-                await release_quietly(self.core.db)
-            if self._stopping:
-                break
-            try:
-                async with asyncio.timeout(wait):
-                    await self._wake.wait()
-            except TimeoutError:
-                pass
+        await keep_going(self._round, what="firing schedules", db=self.core.db,
+                         outage=self.outage, wake=self._wake, stopping=lambda: self._stopping)
+
+    async def _round(self) -> float:
+        claimed = await self.fire_due()
+        while not self._stopping and claimed >= BATCH:  # more were due than a batch holds
+            claimed = await self.fire_due()
+        wait = await self._seconds_to_next_due()
+        if wait <= 0.002 and claimed == 0:
+            # Due, yet nothing could be claimed: another process holds those
+            # schedules in its transaction now. Look again shortly, not at once.
+            wait = LOCKED_RETRY_SECONDS
+        return wait
 
     async def _seconds_to_next_due(self) -> float:
         query = (WorkflowSchedule.select(fn.MIN(WorkflowSchedule.next_due_at).alias("due"))
