@@ -73,7 +73,8 @@ class LiveRun:
     mcp: RunSessions | None = None  # its MCP sessions, opened at their first call
     child_waits: int = 0  # workflow steps waiting for their child run (SPEC §14): no slot held
     unreadable: str | None = None  # why its stored steps could not be read (it fails)
-    forked_from: dict[str, Any] | None = None  # a fork's source: {trace_id, from_step, outputs}
+    forked_from: dict[str, Any] | None = None  # a fork's source: {trace_id, from_step, outputs, again}
+    fork_source: asyncio.Future | None = None  # the source's calls by reuse key, once read (reuse.py)
     # Spend (engine/spend.py): the budget in pico-dollars (None: none), each running
     # instance's calls and cost so far, and the calls in flight holding a reservation.
     budget_pusd: int | None = None
