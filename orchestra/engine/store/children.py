@@ -17,7 +17,7 @@ from orchestra.db.models import (
     utcnow,
 )
 from orchestra.engine.model import At
-from orchestra.engine.store.events import Event
+from orchestra.engine.store.events import Event, Item
 from orchestra.engine.store.runs import RunStore
 from orchestra.engine.vocabulary import ACTIVE, EventKind, RunStatus, StepStatus
 
@@ -46,8 +46,13 @@ class ChildRuns:
         self.store = store
         self.db = store.db
 
-    async def exists(self, trace_id: str) -> bool:
-        return await self.db.exists(WorkflowRun.select(WorkflowRun.trace_id).where(WorkflowRun.trace_id == trace_id))
+    async def lookup(self, parent: str, child: str) -> tuple[bool, int]:
+        """(whether the child run is stored already, the parent's level in its chain), in
+        one read."""
+        rows = await self.db.list(WorkflowRun.select(WorkflowRun.trace_id, WorkflowRun.depth)
+                                  .where(WorkflowRun.trace_id.in_([parent, child])))
+        depths = {row.trace_id: row.depth or 1 for row in rows}
+        return child in depths, depths.get(parent, 1)
 
     async def template(self, template_id: str) -> WorkflowTemplate | None:
         return await WorkflowTemplate.aget_or_none(WorkflowTemplate.id == template_id)
@@ -60,13 +65,11 @@ class ChildRuns:
         return await self.db.exists(WorkflowTemplate.select(WorkflowTemplate.id)
                                     .where(WorkflowTemplate.id == template_id))
 
-    async def depth(self, trace_id: str) -> int:
-        rows = await self.db.list(WorkflowRun.select(WorkflowRun.depth).where(WorkflowRun.trace_id == trace_id))
-        return (rows[0].depth or 1) if rows else 1
-
-    async def start(self, parent: str, at: At, child: NewChild, started: dict[str, Any]) -> list[Event]:
-        """The child run (queued, its step rows pending), the parent step's
-        `child_trace_id` and the parent's `child_started`, in one fenced transaction."""
+    async def start(self, parent: str, at: At, child: NewChild, values: dict[str, Any],
+                    items: list[Item]) -> list[Event]:
+        """The child run (queued, its step rows pending), the parent step's row (`values`
+        and its `child_trace_id`) and the parent's events (`step_started`,
+        `child_started`), in one fenced transaction."""
         template = child.template
 
         async def store() -> list[Event]:
@@ -78,8 +81,8 @@ class ChildRuns:
             await self.db.aexecute(RunStep.insert_many([
                 {"run": child.trace_id, "step_id": s["id"], "path": s["id"], "status": StepStatus.PENDING}
                 for s in child.steps]))
-            await self.store.set_step(parent, at.path, child_trace_id=child.trace_id)
-            return await self.store.events.insert(parent, [(EventKind.CHILD_STARTED, started, at)])
+            await self.store.put_instance(parent, at.path, at.step_id, **values, child_trace_id=child.trace_id)
+            return await self.store.events.insert(parent, items)
 
         return await self.store.write(parent, store)
 
