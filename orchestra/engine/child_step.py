@@ -27,7 +27,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from orchestra.db.models import utcnow
+from orchestra.db.models import WorkflowRun, utcnow
 from orchestra.engine.feed import Feeds
 from orchestra.engine.language import schemas
 from orchestra.engine.language.expressions import ExpressionError, Scope, text_of
@@ -66,6 +66,10 @@ class ChildSteps:
         self.sandbox = sandbox
         self.stopping = stopping
         self.submit: Callable[[str], Awaitable[None]] | None = None
+        # A claim when this process has room to run a child at once (else None), and the
+        # start of a run stored claimed that way.
+        self.claim_token: Callable[[], str | None] | None = None
+        self.adopt: Callable[[WorkflowRun], Awaitable[None]] | None = None
         self.cancel: Callable[..., Awaitable[None]] | None = None
         self._tasks: set[asyncio.Task] = set()
 
@@ -115,9 +119,21 @@ class ChildSteps:
         data = live.tagged(at, {"child_trace_id": child, "path": at.path, "template_id": new.template.id})
         items = [(EventKind.STEP_STARTED, live.tagged(at, started), at), (EventKind.CHILD_STARTED, data, at)]
         values = {"status": StepStatus.RUNNING, "attempt": attempt} | ({"started_at": utcnow()} if attempt == 1 else {})
-        await asyncio.shield(live.writes.submit(self.children.start, live.trace_id, at, new, values, items))
+        await asyncio.shield(live.writes.submit(self._store_child, live.trace_id, at, new, values, items))
         await self.store.release()
-        await self.submit(child)
+
+    async def _store_child(self, parent: str, at: At, new: NewChild, values: dict[str, Any],
+                           items: list) -> None:
+        """The parent's write that stores the child, then the child's start: claimed in
+        that same write when this process has room (it starts here at once), else queued
+        for whoever claims it. One write of the parent's writer, so a cancel of the
+        waiting step cannot come between the two."""
+        run = await self.children.start(parent, at, new, values, items, claim=self.claim_token())
+        await self.store.release()
+        if run.owner_process:
+            await self.adopt(run)
+        else:
+            await self.submit(run.trace_id)
 
     async def _new_child(self, live: LiveRun, flow: dict[str, Any], scope: Scope, child: str,
                          depth: int) -> NewChild:

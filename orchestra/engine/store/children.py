@@ -5,6 +5,7 @@ shown already)."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,25 +67,33 @@ class ChildRuns:
                                     .where(WorkflowTemplate.id == template_id))
 
     async def start(self, parent: str, at: At, child: NewChild, values: dict[str, Any],
-                    items: list[Item]) -> list[Event]:
+                    items: list[Item], *, claim: str | None) -> WorkflowRun:
         """The child run (queued, its step rows pending), the parent step's row (`values`
         and its `child_trace_id`) and the parent's events (`step_started`,
-        `child_started`), in one fenced transaction."""
+        `child_started`), in one fenced transaction; the child's row as stored. `claim`:
+        the child is stored claimed by this process (it runs here at once, no claim
+        round), else it waits for a claim."""
         template = child.template
+        fields = dict(
+            trace_id=child.trace_id, owner=child.owner_id, template=template.id,
+            template_name=template.name, steps=child.steps, spec=child.spec, template_version=child.version,
+            input=child.input_text, input_value=child.input_value, files=[], status=RunStatus.QUEUED,
+            parent_trace_id=parent, parent_path=at.path, depth=child.depth, created_at=utcnow(),
+            cancel_requested=False)
+        if claim is not None:
+            fields |= {"owner_process": claim, "attempts": 1,
+                       "lease_until": time.time() + self.store.ownership.lease_seconds}
 
         async def store() -> list[Event]:
-            await self.db.aexecute(WorkflowRun.insert(
-                trace_id=child.trace_id, owner=child.owner_id, template=template.id,
-                template_name=template.name, steps=child.steps, spec=child.spec, template_version=child.version,
-                input=child.input_text, input_value=child.input_value, files=[], status=RunStatus.QUEUED,
-                parent_trace_id=parent, parent_path=at.path, depth=child.depth, created_at=utcnow()))
+            await self.db.aexecute(WorkflowRun.insert(**fields))
             await self.db.aexecute(RunStep.insert_many([
                 {"run": child.trace_id, "step_id": s["id"], "path": s["id"], "status": StepStatus.PENDING}
                 for s in child.steps]))
             await self.store.put_instance(parent, at.path, at.step_id, **values, child_trace_id=child.trace_id)
             return await self.store.events.insert(parent, items)
 
-        return await self.store.write(parent, store)
+        await self.store.write(parent, store)
+        return WorkflowRun(**fields)
 
     async def active_below(self, trace_id: str) -> list[str]:
         """Every active run below `trace_id`, all levels, top down."""
