@@ -31,6 +31,7 @@ from orchestra.engine.llm.retry import backoff_delay
 from orchestra.engine.model import At, StepDef
 from orchestra.engine.questions import Questions
 from orchestra.engine.records import Records
+from orchestra.engine.reuse import agent_fingerprint
 from orchestra.engine.sizes import OUTPUT_SETTING, check_question, utf8_size
 from orchestra.engine.spend import Spending
 from orchestra.engine.store import RunStore
@@ -169,6 +170,14 @@ class AgentSteps:
             for call in result.tool_calls:
                 name = catalog_names.get(call.name, call.name)  # the model may use an encoded name
                 messages.append(await self._tool_message(live, at, step, ctx, call, name))
+
+    async def fingerprint(self, step: StepDef) -> dict[str, Any] | None:
+        """What of the step's worker or node configuration its answer depends on
+        (engine/reuse.py); None when it cannot answer (the attempt then fails)."""
+        try:
+            return agent_fingerprint(await self._config(step))
+        except StepFailure:
+            return None
 
     async def _config(self, step: StepDef) -> Any:
         """The step's worker or node configuration; StepFailure when it cannot answer."""

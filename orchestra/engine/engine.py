@@ -35,6 +35,7 @@ from orchestra.engine.model import Question, StepKind, StopReason
 from orchestra.engine.provider_gate import ProviderGate
 from orchestra.engine.questions import Questions
 from orchestra.engine.records import Records
+from orchestra.engine.reuse import ForkReuse
 from orchestra.engine.run_task import RunTasks
 from orchestra.engine.scheduler import Scheduler
 from orchestra.engine.spend import Spending
@@ -99,7 +100,8 @@ class Engine:
         self.child_steps.claim_token, self.child_steps.adopt = self.claim_token, self.adopt
         calls = Calls(store=self.store, records=records, agents=self.agent_steps,
                       questions=self.questions, prompt_max_bytes=settings.prompt_max_bytes,
-                      http=self.http_steps, children=self.child_steps)
+                      http=self.http_steps, children=self.child_steps,
+                      reuse=ForkReuse(self.store, records))
         scheduler = Scheduler(store=self.store, runs=self.runs, records=records, sandbox=self.sandbox)
         containers = Containers(runs=self.runs, records=records, scheduler=scheduler, calls=calls,
                                 sandbox=self.sandbox, foreach_max_items=settings.foreach_max_items)

@@ -76,7 +76,8 @@ class LiveRun:
     # in one transaction with the step's end), by instance path.
     carried: dict[str, list] = field(default_factory=dict)
     unreadable: str | None = None  # why its stored steps could not be read (it fails)
-    forked_from: dict[str, Any] | None = None  # a fork's source: {trace_id, from_step, outputs}
+    forked_from: dict[str, Any] | None = None  # a fork's source: {trace_id, from_step, outputs, again}
+    fork_source: asyncio.Future | None = None  # the source's calls by reuse key, once read (reuse.py)
     # Spend (engine/spend.py): the budget in pico-dollars (None: none), each running
     # instance's calls and cost so far, and the calls in flight holding a reservation.
     budget_pusd: int | None = None

@@ -60,9 +60,10 @@ class Records:
 
     def call_succeeded(self, live: LiveRun, at: At, output: Any, usage: dict[str, int] | None,
                        pending_text: str, *, structured: bool,
-                       spend: dict[str, Any] | None = None) -> asyncio.Future:
+                       spend: dict[str, Any] | None = None, key: str | None = None) -> asyncio.Future:
         """A call's output, with the last token text not yet appended, in one write;
-        `spend`: its cost fields (engine/spend.py), `cost_usd` also on `step_finished`."""
+        `spend`: its cost fields (engine/spend.py), `cost_usd` also on `step_finished`;
+        `key`: its reuse key (engine/reuse.py)."""
         spend = spend or {}
         tokens = [(EventKind.TOKEN, live.tagged(at, {"text": pending_text}), at)] if pending_text else []
         data = {"output": output, "usage": usage} | ({"cost_usd": spend["cost_usd"]} if spend else {})
@@ -70,7 +71,17 @@ class Records:
         live.finished.set(at.path, StepStatus.SUCCEEDED, output)
         return self._submit(live, at.path, None, {
             "status": StepStatus.SUCCEEDED, "usage": usage, "finished_at": utcnow(), **spend,
-            **output_fields(output, structured)}, [*tokens, finished])
+            "reuse_key": key, **output_fields(output, structured)}, [*tokens, finished])
+
+    def reused(self, live: LiveRun, at: At, output: Any, key: str, structured: bool,
+               data: dict[str, Any]) -> asyncio.Future:
+        """A fork's call copied from its source at run time (engine/reuse.py): its row
+        `reused` with the source's output and the call's key, and `step_reused {data}`."""
+        now = utcnow()
+        live.finished.set(at.path, StepStatus.SUCCEEDED, output)
+        return self._submit(live, at.path, at.step_id, {
+            "status": StepStatus.SUCCEEDED, "reused": True, "reuse_key": key, "started_at": now,
+            "finished_at": now, **output_fields(output, structured)}, [(EventKind.STEP_REUSED, data, at)])
 
     def succeeded(self, live: LiveRun, at: At, output: Any, data: dict[str, Any]) -> asyncio.Future:
         """A container's (an item's, an iteration's) end; the future of its last write.

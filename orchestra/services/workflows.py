@@ -546,7 +546,7 @@ async def retry_run(
                 new_rows.append(_reused_row(run.trace_id, row, path))
         if new_rows:  # insert_many takes its columns from the first row: give every row all of them
             new_rows = [{"reused": False, "attempt": 1, "output": None, "output_value": None, "usage": None,
-                         "started_at": None, "finished_at": None, **row} for row in new_rows]
+                         "reuse_key": None, "started_at": None, "finished_at": None, **row} for row in new_rows]
             await core.db.aexecute(RunStep.insert_many(new_rows))
     await core.engine.submit(run.trace_id)
     return run
@@ -557,7 +557,7 @@ def _reused_row(trace_id: str, row: RunStep, path: str) -> dict[str, Any]:
     provider for it; the source run keeps what it spent, so totals never count it twice)."""
     return {"run": trace_id, "step_id": row.step_id, "path": path, "status": StepStatus.SUCCEEDED,
             "reused": True, "attempt": row.attempt, "output": row.output, "output_value": row.output_value,
-            "usage": None, "started_at": row.started_at, "finished_at": row.finished_at}
+            "reuse_key": row.reuse_key, "usage": None, "started_at": row.started_at, "finished_at": row.finished_at}
 
 
 # --- events ------------------------------------------------------------------------------

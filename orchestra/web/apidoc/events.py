@@ -28,7 +28,9 @@ EVENT_FIELDS: dict[str, str] = {
     "child_started": "`child_trace_id`, `path`, `template_id`: a workflow step started its child run",
     "child_finished": "`child_trace_id`, `path`, `status`: that child run ended",
     "step_reused": "`source_trace_id`, `output`, `path`: a fork's instance copied from the run it forks, "
-                   "its provider not called; `overridden: true` when the fork's `outputs` set it",
+                   "its provider not called (announced at the start, or when reached for a call decided at "
+                   "run time); `overridden: true` when the fork's `outputs` set it; `source_path` when the "
+                   "source's call was at another path (an item that moved in the mapped list)",
     "run_resumed": "`attempt`, `restarted_steps`: another server process took the run over",
     "run_finished": '`status: "succeeded"`, `output` (the template\'s `output`, else the last step\'s)',
     "run_failed": '`status: "failed"`, `error`, `failed_step`; or `status: "interrupted"`, `reason`',
