@@ -5,6 +5,7 @@ shown already)."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,7 +18,7 @@ from orchestra.db.models import (
     utcnow,
 )
 from orchestra.engine.model import At
-from orchestra.engine.store.events import Event
+from orchestra.engine.store.events import Event, Item
 from orchestra.engine.store.runs import RunStore
 from orchestra.engine.vocabulary import ACTIVE, EventKind, RunStatus, StepStatus
 
@@ -53,8 +54,13 @@ class ChildRuns:
         self.store = store
         self.db = store.db
 
-    async def exists(self, trace_id: str) -> bool:
-        return await self.db.exists(WorkflowRun.select(WorkflowRun.trace_id).where(WorkflowRun.trace_id == trace_id))
+    async def lookup(self, parent: str, child: str) -> tuple[bool, int]:
+        """(whether the child run is stored already, the parent's level in its chain), in
+        one read."""
+        rows = await self.db.list(WorkflowRun.select(WorkflowRun.trace_id, WorkflowRun.depth)
+                                  .where(WorkflowRun.trace_id.in_([parent, child])))
+        depths = {row.trace_id: row.depth or 1 for row in rows}
+        return child in depths, depths.get(parent, 1)
 
     async def template(self, template_id: str) -> WorkflowTemplate | None:
         return await WorkflowTemplate.aget_or_none(WorkflowTemplate.id == template_id)
@@ -67,28 +73,34 @@ class ChildRuns:
         return await self.db.exists(WorkflowTemplate.select(WorkflowTemplate.id)
                                     .where(WorkflowTemplate.id == template_id))
 
-    async def depth(self, trace_id: str) -> int:
-        rows = await self.db.list(WorkflowRun.select(WorkflowRun.depth).where(WorkflowRun.trace_id == trace_id))
-        return (rows[0].depth or 1) if rows else 1
-
-    async def start(self, parent: str, at: At, child: NewChild, started: dict[str, Any]) -> list[Event]:
-        """The child run (queued, its step rows pending), the parent step's
-        `child_trace_id` and the parent's `child_started`, in one fenced transaction."""
+    async def start(self, parent: str, at: At, child: NewChild, values: dict[str, Any],
+                    items: list[Item], *, claim: str | None) -> WorkflowRun:
+        """The child run (queued, its step rows pending), the parent step's row (`values`
+        and its `child_trace_id`) and the parent's events (`step_started`,
+        `child_started`), in one fenced transaction; the child's row as stored. `claim`:
+        the child is stored claimed by this process (it runs here at once, no claim
+        round), else it waits for a claim."""
         template = child.template
+        fields = dict(
+            trace_id=child.trace_id, owner=child.owner_id, template=template.id,
+            template_name=template.name, steps=child.steps, spec=child.spec, template_version=child.version,
+            input=child.input_text, input_value=child.input_value, files=[], status=RunStatus.QUEUED,
+            parent_trace_id=parent, parent_path=at.path, depth=child.depth, created_at=utcnow(),
+            cancel_requested=False)
+        if claim is not None:
+            fields |= {"owner_process": claim, "attempts": 1,
+                       "lease_until": time.time() + self.store.ownership.lease_seconds}
 
         async def store() -> list[Event]:
-            await self.db.aexecute(WorkflowRun.insert(
-                trace_id=child.trace_id, owner=child.owner_id, template=template.id,
-                template_name=template.name, steps=child.steps, spec=child.spec, template_version=child.version,
-                input=child.input_text, input_value=child.input_value, files=[], status=RunStatus.QUEUED,
-                parent_trace_id=parent, parent_path=at.path, depth=child.depth, created_at=utcnow()))
+            await self.db.aexecute(WorkflowRun.insert(**fields))
             await self.db.aexecute(RunStep.insert_many([
                 {"run": child.trace_id, "step_id": s["id"], "path": s["id"], "status": StepStatus.PENDING}
                 for s in child.steps]))
-            await self.store.set_step(parent, at.path, child_trace_id=child.trace_id)
-            return await self.store.events.insert(parent, [(EventKind.CHILD_STARTED, started, at)])
+            await self.store.put_instance(parent, at.path, at.step_id, **values, child_trace_id=child.trace_id)
+            return await self.store.events.insert(parent, items)
 
-        return await self.store.write(parent, store)
+        await self.store.write(parent, store)
+        return WorkflowRun(**fields)
 
     async def active_below(self, trace_id: str) -> list[str]:
         """Every unfinished run below `trace_id` (active or waiting for budget), all
