@@ -155,12 +155,13 @@ class Calls:
     async def _action(self, live: LiveRun, step: StepDef, at: At, scope: Scope, attempt: int) -> Any:
         """One attempt of an http or workflow step (SPEC §14): `step_started`, then the
         request or the child run, bounded by the step's timeout_seconds."""
-        started = {"http": shown_request(step.http)} if step.http is not None else {"workflow": step.workflow}
-        self.records.attempt_started(live, at, attempt, started)
+        if step.http is not None:
+            self.records.attempt_started(live, at, attempt, {"http": shown_request(step.http)})
         try:
             async with asyncio.timeout(step.timeout_seconds):
                 if step.http is not None:
                     return await self.http.attempt(live, step, at, scope)
-                return await self.children.attempt(live, step, at, scope, attempt)
+                # the child run is stored with the attempt's `step_started` (one write)
+                return await self.children.attempt(live, step, at, scope, attempt, {"workflow": step.workflow})
         except TimeoutError:
             raise StepFailure(f"timed out after {step.timeout_seconds} s") from None
