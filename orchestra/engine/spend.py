@@ -115,15 +115,17 @@ class Spending:
         return live.spends.setdefault(path, StepSpend())
 
     async def wait_for_room(self, live: LiveRun, config: Any, messages: list, tools: list,
-                            output_schema: Any) -> Any:
+                            output_schema: Any, *, requested_at: float | None = None) -> Any:
         """Wait until the provider's limits let this call through (engine/provider_gate.py);
-        its pass, or None for a provider without limits."""
+        its pass, or None for a provider without limits. `requested_at`: when the call
+        first asked (tried again after a 429, it keeps its place)."""
         if not config.provider_limits:
             return None
         bound = prompt_upper_bound(messages, tools, output_schema)
         estimate = self.gate.estimate(config.provider_id, bound // 4 + 16)
         began = time.monotonic()
-        ticket = await self.gate.enter(config.provider_id, config.provider_limits, live.trace_id, estimate)
+        ticket = await self.gate.enter(config.provider_id, config.provider_limits, live.trace_id, estimate,
+                                       requested_at=requested_at)
         metrics.provider_wait(config.provider_name or "", time.monotonic() - began)
         return ticket
 
