@@ -74,7 +74,7 @@ class RunTasks:
         try:
             if live.stop_asked:
                 raise asyncio.CancelledError
-            if await self._already_ended(live):
+            if not live.fresh and await self._already_ended(live):
                 return
             if live.attempt > self.settings.run_max_attempts:
                 await self.end(
@@ -139,7 +139,11 @@ class RunTasks:
         """`run_started` for a fresh run (and the steps a retry reuses), `run_resumed`
         for one claimed again."""
         trace_id, writes = live.trace_id, live.writes
-        restarted = await self._load_state(live)
+        if live.fresh:  # nothing stored but its queued rows: the first event's seq is 1
+            self.store.events.remember_none(trace_id)
+            restarted = None
+        else:
+            restarted = await self._load_state(live)
         observe.run_began(trace_id, resumed=restarted is not None)
         if restarted is None:
             live.started_epoch = time.time()
