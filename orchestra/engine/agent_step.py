@@ -171,7 +171,7 @@ class AgentSteps:
                 name = catalog_names.get(call.name, call.name)  # the model may use an encoded name
                 messages.append(await self._tool_message(live, at, step, ctx, call, name))
 
-    async def fingerprint(self, step: StepDef) -> dict[str, Any] | None:
+    async def fingerprint(self, step: StepDef) -> str | None:
         """What of the step's worker or node configuration its answer depends on
         (engine/reuse.py); None when it cannot answer (the attempt then fails)."""
         try:

@@ -25,6 +25,7 @@ import contextlib
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
+from decimal import Decimal
 from typing import Any
 
 from orchestra.db.models import WorkflowRun, utcnow
@@ -36,8 +37,9 @@ from orchestra.engine.language.sandbox import Sandbox
 from orchestra.engine.live import LiveRun, StepFailure
 from orchestra.engine.model import At, StepDef, StopReason
 from orchestra.engine.records import Records
+from orchestra.engine.spend import BudgetStop, Spending
 from orchestra.engine.store import RunStore
-from orchestra.engine.store.children import MIRRORED, ChildRuns, NewChild
+from orchestra.engine.store.children import MIRRORED, ChildRuns, NewChild, mirror_key
 from orchestra.engine.vocabulary import EventKind, RunStatus, StepStatus
 
 logger = logging.getLogger("orchestra.engine")
@@ -46,6 +48,10 @@ _NAMESPACE = uuid.UUID("6f1c2b8e-4d0a-5e7f-9a3b-c5d6e7f80912")
 TEMPLATE_CHECK_SECONDS = 2.0  # how often a waiting parent looks whether the child's template still exists
 _OWN_FIELDS = ("trace_id", "seq", "ts", "step_id", "path", "attempt")  # the parent's event has its own
 _TERMINAL_STATUS = {EventKind.RUN_FINISHED: RunStatus.SUCCEEDED, EventKind.RUN_CANCELLED: RunStatus.CANCELLED}
+
+
+def _usd(text: Any) -> Decimal | None:
+    return None if text is None else Decimal(str(text))
 
 
 def child_id(parent_trace_id: str, path: str, attempt: int) -> str:
@@ -90,7 +96,7 @@ class ChildSteps:
                 await self._start(live, at, attempt, started, flow, scope, child, depth + 1)
                 shown = set()  # a child just started has asked nothing yet
             await self.store.release()
-            status, output, error = await self._wait(live, at, flow["template"], child, shown)
+            status, output, error, over = await self._wait(live, at, flow["template"], child, shown)
         except asyncio.CancelledError:
             if not self.stopping() and live.stop_reason not in (StopReason.HANDBACK, StopReason.LOST):
                 self.in_background(self._cancel_tree(child, "Its parent step ended."))
@@ -98,9 +104,15 @@ class ChildSteps:
         finally:
             live.child_waits -= 1
             live.waiting.discard(at.path)
+        Spending.child_ended(live, at.path, await self.children.spent(child))
+        await self.store.release()
+        finished = {"child_trace_id": child, "path": at.path, "status": status}
+        if over is not None and status == RunStatus.FAILED:  # stopped by a budget above it: so is this run
+            self.records.event(live, at, EventKind.CHILD_FINISHED, finished)
+            raise BudgetStop(_usd(over.get("budget_usd")), _usd(over.get("spent_usd")),
+                             trace_id=over["budget_trace_id"], on_budget="fail")
         # stored with the step's end (or its retry): one transaction, not two
-        self.records.carry(live, at, EventKind.CHILD_FINISHED,
-                           {"child_trace_id": child, "path": at.path, "status": status})
+        self.records.carry(live, at, EventKind.CHILD_FINISHED, finished)
         if status != RunStatus.SUCCEEDED:
             raise StepFailure(f"The child run {child} ({flow['template']}) {status}"
                               + (f": {error}" if error else "."))
@@ -166,25 +178,33 @@ class ChildSteps:
         return NewChild(child, live.owner_id, template, depth, text_of(value), None, steps, spec, number)
 
     async def _wait(self, live: LiveRun, at: At, template_id: str, child: str,
-                    shown: set[tuple[str, Any]]) -> tuple[str, Any, str | None]:
-        """(status, output, error) of the child once it ended; its questions shown here
-        (`shown`: those the parent shows already)."""
+                    shown: set[tuple[str, Any]]) -> tuple[str, Any, str | None, dict[str, Any] | None]:
+        """(status, output, error, budget_exceeded) of the child once it ended — the last
+        is the data of its `budget_exceeded` when a budget above the child stopped it;
+        its questions and pauses for budget shown here (`shown`: those the parent shows
+        already)."""
+        over = None
         follow = self.feeds.follow(child, after=0, ping_every=TEMPLATE_CHECK_SECONDS)
         try:
             async for event in follow:
                 if event is None:
                     await self._template_still_there(template_id, child)
                     continue
-                key = (event.kind, event.data.get("request_id"))
+                key = mirror_key(event.kind, event.data, event.seq)
                 if event.kind in MIRRORED and key not in shown:
                     shown.add(key)
                     data = {k: v for k, v in event.data.items() if k not in _OWN_FIELDS}
+                    if event.kind == EventKind.BUDGET_EXHAUSTED:
+                        data["child_seq"] = event.seq
                     self.records.event(live, at, event.kind, {
                         **data, "child_trace_id": child, "child_step_id": event.data.get("step_id"),
                         "child_path": event.data.get("path")})
+                if event.kind == EventKind.BUDGET_EXCEEDED and event.data.get("budget_trace_id") not in (None, child):
+                    over = event.data
                 if event.terminal:
                     status = event.data.get("status") or _TERMINAL_STATUS.get(event.kind, RunStatus.FAILED)
-                    return status, event.data.get("output"), event.data.get("error") or event.data.get("reason")
+                    return (status, event.data.get("output"), event.data.get("error") or event.data.get("reason"),
+                            over)
         finally:
             await follow.aclose()
             await self.store.release()

@@ -64,7 +64,7 @@ class Claims:
             started_epoch=(run.started_at.replace(tzinfo=dt.UTC).timestamp()
                            if run.started_at else None),
             claim=run.owner_process, forked_from=run.forked_from,
-            budget_pusd=run.budget_pusd, fresh=fresh,
+            budget_pusd=run.budget_pusd, parent_trace_id=run.parent_trace_id, fresh=fresh,
         )
         live.renewed_at = asyncio.get_running_loop().time()
         live.writes.retry = self._write_failed

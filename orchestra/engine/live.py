@@ -84,6 +84,8 @@ class LiveRun:
     # Spend (engine/spend.py): the budget in pico-dollars (None: none), each running
     # instance's calls and cost so far, and the calls in flight holding a reservation.
     budget_pusd: int | None = None
+    parent_trace_id: str | None = None  # a child run's parent (SPEC §14): its costs roll up
+    ancestors: list[Any] | None = None  # the runs above it (store/ledger.Ancestor), read at its first call
     spends: dict[str, Any] = field(default_factory=dict)
     reserved_calls: int = 0
     settled: asyncio.Event = field(default_factory=asyncio.Event)  # set (and renewed) at each settle

@@ -72,49 +72,64 @@ def keyed(step: StepDef) -> bool:
     return step.agent is not None and step.http is None and step.workflow is None
 
 
-def agent_fingerprint(config: Any) -> dict[str, Any] | None:
-    """What of an AgentConfig an answer depends on (None for a human step)."""
-    if config is None:
-        return None
+def _definition_fields(step: StepDef) -> dict[str, Any]:
+    fields = dataclasses.asdict(step)
+    if step.foreach is not None:  # an item's call: the map's own settings decide no answer
+        fields.update(_MAP_SETTINGS)
+    return fields
+
+
+def _agent_fields(config: Any) -> dict[str, Any]:
     return {name: getattr(config, name, None) for name in AGENT_FIELDS}
 
 
-class _Definitions:
-    """Each step definition's digest, computed once per StepDef object (runs hold theirs
-    for their life; the table is emptied when it grows past a bound)."""
+class _Digests:
+    """Each object's digest, computed once per object (a run holds its StepDefs for its
+    life, the agent cache its AgentConfigs until a change); emptied past a bound."""
 
-    def __init__(self) -> None:
-        self._digests: dict[int, tuple[StepDef, str]] = {}
+    def __init__(self, fields: Any) -> None:
+        self._fields = fields
+        self._digests: dict[int, tuple[Any, str]] = {}
 
-    def digest(self, step: StepDef) -> str:
-        found = self._digests.get(id(step))
-        if found is not None and found[0] is step:
+    def digest(self, value: Any) -> str:
+        found = self._digests.get(id(value))
+        if found is not None and found[0] is value:
             return found[1]
-        fields = dataclasses.asdict(step)
-        if step.foreach is not None:  # an item's call: the map's own settings decide no answer
-            fields.update(_MAP_SETTINGS)
-        digest = hashlib.sha256(_canonical(fields)).hexdigest()
+        digest = hashlib.sha256(_canonical(self._fields(value))).hexdigest()
         if len(self._digests) >= _DIGESTS_MAX:
             self._digests.clear()
-        self._digests[id(step)] = (step, digest)
+        self._digests[id(value)] = (value, digest)
         return digest
 
 
-_definitions = _Definitions()
+_ENCODER = json.JSONEncoder(sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
 
 
 def _canonical(value: Any) -> bytes:
-    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"),
-                      default=str).encode("utf-8", "surrogatepass")
+    return _ENCODER.encode(value).encode("utf-8", "surrogatepass")
 
 
-def call_key(step: StepDef, prompt: str, files: list[dict[str, Any]] | None, agent: dict[str, Any] | None) -> str:
+_definitions = _Digests(_definition_fields)
+_agents = _Digests(_agent_fields)
+
+
+def agent_fingerprint(config: Any) -> str:
+    """The digest of what of a worker's or node's configuration (an AgentConfig) an
+    answer depends on (`AGENT_FIELDS`)."""
+    return _agents.digest(config)
+
+
+def call_key(step: StepDef, prompt: str, files: list[dict[str, Any]] | None, agent: str | None) -> str:
     """The reuse key of a call of `step` with this rendered prompt, these attached files
-    and this agent fingerprint (`agent_fingerprint`)."""
-    return hashlib.sha256(_canonical({
-        "v": KEY_VERSION, "step": _definitions.digest(step), "prompt": prompt,
-        "files": [f.get("file_id") for f in files or ()], "agent": agent,
-    })).hexdigest()
+    and this agent fingerprint (`agent_fingerprint`): each part length-prefixed, so no
+    two different calls hash the same bytes."""
+    digest = hashlib.sha256(b"orchestra-call-%d" % KEY_VERSION)
+    for part in (_definitions.digest(step).encode(), prompt.encode("utf-8", "surrogatepass"),
+                 _canonical([f.get("file_id") for f in files]) if files else b"",
+                 (agent or "").encode()):
+        digest.update(b"%d:" % len(part))
+        digest.update(part)
+    return digest.hexdigest()
 
 
 # -- a fork's run-time reuse --------------------------------------------------------------

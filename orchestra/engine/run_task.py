@@ -39,7 +39,6 @@ from orchestra.engine.spend import BudgetStop
 from orchestra.engine.store import RunStore
 from orchestra.engine.store.events import RunGone
 from orchestra.engine.vocabulary import EventKind, RunStatus, StepStatus
-from orchestra.money.amounts import usd_text
 from orchestra.observability import runs as observe
 from orchestra.observability.metrics import budget_exhausted
 from orchestra.settings import Settings
@@ -282,11 +281,12 @@ class RunTasks:
         `budget_exceeded`; `pause` gives it up as `waiting_budget` (no owner, no task)
         after `budget_exhausted`, until a top-up queues it again (SPEC §12)."""
         budget_exhausted()
-        data = {"budget_usd": usd_text(stop.budget), "spent_usd": usd_text(stop.spent)}
-        if live.options.on_budget != "pause":
+        data = stop.data()
+        whose = "The run's budget" if stop.trace_id == live.trace_id else f"The budget of run {stop.trace_id} above it"
+        if stop.on_budget != "pause":
             live.writes.submit(self.store.append, live.trace_id, EventKind.BUDGET_EXCEEDED, data)
             await self.end(live, RunStatus.FAILED, EventKind.RUN_FAILED,
-                           f"The run's budget of ${data['budget_usd']} cannot pay for its next "
+                           f"{whose} of ${data['budget_usd']} cannot pay for its next "
                            f"model call (${data['spent_usd']} spent or reserved).")
             return
         live.past_stopping()

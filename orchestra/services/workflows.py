@@ -466,9 +466,6 @@ async def cancel_run(core: Shared, *, user_id: str, is_admin: bool, trace_id: st
     run = await get_run(core, user_id=user_id, is_admin=is_admin, trace_id=trace_id)
     if run.status in FINISHED:
         raise ConflictError(f"The run has already ended ({run.status}).")
-    if run.status == RunStatus.WAITING_BUDGET:  # nobody holds it: queue it to be ended
-        await core.db.aexecute(WorkflowRun.update(status=RunStatus.QUEUED, cancel_requested=True).where(
-            (WorkflowRun.trace_id == trace_id) & (WorkflowRun.status == RunStatus.WAITING_BUDGET)))
     await core.engine.cancel(trace_id, reason="The run was cancelled by request.")
     # its child runs (SPEC §14) at once, wherever they run, rather than level by level
     await asyncio.gather(core.engine.cancel(trace_id, reason="The run was cancelled by request."),

@@ -22,7 +22,14 @@ from orchestra.engine.store.events import Event, Item
 from orchestra.engine.store.runs import RunStore
 from orchestra.engine.vocabulary import ACTIVE, EventKind, RunStatus, StepStatus
 
-MIRRORED = (EventKind.REPLY_REQUESTED, EventKind.REPLY_RECEIVED)
+#: A child's events its waiting parent shows too (with `child_trace_id`): its questions
+#: and answers, and its pauses for budget (SPEC §12).
+MIRRORED = (EventKind.REPLY_REQUESTED, EventKind.REPLY_RECEIVED, EventKind.BUDGET_EXHAUSTED)
+
+
+def mirror_key(kind: str, data: dict[str, Any], seq: int | None = None) -> tuple[str, Any]:
+    """What tells a mirrored event apart: a question's request id, else the child's seq."""
+    return kind, data.get("request_id") or data.get("child_seq") or seq
 
 
 @dataclass(frozen=True)
@@ -96,11 +103,13 @@ class ChildRuns:
         return WorkflowRun(**fields)
 
     async def active_below(self, trace_id: str) -> list[str]:
-        """Every active run below `trace_id`, all levels, top down."""
+        """Every unfinished run below `trace_id` (active or waiting for budget), all
+        levels, top down."""
         found, level = [], [trace_id]
         while level:
             rows = await self.db.list(WorkflowRun.select(WorkflowRun.trace_id).where(
-                WorkflowRun.parent_trace_id.in_(level) & WorkflowRun.status.in_(list(ACTIVE))))
+                WorkflowRun.parent_trace_id.in_(level)
+                & WorkflowRun.status.in_([*ACTIVE, RunStatus.WAITING_BUDGET])))
             level = [row.trace_id for row in rows]
             found += level
         return found
@@ -109,4 +118,9 @@ class ChildRuns:
         """The child's questions (and answers) the parent shows already."""
         rows = await self.db.list(RunEvent.select(RunEvent.kind, RunEvent.data).where(
             (RunEvent.run == parent) & RunEvent.kind.in_(list(MIRRORED))))
-        return {(row.kind, row.data.get("request_id")) for row in rows if row.data.get("child_trace_id") == child}
+        return {mirror_key(row.kind, row.data) for row in rows if row.data.get("child_trace_id") == child}
+
+    async def spent(self, trace_id: str) -> int | None:
+        """A run's ledger (its tree's spend, pico-dollars); None: nothing priced."""
+        rows = await self.db.list(WorkflowRun.select(WorkflowRun.spent_pusd).where(WorkflowRun.trace_id == trace_id))
+        return rows[0].spent_pusd if rows else None

@@ -35,10 +35,12 @@ EVENT_FIELDS: dict[str, str] = {
     "run_finished": '`status: "succeeded"`, `output` (the template\'s `output`, else the last step\'s)',
     "run_failed": '`status: "failed"`, `error`, `failed_step`; or `status: "interrupted"`, `reason`',
     "run_cancelled": '`status: "cancelled"`, `reason`',
-    "budget_exceeded": "`budget_usd`, `spent_usd`: the next model call's reservation did not fit "
-                       "(`on_budget: fail`); `run_failed` follows",
-    "budget_exhausted": '`status: "waiting_budget"`, `budget_usd`, `spent_usd`: the run waits, '
-                        "held by no process, until `POST /run/{trace_id}/budget` (`on_budget: pause`)",
+    "budget_exceeded": "`budget_usd`, `spent_usd`, `budget_trace_id` (whose budget: the run's, or a run "
+                       "above it, SPEC §14): the next model call's reservation did not fit "
+                       "(`on_budget: fail` of that run); `run_failed` follows",
+    "budget_exhausted": '`status: "waiting_budget"`, `budget_usd`, `spent_usd`, `budget_trace_id`: the run '
+                        "waits, held by no process, until `POST /run/{trace_id}/budget` (`on_budget: pause`); "
+                        "on a parent, with `child_trace_id`: a run below it waits",
 }
 
 
