@@ -146,20 +146,14 @@ class RunTasks:
         observe.run_began(trace_id, resumed=restarted is not None)
         if restarted is None:
             live.started_epoch = time.time()
-            writes.submit(self.store.set_run, trace_id, status=RunStatus.RUNNING, started_at=utcnow())
-            writes.submit(
-                self.store.append, trace_id, EventKind.RUN_STARTED,
-                {"status": RunStatus.RUNNING, "input": live.input, "steps": [s.id for s in live.steps]},
-            )
-            reused = reused_events(live)
-            if reused:  # steps copied from the run this one retries or forks
-                writes.submit(self.store.append_many, trace_id, reused)
+            started = {"status": RunStatus.RUNNING, "input": live.input, "steps": [s.id for s in live.steps]}
+            # with the steps copied from the run this one retries or forks
+            writes.submit(self.store.store_run, trace_id, {"status": RunStatus.RUNNING, "started_at": utcnow()},
+                          [(EventKind.RUN_STARTED, started, None), *reused_events(live)])
         else:
-            writes.submit(self.store.set_run, trace_id, status=RunStatus.RUNNING)
-            writes.submit(
-                self.store.append, trace_id, EventKind.RUN_RESUMED,
-                {"status": RunStatus.RUNNING, "attempt": live.attempt, "restarted_steps": restarted},
-            )
+            resumed = {"status": RunStatus.RUNNING, "attempt": live.attempt, "restarted_steps": restarted}
+            writes.submit(self.store.store_run, trace_id, {"status": RunStatus.RUNNING},
+                          [(EventKind.RUN_RESUMED, resumed, None)])
 
     async def _output(self, live: LiveRun, states: dict[str, dict[str, Any]]) -> Any:
         """The template's output, bounded as a step's is; RunFailed when it fails."""
