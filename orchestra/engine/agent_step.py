@@ -39,6 +39,7 @@ from orchestra.engine.store.events import RunGone
 from orchestra.engine.tools.base import ToolContext, ToolError, ToolRegistry
 from orchestra.engine.vocabulary import EventKind
 from orchestra.errors import OrchestraError
+from orchestra.observability import metrics
 from orchestra.observability import runs as observe
 from orchestra.settings import Settings
 
@@ -279,6 +280,7 @@ class AgentSteps:
                 except LLMError as exc:
                     if exc.status != 429 or not exc.retryable:
                         raise
+                    metrics.provider_rate_limited(config.provider_name or "")
                     if exc.retry_after:
                         self.spending.gate.cool_down(config.provider_id or "", exc.retry_after)
                     waits += 1

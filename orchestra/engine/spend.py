@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import json
+import time
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -119,7 +120,10 @@ class Spending:
             return None
         bound = prompt_upper_bound(messages, tools, output_schema)
         estimate = self.gate.estimate(config.provider_id, bound // 4 + 16)
-        return await self.gate.enter(config.provider_id, config.provider_limits, live.trace_id, estimate)
+        began = time.monotonic()
+        ticket = await self.gate.enter(config.provider_id, config.provider_limits, live.trace_id, estimate)
+        metrics.provider_wait(config.provider_name or "", time.monotonic() - began)
+        return ticket
 
     async def reserve(self, live: LiveRun, path: str, config: Any, messages: list, tools: list,
                       output_schema: Any) -> Reservation:

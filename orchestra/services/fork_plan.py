@@ -292,6 +292,8 @@ class Planner:
             return False
         same = own_keys(src) == own_keys(step)
         kind = instances.kind_of(step)
+        if kind != instances.kind_of(src):  # a step that became a map, a loop or a call
+            return False
         if kind == "step":
             ok = await self._call(step, src, path, old, new)
         elif kind == "foreach":  # items are decided even when the map's own keys changed
