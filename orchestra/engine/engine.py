@@ -192,7 +192,7 @@ class Engine:
         """Execute a run stored claimed by this process (`claim_token`); when the room
         went meanwhile (or the process began stopping), give it back for any process."""
         if self.runs.room > 0:
-            self.claims.launch(run)
+            self.claims.launch(run, fresh=True)
             return
         try:
             await self.store.hand_back(run.trace_id, run.owner_process)

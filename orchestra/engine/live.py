@@ -72,6 +72,9 @@ class LiveRun:
     stop_message: str = "The run was cancelled."
     mcp: RunSessions | None = None  # its MCP sessions, opened at their first call
     child_waits: int = 0  # workflow steps waiting for their child run (SPEC §14): no slot held
+    # Stored by this process a moment ago, claimed in that same write (a child run,
+    # `Engine.adopt`): no events, no ended steps, so nothing to read back before it begins.
+    fresh: bool = False
     # Events an instance's next write carries (a workflow step's `child_finished`, stored
     # in one transaction with the step's end), by instance path.
     carried: dict[str, list] = field(default_factory=dict)

@@ -73,7 +73,7 @@ class RunTasks:
         try:
             if live.stop_asked:
                 raise asyncio.CancelledError
-            if await self._already_ended(live):
+            if not live.fresh and await self._already_ended(live):
                 return
             if live.attempt > self.settings.run_max_attempts:
                 await self.end(
@@ -138,24 +138,22 @@ class RunTasks:
         """`run_started` for a fresh run (and the steps a retry reuses), `run_resumed`
         for one claimed again."""
         trace_id, writes = live.trace_id, live.writes
-        restarted = await self._load_state(live)
+        if live.fresh:  # nothing stored but its queued rows: the first event's seq is 1
+            self.store.events.remember_none(trace_id)
+            restarted = None
+        else:
+            restarted = await self._load_state(live)
         observe.run_began(trace_id, resumed=restarted is not None)
         if restarted is None:
             live.started_epoch = time.time()
-            writes.submit(self.store.set_run, trace_id, status=RunStatus.RUNNING, started_at=utcnow())
-            writes.submit(
-                self.store.append, trace_id, EventKind.RUN_STARTED,
-                {"status": RunStatus.RUNNING, "input": live.input, "steps": [s.id for s in live.steps]},
-            )
-            reused = reused_events(live)
-            if reused:  # steps copied from the run this one retries or forks
-                writes.submit(self.store.append_many, trace_id, reused)
+            started = {"status": RunStatus.RUNNING, "input": live.input, "steps": [s.id for s in live.steps]}
+            # with the steps copied from the run this one retries or forks
+            writes.submit(self.store.store_run, trace_id, {"status": RunStatus.RUNNING, "started_at": utcnow()},
+                          [(EventKind.RUN_STARTED, started, None), *reused_events(live)])
         else:
-            writes.submit(self.store.set_run, trace_id, status=RunStatus.RUNNING)
-            writes.submit(
-                self.store.append, trace_id, EventKind.RUN_RESUMED,
-                {"status": RunStatus.RUNNING, "attempt": live.attempt, "restarted_steps": restarted},
-            )
+            resumed = {"status": RunStatus.RUNNING, "attempt": live.attempt, "restarted_steps": restarted}
+            writes.submit(self.store.store_run, trace_id, {"status": RunStatus.RUNNING},
+                          [(EventKind.RUN_RESUMED, resumed, None)])
 
     async def _output(self, live: LiveRun, states: dict[str, dict[str, Any]]) -> Any:
         """The template's output, bounded as a step's is; RunFailed when it fails."""

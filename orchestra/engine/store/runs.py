@@ -231,6 +231,15 @@ class RunStore:
 
         await self.write(trace_id, store)
 
+    async def store_run(self, trace_id: str, values: dict[str, Any], items: list[Item]) -> None:
+        """The run's row change with its events (`run_started`, `run_resumed`), at once."""
+
+        async def store() -> list[Event]:
+            await self.set_run(trace_id, **values)
+            return await self.events.insert(trace_id, items)
+
+        await self.write(trace_id, store)
+
     async def store_asked(self, trace_id: str, path: str, items: list[Item]) -> None:
         """The run and the step `waiting_reply`, with the question's events, at once."""
 
