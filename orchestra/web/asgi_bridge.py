@@ -48,56 +48,65 @@ def scope_of(request: Request, extra: dict[str, Any] | None = None) -> Scope:
     }
 
 
+class _Answer:
+    """What the application sends, written through Sanic's streaming response; dropped
+    once the client has left (`gone`)."""
+
+    def __init__(self, request: Request) -> None:
+        self.request = request
+        self.gone = asyncio.Event()
+        self.response: Any = None
+        self.status = 200
+        self.headers: Header = Header()
+        self.ended = False
+
+    async def send(self, message: Message) -> None:
+        if self.gone.is_set() or self.ended:
+            return
+        if message["type"] == "http.response.start":
+            self.status = int(message["status"])
+            self.headers = Header([(k.decode("latin-1"), v.decode("latin-1"))
+                                   for k, v in message.get("headers", ())])
+        elif message["type"] == "http.response.body":
+            await self._start()
+            if message.get("body"):
+                await self.response.send(message["body"])
+            if not message.get("more_body", False):
+                await self.end()
+
+    async def _start(self) -> None:
+        if self.response is None:
+            content_type = self.headers.pop("content-type", None)
+            self.headers.pop("content-length", None)  # Sanic frames the body itself
+            self.response = await self.request.respond(status=self.status, headers=self.headers,
+                                                       content_type=content_type)
+
+    async def end(self) -> None:
+        if not self.ended:
+            self.ended = True
+            await self._start()  # an answer of a status alone
+            await self.response.eof()
+
+
 async def serve(request: Request, app: AsgiApp, extra: dict[str, Any] | None = None) -> None:
     """Run `app` for `request`; its answer is written before this returns."""
+    answer = _Answer(request)
     body_sent = False
-    gone = asyncio.Event()
 
     async def receive() -> Message:
         nonlocal body_sent
         if not body_sent:
             body_sent = True
             return {"type": "http.request", "body": request.body or b"", "more_body": False}
-        await gone.wait()
+        await answer.gone.wait()
         return {"type": "http.disconnect"}
 
-    response: Any = None
-    status = 200
-    headers: Header = Header()
-    ended = False
-
-    async def send(message: Message) -> None:
-        nonlocal response, status, headers, ended
-        if gone.is_set():
-            return
-        if message["type"] == "http.response.start":
-            status = int(message["status"])
-            headers = Header([(k.decode("latin-1"), v.decode("latin-1"))
-                              for k, v in message.get("headers", ())])
-            return
-        if message["type"] != "http.response.body" or ended:
-            return
-        if response is None:
-            content_type = headers.pop("content-type", None)
-            headers.pop("content-length", None)  # Sanic frames the body itself
-            response = await request.respond(status=status, headers=headers,
-                                             content_type=content_type)
-        body = message.get("body") or b""
-        if body:
-            await response.send(body)
-        if not message.get("more_body", False):
-            ended = True
-            await response.eof()
-
-    task = asyncio.get_running_loop().create_task(app(scope_of(request, extra), receive, send))
+    task = asyncio.get_running_loop().create_task(app(scope_of(request, extra), receive, answer.send))
     _running.add(task)
     task.add_done_callback(_running.discard)
     try:
         await asyncio.shield(task)
     except asyncio.CancelledError:
-        gone.set()  # the client left: the application is told, and ends on its own
+        answer.gone.set()  # the client left: the application is told, and ends on its own
         raise
-    if response is None:  # the application answered a status without a body
-        response = await request.respond(status=status, headers=headers)
-    if not ended:
-        await response.eof()
+    await answer.end()

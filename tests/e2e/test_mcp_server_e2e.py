@@ -10,15 +10,16 @@ import contextlib
 
 import httpx
 import httpx2
+import mcp_types as types
 import pytest
 from mcp.client.client import Client
 from mcp.client.streamable_http import streamable_http_client
-import mcp_types as types
 from mcp.shared.exceptions import MCPError
 
 from orchestra.testing.fake_llm import ScriptedReply
+from tests.conftest import ServerProcess
 from tests.e2e.test_scale_out import Pair
-from tests.e2e.test_workflow_e2e import fake_worker, live, login  # noqa: F401 - live is a fixture
+from tests.e2e.test_workflow_e2e import fake_worker, login
 from tests.fakes.fake_llm import FakeLLM
 
 EXPOSE = {"expose": {"mcp": True}}
@@ -40,6 +41,17 @@ def make_template(http: httpx.Client, name: str, steps: list[dict], **extra) -> 
     made = http.post("/workflow/template", json={"name": name, "steps": steps, **extra})
     assert made.status_code == 201, made.text
     return made.json()["template_id"]
+
+
+@pytest.fixture
+def live(tmp_path):
+    """A server process and a fake model."""
+    with FakeLLM() as fake:
+        server = ServerProcess(tmp_path / "home").start()
+        try:
+            yield server, fake
+        finally:
+            server.stop()
 
 
 HUMAN = [{"id": "ask", "agent": {"human": True}, "prompt": "Approve {{input}}?"}]
@@ -222,9 +234,8 @@ def test_template_changes_reach_open_sessions_as_list_changed(server, mode):
     heard = asyncio.Event()
 
     async def on_message(message):
-        if isinstance(message, types.ServerNotification) or getattr(message, "method", None):
-            if "tools/list_changed" in str(message):
-                heard.set()
+        if "tools/list_changed" in str(message):
+            heard.set()
 
     async def go():
         async with mcp_client(server.base_url, headers["Authorization"].split()[1], mode=mode,

@@ -393,6 +393,11 @@ def _check_options(options: dict[str, Any], checked: Checked) -> None:
         if isinstance(options.get("output"), str):
             checked.options = {"output": options["output"]}
         return
+    checked.options = _clean_options(parsed)
+
+
+def _clean_options(parsed: TemplateOptions) -> dict[str, Any]:
+    """The options as stored: only what was set (an `expose` with nothing on is none)."""
     clean: dict[str, Any] = {}
     if parsed.input_schema is not None:
         clean["input_schema"] = parsed.input_schema
@@ -406,7 +411,7 @@ def _check_options(options: dict[str, Any], checked: Checked) -> None:
         clean["output_schema"] = parsed.output_schema
     if parsed.expose is not None and parsed.expose.mcp:
         clean["expose"] = {"mcp": True}
-    checked.options = clean
+    return clean
 
 
 def _check_graph(steps: list[Any], checked: Checked, where: str = "steps") -> dict[str, set[str]]:
