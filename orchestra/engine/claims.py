@@ -47,9 +47,11 @@ class Claims:
         self._background: set[asyncio.Task] = set()  # reply checks the signals started
 
     # -- launching ------------------------------------------------------------------------
-    def launch(self, run: WorkflowRun, *, cancel_message: str = CANCELLED_BY_REQUEST) -> LiveRun:
+    def launch(self, run: WorkflowRun, *, cancel_message: str = CANCELLED_BY_REQUEST,
+               fresh: bool = False) -> LiveRun:
         """Start the task of a run just claimed (its row as claimed). A run whose cancel
-        was requested ends at once, `cancelled` with `cancel_message`."""
+        was requested ends at once, `cancelled` with `cancel_message`. `fresh`: stored
+        by this process just now (LiveRun.fresh)."""
         try:
             steps, unreadable = step_defs(run.steps or []), None
         except pydantic.ValidationError as exc:  # stored by an older, looser release
@@ -62,7 +64,7 @@ class Claims:
             started_epoch=(run.started_at.replace(tzinfo=dt.UTC).timestamp()
                            if run.started_at else None),
             claim=run.owner_process, forked_from=run.forked_from,
-            budget_pusd=run.budget_pusd,
+            budget_pusd=run.budget_pusd, parent_trace_id=run.parent_trace_id, fresh=fresh,
         )
         live.renewed_at = asyncio.get_running_loop().time()
         live.writes.retry = self._write_failed

@@ -39,7 +39,6 @@ from orchestra.engine.spend import BudgetStop
 from orchestra.engine.store import RunStore
 from orchestra.engine.store.events import RunGone
 from orchestra.engine.vocabulary import EventKind, RunStatus, StepStatus
-from orchestra.money.amounts import usd_text
 from orchestra.observability import runs as observe
 from orchestra.observability.metrics import budget_exhausted
 from orchestra.settings import Settings
@@ -74,7 +73,7 @@ class RunTasks:
         try:
             if live.stop_asked:
                 raise asyncio.CancelledError
-            if await self._already_ended(live):
+            if not live.fresh and await self._already_ended(live):
                 return
             if live.attempt > self.settings.run_max_attempts:
                 await self.end(
@@ -139,24 +138,22 @@ class RunTasks:
         """`run_started` for a fresh run (and the steps a retry reuses), `run_resumed`
         for one claimed again."""
         trace_id, writes = live.trace_id, live.writes
-        restarted = await self._load_state(live)
+        if live.fresh:  # nothing stored but its queued rows: the first event's seq is 1
+            self.store.events.remember_none(trace_id)
+            restarted = None
+        else:
+            restarted = await self._load_state(live)
         observe.run_began(trace_id, resumed=restarted is not None)
         if restarted is None:
             live.started_epoch = time.time()
-            writes.submit(self.store.set_run, trace_id, status=RunStatus.RUNNING, started_at=utcnow())
-            writes.submit(
-                self.store.append, trace_id, EventKind.RUN_STARTED,
-                {"status": RunStatus.RUNNING, "input": live.input, "steps": [s.id for s in live.steps]},
-            )
-            reused = reused_events(live)
-            if reused:  # steps copied from the run this one retries or forks
-                writes.submit(self.store.append_many, trace_id, reused)
+            started = {"status": RunStatus.RUNNING, "input": live.input, "steps": [s.id for s in live.steps]}
+            # with the steps copied from the run this one retries or forks
+            writes.submit(self.store.store_run, trace_id, {"status": RunStatus.RUNNING, "started_at": utcnow()},
+                          [(EventKind.RUN_STARTED, started, None), *reused_events(live)])
         else:
-            writes.submit(self.store.set_run, trace_id, status=RunStatus.RUNNING)
-            writes.submit(
-                self.store.append, trace_id, EventKind.RUN_RESUMED,
-                {"status": RunStatus.RUNNING, "attempt": live.attempt, "restarted_steps": restarted},
-            )
+            resumed = {"status": RunStatus.RUNNING, "attempt": live.attempt, "restarted_steps": restarted}
+            writes.submit(self.store.store_run, trace_id, {"status": RunStatus.RUNNING},
+                          [(EventKind.RUN_RESUMED, resumed, None)])
 
     async def _output(self, live: LiveRun, states: dict[str, dict[str, Any]]) -> Any:
         """The template's output, bounded as a step's is; RunFailed when it fails."""
@@ -284,11 +281,12 @@ class RunTasks:
         `budget_exceeded`; `pause` gives it up as `waiting_budget` (no owner, no task)
         after `budget_exhausted`, until a top-up queues it again (SPEC §12)."""
         budget_exhausted()
-        data = {"budget_usd": usd_text(stop.budget), "spent_usd": usd_text(stop.spent)}
-        if live.options.on_budget != "pause":
+        data = stop.data()
+        whose = "The run's budget" if stop.trace_id == live.trace_id else f"The budget of run {stop.trace_id} above it"
+        if stop.on_budget != "pause":
             live.writes.submit(self.store.append, live.trace_id, EventKind.BUDGET_EXCEEDED, data)
             await self.end(live, RunStatus.FAILED, EventKind.RUN_FAILED,
-                           f"The run's budget of ${data['budget_usd']} cannot pay for its next "
+                           f"{whose} of ${data['budget_usd']} cannot pay for its next "
                            f"model call (${data['spent_usd']} spent or reserved).")
             return
         live.past_stopping()

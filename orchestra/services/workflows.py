@@ -473,9 +473,6 @@ async def cancel_run(core: Shared, *, user_id: str, is_admin: bool, trace_id: st
     run = await get_run(core, user_id=user_id, is_admin=is_admin, trace_id=trace_id)
     if run.status in FINISHED:
         raise ConflictError(f"The run has already ended ({run.status}).")
-    if run.status == RunStatus.WAITING_BUDGET:  # nobody holds it: queue it to be ended
-        await core.db.aexecute(WorkflowRun.update(status=RunStatus.QUEUED, cancel_requested=True).where(
-            (WorkflowRun.trace_id == trace_id) & (WorkflowRun.status == RunStatus.WAITING_BUDGET)))
     await core.engine.cancel(trace_id, reason="The run was cancelled by request.")
     # its child runs (SPEC §14) at once, wherever they run, rather than level by level
     await asyncio.gather(core.engine.cancel(trace_id, reason="The run was cancelled by request."),
@@ -553,7 +550,7 @@ async def retry_run(
                 new_rows.append(_reused_row(run.trace_id, row, path))
         if new_rows:  # insert_many takes its columns from the first row: give every row all of them
             new_rows = [{"reused": False, "attempt": 1, "output": None, "output_value": None, "usage": None,
-                         "started_at": None, "finished_at": None, **row} for row in new_rows]
+                         "reuse_key": None, "started_at": None, "finished_at": None, **row} for row in new_rows]
             await core.db.aexecute(RunStep.insert_many(new_rows))
     await core.engine.submit(run.trace_id)
     return run
@@ -564,7 +561,7 @@ def _reused_row(trace_id: str, row: RunStep, path: str) -> dict[str, Any]:
     provider for it; the source run keeps what it spent, so totals never count it twice)."""
     return {"run": trace_id, "step_id": row.step_id, "path": path, "status": StepStatus.SUCCEEDED,
             "reused": True, "attempt": row.attempt, "output": row.output, "output_value": row.output_value,
-            "usage": None, "started_at": row.started_at, "finished_at": row.finished_at}
+            "reuse_key": row.reuse_key, "usage": None, "started_at": row.started_at, "finished_at": row.finished_at}
 
 
 # --- events ------------------------------------------------------------------------------

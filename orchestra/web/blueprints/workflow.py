@@ -430,9 +430,10 @@ async def retry_run(request: Request, trace_id: str):
 
 @bp.post("/run/<trace_id:str>/budget")
 @documented(
-    "Raise the budget of a run waiting for one; it goes on from where it stopped",
+    "Raise the budget that stopped a run (its own, or that of a run above it); it goes on "
+    "from where it stopped",
     body=BudgetBody, response=out.BudgetRaised,
-    errors={409: "ConflictError: the run is not waiting for budget (waiting_budget).",
+    errors={409: "ConflictError: neither the run nor a run below it is waiting for budget (waiting_budget).",
             422: "ValidationError: add_usd is not a positive number or decimal string."},
     links={"Read": Link("workflow.get_run", {"trace_id": "$response.body#/trace_id"})},
 )
@@ -441,9 +442,11 @@ async def raise_budget(request: Request, trace_id: str):
     body = parse_body(request, BudgetBody)
     core = request.app.ctx.core
     run = await service.get_run(core, trace_id=trace_id, **_who(request))
-    run = await spend_service.top_up(core, run, body.add_usd)
+    run, raised = await spend_service.top_up(core, run, body.add_usd)
     return json({"message": SUCCESS, "trace_id": run.trace_id, "status": run.status,
-                 **spend_service.money_fields(run)})
+                 "cost_usd": spend_service.money_fields(run)["cost_usd"],
+                 "budget_usd": spend_service.money_fields(raised)["budget_usd"],
+                 "budget_trace_id": raised.trace_id})
 
 
 @bp.post("/cancel/<trace_id:str>")
