@@ -19,7 +19,7 @@ from typing import Any
 
 from orchestra.db.models import RunStep, utcnow
 from orchestra.db.outage import StoreOutage, sleep_backoff
-from orchestra.engine.language import policies
+from orchestra.engine.language import policies, schemas
 from orchestra.engine.language.expressions import ExpressionError
 from orchestra.engine.language.sandbox import Sandbox
 from orchestra.engine.live import (
@@ -162,6 +162,12 @@ class RunTasks:
                 live.options.output, live.steps[-1].id if live.steps else None, states,
                 live.input, self.sandbox)
             check_output(final, limit=self.settings.step_output_max_bytes, of="the template")
+            if live.options.output_schema is not None:
+                found = await schemas.check(final, live.options.output_schema, root="output",
+                                            sandbox=self.sandbox)
+                if found:
+                    raise RunFailed("", "The run's output does not match the template's "
+                                        f"output_schema: {schemas.describe(found)}")
         except ExpressionError as exc:
             raise RunFailed("", f"The template's output failed: {exc.message}") from None
         except StepFailure as failure:
