@@ -9,6 +9,11 @@ in alternation, `--repeats` times each, medians quoted. Goal: with 1,000 version
 list under 50 ms and a diff under 10 ms, and a diff as fast as with 10 versions
 (ratio ≈ 1): a diff reads only the two versions it compares, a list reads no content.
 
+Also the price every agent call pays for forks (engine/reuse.py): its reuse key (the
+definition's digest, cached per step, the rendered prompt, the agent's fingerprint),
+against rendering the same 1 KiB prompt, which every call already does. Goal: a few
+microseconds, well under the render.
+
     python benchmarks/bench_versions.py [--versions 1000] [--steps 50] [--repeats 30]
 """
 
@@ -25,7 +30,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.common import median, report  # noqa: E402
 from orchestra.core import Core  # noqa: E402
+from orchestra.engine.language.expressions import Scope  # noqa: E402
+from orchestra.engine.model import step_defs  # noqa: E402
+from orchestra.engine.reuse import agent_fingerprint, call_key  # noqa: E402
+from orchestra.engine.sizes import render_bounded  # noqa: E402
 from orchestra.services import auth, versions, workflows  # noqa: E402
+from orchestra.services.agent_cache import AgentConfig  # noqa: E402
 from orchestra.services.roles import Role  # noqa: E402
 from orchestra.settings import Settings  # noqa: E402
 
@@ -78,6 +88,29 @@ async def measure(core: Core, owner: str, count: int, steps: int, repeats: int) 
             **{key: (median(a), median(b)) for key, (a, b) in times.items()}}
 
 
+async def key_cost(repeats: int, calls: int = 2000) -> tuple[float, float]:
+    """(µs per reuse key, µs per render) of one agent call's 1 KiB prompt, medians."""
+    step = step_defs([{"id": "write", "agent": {"worker": "w"}, "output_schema": {"type": "object"},
+                       "prompt": "Write about {{ input.topic }} after {{ steps.plan.output }}. " + "x" * 900}])[0]
+    scope = Scope({"input": {"topic": "forks"}, "steps": {"plan": {"output": "a plan " * 10, "status": "succeeded"}}})
+    prompt = await render_bounded(step.prompt, scope, limit=1 << 20, where="write")
+    agent = agent_fingerprint(AgentConfig(
+        kind="worker", id="w", owner_id="o", name="w", system_prompt="Be brief." * 20, skill_instructions=None,
+        tools=("calculator",), provider_id="p", provider_kind="openai_compatible",
+        provider_base_url="http://127.0.0.1:1/v1", provider_api_key="k", model="m"))
+    keys, renders = [], []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        for _ in range(calls):
+            call_key(step, prompt, [], agent)
+        keys.append((time.perf_counter() - started) / calls)
+        started = time.perf_counter()
+        for _ in range(calls // 10):
+            await render_bounded(step.prompt, scope, limit=1 << 20, where="write")
+        renders.append((time.perf_counter() - started) / (calls // 10))
+    return median(keys) * 1e6, median(renders) * 1e6
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--versions", type=int, default=1000)
@@ -102,6 +135,9 @@ async def main() -> None:
         report(f"{key} ({args.versions} versions)", large * 1000, "ms", goal)
         report(f"{key} ({args.versions} versions) / (10 versions)", large / small, "x",
                "≈ 1" if key.startswith("diff") or key == "save" else None)
+    key_us, render_us = await key_cost(args.repeats)
+    report("reuse key of one call", key_us, "µs", "a few µs")
+    report("reuse key / render of its 1 KiB prompt", key_us / render_us, "x", "< 1")
 
 
 if __name__ == "__main__":

@@ -252,13 +252,15 @@ def budget(
     add: str = typer.Option(..., "--add", help="USD to add to its budget, e.g. 0.50."),
     server: str | None = SERVER, token: str | None = TOKEN, json_output: bool = JSON,
 ) -> None:
-    """Raise the budget of a run that waits for one; it goes on where it stopped."""
+    """Raise the budget that stopped a run (its own, or a parent's); it goes on where it stopped."""
     with connect(ctx, server, token) as client:
         answer = client.post(f"/workflow/run/{trace_id}/budget", json={"add_usd": add})
     if json_output:
         print_json(answer)
         return
-    success(f"run {trace_id}: budget now ${answer.get('budget_usd')} "
+    whose = answer.get("budget_trace_id")
+    budget = "budget" if whose in (None, trace_id) else f"the budget of run {whose} above it"
+    success(f"run {trace_id}: {budget} now ${answer.get('budget_usd')} "
             f"(spent ${answer.get('cost_usd') or '0'}); it is {answer.get('status')} again")
 
 

@@ -270,6 +270,7 @@ class RunStep(BaseModel):
     started_at = DateTimeField(null=True)
     finished_at = DateTimeField(null=True)
     child_trace_id = CharField(max_length=36, null=True)  # a workflow step's child run (SPEC §14)
+    reuse_key = CharField(max_length=64, null=True)  # what an agent or human call ran with (engine/reuse.py)
 
     class Meta:
         indexes = ((("run", "path"), True), (("run", "step_id"), False))

@@ -31,6 +31,7 @@ from orchestra.engine.llm.retry import backoff_delay
 from orchestra.engine.model import At, StepDef
 from orchestra.engine.questions import Questions
 from orchestra.engine.records import Records
+from orchestra.engine.reuse import agent_fingerprint
 from orchestra.engine.sizes import OUTPUT_SETTING, check_question, utf8_size
 from orchestra.engine.spend import Spending
 from orchestra.engine.store import RunStore
@@ -38,6 +39,7 @@ from orchestra.engine.store.events import RunGone
 from orchestra.engine.tools.base import ToolContext, ToolError, ToolRegistry
 from orchestra.engine.vocabulary import EventKind
 from orchestra.errors import OrchestraError
+from orchestra.observability import metrics
 from orchestra.observability import runs as observe
 from orchestra.settings import Settings
 
@@ -170,6 +172,14 @@ class AgentSteps:
                 name = catalog_names.get(call.name, call.name)  # the model may use an encoded name
                 messages.append(await self._tool_message(live, at, step, ctx, call, name))
 
+    async def fingerprint(self, step: StepDef) -> str | None:
+        """What of the step's worker or node configuration its answer depends on
+        (engine/reuse.py); None when it cannot answer (the attempt then fails)."""
+        try:
+            return agent_fingerprint(await self._config(step))
+        except StepFailure:
+            return None
+
     async def _config(self, step: StepDef) -> Any:
         """The step's worker or node configuration; StepFailure when it cannot answer."""
         agent = step.agent
@@ -270,6 +280,7 @@ class AgentSteps:
                 except LLMError as exc:
                     if exc.status != 429 or not exc.retryable:
                         raise
+                    metrics.provider_rate_limited(config.provider_name or "")
                     if exc.retry_after:
                         self.spending.gate.cool_down(config.provider_id or "", exc.retry_after)
                     waits += 1

@@ -19,6 +19,7 @@ from orchestra.engine.live import LimitReached, LiveRun, StepFailure
 from orchestra.engine.model import At, Question, StepDef
 from orchestra.engine.questions import Questions
 from orchestra.engine.records import Records
+from orchestra.engine.reuse import ForkReuse, call_key, keyed
 from orchestra.engine.sizes import render_bounded
 from orchestra.engine.store import RunStore
 
@@ -44,8 +45,10 @@ class Calls:
     """Agent and human calls, attempt by attempt, with their rows and events."""
 
     def __init__(self, *, store: RunStore, records: Records, agents: AgentSteps,
-                 questions: Questions, prompt_max_bytes: int, http: HttpSteps, children: ChildSteps) -> None:
+                 questions: Questions, prompt_max_bytes: int, http: HttpSteps, children: ChildSteps,
+                 reuse: ForkReuse) -> None:
         self.store = store
+        self.reuse = reuse
         self.records = records
         self.agents = agents
         self.questions = questions
@@ -62,13 +65,20 @@ class Calls:
                    durable: bool = False) -> Any:
         """An agent or human call's attempts at `at`; its output, or StepFailure once the
         last attempt failed (its row and `step_failed` stored). `durable`: return only
-        once its end is stored (a foreach item: what a crash must not redo)."""
+        once its end is stored (a foreach item: what a crash must not redo). A fork's call
+        that its source already made with the same reuse key is copied instead
+        (engine/reuse.py)."""
         attempt = live.step_attempts.get(at.path, 1)
+        prompt, key = await self._prompt_and_key(live, step, at, scope)
+        if key is not None and attempt == 1 and self.reuse.applies(live, step):
+            found = await self.reuse.take(live, step, at, key, durable=durable)
+            if found is not None:
+                return found.output
         while True:
             live.step_attempts[at.path] = attempt
             try:
                 count_execution(live, at.step_id)
-                output, usage, pending_text = await self._attempt(live, step, at, scope, attempt)
+                output, usage, pending_text = await self._attempt(live, step, at, scope, attempt, prompt)
                 break
             except StepFailure as failure:
                 if attempt < step.max_attempts:
@@ -88,23 +98,41 @@ class Calls:
                 raise
         stored = self.records.call_succeeded(live, at, output, usage, pending_text,
                                              structured=step.structured,
-                                             spend=self.agents.spending.fields(live, at.path))
+                                             spend=self.agents.spending.fields(live, at.path), key=key)
         if durable:
             await self.records.stored(live, stored)
         return output
 
-    async def _attempt(self, live: LiveRun, step: StepDef, at: At, scope: Scope,
-                       attempt: int) -> tuple[Any, dict[str, int] | None, str]:
-        """One attempt: (output, usage, last token text). StepFailure when it fails,
-        `timed out after N s` past timeout_seconds (a human step's default, if it has
-        one, is then its output)."""
-        if step.http is not None or step.workflow is not None:
-            return await self._action(live, step, at, scope, attempt), None, ""
+    async def _prompt_and_key(self, live: LiveRun, step: StepDef, at: At, scope: Scope
+                              ) -> tuple[str | None, str | None]:
+        """An agent or human call's rendered prompt and its reuse key; (None, None) for
+        other calls, and when the prompt does not render or the agent cannot be found
+        (each attempt then fails as it would)."""
+        if not keyed(step):
+            return None, None
         try:
             prompt = await render_bounded(step.prompt, scope, limit=self.prompt_max_bytes,
                                           where=at.path)  # checked before any event carries it
-        except ExpressionError as exc:
-            raise StepFailure(exc.message) from None
+        except (ExpressionError, StepFailure):
+            return None, None
+        if step.human:
+            return prompt, call_key(step, prompt, live.files, None)
+        agent = await self.agents.fingerprint(step)
+        return prompt, None if agent is None else call_key(step, prompt, live.files, agent)
+
+    async def _attempt(self, live: LiveRun, step: StepDef, at: At, scope: Scope,
+                       attempt: int, prompt: str | None) -> tuple[Any, dict[str, int] | None, str]:
+        """One attempt: (output, usage, last token text). StepFailure when it fails,
+        `timed out after N s` past timeout_seconds (a human step's default, if it has
+        one, is then its output). `prompt`: the rendered prompt, when it rendered."""
+        if step.http is not None or step.workflow is not None:
+            return await self._action(live, step, at, scope, attempt), None, ""
+        if prompt is None:
+            try:
+                prompt = await render_bounded(step.prompt, scope, limit=self.prompt_max_bytes,
+                                              where=at.path)  # checked before any event carries it
+            except ExpressionError as exc:
+                raise StepFailure(exc.message) from None
         human = step.human
         earlier = live.take_earlier(at, prompt) if human else None
         if earlier is None:  # a human step re-waiting on its open question starts nothing
@@ -127,12 +155,13 @@ class Calls:
     async def _action(self, live: LiveRun, step: StepDef, at: At, scope: Scope, attempt: int) -> Any:
         """One attempt of an http or workflow step (SPEC §14): `step_started`, then the
         request or the child run, bounded by the step's timeout_seconds."""
-        started = {"http": shown_request(step.http)} if step.http is not None else {"workflow": step.workflow}
-        self.records.attempt_started(live, at, attempt, started)
+        if step.http is not None:
+            self.records.attempt_started(live, at, attempt, {"http": shown_request(step.http)})
         try:
             async with asyncio.timeout(step.timeout_seconds):
                 if step.http is not None:
                     return await self.http.attempt(live, step, at, scope)
-                return await self.children.attempt(live, step, at, scope, attempt)
+                # the child run is stored with the attempt's `step_started` (one write)
+                return await self.children.attempt(live, step, at, scope, attempt, {"workflow": step.workflow})
         except TimeoutError:
             raise StepFailure(f"timed out after {step.timeout_seconds} s") from None

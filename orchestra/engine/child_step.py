@@ -25,8 +25,10 @@ import contextlib
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
+from decimal import Decimal
 from typing import Any
 
+from orchestra.db.models import WorkflowRun, utcnow
 from orchestra.engine.feed import Feeds
 from orchestra.engine.language import schemas
 from orchestra.engine.language.expressions import ExpressionError, Scope, text_of
@@ -35,9 +37,10 @@ from orchestra.engine.language.sandbox import Sandbox
 from orchestra.engine.live import LiveRun, StepFailure
 from orchestra.engine.model import At, StepDef, StopReason
 from orchestra.engine.records import Records
+from orchestra.engine.spend import BudgetStop, Spending
 from orchestra.engine.store import RunStore
-from orchestra.engine.store.children import MIRRORED, ChildRuns, NewChild
-from orchestra.engine.vocabulary import EventKind, RunStatus
+from orchestra.engine.store.children import MIRRORED, ChildRuns, NewChild, mirror_key
+from orchestra.engine.vocabulary import EventKind, RunStatus, StepStatus
 
 logger = logging.getLogger("orchestra.engine")
 
@@ -45,6 +48,10 @@ _NAMESPACE = uuid.UUID("6f1c2b8e-4d0a-5e7f-9a3b-c5d6e7f80912")
 TEMPLATE_CHECK_SECONDS = 2.0  # how often a waiting parent looks whether the child's template still exists
 _OWN_FIELDS = ("trace_id", "seq", "ts", "step_id", "path", "attempt")  # the parent's event has its own
 _TERMINAL_STATUS = {EventKind.RUN_FINISHED: RunStatus.SUCCEEDED, EventKind.RUN_CANCELLED: RunStatus.CANCELLED}
+
+
+def _usd(text: Any) -> Decimal | None:
+    return None if text is None else Decimal(str(text))
 
 
 def child_id(parent_trace_id: str, path: str, attempt: int) -> str:
@@ -65,20 +72,31 @@ class ChildSteps:
         self.sandbox = sandbox
         self.stopping = stopping
         self.submit: Callable[[str], Awaitable[None]] | None = None
+        # A claim when this process has room to run a child at once (else None), and the
+        # start of a run stored claimed that way.
+        self.claim_token: Callable[[], str | None] | None = None
+        self.adopt: Callable[[WorkflowRun], Awaitable[None]] | None = None
         self.cancel: Callable[..., Awaitable[None]] | None = None
         self._tasks: set[asyncio.Task] = set()
 
-    async def attempt(self, live: LiveRun, step: StepDef, at: At, scope: Scope, attempt: int) -> Any:
-        """Start (or find) the attempt's child run and wait for its end; its output."""
+    async def attempt(self, live: LiveRun, step: StepDef, at: At, scope: Scope, attempt: int,
+                      started: dict[str, Any]) -> Any:
+        """Start (or find) the attempt's child run and wait for its end; its output.
+        `started`: the attempt's `step_started` data, stored with the child (one write)."""
         flow = step.workflow
         child = child_id(live.trace_id, at.path, attempt)
         live.child_waits += 1  # from now on this run holds no slot: the child may take it
         live.waiting.add(at.path)
         try:
-            if not await self.children.exists(child):
-                await self._start(live, at, flow, scope, child)
+            exists, depth = await self.children.lookup(live.trace_id, child)
+            if exists:  # a take-over: wait for the child the earlier owner started
+                self.records.attempt_started(live, at, attempt, started)
+                shown = await self.children.shown(live.trace_id, child)
+            else:
+                await self._start(live, at, attempt, started, flow, scope, child, depth + 1)
+                shown = set()  # a child just started has asked nothing yet
             await self.store.release()
-            status, output, error = await self._wait(live, at, flow["template"], child)
+            status, output, error, over = await self._wait(live, at, flow["template"], child, shown)
         except asyncio.CancelledError:
             if not self.stopping() and live.stop_reason not in (StopReason.HANDBACK, StopReason.LOST):
                 self.in_background(self._cancel_tree(child, "Its parent step ended."))
@@ -86,15 +104,53 @@ class ChildSteps:
         finally:
             live.child_waits -= 1
             live.waiting.discard(at.path)
-        self.records.event(live, at, EventKind.CHILD_FINISHED,
-                           {"child_trace_id": child, "path": at.path, "status": status})
+        Spending.child_ended(live, at.path, await self.children.spent(child))
+        await self.store.release()
+        finished = {"child_trace_id": child, "path": at.path, "status": status}
+        if over is not None and status == RunStatus.FAILED:  # stopped by a budget above it: so is this run
+            self.records.event(live, at, EventKind.CHILD_FINISHED, finished)
+            raise BudgetStop(_usd(over.get("budget_usd")), _usd(over.get("spent_usd")),
+                             trace_id=over["budget_trace_id"], on_budget="fail")
+        # stored with the step's end (or its retry): one transaction, not two
+        self.records.carry(live, at, EventKind.CHILD_FINISHED, finished)
         if status != RunStatus.SUCCEEDED:
             raise StepFailure(f"The child run {child} ({flow['template']}) {status}"
                               + (f": {error}" if error else "."))
         return output
 
-    async def _start(self, live: LiveRun, at: At, flow: dict[str, Any], scope: Scope, child: str) -> None:
-        """Store the child run (queued) with the parent's `child_started`, then submit it."""
+    async def _start(self, live: LiveRun, at: At, attempt: int, started: dict[str, Any],
+                     flow: dict[str, Any], scope: Scope, child: str, depth: int) -> None:
+        """Store the child run (queued) with the attempt's `step_started` and the
+        parent's `child_started` in one write, then submit it. A step that cannot start
+        its child stores its `step_started` alone, then fails."""
+        try:
+            new = await self._new_child(live, flow, scope, child, depth)
+        except StepFailure:
+            self.records.attempt_started(live, at, attempt, started)
+            raise
+        data = live.tagged(at, {"child_trace_id": child, "path": at.path, "template_id": new.template.id})
+        items = [(EventKind.STEP_STARTED, live.tagged(at, started), at), (EventKind.CHILD_STARTED, data, at)]
+        values = {"status": StepStatus.RUNNING, "attempt": attempt} | ({"started_at": utcnow()} if attempt == 1 else {})
+        await asyncio.shield(live.writes.submit(self._store_child, live.trace_id, at, new, values, items))
+        await self.store.release()
+
+    async def _store_child(self, parent: str, at: At, new: NewChild, values: dict[str, Any],
+                           items: list) -> None:
+        """The parent's write that stores the child, then the child's start: claimed in
+        that same write when this process has room (it starts here at once), else queued
+        for whoever claims it. One write of the parent's writer, so a cancel of the
+        waiting step cannot come between the two."""
+        run = await self.children.start(parent, at, new, values, items, claim=self.claim_token())
+        await self.store.release()
+        if run.owner_process:
+            await self.adopt(run)
+        else:
+            await self.submit(run.trace_id)
+
+    async def _new_child(self, live: LiveRun, flow: dict[str, Any], scope: Scope, child: str,
+                         depth: int) -> NewChild:
+        """The child run to store: its template's (or pinned version's) steps, its input
+        checked; StepFailure when it cannot start."""
         try:
             value = await scope.evaluate(flow["input"])
         except ExpressionError as exc:
@@ -110,7 +166,6 @@ class ChildSteps:
                 raise StepFailure(f"The child template '{template.name}' has no version {flow['version']} "
                                   f"(its latest is {template.version}).")
             steps, spec, number = pinned.steps, pinned.spec, pinned.version
-        depth = await self.children.depth(live.trace_id) + 1
         if depth > MAX_CHAIN:
             raise StepFailure(f"The child run would be level {depth} of its chain; a chain holds at most "
                               f"{MAX_CHAIN} runs (the top run and four levels of children).")
@@ -119,35 +174,37 @@ class ChildSteps:
             if found:
                 raise StepFailure(f"The child's input does not match {template.name}'s input_schema: "
                                   f"{schemas.describe(found)}")
-            new = NewChild(child, live.owner_id, template, depth, "", value, steps, spec, number)
-        else:
-            new = NewChild(child, live.owner_id, template, depth, text_of(value), None, steps, spec, number)
-        started = live.tagged(at, {"child_trace_id": child, "path": at.path, "template_id": template.id})
-        await asyncio.shield(live.writes.submit(self.children.start, live.trace_id, at, new, started))
-        await self.store.release()
-        await self.submit(child)
+            return NewChild(child, live.owner_id, template, depth, "", value, steps, spec, number)
+        return NewChild(child, live.owner_id, template, depth, text_of(value), None, steps, spec, number)
 
-    async def _wait(self, live: LiveRun, at: At, template_id: str,
-                    child: str) -> tuple[str, Any, str | None]:
-        """(status, output, error) of the child once it ended; its questions shown here."""
-        shown = await self.children.shown(live.trace_id, child)
-        await self.store.release()
+    async def _wait(self, live: LiveRun, at: At, template_id: str, child: str,
+                    shown: set[tuple[str, Any]]) -> tuple[str, Any, str | None, dict[str, Any] | None]:
+        """(status, output, error, budget_exceeded) of the child once it ended — the last
+        is the data of its `budget_exceeded` when a budget above the child stopped it;
+        its questions and pauses for budget shown here (`shown`: those the parent shows
+        already)."""
+        over = None
         follow = self.feeds.follow(child, after=0, ping_every=TEMPLATE_CHECK_SECONDS)
         try:
             async for event in follow:
                 if event is None:
                     await self._template_still_there(template_id, child)
                     continue
-                key = (event.kind, event.data.get("request_id"))
+                key = mirror_key(event.kind, event.data, event.seq)
                 if event.kind in MIRRORED and key not in shown:
                     shown.add(key)
                     data = {k: v for k, v in event.data.items() if k not in _OWN_FIELDS}
+                    if event.kind == EventKind.BUDGET_EXHAUSTED:
+                        data["child_seq"] = event.seq
                     self.records.event(live, at, event.kind, {
                         **data, "child_trace_id": child, "child_step_id": event.data.get("step_id"),
                         "child_path": event.data.get("path")})
+                if event.kind == EventKind.BUDGET_EXCEEDED and event.data.get("budget_trace_id") not in (None, child):
+                    over = event.data
                 if event.terminal:
                     status = event.data.get("status") or _TERMINAL_STATUS.get(event.kind, RunStatus.FAILED)
-                    return status, event.data.get("output"), event.data.get("error") or event.data.get("reason")
+                    return (status, event.data.get("output"), event.data.get("error") or event.data.get("reason"),
+                            over)
         finally:
             await follow.aclose()
             await self.store.release()

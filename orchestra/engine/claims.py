@@ -47,10 +47,12 @@ class Claims:
         self._background: set[asyncio.Task] = set()  # reply checks the signals started
 
     # -- launching ------------------------------------------------------------------------
-    def launch(self, run: WorkflowRun, *, cancel_message: str = CANCELLED_BY_REQUEST) -> LiveRun:
+    def launch(self, run: WorkflowRun, *, cancel_message: str = CANCELLED_BY_REQUEST,
+               fresh: bool = False) -> LiveRun:
         """Start the task of a run just claimed (its row as claimed). A run whose cancel
-        was requested ends at once, `cancelled` with `cancel_message`."""
-        return self._go(self._live(run, cancel_message))
+        was requested ends at once, `cancelled` with `cancel_message`. `fresh`: stored
+        by this process just now (LiveRun.fresh)."""
+        return self._go(self._live(run, cancel_message, fresh=fresh))
 
     async def take(self, trace_ids: list[str], *, attempt: bool = True) -> list[str]:
         """Claim and start runs nobody holds, as many as there is room for, together: one
@@ -72,7 +74,7 @@ class Claims:
                     self._go(live)
         return [live.trace_id for live in lives]
 
-    def _live(self, run: WorkflowRun, cancel_message: str) -> LiveRun:
+    def _live(self, run: WorkflowRun, cancel_message: str, *, fresh: bool = False) -> LiveRun:
         try:
             steps, unreadable = step_defs(run.steps or []), None
         except pydantic.ValidationError as exc:  # stored by an older, looser release
@@ -85,7 +87,8 @@ class Claims:
             started_epoch=(run.started_at.replace(tzinfo=dt.UTC).timestamp()
                            if run.started_at else None),
             claim=run.owner_process, forked_from=run.forked_from,
-            budget_pusd=run.budget_pusd, trace_parent=run.trace_parent,
+            budget_pusd=run.budget_pusd, parent_trace_id=run.parent_trace_id, fresh=fresh,
+            trace_parent=run.trace_parent,
         )
         live.writes.retry = self._write_failed
         live.writes.release = self.store.release

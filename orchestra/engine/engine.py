@@ -19,6 +19,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from orchestra.db.models import WorkflowRun
 from orchestra.db.outage import StoreOutage
 from orchestra.db.signals import Signals
 from orchestra.engine.agent_step import AgentResolver, AgentSteps
@@ -34,6 +35,7 @@ from orchestra.engine.model import Question, StepKind, StopReason
 from orchestra.engine.provider_gate import ProviderGate
 from orchestra.engine.questions import Questions
 from orchestra.engine.records import Records
+from orchestra.engine.reuse import ForkReuse
 from orchestra.engine.run_task import RunTasks
 from orchestra.engine.scheduler import Scheduler
 from orchestra.engine.spend import Spending
@@ -95,9 +97,11 @@ class Engine:
         self.child_steps = ChildSteps(store=self.store, records=records, feeds=self.feeds,
                                       sandbox=self.sandbox, stopping=lambda: self.runs.stopping)
         self.child_steps.submit, self.child_steps.cancel = self.submit, self.cancel
+        self.child_steps.claim_token, self.child_steps.adopt = self.claim_token, self.adopt
         calls = Calls(store=self.store, records=records, agents=self.agent_steps,
                       questions=self.questions, prompt_max_bytes=settings.prompt_max_bytes,
-                      http=self.http_steps, children=self.child_steps)
+                      http=self.http_steps, children=self.child_steps,
+                      reuse=ForkReuse(self.store, records))
         scheduler = Scheduler(store=self.store, runs=self.runs, records=records, sandbox=self.sandbox)
         containers = Containers(runs=self.runs, records=records, scheduler=scheduler, calls=calls,
                                 sandbox=self.sandbox, foreach_max_items=settings.foreach_max_items)
@@ -184,6 +188,24 @@ class Engine:
         rest = [trace_id for trace_id in trace_ids if trace_id not in taken]
         if rest:
             await self.signals.notify("control", f"wake:{rest[0]}")
+
+    def claim_token(self) -> str | None:
+        """A claim for a run this process stores and executes at once (a child run, stored
+        claimed by its parent's write: no claim round), or None when there is no room."""
+        return self.store.ownership.new_token() if self.runs.room > 0 else None
+
+    async def adopt(self, run: WorkflowRun) -> None:
+        """Execute a run stored claimed by this process (`claim_token`); when the room
+        went meanwhile (or the process began stopping), give it back for any process."""
+        if self.runs.room > 0:
+            self.claims.launch(run, fresh=True)
+            return
+        try:
+            await self.store.hand_back(run.trace_id, run.owner_process)
+            await self.store.release()
+            await self.signals.notify("control", f"wake:{run.trace_id}")
+        except Exception:  # noqa: BLE001 - then its lease runs out and any process claims it
+            logger.warning("could not give back run %s", run.trace_id, exc_info=True)
 
     async def stop(self, *, grace: float | None = None) -> None:
         """Stop claiming; let in-flight steps finish for `grace` seconds; hand every run

@@ -74,12 +74,21 @@ class LiveRun:
     stop_message: str = "The run was cancelled."
     mcp: RunSessions | None = None  # its MCP sessions, opened at their first call
     child_waits: int = 0  # workflow steps waiting for their child run (SPEC §14): no slot held
+    # Stored by this process a moment ago, claimed in that same write (a child run,
+    # `Engine.adopt`): no events, no ended steps, so nothing to read back before it begins.
+    fresh: bool = False
+    # Events an instance's next write carries (a workflow step's `child_finished`, stored
+    # in one transaction with the step's end), by instance path.
+    carried: dict[str, list] = field(default_factory=dict)
     unreadable: str | None = None  # why its stored steps could not be read (it fails)
-    forked_from: dict[str, Any] | None = None  # a fork's source: {trace_id, from_step, outputs}
+    forked_from: dict[str, Any] | None = None  # a fork's source: {trace_id, from_step, outputs, again}
+    fork_source: asyncio.Future | None = None  # the source's calls by reuse key, once read (reuse.py)
     trace_parent: str | None = None  # the W3C traceparent its run was started under
     # Spend (engine/spend.py): the budget in pico-dollars (None: none), each running
     # instance's calls and cost so far, and the calls in flight holding a reservation.
     budget_pusd: int | None = None
+    parent_trace_id: str | None = None  # a child run's parent (SPEC §14): its costs roll up
+    ancestors: list[Any] | None = None  # the runs above it (store/ledger.Ancestor), read at its first call
     spends: dict[str, Any] = field(default_factory=dict)
     reserved_calls: int = 0
     settled: asyncio.Event = field(default_factory=asyncio.Event)  # set (and renewed) at each settle

@@ -37,8 +37,14 @@ class Records:
 
     def _submit(self, live: LiveRun, path: str, step_id: str | None, values: dict[str, Any],
                 events: list) -> asyncio.Future:
+        events = [*live.carried.pop(path, ()), *events]
         return live.writes.submit_many(self.store.store_instances,
                                        (path, step_id, values, events), live.trace_id)
+
+    def carry(self, live: LiveRun, at: At, kind: EventKind, data: dict[str, Any]) -> None:
+        """An event of the instance stored with its next write (its end, or its retry), in
+        the same transaction: one store round fewer on the way to the step's end."""
+        live.carried.setdefault(at.path, []).append((kind, live.tagged(at, data), at))
 
     def started(self, live: LiveRun, at: At, data: dict[str, Any]) -> None:
         """A container (a foreach, an item, a loop, an iteration) started."""
@@ -54,9 +60,10 @@ class Records:
 
     def call_succeeded(self, live: LiveRun, at: At, output: Any, usage: dict[str, int] | None,
                        pending_text: str, *, structured: bool,
-                       spend: dict[str, Any] | None = None) -> asyncio.Future:
+                       spend: dict[str, Any] | None = None, key: str | None = None) -> asyncio.Future:
         """A call's output, with the last token text not yet appended, in one write;
-        `spend`: its cost fields (engine/spend.py), `cost_usd` also on `step_finished`."""
+        `spend`: its cost fields (engine/spend.py), `cost_usd` also on `step_finished`;
+        `key`: its reuse key (engine/reuse.py)."""
         spend = spend or {}
         tokens = [(EventKind.TOKEN, live.tagged(at, {"text": pending_text}), at)] if pending_text else []
         data = {"output": output, "usage": usage} | ({"cost_usd": spend["cost_usd"]} if spend else {})
@@ -64,7 +71,17 @@ class Records:
         live.finished.set(at.path, StepStatus.SUCCEEDED, output)
         return self._submit(live, at.path, None, {
             "status": StepStatus.SUCCEEDED, "usage": usage, "finished_at": utcnow(), **spend,
-            **output_fields(output, structured)}, [*tokens, finished])
+            "reuse_key": key, **output_fields(output, structured)}, [*tokens, finished])
+
+    def reused(self, live: LiveRun, at: At, output: Any, key: str, structured: bool,
+               data: dict[str, Any]) -> asyncio.Future:
+        """A fork's call copied from its source at run time (engine/reuse.py): its row
+        `reused` with the source's output and the call's key, and `step_reused {data}`."""
+        now = utcnow()
+        live.finished.set(at.path, StepStatus.SUCCEEDED, output)
+        return self._submit(live, at.path, at.step_id, {
+            "status": StepStatus.SUCCEEDED, "reused": True, "reuse_key": key, "started_at": now,
+            "finished_at": now, **output_fields(output, structured)}, [(EventKind.STEP_REUSED, data, at)])
 
     def succeeded(self, live: LiveRun, at: At, output: Any, data: dict[str, Any]) -> asyncio.Future:
         """A container's (an item's, an iteration's) end; the future of its last write.
@@ -98,8 +115,9 @@ class Records:
                      [(EventKind.STEP_SKIPPED, {"reason": reason}, at)])
 
     def retrying(self, live: LiveRun, at: At, attempt: int, error: str, delay: float) -> None:
-        live.writes.submit(self.store.append, live.trace_id, EventKind.STEP_RETRYING,
-                           {"attempt": attempt, "error": error, "delay_seconds": delay}, step_id=at)
+        live.writes.submit(self.store.append_many, live.trace_id, [
+            *live.carried.pop(at.path, ()),
+            (EventKind.STEP_RETRYING, {"attempt": attempt, "error": error, "delay_seconds": delay}, at)])
 
     def event(self, live: LiveRun, at: At, kind: EventKind, data: dict[str, Any]) -> asyncio.Future:
         """One event of a step instance (`token`, `tool_call`, …), tagged with its attempt."""

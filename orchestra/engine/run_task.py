@@ -19,7 +19,7 @@ from typing import Any
 
 from orchestra.db.models import RunStep, utcnow
 from orchestra.db.outage import StoreOutage, sleep_backoff
-from orchestra.engine.language import policies
+from orchestra.engine.language import policies, schemas
 from orchestra.engine.language.expressions import ExpressionError
 from orchestra.engine.language.sandbox import Sandbox
 from orchestra.engine.live import (
@@ -39,7 +39,6 @@ from orchestra.engine.spend import BudgetStop
 from orchestra.engine.store import RunStore
 from orchestra.engine.store.events import RunGone
 from orchestra.engine.vocabulary import EventKind, RunStatus, StepStatus
-from orchestra.money.amounts import usd_text
 from orchestra.observability import runs as observe
 from orchestra.observability.metrics import budget_exhausted
 from orchestra.settings import Settings
@@ -113,7 +112,7 @@ class RunTasks:
     async def _start_or_resume(self, live: LiveRun) -> bool:
         """Before the schedule: False when the run ended here (its end was stored before,
         or its attempts are spent)."""
-        if await self._already_ended(live):
+        if not live.fresh and await self._already_ended(live):
             return False
         if live.attempt > self.settings.run_max_attempts:
             await self.end(
@@ -173,21 +172,21 @@ class RunTasks:
         """`run_started` for a fresh run (and the steps a retry reuses), `run_resumed`
         for one claimed again."""
         trace_id, writes = live.trace_id, live.writes
-        restarted = await self._load_state(live)
+        if live.fresh:  # nothing stored but its queued rows: the first event's seq is 1
+            self.store.events.remember_none(trace_id)
+            restarted = None
+        else:
+            restarted = await self._load_state(live)
         observe.run_began(trace_id, resumed=restarted is not None)
         if restarted is None:
             live.started_epoch = time.time()
-            writes.submit(self.store.set_run, trace_id, status=RunStatus.RUNNING, started_at=utcnow())
-            writes.submit(self.store.append, trace_id, EventKind.RUN_STARTED, started_data(live))
-            reused = reused_events(live)
-            if reused:  # steps copied from the run this one retries or forks
-                writes.submit(self.store.append_many, trace_id, reused)
+            # with the steps copied from the run this one retries or forks
+            writes.submit(self.store.store_run, trace_id, {"status": RunStatus.RUNNING, "started_at": utcnow()},
+                          [(EventKind.RUN_STARTED, started_data(live), None), *reused_events(live)])
         else:
-            writes.submit(self.store.set_run, trace_id, status=RunStatus.RUNNING)
-            writes.submit(
-                self.store.append, trace_id, EventKind.RUN_RESUMED,
-                {"status": RunStatus.RUNNING, "attempt": live.attempt, "restarted_steps": restarted},
-            )
+            resumed = {"status": RunStatus.RUNNING, "attempt": live.attempt, "restarted_steps": restarted}
+            writes.submit(self.store.store_run, trace_id, {"status": RunStatus.RUNNING},
+                          [(EventKind.RUN_RESUMED, resumed, None)])
 
     async def _output(self, live: LiveRun, states: dict[str, dict[str, Any]]) -> Any:
         """The template's output, bounded as a step's is; RunFailed when it fails."""
@@ -196,6 +195,12 @@ class RunTasks:
                 live.options.output, live.steps[-1].id if live.steps else None, states,
                 live.input, self.sandbox)
             check_output(final, limit=self.settings.step_output_max_bytes, of="the template")
+            if live.options.output_schema is not None:
+                found = await schemas.check(final, live.options.output_schema, root="output",
+                                            sandbox=self.sandbox)
+                if found:
+                    raise RunFailed("", "The run's output does not match the template's "
+                                        f"output_schema: {schemas.describe(found)}")
         except ExpressionError as exc:
             raise RunFailed("", f"The template's output failed: {exc.message}") from None
         except StepFailure as failure:
@@ -309,11 +314,12 @@ class RunTasks:
         `budget_exceeded`; `pause` gives it up as `waiting_budget` (no owner, no task)
         after `budget_exhausted`, until a top-up queues it again (SPEC §12)."""
         budget_exhausted()
-        data = {"budget_usd": usd_text(stop.budget), "spent_usd": usd_text(stop.spent)}
-        if live.options.on_budget != "pause":
+        data = stop.data()
+        whose = "The run's budget" if stop.trace_id == live.trace_id else f"The budget of run {stop.trace_id} above it"
+        if stop.on_budget != "pause":
             live.writes.submit(self.store.append, live.trace_id, EventKind.BUDGET_EXCEEDED, data)
             await self.end(live, RunStatus.FAILED, EventKind.RUN_FAILED,
-                           f"The run's budget of ${data['budget_usd']} cannot pay for its next "
+                           f"{whose} of ${data['budget_usd']} cannot pay for its next "
                            f"model call (${data['spent_usd']} spent or reserved).")
             return
         live.past_stopping()

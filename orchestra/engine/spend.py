@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import json
+import time
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -39,12 +40,20 @@ SCHEMA_MARGIN_BYTES = 1024  # the words a client wraps an output schema in
 
 
 class BudgetStop(Exception):
-    """A call's reservation does not fit in the run's budget: the run stops (`fail`) or
-    waits for a top-up (`pause`)."""
+    """A call's reservation does not fit in a budget of the run's chain (its own, or an
+    ancestor's: `trace_id`): the run stops (`fail`) or waits for a top-up (`pause`), as
+    that budget's run says."""
 
-    def __init__(self, budget: Decimal | None, spent: Decimal | None) -> None:
+    def __init__(self, budget: Decimal | None, spent: Decimal | None, *, trace_id: str,
+                 on_budget: str) -> None:
         super().__init__("budget exhausted")
         self.budget, self.spent = budget, spent
+        self.trace_id, self.on_budget = trace_id, on_budget
+
+    def data(self) -> dict[str, Any]:
+        """`budget_exceeded` / `budget_exhausted` data: the budget, what is spent, whose."""
+        return {"budget_usd": usd_text(self.budget), "spent_usd": usd_text(self.spent),
+                "budget_trace_id": self.trace_id}
 
 
 @dataclass
@@ -111,7 +120,10 @@ class Spending:
             return None
         bound = prompt_upper_bound(messages, tools, output_schema)
         estimate = self.gate.estimate(config.provider_id, bound // 4 + 16)
-        return await self.gate.enter(config.provider_id, config.provider_limits, live.trace_id, estimate)
+        began = time.monotonic()
+        ticket = await self.gate.enter(config.provider_id, config.provider_limits, live.trace_id, estimate)
+        metrics.provider_wait(config.provider_name or "", time.monotonic() - began)
+        return ticket
 
     async def reserve(self, live: LiveRun, path: str, config: Any, messages: list, tools: list,
                       output_schema: Any) -> Reservation:
@@ -127,7 +139,7 @@ class Spending:
         spend = self._spend_of(live, path)
         spend.provider_id, spend.model = config.provider_id, config.model
         spend.provider_name = config.provider_name or ""
-        if live.budget_pusd is None:
+        if not await self._budgeted(live):
             return Reservation(price, 0, when)
         if price is None:
             raise StepFailure(
@@ -135,17 +147,32 @@ class Spending:
                 f"'{config.provider_name}' has no known price: set the provider's prices "
                 f"(PUT /api/v1/provider/{config.provider_id} with prices).")
         pico = to_pico(price.cost(bound, self.max_tokens))
-        while not await self.store.reserve(live.trace_id, pico):
+        ledger = self.store.ledger
+        while not await ledger.reserve(live.trace_id, pico):
             if live.reserved_calls:  # calls in flight here will give back most of theirs
                 await live.settled.wait()
                 continue
             await self.records.stored(live)  # settled calls still queued may free room
-            if await self.store.reserve(live.trace_id, pico):
+            if await ledger.reserve(live.trace_id, pico):
                 break
-            budget, spent = await self.store.budget(live.trace_id)
-            raise BudgetStop(from_pico(budget), from_pico(spent))
+            short = await ledger.shortfall(live.trace_id, pico)
+            on_budget = live.options.on_budget if short.trace_id == live.trace_id else next(
+                (a.on_budget for a in live.ancestors or () if a.trace_id == short.trace_id), "fail")
+            raise BudgetStop(from_pico(short.budget_pusd), from_pico(short.spent_pusd),
+                             trace_id=short.trace_id, on_budget=on_budget)
         live.reserved_calls += 1
+        await self.store.release()  # no connection held through the call
         return Reservation(price, pico, when)
+
+    async def _budgeted(self, live: LiveRun) -> bool:
+        """Whether the run's calls reserve: it has a budget, or a run above it has one
+        (a child's calls count against its ancestors' budgets, SPEC §14). The chain is
+        read at the run's first call here, and its changes roll up from then on."""
+        if live.ancestors is None:
+            live.ancestors = (await self.store.ledger.ancestors(live.trace_id, live.parent_trace_id)
+                              if live.parent_trace_id else [])
+            await self.store.release()
+        return live.budget_pusd is not None or any(a.budget_pusd is not None for a in live.ancestors)
 
     def settle(self, live: LiveRun, path: str, reservation: Reservation, usage: Any, *,
                billed: bool) -> None:
@@ -160,18 +187,28 @@ class Spending:
             live.settled = asyncio.Event()
         if usage is None:
             if not billed:
-                self.store.spend(live.trace_id, -reservation.pico)
+                self.store.ledger.spend(live.trace_id, -reservation.pico)
             return
         if reservation.price is None:
             return
         cost = reservation.price.cost(usage.prompt_tokens, usage.completion_tokens,
                                       usage.cached_tokens)
         spend.cost = cost if spend.cost is None else spend.cost + cost
-        self.store.spend(live.trace_id, to_pico(cost) - reservation.pico)
+        self.store.ledger.spend(live.trace_id, to_pico(cost) - reservation.pico)
         metrics.llm_cost(spend.provider_name, spend.model or "", cost)
+
+    @staticmethod
+    def child_ended(live: LiveRun, path: str, spent_pusd: int | None) -> None:
+        """A workflow step's child run ended: what its tree cost is the step instance's
+        cost (its attempts' children summed); the run's ledger has it already (rolled up,
+        store/ledger.py), and the instance makes no model call of its own."""
+        if spent_pusd is None:
+            return
+        spend = live.spends.setdefault(path, StepSpend())
+        spend.cost = from_pico(spent_pusd) + (spend.cost or Decimal(0))
 
     @staticmethod
     def fields(live: LiveRun, path: str) -> dict[str, Any]:
         """A finished instance's cost fields (its calls' costs, kept until now)."""
         spend = live.spends.pop(path, None)
-        return spend.fields() if spend is not None and spend.calls else {}
+        return spend.fields() if spend is not None and (spend.calls or spend.cost is not None) else {}

@@ -77,6 +77,15 @@ LLM_COST = Counter(
 BUDGET_EXHAUSTED = Counter(
     "orchestra_budget_exhausted", "Runs stopped by their budget (failed, or waiting for a top-up).",
 )
+PROVIDER_WAIT = Histogram(
+    "orchestra_provider_wait_seconds", "Seconds a model call waited for room under its provider's "
+    "limits (requests/tokens per minute, concurrency), by provider name.", ["provider"],
+    buckets=(0.005, 0.05, 0.25, 1, 2.5, 5, 10, 30, 60, 120),
+)
+PROVIDER_RATE_LIMITED = Counter(
+    "orchestra_provider_rate_limited", "429 answers of a provider, waited out (Retry-After or "
+    "backoff) and tried again without using a step's retry, by provider name.", ["provider"],
+)
 TOOL_CALLS = Counter(
     "orchestra_tool_calls", "Tool calls, by tool and outcome (`ok`, `error`).", ["tool", "outcome"],
 )
@@ -166,6 +175,18 @@ def llm_cost(provider: str, model: str, usd) -> None:
 def budget_exhausted() -> None:
     """A run's budget could not hold its next call (it failed, or waits for a top-up)."""
     BUDGET_EXHAUSTED.inc()
+
+
+@_safe
+def provider_wait(provider: str, seconds: float) -> None:
+    """A call of a provider with limits got its room after `seconds` (SPEC §12)."""
+    PROVIDER_WAIT.labels(provider).observe(seconds)
+
+
+@_safe
+def provider_rate_limited(provider: str) -> None:
+    """A provider answered 429: the call waits and tries again."""
+    PROVIDER_RATE_LIMITED.labels(provider).inc()
 
 
 @_safe

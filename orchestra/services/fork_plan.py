@@ -1,31 +1,43 @@
-"""Which instances of a source run a fork reuses (SPEC §13), decided before it runs.
+"""Which instances of a source run a fork stores as reused before it runs (SPEC §13).
 
 An instance is reused only when it succeeded in the source, its step's definition is the
-same in the fork's steps, it is not `from_step` (nor inside it), and nothing it reads
-differs: no step it depends on or names runs again, and every expression it reads
-(`when`, the prompt, `foreach.items`, a loop's `until` and `output`) gives the same
+same in the fork's steps, it is not `from_step` nor downstream of it (`run_again`), and
+nothing it reads differs: no step it depends on or names runs again, and every
+expression it reads (`when`, the prompt, an HTTP step's URL, headers and body, a
+workflow step's input, `foreach.items`, a loop's `until` and `output`) gives the same
 value with the fork's input and outputs as it gave in the source (what a step reads is
-rendered, not guessed). A step whose output is set by the fork's `outputs` is not run;
-whatever reads it sees the new value. A foreach's items and a loop's iterations are
-decided one by one by the same rule: item `i` is reused when the mapped list gives the
-same value at `i` and the item's own steps are reused; iteration `k` when iterations
-1…k-1 were all reused and its steps are reused. A container with everything under it
-reused is reused itself; otherwise it runs again, and the engine skips the instances
-already stored under it, so only what is not reused reaches a provider.
+rendered, not guessed). An agent or human call is the same call only when its reuse key
+is (engine/reuse.py: its definition, rendered prompt, files and the worker's or node's
+configuration now against what the source's call ran with); a row stored before keys
+existed is compared by definition and rendered prompt. A step whose output is set by
+the fork's `outputs` is not run; whatever reads it sees the new value.
 
-What a step reads of a step that runs again cannot be known before it runs, so such a
-step runs again too: the plan is exact for `input`, overridden outputs and the fork's
-version, and otherwise follows the dependency graph.
+A foreach's items and a loop's iterations are decided one by one by the same rule: item
+`i` is reused when the mapped list gives the same value at `i` and the item's own steps
+are reused; iteration `k` when iterations 1…k-1 were reused, the fork's loop goes on
+past k-1 (its own `until` and `max_iterations`: changed loop settings keep the
+iterations they still run) and its steps are reused. A container whose definition is
+unchanged and with everything under it reused is reused itself; otherwise it runs
+again, and the engine skips the instances already stored under it.
+
+What a step reads of a step that runs again cannot be known before it runs: such a step
+is left to the engine, which decides each call when it is reached, with what it reads
+evaluated (engine/reuse.py) — except `from_step` and what is downstream of it, which
+always run again.
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from orchestra.engine import instances
+from orchestra.engine.http_step import secret_names
 from orchestra.engine.language import expressions
 from orchestra.engine.language.expressions import Scope
+from orchestra.engine.model import StepDef, step_defs
+from orchestra.engine.reuse import agent_fingerprint, call_key, keyed
 from orchestra.services.template_diff import own_keys
 
 SUCCEEDED = "succeeded"
@@ -33,13 +45,23 @@ _DIFFERENT = object()  # what an expression that fails gives: never equal to any
 
 
 @dataclass(frozen=True, slots=True)
-class Source:
-    """The source run as a fork reads it: its instances by path (status, output), its
-    steps by id (inner ones included) and its input."""
+class Record:
+    """A source instance as a fork reads it."""
 
-    records: dict[str, tuple[str, Any]]
+    status: str
+    output: Any
+    key: str | None = None  # its reuse key (agent and human calls stored since keys exist)
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """The source run as a fork reads it: its instances by path, its steps by id (inner
+    ones included), its input and its attached files."""
+
+    records: dict[str, Record]
     steps: dict[str, dict[str, Any]]
     input: Any
+    files: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -49,19 +71,40 @@ class Plan:
     reused: list[str] = field(default_factory=list)
 
 
-def reads(step: dict[str, Any]) -> set[str] | None:
-    """The step ids a step (with everything inside it) depends on or names; None when
+# -- what a step reads --------------------------------------------------------------------
+def _strings(value: Any) -> list[str]:
+    """Every string inside a JSON value (an HTTP body)."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _strings(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in _strings(v)]
+    return []
+
+
+def _templates(step: dict[str, Any]) -> list[str]:
+    """The texts of a step rendered with `{{ }}`: its prompt, an HTTP step's URL, header
+    values and body."""
+    http = step.get("http") if isinstance(step.get("http"), dict) else {}
+    texts = [step.get("prompt"), http.get("url"), *(http.get("headers") or {}).values(), *_strings(http.get("body"))]
+    return [text for text in texts if isinstance(text, str)]
+
+
+def _expressions(step: dict[str, Any]) -> list[str]:
+    """The CEL expressions of a step's own keys."""
+    loop = step.get("loop") if isinstance(step.get("loop"), dict) else {}
+    workflow = step.get("workflow") if isinstance(step.get("workflow"), dict) else {}
+    values = (step.get("when"), step.get("output") if step.get("foreach") is not None else None,
+              (step.get("foreach") or {}).get("items"), loop.get("until"), loop.get("output"), workflow.get("input"))
+    return [value for value in values if isinstance(value, str)]
+
+
+def _own_reads(step: dict[str, Any]) -> set[str] | None:
+    """The step ids a step's own keys depend on or name (not its inner steps'); None when
     an expression reads `steps` other than by literal ids (it may read any of them)."""
     found: set[str] = set(step.get("depends_on") or [])
-    sources: list[str] = []
-    for inner, _depth, _where in instances.walk([step]):
-        found.update(inner.get("depends_on") or [])
-        sources += expressions.placeholders(inner.get("prompt") or "")
-        for value in (inner.get("when"), inner.get("output") if inner.get("foreach") is not None else None,
-                      (inner.get("foreach") or {}).get("items"),
-                      *((inner.get("loop") or {}).get(k) for k in ("until", "output"))):
-            if isinstance(value, str):
-                sources.append(value)
+    sources = [s for text in _templates(step) for s in expressions.placeholders(text)] + _expressions(step)
     for source in sources:
         if expressions.LEGACY.match(source):
             found.update(expressions.step_refs(source))
@@ -74,6 +117,49 @@ def reads(step: dict[str, Any]) -> set[str] | None:
             return None
         found.update(compiled.step_refs)
     return found
+
+
+def reads(step: dict[str, Any]) -> set[str] | None:
+    """The step ids a step (with everything inside it) depends on or names; None when
+    one of them may read any step."""
+    found: set[str] = set()
+    for inner, _depth, _where in instances.walk([step]):
+        own = _own_reads(inner)
+        if own is None:
+            return None
+        found |= own
+    return found
+
+
+def run_again(steps: list[dict[str, Any]], from_step: str | None) -> set[str]:
+    """`from_step` and every step downstream of it, at any level: a step whose own keys
+    read one of them (directly or through others) with everything inside it (its items
+    and iterations read what it maps or loops on), a container holding one, and every
+    step of a loop's body holding one (a later iteration reads the earlier through
+    `loop.previous`). These run again in every instance, whatever they read."""
+    if from_step is None:
+        return set()
+    every = [step for step, _depth, _where in instances.walk(steps) if "id" in step]
+    inside = {step["id"]: {s["id"] for s, _d, _w in instances.walk(instances.inner_steps(step)) if "id" in s}
+              for step in every}
+    loops = [step for step in every if instances.kind_of(step) == "loop"]
+    again, changed = {from_step}, True
+    while changed:
+        changed = False
+        for step in every:
+            sid = step["id"]
+            read = _own_reads(step)
+            if read is None or read & again:
+                found = {sid} | inside[sid]
+            elif inside[sid] & again or any(sid in inside[loop["id"]] and inside[loop["id"]] & again
+                                             for loop in loops):
+                found = {sid}
+            else:
+                continue
+            if not found <= again:
+                again |= found
+                changed = True
+    return again
 
 
 def _ordered(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -90,14 +176,49 @@ def _ordered(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+# -- keys -----------------------------------------------------------------------------------
+AgentLookup = Callable[[Any], Awaitable[Any]]  # an AgentRef → its AgentConfig, or None
+
+
+class ForkKeys:
+    """The reuse key a call of the fork would have (engine/reuse.call_key), with the
+    workers' and nodes' configurations as they are now."""
+
+    def __init__(self, files: list[dict[str, Any]], agent: AgentLookup) -> None:
+        self.files = files
+        self.agent = agent
+        self._defs: dict[str, StepDef | None] = {}
+
+    def _definition(self, step: dict[str, Any]) -> StepDef | None:
+        sid = step["id"]
+        if sid not in self._defs:
+            try:
+                self._defs[sid] = step_defs([step])[0]
+            except Exception:  # noqa: BLE001 - a step the engine could not read is never the same call
+                self._defs[sid] = None
+        return self._defs[sid]
+
+    async def key(self, step: dict[str, Any], prompt: str) -> str | None:
+        definition = self._definition(step)
+        if definition is None or not keyed(definition):
+            return None
+        if definition.human:
+            return call_key(definition, prompt, self.files, None)
+        config = await self.agent(definition.agent)
+        if config is None or not config.provider_kind or not config.model:
+            return None
+        return call_key(definition, prompt, self.files, agent_fingerprint(config))
+
+
 class Planner:
     """Decides, level by level, which source instances a fork reuses."""
 
     def __init__(self, source: Source, *, forced: set[str], overrides: dict[str, Any],
-                 sandbox: Any = None) -> None:
+                 keys: ForkKeys, sandbox: Any = None) -> None:
         self.source = source
-        self.forced = forced  # step ids that run again in every instance (from_step)
+        self.forced = forced  # step ids that run again in every instance (`run_again`)
         self.overrides = overrides  # top-level step id → the output the fork sets
+        self.keys = keys
         self.sandbox = sandbox
         self.plan = Plan()
 
@@ -106,12 +227,12 @@ class Planner:
                           {"input": new_input, "steps": {}}, set())
         return self.plan
 
-    def _record(self, path: str) -> tuple[str, Any] | None:
+    def _record(self, path: str) -> Record | None:
         return self.source.records.get(path)
 
     def _succeeded(self, path: str) -> bool:
         record = self._record(path)
-        return record is not None and record[0] == SUCCEEDED
+        return record is not None and record.status == SUCCEEDED
 
     async def _values(self, checks: list[tuple[str, str]], variables: dict[str, Any]) -> list[Any]:
         out: list[Any] = []
@@ -144,7 +265,7 @@ class Planner:
         for step in _ordered(steps):
             sid, path = step["id"], prefix + step["id"]
             record = self._record(path)
-            before = {"output": record[1], "status": record[0]} if record else None
+            before = {"output": record.output, "status": record.status} if record else None
             if before is not None:
                 old_states[sid] = own_old[sid] = before
             if not prefix and sid in self.overrides:
@@ -165,28 +286,51 @@ class Planner:
         sid = step["id"]
         src = self.source.steps.get(sid)
         read = reads(step)
-        if (src is None or sid in self.forced or own_keys(src) != own_keys(step)
-                or (unknown and (read is None or read & unknown))):
+        if src is None or sid in self.forced or (unknown and (read is None or read & unknown)):
             return False
-        when = [("eval", step["when"])] if step.get("when") else []
+        if step.get("when") and not await self._same([("eval", step["when"])], old, new):
+            return False
+        same = own_keys(src) == own_keys(step)
         kind = instances.kind_of(step)
-        if kind == "step":
-            ok = (src == step and self._succeeded(path)
-                  and await self._same([*when, ("render", step.get("prompt") or "")], old, new))
-        elif not await self._same(when, old, new):
+        if kind != instances.kind_of(src):  # a step that became a map, a loop or a call
             return False
-        elif kind == "foreach":
-            ok = await self._foreach(step, path, old, new, unknown) and self._succeeded(path)
-        else:
-            ok = await self._loop(step, path, old, new, unknown) and self._succeeded(path)
+        if kind == "step":
+            ok = await self._call(step, src, path, old, new)
+        elif kind == "foreach":  # items are decided even when the map's own keys changed
+            ok = await self._foreach(step, src, path, old, new, unknown) and same and self._succeeded(path)
+        else:  # iterations too, when the loop's own settings changed
+            ok = await self._loop(step, path, old, new, unknown) and same and self._succeeded(path)
         if ok:
             self.plan.reused.append(path)
         return ok
 
-    async def _foreach(self, step: dict[str, Any], path: str, old: dict[str, Any], new: dict[str, Any],
-                       unknown: set[str]) -> bool:
-        check = [("eval", step["foreach"]["items"])]
-        before, after = (await self._values(check, old))[0], (await self._values(check, new))[0]
+    async def _call(self, step: dict[str, Any], src: dict[str, Any], path: str, old: dict[str, Any],
+                    new: dict[str, Any]) -> bool:
+        """Whether the call at `path` (a step, or an item of a one-call foreach) would be
+        the source's call there: by reuse key when the source's has one, else by
+        definition and everything it renders."""
+        record = self._record(path)
+        if record is None or record.status != SUCCEEDED:
+            return False
+        if record.key is not None:
+            prompt = (await self._values([("render", step.get("prompt") or "")], new))[0]
+            return prompt is not _DIFFERENT and await self.keys.key(step, prompt) == record.key
+        if src != step:
+            return False
+        http = step.get("http") if isinstance(step.get("http"), dict) else None
+        if http is not None:  # a secret's value is never read here: its name stands for it
+            hidden = {"secrets": dict.fromkeys(secret_names(http), "")}
+            old, new = {**old, **hidden}, {**new, **hidden}
+        checks = [("render", text) for text in _templates(step)]
+        if isinstance(step.get("workflow"), dict):
+            checks.append(("eval", step["workflow"].get("input") or "null"))
+        return await self._same(checks, old, new)
+
+    async def _foreach(self, step: dict[str, Any], src: dict[str, Any], path: str, old: dict[str, Any],
+                       new: dict[str, Any], unknown: set[str]) -> bool:
+        """Notes the items reused; True when every item is and the list is the source's."""
+        before = (await self._values([("eval", src["foreach"]["items"])], old))[0]
+        after = (await self._values([("eval", step["foreach"]["items"])], new))[0]
         if not isinstance(before, list) or not isinstance(after, list):
             return False
         every = before == after
@@ -201,11 +345,13 @@ class Planner:
             if inner:
                 ok, own_old, own_new = await self._level(inner, instances.inside(ipath), item_old, item_new, unknown)
                 output = [("eval", step["output"])] if step.get("output") else []
-                ok = ok and await self._same(output, {**item_old, "steps": {**old["steps"], **own_old}},
-                                             {**item_new, "steps": {**new["steps"], **own_new}})
+                ok = ok and src.get("output") == step.get("output") and await self._same(
+                    output, {**item_old, "steps": {**old["steps"], **own_old}},
+                    {**item_new, "steps": {**new["steps"], **own_new}})
+                ok = ok and self._succeeded(ipath)
             else:
-                ok = await self._same([("render", step.get("prompt") or "")], item_old, item_new)
-            if ok and self._succeeded(ipath):
+                ok = await self._call(step, src, ipath, item_old, item_new)
+            if ok:
                 self.plan.reused.append(ipath)
             else:
                 every = False
@@ -213,11 +359,13 @@ class Planner:
 
     async def _loop(self, step: dict[str, Any], path: str, old: dict[str, Any], new: dict[str, Any],
                     unknown: set[str]) -> bool:
+        """Notes the iterations reused: iteration k when 1…k-1 were, the fork's loop goes
+        on past k-1 and k's steps are reused. True when the fork's loop ends where the
+        source's did, with the source's output."""
         spec = step["loop"]
         previous_old = previous_new = None
-        iteration = 0
-        last_old, last_new = old, new
-        while True:
+        iteration, own_new, last_new = 0, {}, new
+        while iteration < int(spec["max_iterations"]):
             iteration += 1
             ipath = instances.iteration_path(path, iteration)
             if not self._succeeded(ipath):
@@ -229,14 +377,18 @@ class Planner:
             if not ok:
                 return False
             self.plan.reused.append(ipath)
-            last_old = {**loop_old, "steps": {**old["steps"], **own_old}}
             last_new = {**loop_new, "steps": {**new["steps"], **own_new}}
-            until = [("eval", spec["until"])]
-            ended = (await self._values(until, last_old))[0]
-            if not await self._same(until, last_old, last_new):
-                return False  # the fork's loop ends elsewhere: what follows runs
-            if ended is True or iteration >= int(spec["max_iterations"]):
+            ended = (await self._values([("eval", spec["until"])], last_new))[0]
+            if not isinstance(ended, bool):
+                return False  # the engine fails the loop on it
+            if ended:
                 break
             previous_old, previous_new = own_old, own_new
-        output = [("eval", spec["output"])] if spec.get("output") else []
-        return await self._same(output, last_old, last_new)
+        if self._succeeded(instances.iteration_path(path, iteration + 1)):
+            return False  # the source's loop went on: the fork's ends elsewhere
+        if spec.get("output"):
+            output = (await self._values([("eval", spec["output"])], last_new))[0]
+        else:
+            output = (own_new.get(spec["steps"][-1]["id"]) or {}).get("output") if spec["steps"] else None
+        record = self._record(path)
+        return record is not None and output is not _DIFFERENT and output == record.output

@@ -6,7 +6,9 @@ the source's instances are reused (`fork_plan`), and stores the new run with tho
 instances already `succeeded` (`reused`, their outputs copied, no usage: the source run
 keeps what it spent) and the overridden steps with their new outputs, before it is
 queued. The engine resumes from stored instances, so it runs only what is left, and
-announces each copied instance with `step_reused {source_trace_id}`.
+announces each copied instance with `step_reused {source_trace_id}`; each call it then
+reaches is reused at run time when the source made the same call (engine/reuse.py),
+except `from_step` and what is downstream of it (`forked_from.again`).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from orchestra.engine.sizes import check_reply_size
 from orchestra.engine.vocabulary import RunStatus, StepStatus
 from orchestra.errors import NotFoundError, ValidationError
 from orchestra.services import version_store, workflows
-from orchestra.services.fork_plan import Planner, Source
+from orchestra.services.fork_plan import ForkKeys, Planner, Record, Source, run_again
 from orchestra.services.shared import Shared
 from orchestra.services.spend import run_budget
 from orchestra.services.template_diff import steps_by_id
@@ -30,7 +32,7 @@ from orchestra.services.template_diff import steps_by_id
 UNSET: Any = object()  # `input` not sent: the source's input
 PROBLEMS_MAX = 50  # problems listed for one fork's outputs
 _ROW_DEFAULTS = {"reused": False, "attempt": 1, "output": None, "output_value": None, "usage": None,
-                 "started_at": None, "finished_at": None}
+                 "reuse_key": None, "started_at": None, "finished_at": None}
 
 
 def downstream(steps: list[dict[str, Any]], root: str) -> set[str]:
@@ -109,8 +111,19 @@ def _copied(trace_id: str, row: RunStep) -> dict[str, Any]:
     """A source instance copied into the fork: its output, no usage."""
     return {**_ROW_DEFAULTS, "run": trace_id, "step_id": row.step_id, "path": row.path or row.step_id,
             "status": StepStatus.SUCCEEDED, "reused": True, "attempt": row.attempt,
-            "output": row.output, "output_value": row.output_value,
+            "output": row.output, "output_value": row.output_value, "reuse_key": row.reuse_key,
             "started_at": row.started_at, "finished_at": row.finished_at}
+
+
+def _agent_lookup(core: Shared) -> Any:
+    """An AgentRef → the worker's or node's configuration now (None: gone)."""
+
+    async def lookup(agent: Any) -> Any:
+        if agent.worker is not None:
+            return await core.agent_cache.worker(agent.worker)
+        return await core.agent_cache.node(agent.node)
+
+    return lookup
 
 
 async def fork_run(
@@ -135,10 +148,11 @@ async def fork_run(
         raise ValidationError(f"The fork cannot start: {schemas.describe(problems)}.", detail=problems)
     rows = await core.db.list(RunStep.select().where(RunStep.run == source.trace_id))
     by_path = {row.path or row.step_id: row for row in rows}
+    again = run_again(steps, from_step)
+    records = {path: Record(row.status, step_output(row), row.reuse_key) for path, row in by_path.items()}
     planner = Planner(
-        Source({path: (row.status, step_output(row)) for path, row in by_path.items()},
-               steps_by_id(source.steps), workflows.run_input(source)),
-        forced={from_step} if from_step else set(), overrides=outputs,
+        Source(records, steps_by_id(source.steps), workflows.run_input(source), source.files or []),
+        forced=again, overrides=outputs, keys=ForkKeys(source.files or [], _agent_lookup(core)),
         sandbox=core.engine.request_sandbox,
     )
     plan = await planner.run(steps, new_input)
@@ -149,7 +163,8 @@ async def fork_run(
             template_version=number, steps=steps, spec=spec or None,
             input="" if structured else new_input, input_value=new_input if structured else None,
             files=source.files, status=RunStatus.QUEUED, trace_parent=trace_parent,
-            forked_from={"trace_id": source.trace_id, "from_step": from_step, "outputs": list(outputs)},
+            forked_from={"trace_id": source.trace_id, "from_step": from_step, "outputs": list(outputs),
+                         "again": sorted(again)},
             budget_pusd=run_budget(spec, None),  # the template's limits.budget_usd (SPEC §12)
         )
         reused = {path: _copied(run.trace_id, by_path[path]) for path in plan.reused}

@@ -14,8 +14,8 @@ from collections import defaultdict
 from decimal import Decimal
 from typing import Any
 
-from orchestra.db.models import RunStep, WorkflowRun
-from orchestra.engine.vocabulary import RunStatus
+from orchestra.db.models import RunEvent, RunStep, WorkflowRun
+from orchestra.engine.vocabulary import EventKind, RunStatus
 from orchestra.errors import ConflictError, ValidationError
 from orchestra.money.amounts import from_pico, parse_usd, read_usd, to_pico, usd_text
 from orchestra.services.shared import Shared
@@ -40,18 +40,56 @@ def money_fields(run: WorkflowRun) -> dict[str, Any]:
             "budget_usd": usd_text(from_pico(run.budget_pusd))}
 
 
-async def top_up(core: Shared, run: WorkflowRun, add_usd: Any) -> WorkflowRun:
-    """Raise the budget of a run waiting for one and queue it again; 409 otherwise."""
+async def top_up(core: Shared, run: WorkflowRun, add_usd: Any) -> tuple[WorkflowRun, WorkflowRun]:
+    """Raise the budget that stopped a run and queue again every run it stopped; 409 when
+    nothing waits for it. The budget is the run's own, or — a child run stopped by a
+    budget above it (SPEC §14) — that run's; a run whose descendants wait for its budget
+    may be topped up too. (the run, the run whose budget was raised)."""
     amount = parse_usd(add_usd, "add_usd", allow_zero=False)
-    changed = await core.db.aexecute(
-        WorkflowRun.update(budget_pusd=WorkflowRun.budget_pusd + to_pico(amount, up=False),
-                           status=RunStatus.QUEUED, owner_process=None, lease_until=None)
-        .where((WorkflowRun.trace_id == run.trace_id)
-               & (WorkflowRun.status == RunStatus.WAITING_BUDGET)))
-    if not changed:
-        raise ConflictError(f"The run is not waiting for budget ({run.status}).")
-    await core.engine.submit(run.trace_id)
-    return await WorkflowRun.aget(WorkflowRun.trace_id == run.trace_id)
+    owner = await _budget_run(core, run)
+    tree = await _tree(core, owner.trace_id)
+    async with core.db.atomic():
+        waiting = [row.trace_id for row in await core.db.list(
+            WorkflowRun.select(WorkflowRun.trace_id).where(
+                WorkflowRun.trace_id.in_(tree) & (WorkflowRun.status == RunStatus.WAITING_BUDGET)))]
+        if run.status != RunStatus.WAITING_BUDGET and not waiting:
+            raise ConflictError(f"The run is not waiting for budget ({run.status}).")
+        requeued = await core.db.aexecute(
+            WorkflowRun.update(status=RunStatus.QUEUED, owner_process=None, lease_until=None)
+            .where(WorkflowRun.trace_id.in_(waiting) & (WorkflowRun.status == RunStatus.WAITING_BUDGET)))
+        raised = await core.db.aexecute(
+            WorkflowRun.update(budget_pusd=WorkflowRun.budget_pusd + to_pico(amount, up=False))
+            .where((WorkflowRun.trace_id == owner.trace_id) & WorkflowRun.budget_pusd.is_null(False)))
+        if not requeued or not raised:
+            raise ConflictError(f"The run is not waiting for budget ({run.status}).")
+    for trace_id in waiting:
+        await core.engine.submit(trace_id)
+    return (await WorkflowRun.aget(WorkflowRun.trace_id == run.trace_id),
+            await WorkflowRun.aget(WorkflowRun.trace_id == owner.trace_id))
+
+
+async def _budget_run(core: Shared, run: WorkflowRun) -> WorkflowRun:
+    """The run whose budget stopped `run` (its last `budget_exhausted` names it), else itself."""
+    if run.status != RunStatus.WAITING_BUDGET:
+        return run
+    last = await core.db.list(RunEvent.select(RunEvent.data).where(
+        (RunEvent.run == run.trace_id) & (RunEvent.kind == EventKind.BUDGET_EXHAUSTED))
+        .order_by(RunEvent.seq.desc()).limit(1))
+    whose = (last[0].data or {}).get("budget_trace_id") if last else None
+    if not whose or whose == run.trace_id:
+        return run
+    return await WorkflowRun.aget_or_none(WorkflowRun.trace_id == whose) or run
+
+
+async def _tree(core: Shared, trace_id: str) -> list[str]:
+    """A run and every run below it (SPEC §14: at most five levels)."""
+    found, level = [trace_id], [trace_id]
+    while level:
+        rows = await core.db.list(WorkflowRun.select(WorkflowRun.trace_id)
+                                  .where(WorkflowRun.parent_trace_id.in_(level)))
+        level = [row.trace_id for row in rows]
+        found += level
+    return found
 
 
 def _bound(value: str | None, field: str, *, end: bool) -> dt.datetime | None:

@@ -41,7 +41,7 @@ from orchestra.services.run_starts import StartKey
 from orchestra.services.shared import Shared
 
 EVENTS_MAX = 1000  # events in one page of GET /run/{id}/events
-OPTION_FIELDS = ("input_schema", "limits", "output")  # template-level language options
+OPTION_FIELDS = ("input_schema", "limits", "output", "output_schema", "expose")  # template-level language options
 
 
 # --- template validation ----------------------------------------------------------------
@@ -197,7 +197,13 @@ async def _save_version(core: Shared, template: WorkflowTemplate, *, create: boo
         template.version = await version_store.next_number(core, template, create=create)
         await _save_template(template, create=create)
         await version_store.record(core, template, author_id=author_id)
+    await templates_changed(core)
     return template
+
+
+async def templates_changed(core: Shared) -> None:
+    """Tell every process that templates changed: MCP tool lists follow (SPEC §14)."""
+    await core.signals.notify("cache", "workflow_template")
 
 
 async def list_templates(
@@ -266,6 +272,7 @@ async def delete_template(core: Shared, *, user_id: str, is_admin: bool, templat
         core, user_id=user_id, is_admin=is_admin, template_id=template_id, write=True
     )
     await core.db.aexecute(WorkflowTemplate.delete().where(WorkflowTemplate.id == template.id))
+    await templates_changed(core)
 
 
 # --- runs --------------------------------------------------------------------------------
@@ -466,9 +473,6 @@ async def cancel_run(core: Shared, *, user_id: str, is_admin: bool, trace_id: st
     run = await get_run(core, user_id=user_id, is_admin=is_admin, trace_id=trace_id)
     if run.status in FINISHED:
         raise ConflictError(f"The run has already ended ({run.status}).")
-    if run.status == RunStatus.WAITING_BUDGET:  # nobody holds it: queue it to be ended
-        await core.db.aexecute(WorkflowRun.update(status=RunStatus.QUEUED, cancel_requested=True).where(
-            (WorkflowRun.trace_id == trace_id) & (WorkflowRun.status == RunStatus.WAITING_BUDGET)))
     await core.engine.cancel(trace_id, reason="The run was cancelled by request.")
     # its child runs (SPEC §14) at once, wherever they run, rather than level by level
     await asyncio.gather(core.engine.cancel(trace_id, reason="The run was cancelled by request."),
@@ -546,7 +550,7 @@ async def retry_run(
                 new_rows.append(_reused_row(run.trace_id, row, path))
         if new_rows:  # insert_many takes its columns from the first row: give every row all of them
             new_rows = [{"reused": False, "attempt": 1, "output": None, "output_value": None, "usage": None,
-                         "started_at": None, "finished_at": None, **row} for row in new_rows]
+                         "reuse_key": None, "started_at": None, "finished_at": None, **row} for row in new_rows]
             await core.db.aexecute(RunStep.insert_many(new_rows))
     await core.engine.submit(run.trace_id)
     return run
@@ -557,7 +561,7 @@ def _reused_row(trace_id: str, row: RunStep, path: str) -> dict[str, Any]:
     provider for it; the source run keeps what it spent, so totals never count it twice)."""
     return {"run": trace_id, "step_id": row.step_id, "path": path, "status": StepStatus.SUCCEEDED,
             "reused": True, "attempt": row.attempt, "output": row.output, "output_value": row.output_value,
-            "usage": None, "started_at": row.started_at, "finished_at": row.finished_at}
+            "reuse_key": row.reuse_key, "usage": None, "started_at": row.started_at, "finished_at": row.finished_at}
 
 
 # --- events ------------------------------------------------------------------------------

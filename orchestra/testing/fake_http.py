@@ -2,7 +2,8 @@
 
 Routes: `/echo` answers JSON `{method, path, query, headers, body}` (header names in
 lower case) and echoes every request header back as `x-echo-<name>`; `/status/<code>`
-answers that status (`?retry_after=N` adds `Retry-After`); `/big/<n>` answers n bytes;
+answers that status (`?retry_after=N` adds `Retry-After`); `/big/<n>` answers n bytes
+(`?chunked=1`: in 64 KiB chunks, no Content-Length);
 `/redirect?to=<url>` answers 302 to it; `/slow/<seconds>` waits, then answers; `/text`
 answers plain text. Every request is counted per path (`hits`).
 """
@@ -10,6 +11,7 @@ answers plain text. Every request is counted per path (`hits`).
 from __future__ import annotations
 
 import json
+import sys
 import threading
 import time
 from collections import Counter
@@ -36,6 +38,21 @@ class _Handler(BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(body)
 
+    def _chunked(self, size: int) -> None:
+        """`size` bytes with no Content-Length: a reader learns the size only by reading."""
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        try:
+            while size > 0:
+                part = min(size, 64 * 1024)
+                self.wfile.write(b"%x\r\n%s\r\n" % (part, b"x" * part))
+                size -= part
+            self.wfile.write(b"0\r\n\r\n")
+        except OSError:  # the reader stopped at its limit and hung up
+            self.close_connection = True
+
     def _handle(self) -> None:
         parts = urlsplit(self.path)
         query = {k: v[0] for k, v in parse_qs(parts.query).items()}
@@ -57,7 +74,10 @@ class _Handler(BaseHTTPRequestHandler):
             extra = {"Retry-After": query["retry_after"]} if "retry_after" in query else {}
             self._answer(int(segments[1]), json.dumps({"error": f"status {segments[1]}"}).encode(), extra=extra)
         elif segments[0] == "big" and len(segments) > 1 and segments[1].isdigit():
-            self._answer(200, b"x" * int(segments[1]), "text/plain")
+            if query.get("chunked"):
+                self._chunked(int(segments[1]))
+            else:
+                self._answer(200, b"x" * int(segments[1]), "text/plain")
         elif segments[0] == "redirect":
             self._answer(302, b"", "text/plain", {"Location": query.get("to", "/echo")})
         elif segments[0] == "slow" and len(segments) > 1:
@@ -79,6 +99,11 @@ class _Server(ThreadingHTTPServer):
         self.lock = threading.Lock()
         self.hits: Counter[str] = Counter()
         self.requests: list[dict] = []
+
+    def handle_error(self, request, client_address) -> None:
+        """A client that hung up (a reader past its size limit) is no error here."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
 
 
 class FakeHttp:

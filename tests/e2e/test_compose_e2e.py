@@ -8,6 +8,8 @@
 - A secret sent in an HTTP header (and URL) never appears in any event, output, run
   detail, log line, trace span, metrics page or error.
 - Every refused address class fails the step naming the rule and the setting.
+- A child template deleted while its parent waits fails that step (its child is
+  cancelled); an answer over 1 MiB without a Content-Length fails its step.
 """
 
 from __future__ import annotations
@@ -219,3 +221,31 @@ def test_every_refused_address_class_is_refused(tmp_path, target):
             assert "Errno" not in error and "ConnectError" not in error, (sid, error)
         assert other.requests == []
         assert [r["path"] for r in target.requests] == ["/redirect"]  # the allowed hop only
+
+
+def test_a_child_template_deleted_while_its_parent_waits_fails_that_step(tmp_path, target):
+    server = ServerProcess(tmp_path / "home", env={"ORCHESTRA_EGRESS_ALLOW": f"127.0.0.1:{target.port}"}).start()
+    try:
+        http = httpx.Client(base_url=server.base_url + "/api/v1", timeout=15, headers=login(server, "user1"))
+        leaf = http.post("/workflow/template", json={"name": "leaf", "steps": [
+            {"id": "q", "agent": {"human": True}, "prompt": "wait"}]}).json()["template_id"]
+        top = http.post("/workflow/template", json={"name": "top", "steps": [
+            {"id": "call", "workflow": {"template": "leaf", "input": "input"}},
+            {"id": "big", "on_error": "continue",  # an answer over 1 MiB, no Content-Length
+             "http": {"method": "GET", "url": target.url + "/big/2000000?chunked=1"}}]})
+        assert top.status_code == 201, top.text
+        trace_id = http.post("/workflow/run", json={"template_id": top.json()["template_id"]}).json()["trace_id"]
+        below = wait_for(lambda: (b := runs_below(http, trace_id)) and b[0]["status"] == "waiting_reply" and b, 30)
+        deleted = http.delete(f"/workflow/template/{leaf}")
+        assert deleted.status_code in (200, 204), deleted.text
+        run = wait_for(lambda: (r := http.get(f"/workflow/run/{trace_id}").json())["status"] == "failed" and r, 15)
+        child = wait_for(lambda: (c := http.get(f"/workflow/run/{below[0]['trace_id']}").json())["status"]
+                         in ("cancelled", "failed") and c, 15)
+    finally:
+        server.stop()
+    steps = {s["step_id"]: s for s in run["steps"]}
+    assert steps["call"]["status"] == "failed"
+    assert f"The child template '{leaf}' was deleted while this step waited" in steps["call"]["error"]
+    assert run["error"] and "was deleted" in run["error"], run["error"]
+    assert child["status"] == "cancelled", child
+    assert steps["big"]["status"] == "failed" and "larger than 1048576 bytes" in steps["big"]["error"]

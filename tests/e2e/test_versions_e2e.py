@@ -133,6 +133,40 @@ def test_an_override_on_one_branch_reruns_that_branch_and_none_of_the_100_items(
     assert paths["b1"]["output"] == "changed" and paths["b3"]["output"] == "Echo: b3: Echo: b2: changed"
 
 
+def test_a_map_over_a_list_that_a_rerun_step_answers_reuses_its_unchanged_items(world):
+    """The list is known only once `plan` ran again: each item is decided when the map
+    evaluates it (engine/reuse.py); then a changed worker runs every step of it again."""
+    listing = {"type": "array", "items": {"type": "string"}}
+    plan = {**agent(world, "plan", "{{ input.v }} fake:value={{ input.items }}"), "output_schema": listing}
+    steps = [plan, {"id": "each", "foreach": {"items": "steps.plan.output", "max_concurrency": 8},
+                    "agent": world.worker, "prompt": "each: {{ item }}", "depends_on": ["plan"]},
+             agent(world, "summary", "{{ steps.each.output }}", ["each"])]
+    items = [f"item {n}" for n in range(20)]
+    schema = {"input_schema": {"type": "object", "properties": {"v": {"type": "integer"}, "items": listing}}}
+    source = finished(world, world.run(world.template(steps, **schema), {"v": 1, "items": items}))
+    assert len(world.fake.chat_requests) == 22
+    since = len(world.fake.chat_requests)
+    changed = [*items[:7], "changed", *items[8:]]
+    run = fork(world, source["trace_id"], input={"v": 2, "items": changed})
+    assert called(world, since) == ["each", "plan", "summary"]
+    assert "each: changed" in [b["messages"][-1]["content"] for b in world.fake.chat_requests[since:]]
+    paths = {s["path"]: s for s in run["steps"]}
+    assert [n for n in range(20) if not paths[f"each[{n}]"]["reused"]] == [7]
+    assert paths["each[3]"]["output"] == "Echo: each: item 3" and paths["each[7]"]["output"] == "Echo: each: changed"
+    events = world.events(run["trace_id"])
+    reused = {d["path"] for _, kind, d in events if kind == "step_reused"}
+    assert reused == {f"each[{n}]" for n in range(20) if n != 7}
+    assert not reused & {d["path"] for _, kind, d in events if kind == "step_started"}
+
+    worker = world.worker["worker"]
+    edited = world.http.put(f"/agent/worker/{worker}", json={"system_prompt": "Answer in French."})
+    assert edited.status_code == 200, edited.text
+    since = len(world.fake.chat_requests)
+    run = fork(world, source["trace_id"])
+    assert len(world.fake.chat_requests) - since == 22
+    assert not any(s["reused"] for s in run["steps"])
+
+
 def _mutate(world: World, rng: random.Random, steps: list[dict]) -> tuple[list[dict], dict]:
     """A copy of `steps` with random changes, and the diff they make."""
     new = [dict(s) for s in steps]

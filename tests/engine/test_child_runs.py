@@ -159,3 +159,24 @@ async def test_a_workflow_step_runs_the_version_it_names(core, target):
     with pytest.raises(Exception) as refused:
         await template(core, owner, "bad", [{"id": "x", "workflow": {"template": "leaf", "version": 9, "input": "input"}}])
     assert refused.value.detail[0]["field"] == "steps.0.workflow.version"
+
+
+async def test_each_attempt_has_its_child_and_child_finished_comes_before_the_steps_end(core, target):
+    owner = (await auth.register(core, user_name="alice", password="password-123")).id
+    await template(core, owner, "flaky", [{"id": "get", "http": {"method": "GET", "url": target.url + "/status/500"}}])
+    parent = await template(core, owner, "top", [
+        {"id": "call", "workflow": {"template": "flaky", "input": "input"},
+         "retry": {"max_attempts": 2, "backoff_seconds": 0}, "on_error": "continue"}])
+    trace_id = await run(core, owner, parent)
+    done = await wait_status(core, trace_id, "succeeded", "failed", timeout=20)
+    assert done.status == "succeeded", done.error
+    kids = await children_of(core, trace_id)
+    assert len(kids) == 2 and all(k.status == "failed" and k.attempts == 1 for k in kids)
+    evs = [e for e in await events(core, trace_id) if e.data.get("step_id") == "call"]
+    assert kinds(evs) == ["step_started", "child_started", "child_finished", "step_retrying",
+                          "step_started", "child_started", "child_finished", "step_failed"]
+    assert [e.data.get("attempt", 1) for e in evs if e.kind == "child_finished"] == [1, 2]
+    assert {e.data["child_trace_id"] for e in evs if e.kind == "child_finished"} == {k.trace_id for k in kids}
+    # nothing comes between a child_finished and its step's end (or retry): they are one write
+    seqs = [e.seq for e in evs]
+    assert seqs[3] == seqs[2] + 1 and seqs[7] == seqs[6] + 1

@@ -81,6 +81,10 @@ async def test_error_statuses_and_large_answers_fail_the_step(core, target):
         {"id": "bad", "on_error": "continue", "http": {"method": "GET", "url": target.url + "/status/500"}},
         {"id": "big", "on_error": "continue", "http": {"method": "GET", "url": target.url + "/big/1048577"}},
         {"id": "fits", "http": {"method": "GET", "url": target.url + "/big/1048576"}},
+        # no Content-Length: the size is known only once read past the limit
+        {"id": "big_chunked", "on_error": "continue",
+         "http": {"method": "GET", "url": target.url + "/big/3000000?chunked=1"}},
+        {"id": "fits_chunked", "http": {"method": "GET", "url": target.url + "/big/1048576?chunked=1"}},
         {"id": "text", "http": {"method": "GET", "url": target.url + "/text"}},
     ])
     run = await wait_status(core, trace_id, "succeeded", "failed")
@@ -90,6 +94,8 @@ async def test_error_statuses_and_large_answers_fail_the_step(core, target):
     assert rows["big"].status == "failed" and "larger than 1048576 bytes" in rows["big"].error
     assert rows["fits"].status == "succeeded" and len(rows["fits"].output_value["body"]) == 1048576
     assert rows["text"].output_value["body"] == "plain text ✓"
+    assert rows["big_chunked"].status == "failed" and "larger than 1048576 bytes" in rows["big_chunked"].error
+    assert rows["fits_chunked"].status == "succeeded" and len(rows["fits_chunked"].output_value["body"]) == 1048576
 
 
 async def test_a_429_makes_the_next_attempt_wait_its_retry_after(core, target):

@@ -41,3 +41,22 @@ def make_worker(client, fake_llm):
         return worker.id
 
     return make
+
+
+#: The fake model's prices in the spend tests (USD per million tokens; SPEC §12).
+PRICES = {"input_per_mtok": "1000", "output_per_mtok": "2000", "cached_input_per_mtok": "500"}
+
+
+@pytest.fixture
+async def priced(client, alice, fake_llm):
+    """A provider on the fake model with PRICES, and alice's worker `w` on it:
+    `{provider, worker}` ids."""
+    from orchestra.services import agents, providers
+
+    core = client.app.ctx.core
+    provider = await providers.create_provider(
+        core, name="fake", kind="openai_compatible", model_id="fake-model", api_key="k",
+        base_url=fake_llm.base_url, prices=PRICES)
+    worker = await agents.create_worker(core, owner_id=alice["user_id"], name="w",
+                                        provider_id=provider.id, tools=[])
+    return {"provider": provider.id, "worker": worker.id}

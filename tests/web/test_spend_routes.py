@@ -11,11 +11,9 @@ from decimal import Decimal
 import pytest
 
 from orchestra.db.models import WorkflowRun
-from orchestra.services import agents, providers
 
 API = "/api/v1/workflow"
 NAMES = itertools.count()
-PRICES = {"input_per_mtok": "1000", "output_per_mtok": "2000", "cached_input_per_mtok": "500"}
 
 
 @pytest.fixture
@@ -26,17 +24,6 @@ def database_url(both_stores):
 @pytest.fixture
 def settings_overrides():
     return {"llm_max_tokens": 10, "llm_retries": 0}
-
-
-@pytest.fixture
-async def priced(client, alice, fake_llm):
-    core = client.app.ctx.core
-    provider = await providers.create_provider(
-        core, name="fake", kind="openai_compatible", model_id="fake-model", api_key="k",
-        base_url=fake_llm.base_url, prices=PRICES)
-    worker = await agents.create_worker(core, owner_id=alice["user_id"], name="w",
-                                        provider_id=provider.id, tools=[])
-    return {"provider": provider.id, "worker": worker.id}
 
 
 def chain(worker: str, n: int, prompt: str = "Say {{input}} fake:cached=2") -> list[dict]:

@@ -5,6 +5,7 @@ shown already)."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,11 +18,18 @@ from orchestra.db.models import (
     utcnow,
 )
 from orchestra.engine.model import At
-from orchestra.engine.store.events import Event
+from orchestra.engine.store.events import Event, Item
 from orchestra.engine.store.runs import RunStore
 from orchestra.engine.vocabulary import ACTIVE, EventKind, RunStatus, StepStatus
 
-MIRRORED = (EventKind.REPLY_REQUESTED, EventKind.REPLY_RECEIVED)
+#: A child's events its waiting parent shows too (with `child_trace_id`): its questions
+#: and answers, and its pauses for budget (SPEC §12).
+MIRRORED = (EventKind.REPLY_REQUESTED, EventKind.REPLY_RECEIVED, EventKind.BUDGET_EXHAUSTED)
+
+
+def mirror_key(kind: str, data: dict[str, Any], seq: int | None = None) -> tuple[str, Any]:
+    """What tells a mirrored event apart: a question's request id, else the child's seq."""
+    return kind, data.get("request_id") or data.get("child_seq") or seq
 
 
 @dataclass(frozen=True)
@@ -46,8 +54,13 @@ class ChildRuns:
         self.store = store
         self.db = store.db
 
-    async def exists(self, trace_id: str) -> bool:
-        return await self.db.exists(WorkflowRun.select(WorkflowRun.trace_id).where(WorkflowRun.trace_id == trace_id))
+    async def lookup(self, parent: str, child: str) -> tuple[bool, int]:
+        """(whether the child run is stored already, the parent's level in its chain), in
+        one read."""
+        rows = await self.db.list(WorkflowRun.select(WorkflowRun.trace_id, WorkflowRun.depth)
+                                  .where(WorkflowRun.trace_id.in_([parent, child])))
+        depths = {row.trace_id: row.depth or 1 for row in rows}
+        return child in depths, depths.get(parent, 1)
 
     async def template(self, template_id: str) -> WorkflowTemplate | None:
         return await WorkflowTemplate.aget_or_none(WorkflowTemplate.id == template_id)
@@ -60,35 +73,43 @@ class ChildRuns:
         return await self.db.exists(WorkflowTemplate.select(WorkflowTemplate.id)
                                     .where(WorkflowTemplate.id == template_id))
 
-    async def depth(self, trace_id: str) -> int:
-        rows = await self.db.list(WorkflowRun.select(WorkflowRun.depth).where(WorkflowRun.trace_id == trace_id))
-        return (rows[0].depth or 1) if rows else 1
-
-    async def start(self, parent: str, at: At, child: NewChild, started: dict[str, Any]) -> list[Event]:
-        """The child run (queued, its step rows pending), the parent step's
-        `child_trace_id` and the parent's `child_started`, in one fenced transaction."""
+    async def start(self, parent: str, at: At, child: NewChild, values: dict[str, Any],
+                    items: list[Item], *, claim: str | None) -> WorkflowRun:
+        """The child run (queued, its step rows pending), the parent step's row (`values`
+        and its `child_trace_id`) and the parent's events (`step_started`,
+        `child_started`), in one fenced transaction; the child's row as stored. `claim`:
+        the child is stored claimed by this process (it runs here at once, no claim
+        round), else it waits for a claim."""
         template = child.template
+        fields = dict(
+            trace_id=child.trace_id, owner=child.owner_id, template=template.id,
+            template_name=template.name, steps=child.steps, spec=child.spec, template_version=child.version,
+            input=child.input_text, input_value=child.input_value, files=[], status=RunStatus.QUEUED,
+            parent_trace_id=parent, parent_path=at.path, depth=child.depth, created_at=utcnow(),
+            cancel_requested=False)
+        if claim is not None:
+            fields |= {"owner_process": claim, "attempts": 1,
+                       "lease_until": time.time() + self.store.ownership.lease_seconds}
 
         async def store() -> list[Event]:
-            await self.db.aexecute(WorkflowRun.insert(
-                trace_id=child.trace_id, owner=child.owner_id, template=template.id,
-                template_name=template.name, steps=child.steps, spec=child.spec, template_version=child.version,
-                input=child.input_text, input_value=child.input_value, files=[], status=RunStatus.QUEUED,
-                parent_trace_id=parent, parent_path=at.path, depth=child.depth, created_at=utcnow()))
+            await self.db.aexecute(WorkflowRun.insert(**fields))
             await self.db.aexecute(RunStep.insert_many([
                 {"run": child.trace_id, "step_id": s["id"], "path": s["id"], "status": StepStatus.PENDING}
                 for s in child.steps]))
-            await self.store.set_step(parent, at.path, child_trace_id=child.trace_id)
-            return await self.store.events.insert(parent, [(EventKind.CHILD_STARTED, started, at)])
+            await self.store.put_instance(parent, at.path, at.step_id, **values, child_trace_id=child.trace_id)
+            return await self.store.events.insert(parent, items)
 
-        return await self.store.write(parent, store)
+        await self.store.write(parent, store)
+        return WorkflowRun(**fields)
 
     async def active_below(self, trace_id: str) -> list[str]:
-        """Every active run below `trace_id`, all levels, top down."""
+        """Every unfinished run below `trace_id` (active or waiting for budget), all
+        levels, top down."""
         found, level = [], [trace_id]
         while level:
             rows = await self.db.list(WorkflowRun.select(WorkflowRun.trace_id).where(
-                WorkflowRun.parent_trace_id.in_(level) & WorkflowRun.status.in_(list(ACTIVE))))
+                WorkflowRun.parent_trace_id.in_(level)
+                & WorkflowRun.status.in_([*ACTIVE, RunStatus.WAITING_BUDGET])))
             level = [row.trace_id for row in rows]
             found += level
         return found
@@ -97,4 +118,9 @@ class ChildRuns:
         """The child's questions (and answers) the parent shows already."""
         rows = await self.db.list(RunEvent.select(RunEvent.kind, RunEvent.data).where(
             (RunEvent.run == parent) & RunEvent.kind.in_(list(MIRRORED))))
-        return {(row.kind, row.data.get("request_id")) for row in rows if row.data.get("child_trace_id") == child}
+        return {mirror_key(row.kind, row.data) for row in rows if row.data.get("child_trace_id") == child}
+
+    async def spent(self, trace_id: str) -> int | None:
+        """A run's ledger (its tree's spend, pico-dollars); None: nothing priced."""
+        rows = await self.db.list(WorkflowRun.select(WorkflowRun.spent_pusd).where(WorkflowRun.trace_id == trace_id))
+        return rows[0].spent_pusd if rows else None

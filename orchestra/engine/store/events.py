@@ -231,6 +231,11 @@ class EventLog:
             await self.db.aexecute(RunEvent.insert_many(rows))
         return [Event(row["seq"], row["kind"], row["data"]) for row in rows]
 
+    def remember_none(self, trace_id: str) -> None:
+        """A run this process just stored: it has no events yet (a stale guess could only
+        collide and be read again, never leave a gap)."""
+        self._last.setdefault(trace_id, 0)
+
     def remember(self, trace_id: str, events: list[Event]) -> None:
         """After a commit: `events` are stored, the next append follows the last of them."""
         if not events:

@@ -25,6 +25,7 @@ import os
 import socket
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from peewee import Case
@@ -44,6 +45,8 @@ class Ownership:
         self.me = me
         self.lease_seconds = lease_seconds
         self._numbers = itertools.count(1)
+        # `query` locking its rows (PostgreSQL: FOR UPDATE), set by the store
+        self.locked: Callable[[Any], Any] = lambda query: query
 
     def new_token(self) -> str:
         """A claim token of this process: its identity and the next claim number."""
@@ -114,7 +117,7 @@ class Ownership:
         now = time.time()
         mine = (WorkflowRun.owner_process.in_(list(claims.values()))
                 & WorkflowRun.status.in_(list(ACTIVE)))
-        await db.aexecute(WorkflowRun.update(lease_until=now + self.lease_seconds).where(mine))
+        await db.aexecute(WorkflowRun.update(lease_until=now + self.lease_seconds).where(self._in_lock_order(mine)))
         rows = await db.list(
             WorkflowRun.select(WorkflowRun.trace_id, WorkflowRun.owner_process,
                                WorkflowRun.cancel_requested).where(mine).tuples()
@@ -138,10 +141,18 @@ class Ownership:
         if not tokens:
             return 0
         return await (db or self.db).aexecute(
-            WorkflowRun.update(owner_process=None, lease_until=None).where(
+            WorkflowRun.update(owner_process=None, lease_until=None).where(self._in_lock_order(
                 WorkflowRun.owner_process.in_(tokens) & WorkflowRun.status.in_(list(ACTIVE))
-            )
+            ))
         )
+
+    def _in_lock_order(self, condition):
+        """The runs matching `condition`, their rows locked deepest first (a child before
+        its parent), the order of every write that locks several runs (store/ledger.py):
+        a renewal never waits for a child's write that waits for the renewal."""
+        return WorkflowRun.trace_id.in_(self.locked(
+            WorkflowRun.select(WorkflowRun.trace_id).where(condition)
+            .order_by(WorkflowRun.depth.desc(), WorkflowRun.trace_id)))
 
     async def expire_all(self) -> int:
         """Make every unfinished run claimable now: only for a store that just one

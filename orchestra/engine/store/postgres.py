@@ -18,6 +18,7 @@ class PostgresRunStore(RunStore):
     def __init__(self, db: Any, *, lease_seconds: float, url: str) -> None:
         super().__init__(db, lease_seconds=lease_seconds)
         self._url = url
+        self.ownership.locked = self.locked  # renewals lock rows in the ledger's order
 
     def write_transaction(self):
         return self.db.atomic()

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from peewee import IntegrityError, fn
+from peewee import Case, IntegrityError
 
 from orchestra.db.models import RunEvent, RunStep, WorkflowRun, utcnow
 from orchestra.engine.model import At, Question
@@ -28,6 +28,7 @@ from orchestra.engine.store.events import (
     RunGone,
     SeqRetry,
 )
+from orchestra.engine.store.ledger import Ledger
 from orchestra.engine.store.ownership import Ownership, process_identity
 from orchestra.engine.vocabulary import ACTIVE, EventKind, RunStatus, StepStatus
 
@@ -46,9 +47,7 @@ class RunStore:
         self.ownership = Ownership(db, me=process_identity(), lease_seconds=lease_seconds)
         self.lease_db = db  # the lease loop's connection (PostgreSQL: one of its own)
         self._held: dict[str, str] = {}  # runs executing here: trace_id → claim token
-        # Spend settled here and not yet stored (pico-dollars, engine/spend.py): it rides
-        # along with the run's next fenced write, or its next reservation.
-        self._unstored: dict[str, int] = {}
+        self.ledger = Ledger(self)  # what runs spend (SPEC §12): stored and unstored changes
 
     # -- the dialect's part ------------------------------------------------------------
     def write_transaction(self):
@@ -96,10 +95,14 @@ class RunStore:
         return await self.ownership.hand_back_many(tokens, db=self.lease_db)
 
     async def request_cancel(self, trace_id: str) -> None:
-        """Mark an unfinished run to be cancelled (its owner sees it on its next lease tick)."""
+        """Mark an unfinished run to be cancelled (its owner sees it on its next lease
+        tick); one waiting for budget, which nobody holds, is queued to be ended."""
+        waiting = WorkflowRun.status == RunStatus.WAITING_BUDGET
         await self.db.aexecute(
-            WorkflowRun.update(cancel_requested=True).where(
-                (WorkflowRun.trace_id == trace_id) & WorkflowRun.status.in_(list(ACTIVE))
+            WorkflowRun.update(cancel_requested=True,
+                               status=Case(None, [(waiting, RunStatus.QUEUED)], WorkflowRun.status)).where(
+                (WorkflowRun.trace_id == trace_id)
+                & WorkflowRun.status.in_([*ACTIVE, RunStatus.WAITING_BUDGET])
             )
         )
 
@@ -111,7 +114,7 @@ class RunStore:
     def let_go(self, trace_id: str) -> None:
         """The run's task here has ended: no more fenced writes, no cached seq."""
         self._held.pop(trace_id, None)
-        self._unstored.pop(trace_id, None)
+        self.ledger.forget(trace_id)
         self.events.forget(trace_id)
 
     async def fence(self, trace_id: str) -> None:
@@ -127,6 +130,10 @@ class RunStore:
         )
         if not changed:
             raise Fenced(f"run {trace_id}: this process no longer holds its claim")
+
+    def held(self, trace_id: str) -> str:
+        """The claim token this process executes the run under ("" if none)."""
+        return self._held.get(trace_id, "")
 
     def _fence_of(self, trace_id: str) -> Callable[[], Awaitable[None]] | None:
         """For the event log: the fence of an append to a run executing here, or None."""
@@ -176,16 +183,16 @@ class RunStore:
         `fenced=False`: a write any process may make (a reply)."""
         retry: SeqRetry | None = None
         while True:
-            spent = self._unstored.pop(trace_id, 0) if fenced else 0
+            spent = self.ledger.take(trace_id) if fenced else 0
             try:
                 async with self.write_transaction():
                     if fenced:  # an owner's write: its claim still holds, or Fenced
                         await self.fence(trace_id)
-                        await self._add_spent(trace_id, spent)
+                        await self.ledger.add(trace_id, spent)
                     events = await store()
                 break
             except BaseException as exc:
-                self._keep_unstored(trace_id, spent, known_failed=isinstance(exc, IntegrityError))
+                self.ledger.keep(trace_id, spent, known_failed=isinstance(exc, IntegrityError))
                 if not isinstance(exc, IntegrityError):
                     raise
                 # a seq taken meanwhile, or the run deleted
@@ -198,53 +205,7 @@ class RunStore:
         self.events.published(trace_id, events)
         return events
 
-    # -- spend (SPEC §12; engine/spend.py) ------------------------------------------------
-    def spend(self, trace_id: str, pico: int) -> None:
-        """A settled call's change to the run's ledger (its cost less its reservation),
-        kept until the run's next fenced write or reservation stores it."""
-        if pico:
-            self._unstored[trace_id] = self._unstored.get(trace_id, 0) + pico
-
-    def _keep_unstored(self, trace_id: str, pico: int, *, known_failed: bool) -> None:
-        """A write that carried `pico` failed: keep it for the next one, unless it may have
-        been stored (then a release is dropped: counted twice, it could overspend)."""
-        if pico and (known_failed or pico > 0):
-            self.spend(trace_id, pico)
-
-    async def _add_spent(self, trace_id: str, pico: int) -> None:
-        if pico:
-            await self.db.aexecute(WorkflowRun.update(
-                spent_pusd=fn.COALESCE(WorkflowRun.spent_pusd, 0) + pico,
-            ).where(WorkflowRun.trace_id == trace_id))
-
-    async def reserve(self, trace_id: str, pico: int) -> bool:
-        """Reserve `pico` of the run's budget, with the changes kept unstored, in one
-        conditional statement fenced on this process's claim: True when it fit. Fenced
-        when the claim no longer holds."""
-        token = self._held.get(trace_id, "")
-        pending = self._unstored.pop(trace_id, 0)
-        spent = fn.COALESCE(WorkflowRun.spent_pusd, 0)
-        try:
-            changed = await self.db.aexecute(
-                WorkflowRun.update(spent_pusd=spent + pico + pending).where(
-                    self.ownership.holds(trace_id, token)
-                    & (spent + pico + pending <= WorkflowRun.budget_pusd)))
-        except BaseException:
-            self._keep_unstored(trace_id, pending, known_failed=False)
-            raise
-        if changed:
-            return True
-        self.spend(trace_id, pending)
-        if await WorkflowRun.aget_or_none(self.ownership.holds(trace_id, token)) is None:
-            raise Fenced(f"run {trace_id}: this process no longer holds its claim")
-        return False
-
-    async def budget(self, trace_id: str) -> tuple[int | None, int]:
-        """(the budget, what is spent or reserved, unstored changes included), pico-dollars."""
-        row = await WorkflowRun.aget_or_none(WorkflowRun.trace_id == trace_id)
-        stored = (row.spent_pusd or 0) if row is not None else 0
-        return (row.budget_pusd if row is not None else None), stored + self._unstored.get(trace_id, 0)
-
+    # -- spend (SPEC §12; the ledger is store/ledger.py) -----------------------------------
     async def pause_for_budget(self, trace_id: str, data: dict[str, Any]) -> None:
         """The run waits for a top-up: `waiting_budget`, held by nobody, with its
         `budget_exhausted` event, in one fenced write."""
@@ -270,6 +231,15 @@ class RunStore:
                     await self.put_instance(trace_id, path, step_id, **values)
                 events += step_events
             return await self.events.insert(trace_id, events)
+
+        await self.write(trace_id, store)
+
+    async def store_run(self, trace_id: str, values: dict[str, Any], items: list[Item]) -> None:
+        """The run's row change with its events (`run_started`, `run_resumed`), at once."""
+
+        async def store() -> list[Event]:
+            await self.set_run(trace_id, **values)
+            return await self.events.insert(trace_id, items)
 
         await self.write(trace_id, store)
 

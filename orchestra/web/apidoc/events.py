@@ -28,15 +28,19 @@ EVENT_FIELDS: dict[str, str] = {
     "child_started": "`child_trace_id`, `path`, `template_id`: a workflow step started its child run",
     "child_finished": "`child_trace_id`, `path`, `status`: that child run ended",
     "step_reused": "`source_trace_id`, `output`, `path`: a fork's instance copied from the run it forks, "
-                   "its provider not called; `overridden: true` when the fork's `outputs` set it",
+                   "its provider not called (announced at the start, or when reached for a call decided at "
+                   "run time); `overridden: true` when the fork's `outputs` set it; `source_path` when the "
+                   "source's call was at another path (an item that moved in the mapped list)",
     "run_resumed": "`attempt`, `restarted_steps`: another server process took the run over",
     "run_finished": '`status: "succeeded"`, `output` (the template\'s `output`, else the last step\'s)',
     "run_failed": '`status: "failed"`, `error`, `failed_step`; or `status: "interrupted"`, `reason`',
     "run_cancelled": '`status: "cancelled"`, `reason`',
-    "budget_exceeded": "`budget_usd`, `spent_usd`: the next model call's reservation did not fit "
-                       "(`on_budget: fail`); `run_failed` follows",
-    "budget_exhausted": '`status: "waiting_budget"`, `budget_usd`, `spent_usd`: the run waits, '
-                        "held by no process, until `POST /run/{trace_id}/budget` (`on_budget: pause`)",
+    "budget_exceeded": "`budget_usd`, `spent_usd`, `budget_trace_id` (whose budget: the run's, or a run "
+                       "above it, SPEC §14): the next model call's reservation did not fit "
+                       "(`on_budget: fail` of that run); `run_failed` follows",
+    "budget_exhausted": '`status: "waiting_budget"`, `budget_usd`, `spent_usd`, `budget_trace_id`: the run '
+                        "waits, held by no process, until `POST /run/{trace_id}/budget` (`on_budget: pause`); "
+                        "on a parent, with `child_trace_id`: a run below it waits",
 }
 
 

@@ -450,7 +450,10 @@ class BudgetRaised(Success):
     trace_id: str
     status: RunStatus
     cost_usd: str | None
-    budget_usd: str | None
+    budget_usd: str | None = Field(description="The raised budget (of budget_trace_id's run).")
+    budget_trace_id: str = Field(description=(
+        "The run whose budget was raised: this one, or — a child run stopped by a budget above it "
+        "(SPEC §14) — that run."))
 
 
 class UsageRow(Shape):

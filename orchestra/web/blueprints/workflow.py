@@ -8,7 +8,7 @@ from pydantic import Field
 from sanic import Blueprint, Request
 from sanic.response import HTTPResponse, json
 
-from orchestra.engine.language.model import EXPRESSION_MAX, MAX_STEPS, Step, TemplateLimits
+from orchestra.engine.language.model import EXPRESSION_MAX, MAX_STEPS, Expose, Step, TemplateLimits
 from orchestra.engine.vocabulary import RunStatus
 from orchestra.errors import PermissionDeniedError, ValidationError
 from orchestra.observability import tracing
@@ -72,12 +72,15 @@ class TemplateDraft(Body):
     input_schema: dict[str, Any] | None = None
     limits: TemplateLimits | None = None
     output: str | None = None
+    output_schema: dict[str, Any] | None = None
+    expose: Expose | None = None
 
     def options(self) -> dict[str, Any]:
         """The language's template-level fields that were sent."""
         sent = {k: getattr(self, k) for k in service.OPTION_FIELDS if getattr(self, k) is not None}
-        if "limits" in sent:
-            sent["limits"] = sent["limits"].model_dump(exclude_none=True)
+        for name in ("limits", "expose"):
+            if name in sent:
+                sent[name] = sent[name].model_dump(exclude_none=True)
         return sent
 
 
@@ -101,6 +104,12 @@ class TemplateBody(TemplateDraft):
         None, description="CEL expression: the run's output (default: the last step's).",
         maxLength=EXPRESSION_MAX,
     )
+    output_schema: dict[str, Any] | None = rule(
+        None, description="JSON Schema (2020-12, at most 64 KiB, no remote $ref) the run's output "
+        "must satisfy (else the run fails naming the path); an MCP tool's outputSchema.",
+    )
+    expose: Expose | None = rule(None, description='`{"mcp": true}` offers the template as a tool '
+                                 "of orchestra's MCP server (`/mcp`, SPEC §14).")
 
 
 class RunBody(Body):
@@ -421,9 +430,10 @@ async def retry_run(request: Request, trace_id: str):
 
 @bp.post("/run/<trace_id:str>/budget")
 @documented(
-    "Raise the budget of a run waiting for one; it goes on from where it stopped",
+    "Raise the budget that stopped a run (its own, or that of a run above it); it goes on "
+    "from where it stopped",
     body=BudgetBody, response=out.BudgetRaised,
-    errors={409: "ConflictError: the run is not waiting for budget (waiting_budget).",
+    errors={409: "ConflictError: neither the run nor a run below it is waiting for budget (waiting_budget).",
             422: "ValidationError: add_usd is not a positive number or decimal string."},
     links={"Read": Link("workflow.get_run", {"trace_id": "$response.body#/trace_id"})},
 )
@@ -432,9 +442,11 @@ async def raise_budget(request: Request, trace_id: str):
     body = parse_body(request, BudgetBody)
     core = request.app.ctx.core
     run = await service.get_run(core, trace_id=trace_id, **_who(request))
-    run = await spend_service.top_up(core, run, body.add_usd)
+    run, raised = await spend_service.top_up(core, run, body.add_usd)
     return json({"message": SUCCESS, "trace_id": run.trace_id, "status": run.status,
-                 **spend_service.money_fields(run)})
+                 "cost_usd": spend_service.money_fields(run)["cost_usd"],
+                 "budget_usd": spend_service.money_fields(raised)["budget_usd"],
+                 "budget_trace_id": raised.trace_id})
 
 
 @bp.post("/cancel/<trace_id:str>")
