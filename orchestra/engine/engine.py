@@ -174,14 +174,20 @@ class Engine:
 
     async def submit(self, trace_id: str) -> None:
         """A run was stored `queued`: take it here if there is room, else wake the others."""
+        await self.submit_many([trace_id])
+
+    async def submit_many(self, trace_ids: list[str]) -> None:
+        """Runs were stored `queued` (a burst: a minute's schedule fires): take as many as
+        there is room for, claimed and started together (`Claims.take`), and wake the
+        other processes for the rest."""
         await self.start()
-        if self.runs.room > 0:
-            run = await self.claims.claim(trace_id)
+        try:
+            taken = set(await self.claims.take(trace_ids))
+        finally:
             await self.store.release()
-            if run is not None:
-                self.claims.launch(run)
-                return
-        await self.signals.notify("control", f"wake:{trace_id}")
+        rest = [trace_id for trace_id in trace_ids if trace_id not in taken]
+        if rest:
+            await self.signals.notify("control", f"wake:{rest[0]}")
 
     def claim_now(self) -> dict[str, Any]:
         """The columns of a run this process stores claimed, to execute it at once with no

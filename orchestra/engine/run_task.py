@@ -53,6 +53,11 @@ def step_output(row: RunStep) -> Any:
     return row.output_value if row.output_value is not None else row.output
 
 
+def started_data(live: LiveRun) -> dict[str, Any]:
+    """The data of a fresh run's `run_started`."""
+    return {"status": RunStatus.RUNNING, "input": live.input, "steps": [s.id for s in live.steps]}
+
+
 class RunTasks:
     """A run's task, from its claim to its end or hand-back."""
 
@@ -73,18 +78,10 @@ class RunTasks:
         try:
             if live.stop_asked:
                 raise asyncio.CancelledError
-            if not live.fresh and await self._already_ended(live):
+            if live.begun:  # run_started stored with its burst's (begin_many)
+                observe.run_began(live.trace_id, resumed=False)
+            elif not await self._start_or_resume(live):
                 return
-            if live.attempt > self.settings.run_max_attempts:
-                await self.end(
-                    live, RunStatus.INTERRUPTED, EventKind.RUN_FAILED,
-                    f"The run was interrupted {live.attempt - 1} times "
-                    f"(ORCHESTRA_RUN_MAX_ATTEMPTS is {self.settings.run_max_attempts}).",
-                )
-                return
-            if live.unreadable:
-                raise RunFailed("", live.unreadable)
-            await self._begin(live)
             states = await self._schedule_within_deadline(live)
             final = await self._output(live, states)
             live.writes.submit(self._succeed, live, final)
@@ -111,6 +108,43 @@ class RunTasks:
                            f"Internal error: {type(exc).__name__}: {exc}"[:500])
         finally:
             await self._cleanup(live)
+
+    async def _start_or_resume(self, live: LiveRun) -> bool:
+        """Before the schedule: False when the run ended here (its end was stored before,
+        or its attempts are spent)."""
+        if not live.fresh and await self._already_ended(live):
+            return False
+        if live.attempt > self.settings.run_max_attempts:
+            await self.end(
+                live, RunStatus.INTERRUPTED, EventKind.RUN_FAILED,
+                f"The run was interrupted {live.attempt - 1} times "
+                f"(ORCHESTRA_RUN_MAX_ATTEMPTS is {self.settings.run_max_attempts}).",
+            )
+            return False
+        if live.unreadable:
+            raise RunFailed("", live.unreadable)
+        await self._begin(live)
+        return True
+
+    async def begin_many(self, lives: list[LiveRun]) -> None:
+        """`run_started` for the fresh runs among `lives` (claimed together, tasks not
+        yet started), in one transaction (`RunStore.start_many`); each is marked `begun`
+        and its task goes straight to its schedule. The others, and all of them when the
+        store refuses, begin in their own task as usual (`_begin`): it never raises."""
+        fresh = {live.trace_id: live for live in lives
+                 if not (live.stop_asked or live.unreadable or live.attempt != 1)}
+        if not fresh:
+            return
+        try:
+            started = await self.store.start_many({t: started_data(live) for t, live in fresh.items()})
+        except Exception as exc:  # noqa: BLE001 - each task begins on its own instead
+            if not self.outage.failed(exc, "starting runs"):
+                logger.warning("starting %d runs together failed (%s): each starts on its own",
+                               len(fresh), exc)
+            return
+        now = time.time()
+        for trace_id in started:
+            fresh[trace_id].begun, fresh[trace_id].started_epoch = True, now
 
     async def _stopped(self, live: LiveRun) -> None:
         """The task was stopped from outside (`LiveRuns.stop`): act on the reason."""
@@ -146,10 +180,9 @@ class RunTasks:
         observe.run_began(trace_id, resumed=restarted is not None)
         if restarted is None:
             live.started_epoch = time.time()
-            started = {"status": RunStatus.RUNNING, "input": live.input, "steps": [s.id for s in live.steps]}
             # with the steps copied from the run this one retries or forks
             writes.submit(self.store.store_run, trace_id, {"status": RunStatus.RUNNING, "started_at": utcnow()},
-                          [(EventKind.RUN_STARTED, started, None), *reused_events(live)])
+                          [(EventKind.RUN_STARTED, started_data(live), None), *reused_events(live)])
         else:
             resumed = {"status": RunStatus.RUNNING, "attempt": live.attempt, "restarted_steps": restarted}
             writes.submit(self.store.store_run, trace_id, {"status": RunStatus.RUNNING},

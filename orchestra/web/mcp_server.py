@@ -43,7 +43,7 @@ from sanic import Request
 
 from orchestra import __version__
 from orchestra.db.database import end_task_store_work
-from orchestra.errors import OrchestraError, PermissionDeniedError
+from orchestra.errors import NotFoundError, OrchestraError, PermissionDeniedError
 from orchestra.services import mcp_tools, workflows
 from orchestra.services.mcp_tools import Ended, ExposedTools, Question, Tool
 from orchestra.web import asgi_bridge
@@ -172,7 +172,10 @@ class McpEndpoint:
 
     async def _call(self, ctx: ServerRequestContext, principal: Principal,
                     params: types.CallToolRequestParams) -> types.CallToolResult | types.InputRequiredResult:
-        tool = await self.tools.find(principal.user_id, principal.key, params.name)
+        try:
+            tool = await self.tools.find(principal.user_id, principal.key, params.name)
+        except NotFoundError as exc:  # a protocol error, as MCP says of unknown tools
+            raise MCPError(types.INVALID_PARAMS, exc.message) from None
         if params.request_state:  # a 2026 retry: the answer to the question asked before
             trace_id, after, finished = await self._answered(principal, params)
         else:

@@ -222,6 +222,16 @@ def test_a_failed_run_is_an_error_result_naming_the_run(server):
     result = asyncio.run(go())
     (run,) = http.get("/workflow/run").json()["runs"]
     assert run["status"] == "failed"
+
+    async def unknown():
+        async with mcp_client(server.base_url, headers["Authorization"].split()[1]) as client:
+            with pytest.raises(MCPError, match="No tool is named 'nope'"):
+                await client.call_tool("nope", {})
+            bad = await client.call_tool("strict", {"input": 3})  # arguments the tool refuses
+            assert bad.is_error and "input" in bad.content[0].text
+
+    asyncio.run(unknown())
+    assert len(http.get("/workflow/run").json()["runs"]) == 1  # neither started a run
     assert result.is_error and run["trace_id"] in result.content[0].text
     assert "output_schema" in result.content[0].text
 
