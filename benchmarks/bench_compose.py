@@ -5,7 +5,8 @@ directly, and an `http` step over a bare httpx call to the same loopback server.
    a one-step child template (an HTTP GET to a loopback server) started directly, and a
    parent whose one step is a `workflow` step calling that child, alternating, each
    timed from `POST /run` to its terminal event on the SSE stream. The overhead is the
-   parent's p50 minus the child's (goal < 20 ms).
+   parent's p50 minus the child's (goal < 20 ms). On a shared machine wall times swing
+   with its load, so the server's CPU per run (which load moves far less) is printed too.
 2. HTTP-step overhead, in one process: the engine's HTTP step call path (render the URL
    and headers, read the secret it names from the store, send through the egress rule's
    transport, build `{status, headers, body}`, redact) against a bare pooled

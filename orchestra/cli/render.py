@@ -158,6 +158,14 @@ SKIP_REASONS = {"when": "skipped: its `when` was false",
                 "dependencies": "skipped: every step it depends on was skipped"}
 
 
+def reused_text(data: dict[str, Any]) -> str:
+    """What a fork's `step_reused` says: set by the fork, or reused (from the source's
+    instance at another path, when an item moved in its list)."""
+    if data.get("overridden"):
+        return "set by the fork"
+    return f"reused from {data['source_path']}" if data.get("source_path") else "reused"
+
+
 def retry_text(data: dict[str, Any]) -> str:
     """`attempt 1 failed, trying again in 2s: <error>`."""
     delay = data.get("delay_seconds")
@@ -450,7 +458,7 @@ def _step_event(step: StepView, kind: str, data: dict, ts) -> None:
         step.status, step.finished = "succeeded", ts
         output = data.get("output")
         step.output = _text(output) if output is not None else ""
-        step.parts = [["note", "set by the fork" if data.get("overridden") else "reused"]]
+        step.parts = [["note", reused_text(data)]]
     else:  # STEP_RETRYING
         step.add("note", retry_text(data))
 
@@ -478,5 +486,5 @@ _PLAIN_LINES = {
     EventKind.TOOL_RESULT: lambda data: f"tool result: {tool_result_text(data)}",
     EventKind.REPLY_RECEIVED: lambda data: f"reply received: {_text(_pick(data, 'content', 'reply', default=''))}",
     EventKind.STEP_RETRYING: retry_text,
-    EventKind.STEP_REUSED: lambda data: "set by the fork" if data.get("overridden") else "reused",
+    EventKind.STEP_REUSED: reused_text,
 }

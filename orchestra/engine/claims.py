@@ -47,9 +47,34 @@ class Claims:
         self._background: set[asyncio.Task] = set()  # reply checks the signals started
 
     # -- launching ------------------------------------------------------------------------
-    def launch(self, run: WorkflowRun, *, cancel_message: str = CANCELLED_BY_REQUEST) -> LiveRun:
+    def launch(self, run: WorkflowRun, *, cancel_message: str = CANCELLED_BY_REQUEST,
+               fresh: bool = False) -> LiveRun:
         """Start the task of a run just claimed (its row as claimed). A run whose cancel
-        was requested ends at once, `cancelled` with `cancel_message`."""
+        was requested ends at once, `cancelled` with `cancel_message`. `fresh`: stored
+        by this process just now (LiveRun.fresh)."""
+        return self._go(self._live(run, cancel_message, fresh=fresh))
+
+    async def take(self, trace_ids: list[str], *, attempt: bool = True) -> list[str]:
+        """Claim and start runs nobody holds, as many as there is room for, together: one
+        claim statement, the fresh ones' `run_started` in one transaction, then their
+        tasks — a burst of runs (a minute's schedule fires) starts without a round of the
+        store per run. The trace ids taken here."""
+        take = [t for t in dict.fromkeys(trace_ids) if t not in self.runs][:max(0, self.runs.room)]
+        if not take:
+            return []
+        with self.runs.reserving(len(take)):
+            runs = await self.claim_many(take, attempt=attempt)
+            lives = [self._live(run, CANCELLED_BY_REQUEST) for run in runs]
+            for live in lives:
+                self.store.hold(live.trace_id, live.claim)
+            try:
+                await self.tasks.begin_many(lives)
+            finally:  # claimed: they run here whatever happened (a run not begun begins itself)
+                for live in lives:
+                    self._go(live)
+        return [live.trace_id for live in lives]
+
+    def _live(self, run: WorkflowRun, cancel_message: str, *, fresh: bool = False) -> LiveRun:
         try:
             steps, unreadable = step_defs(run.steps or []), None
         except pydantic.ValidationError as exc:  # stored by an older, looser release
@@ -62,31 +87,43 @@ class Claims:
             started_epoch=(run.started_at.replace(tzinfo=dt.UTC).timestamp()
                            if run.started_at else None),
             claim=run.owner_process, forked_from=run.forked_from,
-            budget_pusd=run.budget_pusd, parent_trace_id=run.parent_trace_id,
+            budget_pusd=run.budget_pusd, parent_trace_id=run.parent_trace_id, fresh=fresh,
+            trace_parent=run.trace_parent,
         )
-        live.renewed_at = asyncio.get_running_loop().time()
         live.writes.retry = self._write_failed
         live.writes.release = self.store.release
         if run.cancel_requested:
             live.stop_asked, live.stop_message = True, cancel_message
+        return live
+
+    def _go(self, live: LiveRun) -> LiveRun:
+        """The run executes here from now on: its task starts."""
+        live.renewed_at = asyncio.get_running_loop().time()
         self.runs.add(live)
-        self.store.hold(run.trace_id, run.owner_process)
+        self.store.hold(live.trace_id, live.claim)
         live.task = asyncio.get_running_loop().create_task(
-            observe.observed_run(run.trace_id, run.trace_parent, run.attempts, self.tasks.run(live)),
-            name=f"run-{run.trace_id}",
+            observe.observed_run(live.trace_id, live.trace_parent, live.attempt, self.tasks.run(live)),
+            name=f"run-{live.trace_id}",
         )
         return live
 
     async def claim(self, trace_id: str, *, attempt: bool = True) -> WorkflowRun | None:
         """Claim a run to execute here: its row, or None when another process holds it
-        or this one began stopping while the claim was in flight. A run launched then
-        could miss the hand-back and be left to its lease, and its next claim would count
-        as an attempt: it is given back at once instead."""
-        run = await self.store.claim(trace_id, attempt=attempt)
-        if run is not None and self.runs.stopping:
-            await self.store.hand_back(trace_id, run.owner_process)
-            return None
-        return run
+        or this one began stopping while the claim was in flight."""
+        runs = await self.claim_many([trace_id], attempt=attempt)
+        return runs[0] if runs else None
+
+    async def claim_many(self, trace_ids: list[str], *, attempt: bool = True) -> list[WorkflowRun]:
+        """`claim` for several runs in one statement: the rows of those taken. A run
+        claimed while this process began stopping could miss the hand-back and be left
+        to its lease, and its next claim would count as an attempt: it is given back at
+        once instead."""
+        runs = await self.store.claim_many(trace_ids, attempt=attempt)
+        if runs and self.runs.stopping:
+            for run in runs:
+                await self.store.hand_back(run.trace_id, run.owner_process)
+            return []
+        return runs
 
     async def _write_failed(self, exc: BaseException, tries: int) -> bool:
         """A run's write failed: while the store is unreachable, wait (capped backoff
@@ -126,17 +163,12 @@ class Claims:
             await self.runs.wait_for_wake(every)
 
     async def _claim_some(self) -> None:
-        for trace_id in await self.store.candidates(self.runs.room):
-            if self.runs.room <= 0:
-                break
-            if trace_id in self.runs:
-                continue
-            # A lease that ran out while the store was unreachable from here too is an
-            # outage, not a crash: that claim is not an attempt.
-            outage = self.outage.recently_down(self.settings.run_lease_seconds * 2)
-            run = await self.claim(trace_id, attempt=not outage)
-            if run is not None:
-                self.launch(run)
+        candidates = [trace_id for trace_id in await self.store.candidates(self.runs.room)
+                      if trace_id not in self.runs]
+        # A lease that ran out while the store was unreachable from here too is an
+        # outage, not a crash: that claim is not an attempt.
+        outage = self.outage.recently_down(self.settings.run_lease_seconds * 2)
+        await self.take(candidates, attempt=not outage)
 
     async def _lease_loop(self) -> None:
         """Renew the leases of the runs executing here, on the lease connection (never

@@ -97,7 +97,7 @@ class Engine:
         self.child_steps = ChildSteps(store=self.store, records=records, feeds=self.feeds,
                                       sandbox=self.sandbox, stopping=lambda: self.runs.stopping)
         self.child_steps.submit, self.child_steps.cancel = self.submit, self.cancel
-        self.child_steps.claim_token, self.child_steps.adopt = self.claim_token, self.adopt
+        self.child_steps.claim_now, self.child_steps.adopt = self.claim_now, self.adopt
         calls = Calls(store=self.store, records=records, agents=self.agent_steps,
                       questions=self.questions, prompt_max_bytes=settings.prompt_max_bytes,
                       http=self.http_steps, children=self.child_steps,
@@ -174,25 +174,35 @@ class Engine:
 
     async def submit(self, trace_id: str) -> None:
         """A run was stored `queued`: take it here if there is room, else wake the others."""
-        await self.start()
-        if self.runs.room > 0:
-            run = await self.claims.claim(trace_id)
-            await self.store.release()
-            if run is not None:
-                self.claims.launch(run)
-                return
-        await self.signals.notify("control", f"wake:{trace_id}")
+        await self.submit_many([trace_id])
 
-    def claim_token(self) -> str | None:
-        """A claim for a run this process stores and executes at once (a child run, stored
-        claimed by its parent's write: no claim round), or None when there is no room."""
-        return self.store.ownership.new_token() if self.runs.room > 0 else None
+    async def submit_many(self, trace_ids: list[str]) -> None:
+        """Runs were stored `queued` (a burst: a minute's schedule fires): take as many as
+        there is room for, claimed and started together (`Claims.take`), and wake the
+        other processes for the rest."""
+        await self.start()
+        try:
+            taken = set(await self.claims.take(trace_ids))
+        finally:
+            await self.store.release()
+        rest = [trace_id for trace_id in trace_ids if trace_id not in taken]
+        if rest:
+            await self.signals.notify("control", f"wake:{rest[0]}")
+
+    def claim_now(self) -> dict[str, Any]:
+        """The columns of a run this process stores claimed, to execute it at once with no
+        claim round (`adopt` once stored), or {} when it has no room (or is not started):
+        then the run is stored queued and `submit`ted."""
+        started = self._started is not None and self._started.done() and not self._started.exception()
+        if not started or self.runs.room <= 0:
+            return {}
+        return self.store.ownership.claimed_columns()
 
     async def adopt(self, run: WorkflowRun) -> None:
-        """Execute a run stored claimed by this process (`claim_token`); when the room
+        """Execute a run stored claimed by this process (`claim_now`); when the room
         went meanwhile (or the process began stopping), give it back for any process."""
         if self.runs.room > 0:
-            self.claims.launch(run)
+            self.claims.launch(run, fresh=True)
             return
         try:
             await self.store.hand_back(run.trace_id, run.owner_process)

@@ -4,6 +4,7 @@ whether this process is stopping), and the exceptions that end a run's task."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -67,17 +68,22 @@ class LiveRun:
     writes: RunWriter = field(default_factory=RunWriter)  # its store writes, in order
     wakes: set[asyncio.Future] = field(default_factory=set)  # schedulers waiting, one per level
     started: bool = False  # its task has begun (a task cancelled before that never runs)
+    begun: bool = False  # its run_started was stored with its burst's (RunTasks.begin_many)
     stop_asked: bool = False
     stop_reason: StopReason = StopReason.CANCELLED
     stop_message: str = "The run was cancelled."
     mcp: RunSessions | None = None  # its MCP sessions, opened at their first call
     child_waits: int = 0  # workflow steps waiting for their child run (SPEC §14): no slot held
+    # Stored by this process a moment ago, claimed in that same write (a child run,
+    # `Engine.adopt`): no events, no ended steps, so nothing to read back before it begins.
+    fresh: bool = False
     # Events an instance's next write carries (a workflow step's `child_finished`, stored
     # in one transaction with the step's end), by instance path.
     carried: dict[str, list] = field(default_factory=dict)
     unreadable: str | None = None  # why its stored steps could not be read (it fails)
     forked_from: dict[str, Any] | None = None  # a fork's source: {trace_id, from_step, outputs, again}
     fork_source: asyncio.Future | None = None  # the source's calls by reuse key, once read (reuse.py)
+    trace_parent: str | None = None  # the W3C traceparent its run was started under
     # Spend (engine/spend.py): the budget in pico-dollars (None: none), each running
     # instance's calls and cost so far, and the calls in flight holding a reservation.
     budget_pusd: int | None = None
@@ -134,6 +140,7 @@ class LiveRuns:
         self.stopping = False
         self._runs: dict[str, LiveRun] = {}
         self._room_changed = asyncio.Event()
+        self._reserved = 0  # room held for runs being claimed and started together
 
     def __contains__(self, trace_id: str) -> bool:
         return trace_id in self._runs
@@ -164,7 +171,17 @@ class LiveRuns:
         # A parent that waits for a child run holds no slot (SPEC §14): else a chain of runs
         # could fill ORCHESTRA_MAX_RUNS with waiting parents and never start its children.
         busy = sum(1 for live in self._runs.values() if not live.child_waits)
-        return 0 if self.stopping else self.max_runs - busy
+        return 0 if self.stopping else self.max_runs - busy - self._reserved
+
+    @contextlib.contextmanager
+    def reserving(self, count: int) -> Iterator[None]:
+        """Hold room for `count` runs while they are claimed and started (awaits), so
+        that the claim loop meanwhile does not take more than `max_runs` allow."""
+        self._reserved += count
+        try:
+            yield
+        finally:
+            self._reserved -= count
 
     def running(self) -> list[LiveRun]:
         """The runs whose task has not ended."""

@@ -141,19 +141,20 @@ def step_defs(stored: list[dict[str, Any]]) -> tuple[StepDef, ...]:
 
 @dataclass(frozen=True, slots=True)
 class RunOptions:
-    """A run's template-level options (`run.spec`): its limits and output expression."""
+    """A run's template-level options (`run.spec`): its limits, output expression and schema."""
 
     deadline_seconds: int | None = None
     max_steps: int | None = None
     output: str | None = None
     on_budget: str = "fail"  # or "pause" (SPEC §12)
+    output_schema: Any = None  # the output must satisfy it (SPEC §14: an MCP tool's outputSchema)
 
     @classmethod
     def from_spec(cls, spec: dict[str, Any] | None) -> RunOptions:
         spec = spec or {}
         limits = spec.get("limits") or {}
         return cls(limits.get("deadline_seconds"), limits.get("max_steps"), spec.get("output"),
-                   limits.get("on_budget") or "fail")
+                   limits.get("on_budget") or "fail", spec.get("output_schema"))
 
 
 def find_step(steps: tuple[StepDef, ...], step_id: str) -> StepDef | None:

@@ -19,7 +19,7 @@ from typing import Any
 
 from orchestra.db.models import RunStep, utcnow
 from orchestra.db.outage import StoreOutage, sleep_backoff
-from orchestra.engine.language import policies
+from orchestra.engine.language import policies, schemas
 from orchestra.engine.language.expressions import ExpressionError
 from orchestra.engine.language.sandbox import Sandbox
 from orchestra.engine.live import (
@@ -53,6 +53,11 @@ def step_output(row: RunStep) -> Any:
     return row.output_value if row.output_value is not None else row.output
 
 
+def started_data(live: LiveRun) -> dict[str, Any]:
+    """The data of a fresh run's `run_started`."""
+    return {"status": RunStatus.RUNNING, "input": live.input, "steps": [s.id for s in live.steps]}
+
+
 class RunTasks:
     """A run's task, from its claim to its end or hand-back."""
 
@@ -73,18 +78,10 @@ class RunTasks:
         try:
             if live.stop_asked:
                 raise asyncio.CancelledError
-            if await self._already_ended(live):
+            if live.begun:  # run_started stored with its burst's (begin_many)
+                observe.run_began(live.trace_id, resumed=False)
+            elif not await self._start_or_resume(live):
                 return
-            if live.attempt > self.settings.run_max_attempts:
-                await self.end(
-                    live, RunStatus.INTERRUPTED, EventKind.RUN_FAILED,
-                    f"The run was interrupted {live.attempt - 1} times "
-                    f"(ORCHESTRA_RUN_MAX_ATTEMPTS is {self.settings.run_max_attempts}).",
-                )
-                return
-            if live.unreadable:
-                raise RunFailed("", live.unreadable)
-            await self._begin(live)
             states = await self._schedule_within_deadline(live)
             final = await self._output(live, states)
             live.writes.submit(self._succeed, live, final)
@@ -112,6 +109,43 @@ class RunTasks:
         finally:
             await self._cleanup(live)
 
+    async def _start_or_resume(self, live: LiveRun) -> bool:
+        """Before the schedule: False when the run ended here (its end was stored before,
+        or its attempts are spent)."""
+        if not live.fresh and await self._already_ended(live):
+            return False
+        if live.attempt > self.settings.run_max_attempts:
+            await self.end(
+                live, RunStatus.INTERRUPTED, EventKind.RUN_FAILED,
+                f"The run was interrupted {live.attempt - 1} times "
+                f"(ORCHESTRA_RUN_MAX_ATTEMPTS is {self.settings.run_max_attempts}).",
+            )
+            return False
+        if live.unreadable:
+            raise RunFailed("", live.unreadable)
+        await self._begin(live)
+        return True
+
+    async def begin_many(self, lives: list[LiveRun]) -> None:
+        """`run_started` for the fresh runs among `lives` (claimed together, tasks not
+        yet started), in one transaction (`RunStore.start_many`); each is marked `begun`
+        and its task goes straight to its schedule. The others, and all of them when the
+        store refuses, begin in their own task as usual (`_begin`): it never raises."""
+        fresh = {live.trace_id: live for live in lives
+                 if not (live.stop_asked or live.unreadable or live.attempt != 1)}
+        if not fresh:
+            return
+        try:
+            started = await self.store.start_many({t: started_data(live) for t, live in fresh.items()})
+        except Exception as exc:  # noqa: BLE001 - each task begins on its own instead
+            if not self.outage.failed(exc, "starting runs"):
+                logger.warning("starting %d runs together failed (%s): each starts on its own",
+                               len(fresh), exc)
+            return
+        now = time.time()
+        for trace_id in started:
+            fresh[trace_id].begun, fresh[trace_id].started_epoch = True, now
+
     async def _stopped(self, live: LiveRun) -> None:
         """The task was stopped from outside (`LiveRuns.stop`): act on the reason."""
         if live.stop_reason == StopReason.HANDBACK:
@@ -138,24 +172,21 @@ class RunTasks:
         """`run_started` for a fresh run (and the steps a retry reuses), `run_resumed`
         for one claimed again."""
         trace_id, writes = live.trace_id, live.writes
-        restarted = await self._load_state(live)
+        if live.fresh:  # nothing stored but its queued rows: the first event's seq is 1
+            self.store.events.remember_none(trace_id)
+            restarted = None
+        else:
+            restarted = await self._load_state(live)
         observe.run_began(trace_id, resumed=restarted is not None)
         if restarted is None:
             live.started_epoch = time.time()
-            writes.submit(self.store.set_run, trace_id, status=RunStatus.RUNNING, started_at=utcnow())
-            writes.submit(
-                self.store.append, trace_id, EventKind.RUN_STARTED,
-                {"status": RunStatus.RUNNING, "input": live.input, "steps": [s.id for s in live.steps]},
-            )
-            reused = reused_events(live)
-            if reused:  # steps copied from the run this one retries or forks
-                writes.submit(self.store.append_many, trace_id, reused)
+            # with the steps copied from the run this one retries or forks
+            writes.submit(self.store.store_run, trace_id, {"status": RunStatus.RUNNING, "started_at": utcnow()},
+                          [(EventKind.RUN_STARTED, started_data(live), None), *reused_events(live)])
         else:
-            writes.submit(self.store.set_run, trace_id, status=RunStatus.RUNNING)
-            writes.submit(
-                self.store.append, trace_id, EventKind.RUN_RESUMED,
-                {"status": RunStatus.RUNNING, "attempt": live.attempt, "restarted_steps": restarted},
-            )
+            resumed = {"status": RunStatus.RUNNING, "attempt": live.attempt, "restarted_steps": restarted}
+            writes.submit(self.store.store_run, trace_id, {"status": RunStatus.RUNNING},
+                          [(EventKind.RUN_RESUMED, resumed, None)])
 
     async def _output(self, live: LiveRun, states: dict[str, dict[str, Any]]) -> Any:
         """The template's output, bounded as a step's is; RunFailed when it fails."""
@@ -164,6 +195,12 @@ class RunTasks:
                 live.options.output, live.steps[-1].id if live.steps else None, states,
                 live.input, self.sandbox)
             check_output(final, limit=self.settings.step_output_max_bytes, of="the template")
+            if live.options.output_schema is not None:
+                found = await schemas.check(final, live.options.output_schema, root="output",
+                                            sandbox=self.sandbox)
+                if found:
+                    raise RunFailed("", "The run's output does not match the template's "
+                                        f"output_schema: {schemas.describe(found)}")
         except ExpressionError as exc:
             raise RunFailed("", f"The template's output failed: {exc.message}") from None
         except StepFailure as failure:

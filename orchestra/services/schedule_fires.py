@@ -50,7 +50,6 @@ IDLE_SECONDS = 30.0  # the longest sleep (schedules saved on other processes are
 BATCH = 100  # schedules fired in one transaction
 WRITE_CHUNK = 500  # rows in one INSERT
 MOST_DUE = 1000  # due times of one schedule considered in one look (the newest)
-SUBMIT_CONCURRENCY = 8
 LOCKED_RETRY_SECONDS = 0.2
 RETRY_BROKEN_SECONDS = 60.0  # a schedule whose fire failed (not an outage) is tried again after
 
@@ -157,18 +156,13 @@ class FireLoop:
         return list(self._broken)
 
     async def _submit(self, trace_ids: list[str]) -> None:
-        """Hand queued runs to the engine (a failure leaves them queued: claimed later)."""
-        gate = asyncio.Semaphore(SUBMIT_CONCURRENCY)
-
-        async def submit(trace_id: str) -> None:
-            async with gate:
-                try:
-                    await self.core.engine.submit(trace_id)
-                except Exception as exc:  # noqa: BLE001 - the run stays queued for any claim loop
-                    if not self.outage.failed(exc, "starting a scheduled run"):
-                        logger.exception("could not hand scheduled run %s to the engine", trace_id)
-
-        await asyncio.gather(*(submit(t) for t in trace_ids))
+        """Hand queued runs to the engine, claimed and started together (a failure leaves
+        them queued: any claim loop takes them)."""
+        try:
+            await self.core.engine.submit_many(trace_ids)
+        except Exception as exc:  # noqa: BLE001 - the runs stay queued for any claim loop
+            if not self.outage.failed(exc, "starting scheduled runs"):
+                logger.exception("could not hand %d scheduled runs to the engine", len(trace_ids))
 
     def _due_times(self, row: WorkflowSchedule, now: dt.datetime) -> tuple[Any, list[dt.datetime], set, Any]:
         """(zone, due times not yet passed over, those to fire, the next due time) of `row`."""

@@ -6,7 +6,7 @@ keys whose values differ (a key present on one side only counts); a container's 
 steps are not among its own keys (`steps` of a foreach, `loop.steps` of a loop), so a
 container is listed only when something of its own changed. `template_fields` are the
 changed top-level names of the template (name, description, input_schema, limits,
-output), never `steps`.
+output, output_schema, expose), never `steps`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 from orchestra.engine import instances
 
-TEMPLATE_FIELDS = ("name", "description", "input_schema", "limits", "output")
+TEMPLATE_FIELDS = ("name", "description", "input_schema", "limits", "output", "output_schema", "expose")
 
 
 def own_keys(step: dict[str, Any]) -> dict[str, Any]:

@@ -41,7 +41,7 @@ from orchestra.services.run_starts import StartKey
 from orchestra.services.shared import Shared
 
 EVENTS_MAX = 1000  # events in one page of GET /run/{id}/events
-OPTION_FIELDS = ("input_schema", "limits", "output")  # template-level language options
+OPTION_FIELDS = ("input_schema", "limits", "output", "output_schema", "expose")  # template-level language options
 
 
 # --- template validation ----------------------------------------------------------------
@@ -197,7 +197,13 @@ async def _save_version(core: Shared, template: WorkflowTemplate, *, create: boo
         template.version = await version_store.next_number(core, template, create=create)
         await _save_template(template, create=create)
         await version_store.record(core, template, author_id=author_id)
+    await templates_changed(core)
     return template
+
+
+async def templates_changed(core: Shared) -> None:
+    """Tell every process that templates changed: MCP tool lists follow (SPEC §14)."""
+    await core.signals.notify("cache", "workflow_template")
 
 
 async def list_templates(
@@ -266,6 +272,7 @@ async def delete_template(core: Shared, *, user_id: str, is_admin: bool, templat
         core, user_id=user_id, is_admin=is_admin, template_id=template_id, write=True
     )
     await core.db.aexecute(WorkflowTemplate.delete().where(WorkflowTemplate.id == template.id))
+    await templates_changed(core)
 
 
 # --- runs --------------------------------------------------------------------------------
@@ -322,8 +329,10 @@ async def start_run(
             attached.append({"file_id": upload.id, "filename": upload.filename})
     if problems:
         raise ValidationError(f"Invalid files: {problems[0]['problem']}.", detail=problems)
+    claim = core.engine.claim_now()  # with room here, stored claimed: it starts at once
     async with core.db.atomic():
         run = await WorkflowRun.acreate(
+            **claim,
             owner=user_id,
             template=template.id,
             template_name=pinned.name,
@@ -345,7 +354,10 @@ async def start_run(
                 {"run": run.trace_id, "step_id": step["id"], "path": step["id"], "status": StepStatus.PENDING}
                 for step in pinned.steps
             ]))
-    await core.engine.submit(run.trace_id)
+    if claim:
+        await core.engine.adopt(run)
+    else:
+        await core.engine.submit(run.trace_id)
     return run
 
 

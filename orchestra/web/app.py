@@ -21,8 +21,9 @@ from orchestra.services.uploads import sweep_stray_files
 from orchestra.settings import Settings
 from orchestra.web import errors, head, observe
 from orchestra.web.apidoc import ui as apidoc_ui
-from orchestra.web.blueprints import all_blueprints
+from orchestra.web.blueprints import all_blueprints, mcp_endpoint
 from orchestra.web.limits import RateLimits
+from orchestra.web.mcp_server import McpEndpoint
 from orchestra.web.protocol import HEAD_MAX_BYTES
 
 _app_numbers = itertools.count(1)
@@ -112,7 +113,7 @@ def create_app(settings: Settings | None = None, *, name: str | None = None) -> 
     )
     app.ctx.settings = settings
     api = all_blueprints()
-    pages = [apidoc_ui.bp]
+    pages = [apidoc_ui.bp, mcp_endpoint.bp]
     if settings.console:
         from orchestra.web.blueprints import console
 
@@ -162,12 +163,16 @@ def create_app(settings: Settings | None = None, *, name: str | None = None) -> 
         # by one process at a time (services/deliveries.py).
         app.ctx.delivery_loop = DeliveryLoop(app.ctx.core)
         app.ctx.delivery_loop.start()
+        # /mcp: the MCP server's sessions live in this process (web/mcp_server.py).
+        app.ctx.mcp = McpEndpoint(app.ctx.core)
+        await app.ctx.mcp.start()
 
     @app.before_server_stop
     async def hand_back_runs(app: Sanic) -> None:
         await app.ctx.retention.stop()
         await app.ctx.fire_loop.stop()
         await app.ctx.delivery_loop.stop()
+        await app.ctx.mcp.stop()
         # Stop claiming, let in-flight steps finish for the grace period, then hand the
         # runs back so another process goes on at once (before streams are closed).
         await app.ctx.core.engine.stop()

@@ -112,3 +112,14 @@ def test_plain_lines_name_instances_by_path():
     view.handle(event(1, "step_started", step_id="draft", path="improve#2.draft"))
     view.handle(event(2, "step_finished", step_id="draft", path="improve#2.draft", output="v2"))
     assert out.getvalue().splitlines() == ["[improve#2.draft] started", "[improve#2.draft] finished", "    v2"]
+
+
+def test_a_forks_reused_item_names_where_it_came_from():
+    out = io.StringIO()
+    view = PlainRenderer(TRACE, out)
+    view.handle(event(1, "step_reused", step_id="each", path="each[0]", output="c", source_path="each[2]"))
+    view.handle(event(2, "step_reused", step_id="each", path="each[1]", output="b"))
+    view.handle(event(3, "step_reused", step_id="plan", path="plan", output="p", overridden=True))
+    lines = out.getvalue().splitlines()
+    assert [line for line in lines if line.startswith("[")] == [
+        "[each[0]] reused from each[2]", "[each[1]] reused", "[plan] set by the fork"]

@@ -85,3 +85,31 @@ def test_secrets_http_steps_and_child_runs_in_the_console(console):
         page.wait_for_url(re.compile(rf"#/run/{trace_id}$"))
         console.shot("child-run")
         assert console.errors == [], console.errors
+
+
+def test_a_childs_question_is_answered_from_its_parents_page(console):
+    """The child asks; the parent's page shows the question and its reply goes to the
+    child's trace; the child's answer is then the parent's output."""
+    page = console.page
+    http = api(console, "root")
+    leaf = http.post("/workflow/template", json={"name": "approve", "steps": [
+        {"id": "ask", "agent": {"human": True}, "prompt": "Approve {{input}}?"}]})
+    assert leaf.status_code == 201, leaf.text
+    top = http.post("/workflow/template", json={"name": "plan", "steps": [
+        {"id": "sub", "workflow": {"template": "approve", "input": "input"}}]})
+    assert top.status_code == 201, top.text
+    trace_id = http.post("/workflow/run", json={"template_id": top.json()["template_id"],
+                                                "input": "the plan"}).json()["trace_id"]
+    console.sign_in("root")
+    console.open(f"run/{trace_id}")
+    page.get_by_text("Approve the plan?").first.wait_for()
+    child = next(s["child_trace_id"] for s in http.get(f"/workflow/run/{trace_id}").json()["steps"])
+    page.get_by_label("Your reply").fill("yes, go")
+    page.get_by_role("button", name="Send reply").click()
+    page.locator('section.run[data-status="succeeded"]').wait_for()
+    assert http.get(f"/workflow/run/{trace_id}").json()["output"] == "yes, go"
+    answered = [e for e in http.get(f"/workflow/run/{child}/events").json()["events"]
+                if e["kind"] == "reply_received"]
+    assert [e["data"]["content"] for e in answered] == ["yes, go"]  # stored on the child's trace
+    assert page.get_by_label("Your reply").count() == 0
+    assert console.errors == [], console.errors

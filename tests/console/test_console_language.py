@@ -345,3 +345,35 @@ def test_questions_of_foreach_items_are_answered_in_their_rows_and_a_timed_out_o
     assert steps["late"]["output"] == "nothing more"
     expect(page.locator('article[data-step="late"] .answer')).to_have_text("No reply in time; the default: nothing more")
     assert console.errors == []
+
+
+def test_a_template_is_offered_as_an_mcp_tool_with_its_output_schema(console: Console):
+    """SPEC §14 in the editor: the run's output schema and 'Offer as an MCP tool'."""
+    page = console.page
+    http = api(console)
+    console.sign_in("root")
+    console.open("templates/new")
+    page.get_by_role("heading", name="New template").wait_for()
+    page.get_by_label("Name", exact=True).fill("offered")
+    first = step(page, 0)
+    first.get_by_label("Step id").fill("ask")
+    first.get_by_label("Agent").select_option("human")
+    first.get_by_label("Prompt").fill("Which queue?")
+    page.get_by_text("Input, limits and output").click()
+    page.get_by_label("Schema of the run's output (JSON Schema)").fill('{"type": "string"')
+    expect(page.get_by_text("not JSON")).to_be_visible()
+    page.get_by_label("Schema of the run's output (JSON Schema)").fill('{"type": "string", "maxLength": 20}')
+    page.get_by_label("Offer as an MCP tool").check()
+    page.get_by_role("button", name="Save template").click()
+    page.get_by_text("Template 'offered' created.").wait_for()
+    (stored,) = http.get("/workflow/template").json()["templates"]
+    assert stored["expose"] == {"mcp": True}
+    assert stored["output_schema"] == {"type": "string", "maxLength": 20}
+    console.shot("template-offered-as-mcp-tool")
+    page.reload()  # the editor shows what is stored
+    expect(page.get_by_label("Offer as an MCP tool")).to_be_checked()
+    page.get_by_label("Offer as an MCP tool").uncheck()
+    page.get_by_role("button", name="Save template").click()
+    page.get_by_text("Template 'offered' saved.").wait_for()
+    (stored,) = http.get("/workflow/template").json()["templates"]
+    assert "expose" not in stored and stored["output_schema"] == {"type": "string", "maxLength": 20}

@@ -216,3 +216,21 @@ async def test_a_version_that_changes_a_step_kind_forks_and_runs_it_again(client
     run = await fork_of(client, alice, source["trace_id"], version=2)
     assert prompts_since(fake_llm, since) == ['four ["a","b"]', "inner", "two", "two"]
     assert {s["path"] for s in run["steps"] if s["reused"]} == {"one"}
+
+
+async def test_an_http_step_runs_again_when_what_it_sends_reads_a_changed_input(client, alice, worker, fake_llm):
+    ping = {"id": "ping", "http": {"method": "GET", "url": f"{fake_llm.base_url}/models",
+                                   "headers": {"Authorization": "Bearer k", "X-V": "{{ input.v }}"}}}
+    steps = [ping, agent(worker, "one", "one {{ input.items }}")]
+    tid = (await make_template(client, alice, steps, input_schema=INPUT))["template_id"]
+
+    def sent() -> list[str]:
+        return [next(v for k, v in r.headers.items() if k.lower() == "x-v")
+                for r in fake_llm.requests if r.method == "GET"]
+
+    source = await run_of(client, alice, tid, {"v": 1, "items": []})
+    assert sent() == ["1"]
+    same = await fork_of(client, alice, source["trace_id"], input={"v": 1, "items": ["x"]})
+    assert sent() == ["1"] and {s["path"] for s in same["steps"] if s["reused"]} == {"ping"}
+    changed = await fork_of(client, alice, source["trace_id"], input={"v": 2, "items": []})
+    assert sent() == ["1", "2"] and {s["path"] for s in changed["steps"] if s["reused"]} == {"one"}

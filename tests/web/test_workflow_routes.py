@@ -358,3 +358,38 @@ async def test_an_expression_that_mixes_types_is_refused_at_save(client, alice):
                  "steps.classify.output.note.size() > 2", "[1, 2].exists(x, x == steps.classify.output.urgency)"):
         answer = await client.post(f"{API}/template/check", headers=alice["headers"], json=template(fine))
         assert answer.json()["valid"] is True, (fine, answer.text)
+
+
+# --- template output_schema and expose (SPEC §14) ------------------------------------------
+
+
+async def test_output_schema_and_expose_are_saved_checked_and_enforced(client, alice):
+    bad = await client.post(f"{API}/template", headers=alice["headers"], json={
+        "name": "bad", "steps": [human("a")], "output_schema": {"type": "nope"}})
+    assert "output_schema.type" in {d["field"] for d in assert_error(bad, 422, "ValidationError")["detail"]}
+    bad = await client.post(f"{API}/template", headers=alice["headers"], json={
+        "name": "bad", "steps": [human("a")], "expose": {"mcp": True, "rest": True}})
+    assert "expose.rest" in {d["field"] for d in assert_error(bad, 422, "ValidationError")["detail"]}
+    assert await WorkflowTemplate.aget_or_none(WorkflowTemplate.name == "bad") is None
+    created = await make_template(client, alice, [human("a")], output="steps.a.output",
+                                  output_schema={"type": "string", "maxLength": 3}, expose={"mcp": True})
+    assert created["template"]["expose"] == {"mcp": True}
+    assert created["template"]["output_schema"] == {"type": "string", "maxLength": 3}
+    stored = await WorkflowTemplate.aget(WorkflowTemplate.id == created["template_id"])
+    assert stored.spec == {"output": "steps.a.output", "output_schema": {"type": "string", "maxLength": 3},
+                           "expose": {"mcp": True}}
+    hidden = await make_template(client, alice, [human("a")], name="hidden", expose={"mcp": False})
+    assert "expose" not in hidden["template"]  # false is the default: not stored
+
+    async def run_with(reply: str) -> dict:
+        started = await client.post(f"{API}/run", headers=alice["headers"],
+                                    json={"template_id": created["template_id"], "input": "x"})
+        trace_id = started.json()["trace_id"]
+        await wait_for(client, alice, trace_id, "waiting_reply")
+        await client.post(f"{API}/reply/{trace_id}", headers=alice["headers"], json={"content": reply})
+        return await wait_for(client, alice, trace_id, "succeeded", "failed")
+
+    assert (await run_with("ok"))["status"] == "succeeded"
+    failed = await run_with("too long")
+    assert failed["status"] == "failed"
+    assert "output_schema" in failed["error"] and "output" in failed["error"]

@@ -210,6 +210,13 @@ class TemplateLimits(Closed):
             raise ValueError(exc.detail[0]["problem"]) from None
 
 
+class Expose(Closed):
+    """Where else the template is offered (SPEC §14)."""
+
+    mcp: bool = Field(False, description="Offer the template as a tool of orchestra's MCP "
+                      "server (`/mcp`) to every caller who may run it.")
+
+
 class TemplateOptions(Closed):
     """The template-level parts of the workflow language (all optional)."""
 
@@ -222,6 +229,12 @@ class TemplateOptions(Closed):
         None, max_length=EXPRESSION_MAX,
         description="CEL expression: the run's output (default: the last listed step's output).",
     )
+    output_schema: dict[str, Any] | None = Field(
+        None,
+        description="JSON Schema (2020-12) the run's output must satisfy; a run whose output "
+        "does not fails naming the path. MCP tools declare it as their outputSchema.",
+    )
+    expose: Expose | None = None
 
 
 Loop.model_rebuild()

@@ -384,14 +384,20 @@ def _check_options(options: dict[str, Any], checked: Checked) -> None:
     except pydantic.ValidationError as exc:
         for err in exc.errors(include_url=False):
             checked.add(".".join(str(p) for p in err["loc"]), err["msg"])
-    schema = options.get("input_schema")
-    if isinstance(schema, dict):
-        for sub, problem in schemas.check_schema(schema):
-            checked.add(".".join(p for p in ("input_schema", sub) if p), problem)
+    for name in ("input_schema", "output_schema"):
+        schema = options.get(name)
+        if isinstance(schema, dict):
+            for sub, problem in schemas.check_schema(schema):
+                checked.add(".".join(p for p in (name, sub) if p), problem)
     if parsed is None:
         if isinstance(options.get("output"), str):
             checked.options = {"output": options["output"]}
         return
+    checked.options = _clean_options(parsed)
+
+
+def _clean_options(parsed: TemplateOptions) -> dict[str, Any]:
+    """The options as stored: only what was set (an `expose` with nothing on is none)."""
     clean: dict[str, Any] = {}
     if parsed.input_schema is not None:
         clean["input_schema"] = parsed.input_schema
@@ -401,7 +407,11 @@ def _check_options(options: dict[str, Any], checked: Checked) -> None:
             clean["limits"] = limits
     if parsed.output is not None:
         clean["output"] = parsed.output
-    checked.options = clean
+    if parsed.output_schema is not None:
+        clean["output_schema"] = parsed.output_schema
+    if parsed.expose is not None and parsed.expose.mcp:
+        clean["expose"] = {"mcp": True}
+    return clean
 
 
 def _check_graph(steps: list[Any], checked: Checked, where: str = "steps") -> dict[str, set[str]]:

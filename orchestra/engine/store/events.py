@@ -27,6 +27,7 @@ from orchestra.timestamps import parse_ts
 APPEND_DEADLINE_SECONDS = 30.0  # how long appends retry through seq conflicts
 PAGE_EVENTS = 256  # a catch-up page holds at most this many events ...
 PAGE_BYTES = 256 * 1024  # ... and about this many bytes of event data (at least one event)
+INSERT_CHUNK = 500  # events of several runs stored by one INSERT at most
 
 
 class RunGone(Exception):
@@ -203,12 +204,37 @@ class EventLog:
             return events
         return await self._store(rows)
 
+    async def insert_first(self, items: dict[str, list[Item]]) -> dict[str, list[Event]]:
+        """The first events of several runs (none stored yet), in one statement inside
+        the caller's transaction (IntegrityError when a run had one after all). Publishes
+        nothing, like `insert`."""
+        rows = {trace_id: self._rows(trace_id, 0, run_items) for trace_id, run_items in items.items()}
+        every = [row for run_rows in rows.values() for row in run_rows]
+        for row in every:
+            if row["kind"] not in KINDS:
+                raise ValueError(f"unknown event kind {row['kind']!r}")
+        for at in range(0, len(every), INSERT_CHUNK):
+            await self.db.aexecute(RunEvent.insert_many(every[at:at + INSERT_CHUNK]))
+        events = {trace_id: [Event(row["seq"], row["kind"], row["data"]) for row in run_rows]
+                  for trace_id, run_rows in rows.items()}
+        outbox = self.outbox
+        if outbox is not None:
+            for trace_id, run_events in events.items():
+                if any(event.kind in outbox.kinds for event in run_events):
+                    await outbox.queue(trace_id, run_events)
+        return events
+
     async def _store(self, rows: list[dict[str, Any]]) -> list[Event]:
         if len(rows) == 1:
             await RunEvent.acreate(**rows[0])
         else:
             await self.db.aexecute(RunEvent.insert_many(rows))
         return [Event(row["seq"], row["kind"], row["data"]) for row in rows]
+
+    def remember_none(self, trace_id: str) -> None:
+        """A run this process just stored: it has no events yet (a stale guess could only
+        collide and be read again, never leave a gap)."""
+        self._last.setdefault(trace_id, 0)
 
     def remember(self, trace_id: str, events: list[Event]) -> None:
         """After a commit: `events` are stored, the next append follows the last of them."""

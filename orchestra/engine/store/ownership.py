@@ -52,6 +52,11 @@ class Ownership:
         """A claim token of this process: its identity and the next claim number."""
         return f"{self.me}#{next(self._numbers)}"
 
+    def claimed_columns(self) -> dict[str, Any]:
+        """A new run's columns when this process stores it claimed (its first claim, made
+        in the write that stores it)."""
+        return {"owner_process": self.new_token(), "lease_until": time.time() + self.lease_seconds, "attempts": 1}
+
     @staticmethod
     def holds(trace_id: str, token: str):
         """The condition that the claim `token` still holds the run (for fenced writes)."""
@@ -79,21 +84,32 @@ class Ownership:
         """Take the run if nobody holds it; the row as claimed (its `owner_process` is the
         claim's token), or None. `attempt=False`: a lease that ran out is not counted
         (the store was unreachable, the owner may be alive)."""
+        rows = await self.claim_many([trace_id], attempt=attempt)
+        return rows[0] if rows else None
+
+    async def claim_many(self, trace_ids: list[str], *, attempt: bool = True) -> list[WorkflowRun]:
+        """`claim` for several runs in two statements, whatever their number (a burst of
+        runs queued at once): each run still gets a claim token of its own. The rows of
+        those taken, in the order asked."""
+        if not trace_ids:
+            return []
         now = time.time()
-        token = self.new_token()
+        tokens = {trace_id: self.new_token() for trace_id in dict.fromkeys(trace_ids)}
         crashed = WorkflowRun.owner_process.is_null(False) if attempt else False
         counted = Case(None, [((WorkflowRun.attempts == 0) | crashed, WorkflowRun.attempts + 1)],
                        WorkflowRun.attempts)
         changed = await self.db.aexecute(
             WorkflowRun.update(
-                owner_process=token,
+                owner_process=Case(WorkflowRun.trace_id, list(tokens.items())),
                 lease_until=now + self.lease_seconds,
                 attempts=counted,
-            ).where((WorkflowRun.trace_id == trace_id) & self._claimable(now))
+            ).where(WorkflowRun.trace_id.in_(list(tokens)) & self._claimable(now))
         )
         if not changed:
-            return None
-        return await WorkflowRun.aget_or_none(self.holds(trace_id, token))
+            return []
+        rows = {row.trace_id: row for row in await self.db.list(
+            WorkflowRun.select().where(WorkflowRun.owner_process.in_(list(tokens.values()))))}
+        return [rows[t] for t in tokens if t in rows and rows[t].owner_process == tokens[t]]
 
     async def renew(self, claims: dict[str, str], *, db: Any = None) -> dict[str, bool]:
         """Extend the leases of these runs (`{trace_id: token}`), executing here, whose

@@ -18,7 +18,7 @@ from typing import Any
 
 from peewee import Case, IntegrityError, fn
 
-from orchestra.db.models import RunStep, WorkflowRun, utcnow
+from orchestra.db.models import RunEvent, RunStep, WorkflowRun, utcnow
 from orchestra.engine.model import At, Question
 from orchestra.engine.store.events import (
     Event,
@@ -80,6 +80,9 @@ class RunStore:
 
     async def claim(self, trace_id: str, *, attempt: bool = True) -> WorkflowRun | None:
         return await self.ownership.claim(trace_id, attempt=attempt)
+
+    async def claim_many(self, trace_ids: list[str], *, attempt: bool = True) -> list[WorkflowRun]:
+        return await self.ownership.claim_many(trace_ids, attempt=attempt)
 
     async def renew(self, claims: dict[str, str]) -> dict[str, bool]:
         """Renew leases on the lease connection (never behind request traffic)."""
@@ -246,6 +249,15 @@ class RunStore:
 
         await self.write(trace_id, store)
 
+    async def store_run(self, trace_id: str, values: dict[str, Any], items: list[Item]) -> None:
+        """The run's row change with its events (`run_started`, `run_resumed`), at once."""
+
+        async def store() -> list[Event]:
+            await self.set_run(trace_id, **values)
+            return await self.events.insert(trace_id, items)
+
+        await self.write(trace_id, store)
+
     async def store_asked(self, trace_id: str, path: str, items: list[Item]) -> None:
         """The run and the step `waiting_reply`, with the question's events, at once."""
 
@@ -280,6 +292,39 @@ class RunStore:
             return await self.events.insert(trace_id, [(kind, data, None)])
 
         await self.write(trace_id, store)
+
+    async def start_many(self, starts: dict[str, dict[str, Any]]) -> list[str]:
+        """`run_started` (`starts`: {trace_id: its data}) for runs claimed here together,
+        with their rows `running`, in one transaction of four statements: a burst of
+        queued runs starts without a transaction per run. Only fresh runs start here —
+        no event stored and no reused step (a retry's or a fork's steps are written by
+        its own task) — and only while this process's claims hold (else Fenced, and
+        nothing is written). The trace ids started, after their events are published."""
+        ids = [trace_id for trace_id in starts if self._held.get(trace_id)]
+        if not ids:
+            return []
+        now = utcnow()
+        async with self.write_transaction():
+            begun = {run for (run,) in await self.db.list(
+                RunEvent.select(RunEvent.run).where(RunEvent.run.in_(ids)).distinct().tuples())}
+            begun |= {run for (run,) in await self.db.list(
+                RunStep.select(RunStep.run).where(RunStep.run.in_(ids) & (RunStep.reused == True))  # noqa: E712
+                .distinct().tuples())}
+            ids = [trace_id for trace_id in ids if trace_id not in begun]
+            if not ids:
+                return []
+            changed = await self.db.aexecute(
+                WorkflowRun.update(status=RunStatus.RUNNING, started_at=now).where(
+                    WorkflowRun.trace_id.in_(ids)
+                    & WorkflowRun.owner_process.in_([self._held[trace_id] for trace_id in ids])))
+            if changed != len(ids):
+                raise Fenced(f"{len(ids) - changed} of {len(ids)} runs are no longer held here")
+            stored = await self.events.insert_first(
+                {trace_id: [(EventKind.RUN_STARTED, starts[trace_id], None)] for trace_id in ids})
+        for trace_id, events in stored.items():
+            self.events.remember(trace_id, events)
+            self.events.published(trace_id, events)
+        return ids
 
     async def settle_ended(self, trace_id: str, status: str) -> None:
         """A run whose terminal event is stored but whose row was not updated (its owner

@@ -8,7 +8,7 @@ from pydantic import Field
 from sanic import Blueprint, Request
 from sanic.response import HTTPResponse, json
 
-from orchestra.engine.language.model import EXPRESSION_MAX, MAX_STEPS, Step, TemplateLimits
+from orchestra.engine.language.model import EXPRESSION_MAX, MAX_STEPS, Expose, Step, TemplateLimits
 from orchestra.engine.vocabulary import RunStatus
 from orchestra.errors import PermissionDeniedError, ValidationError
 from orchestra.observability import tracing
@@ -72,12 +72,15 @@ class TemplateDraft(Body):
     input_schema: dict[str, Any] | None = None
     limits: TemplateLimits | None = None
     output: str | None = None
+    output_schema: dict[str, Any] | None = None
+    expose: Expose | None = None
 
     def options(self) -> dict[str, Any]:
         """The language's template-level fields that were sent."""
         sent = {k: getattr(self, k) for k in service.OPTION_FIELDS if getattr(self, k) is not None}
-        if "limits" in sent:
-            sent["limits"] = sent["limits"].model_dump(exclude_none=True)
+        for name in ("limits", "expose"):
+            if name in sent:
+                sent[name] = sent[name].model_dump(exclude_none=True)
         return sent
 
 
@@ -101,6 +104,12 @@ class TemplateBody(TemplateDraft):
         None, description="CEL expression: the run's output (default: the last step's).",
         maxLength=EXPRESSION_MAX,
     )
+    output_schema: dict[str, Any] | None = rule(
+        None, description="JSON Schema (2020-12, at most 64 KiB, no remote $ref) the run's output "
+        "must satisfy (else the run fails naming the path); an MCP tool's outputSchema.",
+    )
+    expose: Expose | None = rule(None, description='`{"mcp": true}` offers the template as a tool '
+                                 "of orchestra's MCP server (`/mcp`, SPEC §14).")
 
 
 class RunBody(Body):

@@ -10,7 +10,8 @@ import { api, freshAccessToken } from './api.js';
 
 export const KINDS = ['run_started', 'run_resumed', 'step_started', 'token', 'tool_call', 'tool_result',
   'reply_requested', 'reply_received', 'reply_withdrawn', 'reply_timed_out', 'step_finished', 'step_failed',
-  'step_skipped', 'step_retrying', 'step_reused', 'run_finished', 'run_failed', 'run_cancelled', 'budget_exceeded', 'budget_exhausted'];
+  'step_skipped', 'step_retrying', 'step_reused', 'child_started', 'child_finished', 'run_finished', 'run_failed',
+  'run_cancelled', 'budget_exceeded', 'budget_exhausted'];
 export const TERMINAL = new Set(['run_finished', 'run_failed', 'run_cancelled']);
 
 /** Start following; `onEvent(kind, data, seq)`, `onState(state, error?)` with state
