@@ -10,10 +10,6 @@ from typing import Any
 from orchestra.engine.store.events import RunGone
 
 GROUP_LIMIT = 100  # writes applied together at most: a transaction stays short
-# Event-loop turns the writer lets pass before it takes the next group: the run's task
-# goes on meanwhile, so a step's end, the next step's start and that call's budget
-# reservation (engine/spend.py) are stored by one transaction rather than two or three.
-LINGER_TURNS = 5
 _SINGLE = object()  # the queue entry of a plain `submit`
 
 
@@ -27,9 +23,8 @@ class RunWriter:
 
     Group commit: writes submitted with `submit_many` that wait next to each other in the
     queue (twenty parallel steps starting at once, or ending while an earlier write is in
-    flight, or a step's end and the next one's start, submitted within a few event-loop
-    turns: LINGER_TURNS) are applied by one call of their function, in one transaction:
-    the run pays one commit, and other processes one notification, for the whole group.
+    flight) are applied by one call of their function, in one transaction: the run pays
+    one commit, and other processes one notification, for the whole group.
     """
 
     def __init__(self) -> None:
@@ -84,8 +79,6 @@ class RunWriter:
 
     async def _work(self) -> None:
         while self._queue:
-            for _ in range(LINGER_TURNS):  # what the run is about to submit joins this group
-                await asyncio.sleep(0)
             futures, fn, args, kwargs, grouped = self._next_group()
             result = None
             tries = 0

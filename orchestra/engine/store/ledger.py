@@ -18,8 +18,7 @@ reservation (at most one extra store transaction per call).
 
 from __future__ import annotations
 
-import asyncio
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from peewee import fn
@@ -48,14 +47,6 @@ class Shortfall:
     spent_pusd: int
 
 
-@dataclass
-class Ask:
-    """A reservation waiting for the run's next fenced write to make it (True: it fit)."""
-
-    pico: int
-    answer: asyncio.Future = field(default_factory=lambda: asyncio.get_running_loop().create_future())
-
-
 class Ledger:
     """What runs executing here spent: stored changes, unstored ones, their chains."""
 
@@ -64,7 +55,6 @@ class Ledger:
         self.db = store.db
         self._unstored: dict[str, int] = {}
         self._chains: dict[str, tuple[str, ...]] = {}  # a child's ancestors, nearest first
-        self._asks: dict[str, list[Ask]] = {}  # reservations for the run's next fenced write
 
     # -- a run's chain ---------------------------------------------------------------
     async def ancestors(self, trace_id: str, parent: str | None) -> list[Ancestor]:
@@ -85,9 +75,6 @@ class Ledger:
     def forget(self, trace_id: str) -> None:
         self._unstored.pop(trace_id, None)
         self._chains.pop(trace_id, None)
-        for ask in self._asks.pop(trace_id, ()):
-            if not ask.answer.done():
-                ask.answer.cancel()
 
     # -- unstored changes ------------------------------------------------------------
     def spend(self, trace_id: str, pico: int) -> None:
@@ -122,54 +109,6 @@ class Ledger:
             await self.db.aexecute(WorkflowRun.update(
                 spent_pusd=fn.COALESCE(WorkflowRun.spent_pusd, 0) + pico,
             ).where(WorkflowRun.trace_id == trace_id))
-
-    # -- reservations carried by a write ---------------------------------------------
-    def ask(self, trace_id: str, pico: int) -> Ask:
-        """A reservation the run's next fenced write makes, in its own transaction (the
-        step's start or end that is on its way): no transaction of its own."""
-        ask = Ask(pico)
-        self._asks.setdefault(trace_id, []).append(ask)
-        return ask
-
-    def asked(self, trace_id: str) -> bool:
-        return bool(self._asks.get(trace_id))
-
-    async def make_asked(self, trace_id: str) -> list[tuple[Ask, bool]]:
-        """Inside the run's fenced transaction, last: the reservations asked so far, each
-        made if it fits. Answered by `answer` after the commit (`give_back` if it fails)."""
-        asks = self._asks.pop(trace_id, [])
-        made = []
-        try:
-            for ask in asks:
-                made.append((ask, await self._fits_and_add(trace_id, ask.pico)))
-        except BaseException:
-            self.give_back(trace_id, [ask for ask, _ in made] + asks[len(made):])
-            raise
-        return made
-
-    def give_back(self, trace_id: str, asks: list[Ask]) -> None:
-        """A write that took these asks was not stored: the next one makes them."""
-        if asks:
-            self._asks[trace_id] = asks + self._asks.get(trace_id, [])
-
-    @staticmethod
-    def answer(made: list[tuple[Ask, bool]]) -> None:
-        for ask, fits in made:
-            if not ask.answer.done():
-                ask.answer.set_result(fits)
-
-    async def _fits_and_add(self, trace_id: str, pico: int) -> bool:
-        """In the run's fenced transaction: reserve `pico` when it fits under every
-        budget of the chain. Its own row is locked by the fence already."""
-        if trace_id not in self._chains:
-            spent = fn.COALESCE(WorkflowRun.spent_pusd, 0)
-            return bool(await self.db.aexecute(WorkflowRun.update(spent_pusd=spent + pico).where(
-                (WorkflowRun.trace_id == trace_id) & (spent + pico <= WorkflowRun.budget_pusd))))
-        rows = await self._chain_rows(trace_id, lock=True)
-        fits = all(r.budget_pusd is None or (r.spent_pusd or 0) + pico <= r.budget_pusd for r in rows)
-        if fits:
-            await self.add(trace_id, pico)
-        return fits
 
     # -- reservations ----------------------------------------------------------------
     async def reserve(self, trace_id: str, pico: int) -> bool:

@@ -189,17 +189,13 @@ class RunStore:
         retry: SeqRetry | None = None
         while True:
             spent = self.ledger.take(trace_id) if fenced else 0
-            made = []
             try:
                 async with self.write_transaction():
                     if fenced:  # an owner's write: its claim still holds, or Fenced
                         await self.fence(trace_id, spent=spent)
                     events = await store()
-                    if fenced:  # reservations asked meanwhile ride along (store/ledger.py)
-                        made = await self.ledger.make_asked(trace_id)
                 break
             except BaseException as exc:
-                self.ledger.give_back(trace_id, [ask for ask, _ in made])
                 self.ledger.keep(trace_id, spent, known_failed=isinstance(exc, IntegrityError))
                 if not isinstance(exc, IntegrityError):
                     raise
@@ -209,16 +205,9 @@ class RunStore:
                     raise RunGone(f"run {trace_id} no longer exists") from None
                 retry = retry or SeqRetry()
                 await retry.again(trace_id)
-        self.ledger.answer(made)
         self.events.remember(trace_id, events)
-        if events:
-            self.events.published(trace_id, events)
+        self.events.published(trace_id, events)
         return events
-
-    async def make_asked(self, trace_id: str) -> None:
-        """A write of the run's asked reservations, unless an earlier write made them."""
-        if self.ledger.asked(trace_id):
-            await self.write(trace_id, _no_events)
 
     # -- spend (SPEC §12; the ledger is store/ledger.py) -----------------------------------
     async def pause_for_budget(self, trace_id: str, data: dict[str, Any]) -> None:
@@ -380,7 +369,3 @@ class RunStore:
     async def release(self) -> None:
         """Give the current task's pooled connection back before a wait."""
         await self.events.release()
-
-
-async def _no_events() -> list[Event]:
-    return []
