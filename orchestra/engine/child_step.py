@@ -72,9 +72,9 @@ class ChildSteps:
         self.sandbox = sandbox
         self.stopping = stopping
         self.submit: Callable[[str], Awaitable[None]] | None = None
-        # A claim when this process has room to run a child at once (else None), and the
-        # start of a run stored claimed that way.
-        self.claim_token: Callable[[], str | None] | None = None
+        # A claim's columns when this process has room to run a child at once (else {}),
+        # and the start of a run stored claimed that way.
+        self.claim_now: Callable[[], dict[str, Any]] | None = None
         self.adopt: Callable[[WorkflowRun], Awaitable[None]] | None = None
         self.cancel: Callable[..., Awaitable[None]] | None = None
         self._tasks: set[asyncio.Task] = set()
@@ -140,7 +140,7 @@ class ChildSteps:
         that same write when this process has room (it starts here at once), else queued
         for whoever claims it. One write of the parent's writer, so a cancel of the
         waiting step cannot come between the two."""
-        run = await self.children.start(parent, at, new, values, items, claim=self.claim_token())
+        run = await self.children.start(parent, at, new, values, items, claim=self.claim_now())
         await self.store.release()
         if run.owner_process:
             await self.adopt(run)

@@ -97,7 +97,7 @@ class Engine:
         self.child_steps = ChildSteps(store=self.store, records=records, feeds=self.feeds,
                                       sandbox=self.sandbox, stopping=lambda: self.runs.stopping)
         self.child_steps.submit, self.child_steps.cancel = self.submit, self.cancel
-        self.child_steps.claim_token, self.child_steps.adopt = self.claim_token, self.adopt
+        self.child_steps.claim_now, self.child_steps.adopt = self.claim_now, self.adopt
         calls = Calls(store=self.store, records=records, agents=self.agent_steps,
                       questions=self.questions, prompt_max_bytes=settings.prompt_max_bytes,
                       http=self.http_steps, children=self.child_steps,
@@ -189,13 +189,17 @@ class Engine:
         if rest:
             await self.signals.notify("control", f"wake:{rest[0]}")
 
-    def claim_token(self) -> str | None:
-        """A claim for a run this process stores and executes at once (a child run, stored
-        claimed by its parent's write: no claim round), or None when there is no room."""
-        return self.store.ownership.new_token() if self.runs.room > 0 else None
+    def claim_now(self) -> dict[str, Any]:
+        """The columns of a run this process stores claimed, to execute it at once with no
+        claim round (`adopt` once stored), or {} when it has no room (or is not started):
+        then the run is stored queued and `submit`ted."""
+        started = self._started is not None and self._started.done() and not self._started.exception()
+        if not started or self.runs.room <= 0:
+            return {}
+        return self.store.ownership.claimed_columns()
 
     async def adopt(self, run: WorkflowRun) -> None:
-        """Execute a run stored claimed by this process (`claim_token`); when the room
+        """Execute a run stored claimed by this process (`claim_now`); when the room
         went meanwhile (or the process began stopping), give it back for any process."""
         if self.runs.room > 0:
             self.claims.launch(run, fresh=True)

@@ -329,8 +329,10 @@ async def start_run(
             attached.append({"file_id": upload.id, "filename": upload.filename})
     if problems:
         raise ValidationError(f"Invalid files: {problems[0]['problem']}.", detail=problems)
+    claim = core.engine.claim_now()  # with room here, stored claimed: it starts at once
     async with core.db.atomic():
         run = await WorkflowRun.acreate(
+            **claim,
             owner=user_id,
             template=template.id,
             template_name=pinned.name,
@@ -352,7 +354,10 @@ async def start_run(
                 {"run": run.trace_id, "step_id": step["id"], "path": step["id"], "status": StepStatus.PENDING}
                 for step in pinned.steps
             ]))
-    await core.engine.submit(run.trace_id)
+    if claim:
+        await core.engine.adopt(run)
+    else:
+        await core.engine.submit(run.trace_id)
     return run
 
 

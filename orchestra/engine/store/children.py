@@ -5,7 +5,6 @@ shown already)."""
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -74,22 +73,19 @@ class ChildRuns:
                                     .where(WorkflowTemplate.id == template_id))
 
     async def start(self, parent: str, at: At, child: NewChild, values: dict[str, Any],
-                    items: list[Item], *, claim: str | None) -> WorkflowRun:
+                    items: list[Item], *, claim: dict[str, Any]) -> WorkflowRun:
         """The child run (queued, its step rows pending), the parent step's row (`values`
         and its `child_trace_id`) and the parent's events (`step_started`,
         `child_started`), in one fenced transaction; the child's row as stored. `claim`:
-        the child is stored claimed by this process (it runs here at once, no claim
-        round), else it waits for a claim."""
+        the columns of this process's claim (it runs here at once, no claim round), or
+        {} (it waits for a claim)."""
         template = child.template
         fields = dict(
             trace_id=child.trace_id, owner=child.owner_id, template=template.id,
             template_name=template.name, steps=child.steps, spec=child.spec, template_version=child.version,
             input=child.input_text, input_value=child.input_value, files=[], status=RunStatus.QUEUED,
             parent_trace_id=parent, parent_path=at.path, depth=child.depth, created_at=utcnow(),
-            cancel_requested=False)
-        if claim is not None:
-            fields |= {"owner_process": claim, "attempts": 1,
-                       "lease_until": time.time() + self.store.ownership.lease_seconds}
+            cancel_requested=False, **claim)
 
         async def store() -> list[Event]:
             await self.db.aexecute(WorkflowRun.insert(**fields))

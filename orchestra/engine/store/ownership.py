@@ -52,6 +52,11 @@ class Ownership:
         """A claim token of this process: its identity and the next claim number."""
         return f"{self.me}#{next(self._numbers)}"
 
+    def claimed_columns(self) -> dict[str, Any]:
+        """A new run's columns when this process stores it claimed (its first claim, made
+        in the write that stores it)."""
+        return {"owner_process": self.new_token(), "lease_until": time.time() + self.lease_seconds, "attempts": 1}
+
     @staticmethod
     def holds(trace_id: str, token: str):
         """The condition that the claim `token` still holds the run (for fenced writes)."""
