@@ -15,7 +15,10 @@ directly, and an `http` step over a bare httpx call to the same loopback server.
    the egress rule runs once per new connection; a `fresh` variant (a new connection
    for every call, the rule every time) is printed too.
 
-    python benchmarks/bench_compose.py [--runs 40] [--calls 300] [--pg URL]
+    python benchmarks/bench_compose.py [--runs 40] [--calls 300] [--pg URL] [--baseline GIT_REF]
+
+`--baseline REF` prints before/after in one run: a second server runs that commit's code
+(`git archive`) on a database of its own, taking its turn between this tree's runs.
 """
 
 from __future__ import annotations
@@ -23,10 +26,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import subprocess
 import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from urllib.parse import urlparse, urlunparse
 
@@ -39,6 +45,7 @@ import httpx2  # noqa: E402
 from benchmarks.bench_auth import populate  # noqa: E402
 from benchmarks.bench_scale import _admin_sql  # noqa: E402
 from benchmarks.common import (  # noqa: E402
+    ROOT,
     free_port,  # noqa: E402
     median,
     orchestra_server,
@@ -97,12 +104,19 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def workflow_overhead(pg: str, runs: int, target: LoopbackTarget) -> None:
+KINDS = ("child directly", "parent (workflow step)")
+
+
+@contextmanager
+def compose_server(pg: str, target: LoopbackTarget, root: Path) -> Iterator[tuple[httpx.Client, int, dict[str, str]]]:
+    """A server running the code under `root` on a fresh PostgreSQL database, with the
+    child template and its parent: (client, server pid, {kind: template id})."""
     name = f"orchestra_compose_{uuid.uuid4().hex[:8]}"
     asyncio.run(_admin_sql(pg, f'CREATE DATABASE "{name}"'))
     pg_url = urlunparse(urlparse(pg)._replace(path=f"/{name}"))
     try:
-        with orchestra_server({"ORCHESTRA_DATABASE_URL": pg_url, "ORCHESTRA_ACCESS_TTL": "3600"}) as (base, proc, env):
+        with orchestra_server({"ORCHESTRA_DATABASE_URL": pg_url, "ORCHESTRA_ACCESS_TTL": "3600"},
+                              root=root) as (base, proc, env):
             token = populate(base, env)
             http = httpx.Client(base_url=base + "/api/v1", headers={"Authorization": f"Bearer {token}"}, timeout=60)
             child = http.post("/workflow/template", json={"name": "child", "steps": [
@@ -111,31 +125,54 @@ def workflow_overhead(pg: str, runs: int, target: LoopbackTarget) -> None:
             parent = http.post("/workflow/template", json={"name": "parent", "steps": [
                 {"id": "call", "workflow": {"template": "child", "input": "input"}}]})
             assert parent.status_code == 201, parent.text
-            ids = {"child directly": child.json()["template_id"], "parent (workflow step)": parent.json()["template_id"]}
-            for template in ids.values():  # warm: connections, caches
-                for _ in range(3):
-                    timed_run(http, template)
-            times: dict[str, list[float]] = {k: [] for k in ids}
-            cpu: dict[str, float] = dict.fromkeys(ids, 0.0)  # the server's CPU seconds, per kind of run
-            for n in range(runs):
-                order = list(ids.items()) if n % 2 == 0 else list(reversed(ids.items()))
-                for label, template in order:
-                    began = cpu_seconds(proc.pid)
-                    times[label].append(timed_run(http, template) * 1000)
-                    cpu[label] += cpu_seconds(proc.pid) - began
+            yield http, proc.pid, dict(zip(KINDS, (child.json()["template_id"], parent.json()["template_id"]),
+                                           strict=True))
     finally:
         asyncio.run(_admin_sql(pg, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+@contextmanager
+def source_tree(ref: str) -> Iterator[Path]:
+    """The project's files at git `ref`, in a temporary directory."""
+    with tempfile.TemporaryDirectory(prefix="orchestra-baseline-") as tmp:
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref], capture_output=True, check=True).stdout
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+        yield Path(tmp)
+
+
+def workflow_overhead(pg: str, runs: int, target: LoopbackTarget, baseline: str | None) -> None:
+    """Both kinds of run, alternating; with `baseline`, a second server running that git
+    ref's code takes its turns in between, so the load of the moment falls on both."""
+    with ExitStack() as stack:
+        roots = {"this tree": ROOT}
+        if baseline:
+            roots[f"baseline {baseline}"] = stack.enter_context(source_tree(baseline))
+        sides = {label: stack.enter_context(compose_server(pg, target, root)) for label, root in roots.items()}
+        for http, _, ids in sides.values():  # warm: connections, caches
+            for template in ids.values():
+                for _ in range(3):
+                    timed_run(http, template)
+        turns = [(side, kind) for side in sides for kind in KINDS]
+        times: dict[tuple[str, str], list[float]] = {turn: [] for turn in turns}
+        cpu = dict.fromkeys(turns, 0.0)  # the server's CPU seconds, per side and kind of run
+        for n in range(runs):
+            for side, kind in turns if n % 2 == 0 else reversed(turns):
+                http, pid, ids = sides[side]
+                began = cpu_seconds(pid)
+                times[side, kind].append(timed_run(http, ids[kind]) * 1000)
+                cpu[side, kind] += cpu_seconds(pid) - began
     print(f"workflow step over its child run, PostgreSQL, {runs} runs each, alternating:")
-    for label, values in times.items():
-        report(f"  {label} p50", median(values), "ms")
-        report(f"  {label} p99", percentile(values, 99), "ms")
-        report(f"  {label} server CPU per run", cpu[label] * 1000 / runs, "ms")
-    # CPU is what a loaded machine cannot hide: the overhead's share that is work, not waits
-    report("  workflow-step server CPU overhead per run",
-           (cpu["parent (workflow step)"] - cpu["child directly"]) * 1000 / runs, "ms")
-    overhead = median(times["parent (workflow step)"]) - median(times["child directly"])
-    report("  workflow-step overhead p50", overhead, "ms", "< 20 ms")
-    report("  ratio parent/child p50", median(times["parent (workflow step)"]) / median(times["child directly"]), "x")
+    for side in sides:
+        child, parent = (side, KINDS[0]), (side, KINDS[1])
+        print(f" {side}:")
+        for kind in KINDS:
+            report(f"  {kind} p50", median(times[side, kind]), "ms")
+            report(f"  {kind} p99", percentile(times[side, kind], 99), "ms")
+            report(f"  {kind} server CPU per run", cpu[side, kind] * 1000 / runs, "ms")
+        # CPU is what a loaded machine cannot hide: the overhead's share that is work, not waits
+        report("  workflow-step server CPU overhead per run", (cpu[parent] - cpu[child]) * 1000 / runs, "ms")
+        report("  workflow-step overhead p50", median(times[parent]) - median(times[child]), "ms", "< 20 ms")
+        report("  ratio parent/child p50", median(times[parent]) / median(times[child]), "x")
 
 
 # --- 2. http step over a bare httpx call ------------------------------------------------
@@ -223,11 +260,13 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=40)
     parser.add_argument("--calls", type=int, default=300)
     parser.add_argument("--skip-workflow", action="store_true")
+    parser.add_argument("--baseline", metavar="GIT_REF",
+                        help="also run that commit's code in a second server, turn about (before/after)")
     args = parser.parse_args()
     with LoopbackTarget() as target:
         asyncio.run(http_overhead(args.calls, target))
         if not args.skip_workflow:
-            workflow_overhead(args.pg, args.runs, target)
+            workflow_overhead(args.pg, args.runs, target, args.baseline)
 
 
 if __name__ == "__main__":

@@ -42,8 +42,10 @@ def wait_until_up(url: str, proc: subprocess.Popen, timeout: float = 30.0) -> No
 
 
 @contextmanager
-def orchestra_server(env: dict[str, str] | None = None, *, home: Path | None = None) -> Iterator[tuple[str, subprocess.Popen, dict]]:
-    """`python -m orchestra serve` on a free port with a temp home.
+def orchestra_server(env: dict[str, str] | None = None, *, home: Path | None = None,
+                     root: Path = ROOT) -> Iterator[tuple[str, subprocess.Popen, dict]]:
+    """`python -m orchestra serve` on a free port with a temp home, running the code under
+    `root` (this tree by default; another checkout for a before/after comparison).
     Yields (base_url, process, environment) and stops the process afterwards."""
     with tempfile.TemporaryDirectory(prefix="orchestra-bench-") as tmp:
         home = home or Path(tmp)
@@ -56,11 +58,12 @@ def orchestra_server(env: dict[str, str] | None = None, *, home: Path | None = N
             "ORCHESTRA_RATE_LIMIT_LOGIN": "1000000/minute",
             "ORCHESTRA_EGRESS_ALLOW": "127.0.0.1",  # the fake providers listen on loopback
             **(env or {}),
+            "BENCH_CODE_ROOT": str(root),  # `orchestra_cli` with this environment runs the same code
         }
         log = open(home / "server.log", "ab")
         proc = subprocess.Popen(
             [sys.executable, "-m", "orchestra", "serve", "--port", str(port)],
-            env=full_env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
+            env=full_env, stdout=log, stderr=subprocess.STDOUT, cwd=root,
         )
         base = f"http://127.0.0.1:{port}"
         try:
@@ -83,7 +86,7 @@ def stop(proc: subprocess.Popen) -> None:
 def orchestra_cli(env: dict[str, str], *args: str, input: str | None = None) -> str:
     """Run an `orchestra` command against the same store; its stdout."""
     done = subprocess.run(
-        [sys.executable, "-m", "orchestra", *args], env=env, input=input,
+        [sys.executable, "-m", "orchestra", *args], env=env, input=input, cwd=env.get("BENCH_CODE_ROOT"),
         capture_output=True, text=True, timeout=120, check=True,
     )
     return done.stdout

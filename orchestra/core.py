@@ -21,7 +21,7 @@ from orchestra.db.signals import make_signals
 from orchestra.engine.engine import Engine
 from orchestra.engine.tools import default_registry
 from orchestra.engine.tools.mcp.catalog import McpCatalog
-from orchestra.services import uploads
+from orchestra.services import schedules, uploads
 from orchestra.services.agent_cache import AGENT_TABLES, AgentCache
 from orchestra.services.caches import Caches
 from orchestra.services.crypto import SecretBox
@@ -122,6 +122,8 @@ def wire_caches(core: Shared) -> None:
     them all, since hints may have been missed."""
     core.caches.register(AGENT_TABLES, core.agent_cache.invalidate)
     core.caches.register(MCP_TABLES, core.mcp_catalog.invalidate)
+    # The fire loop's next due time is a copy too: a schedule saved anywhere wakes it.
+    core.caches.register([schedules.TABLE], lambda: schedules.wake_fire_loop(core))
     core.signals.on("cache", core.caches.changed)
     core.signals.on_resync(core.caches.invalidate_all)
 

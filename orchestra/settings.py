@@ -187,7 +187,8 @@ SETTING_DOCS: dict[str, SettingDoc] = {
     "rate_limit_register": SettingDoc("register attempts per client address"),
     "rate_limit_login": SettingDoc("login attempts per client address"),
     "rate_limit_hook": SettingDoc(
-        "calls of one inbound webhook, whoever sends them (429 for that hook only)"),
+        "calls of one inbound webhook, whoever sends them (429 for that hook only); per process "
+        "unless `ORCHESTRA_LIMITER_STORAGE` is Redis"),
     "limiter_storage": SettingDoc(
         "where rate-limit counters live: `async+redis://host:6379` to share them between processes "
         "(install the `redis` extra)"),

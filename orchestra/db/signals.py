@@ -4,7 +4,8 @@ process, or an in-process bus on the embedded SQLite store (one process).
 A signal is a hint, never the data: whoever receives one reads the store. Channels:
 - `events`: `<trace_id>:<seq>`, sent by a trigger when events are stored;
 - `cache`: a table name (`user`, `provider`, `worker`, `skill`, `system_node`), sent by
-  triggers on every change, or `agents` for an explicit reload;
+  triggers on every change, or `agents` for an explicit reload, or `workflow_schedule`
+  (sent by the schedules service on every save: the fire loops read the next due time);
 - `control`: `<verb>:<trace_id>`, sent by the application — `wake` (a run is queued or
   handed back), `reply` and `cancel` (for the run's owner).
 

@@ -16,9 +16,10 @@ Older ones, back to `catchup_window_seconds`, were missed (every process was dow
 the store was away longer): `all` fires each, `latest` the newest of them, `none` none; those
 not fired are recorded `missed`. Due times before the window are passed over.
 
-The loop is cheap when idle: it reads the earliest `next_due_at` and sleeps until then
-(at most IDLE_SECONDS, so a schedule saved on another process is seen), holding no
-store connection while it sleeps. A store outage is waited out with backoff; the due
+The loop is cheap when idle: it reads the earliest `next_due_at` and sleeps until then,
+holding no store connection while it sleeps. A schedule saved on any process wakes it
+at once (`schedules.announce_change`: a `cache` hint on PostgreSQL); IDLE_SECONDS bounds
+the sleep for a hint that was missed. A store outage is waited out with backoff; the due
 times it covered are made up when the store is back.
 """
 
@@ -46,7 +47,7 @@ from orchestra.services.trigger_runs import checked_input, run_row, step_rows
 logger = logging.getLogger("orchestra.schedules")
 
 GRACE_SECONDS = 60.0  # a due time at most this late is on time
-IDLE_SECONDS = 30.0  # the longest sleep (schedules saved on other processes are seen by then)
+IDLE_SECONDS = 30.0  # the longest sleep (a schedule saved elsewhere whose hint was missed is seen by then)
 BATCH = 100  # schedules fired in one transaction
 WRITE_CHUNK = 500  # rows in one INSERT
 MOST_DUE = 1000  # due times of one schedule considered in one look (the newest)

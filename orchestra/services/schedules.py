@@ -4,12 +4,15 @@ template as its owner. This module saves, reads and shows them; firing is
 
 A schedule's `next_due_at` is the next due time no process has handled yet. Saving
 one (create, or a change of cron, zone or enabled) sets it to the first due time after
-now: due times that passed before the save are never fired.
+now: due times that passed before the save are never fired. Every save is announced to
+every process (`announce_change`: a `cache` hint for the table, as the triggers send for
+other tables), so an idle process's fire loop reads the next due time again at once.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from typing import Any
 
 from orchestra.db.models import iso, utcnow
@@ -21,6 +24,9 @@ from orchestra.services.run_access import require_runnable
 from orchestra.services.shared import Shared
 from orchestra.services.trigger_runs import checked_input
 
+logger = logging.getLogger("orchestra.schedules")
+
+TABLE = WorkflowSchedule._meta.table_name  # the `cache` hint a save sends
 OVERLAPS = ("skip", "allow", "cancel_previous")
 CATCHUPS = ("none", "latest", "all")
 WINDOW_DEFAULT = 3600
@@ -97,7 +103,7 @@ async def create_schedule(core: Shared, *, user_id: str, body: dict[str, Any]) -
     now = utcnow()
     row = await WorkflowSchedule.acreate(owner=user_id, next_due_at=_next_due(fields, now),
                                          created_at=now, updated_at=now, **fields)
-    wake_fire_loop(core)
+    await announce_change(core)
     return row
 
 
@@ -112,13 +118,14 @@ async def update_schedule(core: Shared, *, user_id: str, schedule_id: str, body:
         values["next_due_at"] = _next_due(fields, now)
     async with core.write_transaction():
         await core.db.aexecute(WorkflowSchedule.update(**values).where(WorkflowSchedule.id == row.id))
-    wake_fire_loop(core)
+    await announce_change(core)
     return await get_schedule(core, user_id=user_id, schedule_id=schedule_id)
 
 
 async def delete_schedule(core: Shared, *, user_id: str, schedule_id: str) -> None:
     row = await get_schedule(core, user_id=user_id, schedule_id=schedule_id)
     await core.db.aexecute(WorkflowSchedule.delete().where(WorkflowSchedule.id == row.id))
+    await announce_change(core)
 
 
 async def list_schedules(core: Shared, *, user_id: str, limit: int, cursor: str | None) -> Page[WorkflowSchedule]:
@@ -172,6 +179,18 @@ def schedule_view(row: WorkflowSchedule, last: ScheduleFire | None, *, now: dt.d
         "created_at": iso(row.created_at),
         "updated_at": iso(row.updated_at),
     }
+
+
+async def announce_change(core: Shared) -> None:
+    """A schedule was saved, changed, paused or deleted: this process's fire loop, and
+    every other process's (the `cache` hint, which `Core` wires to `wake_fire_loop`),
+    read the next due time again now. A hint is only a hint: a process that misses it
+    (its LISTEN connection was down) looks again within the fire loop's idle sleep."""
+    wake_fire_loop(core)
+    try:
+        await core.signals.notify("cache", TABLE)
+    except Exception as exc:  # noqa: BLE001 - the save stands; others see it at their next look
+        logger.warning("could not tell the other processes of a schedule change (%s)", exc)
 
 
 def wake_fire_loop(core: Shared) -> None:

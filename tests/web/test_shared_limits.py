@@ -66,3 +66,45 @@ async def test_two_workers_share_the_login_limit(tmp_path, sqlite_url, redis_sto
     assert refused.headers["RateLimit-Remaining"] == "0"
     assert int(refused.headers["Retry-After"]) >= 1
     assert again.status_code == 429
+
+
+async def flood_two_workers(settings) -> tuple[list[int], dict, int]:
+    """Two apps on one PostgreSQL store, one user with two hooks: three signed calls of
+    the first hook spread over both apps, a fourth on the second app, then a call of the
+    other hook there. (codes of the three, the fourth's answer, the other hook's code)."""
+    from tests.conftest import Users
+    from tests.web.test_hooks import make_hook, path, signed, template
+
+    body = b'{"a":1}'
+    async with running_app(settings) as first, running_app(settings) as second:
+        who = await Users(first).make("alice")
+        tid = await template(first, who)
+        one, other = await make_hook(first, who, tid), await make_hook(first, who, tid)
+        codes = [(await app.post(path(one), content=body, headers=signed(one["secret"], body))).status_code
+                 for app in (first, second, first)]
+        fourth = await second.post(path(one), content=body, headers=signed(one["secret"], body))
+        elsewhere = await second.post(path(other), content=body, headers=signed(other["secret"], body))
+        return codes, {"status": fourth.status_code, "headers": dict(fourth.headers), "body": fourth.json()}, \
+            elsewhere.status_code
+
+
+async def test_two_workers_share_a_hooks_limit_through_redis(tmp_path, postgres_url, redis_storage_uri):
+    settings = make_settings(tmp_path / "home", postgres_url,
+                             limiter_storage=redis_storage_uri, rate_limit_hook="3/minute")
+    codes, fourth, elsewhere = await flood_two_workers(settings)
+    assert codes == [202, 202, 202]
+    assert fourth["status"] == 429 and fourth["body"]["error"] == "RateLimitedError"
+    assert fourth["headers"]["ratelimit-limit"] == "3" and fourth["headers"]["ratelimit-remaining"] == "0"
+    assert int(fourth["headers"]["retry-after"]) >= 1
+    assert elsewhere == 202  # a flood on one hook leaves the others alone
+
+
+async def test_with_the_default_storage_each_worker_counts_a_hook_on_its_own(tmp_path, postgres_url):
+    """As documented (docs/operations.md, "Inbound webhooks"): without Redis a hook's
+    limit is per process — N processes behind a balancer admit up to N times it."""
+    settings = make_settings(tmp_path / "home", postgres_url, rate_limit_hook="3/minute")
+    assert settings.limiter_storage == "async+memory://"
+    codes, fourth, elsewhere = await flood_two_workers(settings)
+    assert codes == [202, 202, 202]
+    assert fourth["status"] == 202 and fourth["headers"]["ratelimit-remaining"] == "1"  # the second's 2nd of 3
+    assert elsewhere == 202
