@@ -25,6 +25,8 @@ class TokenMeter:
         self._lock = threading.Lock()
         self.refused = 0  # how many requests were answered 429
         self.admitted_tokens = 0  # every token counted, for benchmarks
+        self.prompts: list[int] = []  # each admitted request's prompt tokens, in order (benchmarks)
+        self.answers: list[int] = []  # each answer's tokens, in order
 
     def _trim(self, now: float) -> int:
         while self._spent and self._spent[0][0] <= now - WINDOW:
@@ -39,6 +41,7 @@ class TokenMeter:
             if used + tokens <= self.limit:
                 self._spent.append((now, tokens))
                 self.admitted_tokens += tokens
+                self.prompts.append(tokens)
                 return None
             self.refused += 1
             freed, wait = used, 1.0
@@ -55,6 +58,7 @@ class TokenMeter:
             with self._lock:
                 self._spent.append((time.monotonic(), tokens))
                 self.admitted_tokens += tokens
+                self.answers.append(tokens)
 
 
 def rate_limited_body(wait: float, limit: int) -> dict[str, Any]:
@@ -80,3 +84,26 @@ def usage_counts(prompt: int, completion: int, cached: int) -> dict[str, Any]:
     if cached:
         counts["prompt_tokens_details"] = {"cached_tokens": cached}
     return counts
+
+
+def best_schedule(calls: list[tuple[int, int]], limit: int) -> list[float]:
+    """When each call could start at the earliest, all asked at time 0, under this meter's
+    own rule (a prompt is admitted while the last minute's tokens plus it fit; its answer
+    counts as soon as it is admitted): the best any client could do, in seconds. Calls
+    are (prompt tokens, answer tokens), served in order (they are alike in benchmarks;
+    for alike calls no order does better)."""
+    window: deque[tuple[float, int]] = deque()
+    now, starts = 0.0, []
+    for prompt, answer in calls:
+        while True:
+            while window and window[0][0] <= now - WINDOW:
+                window.popleft()
+            used = sum(tokens for _, tokens in window)
+            if used + prompt <= limit:
+                break
+            if not window:
+                raise ValueError(f"a prompt of {prompt} tokens is never admitted under {limit} a minute")
+            now = window[0][0] + WINDOW  # the oldest entry leaves the minute
+        window.append((now, prompt + answer))
+        starts.append(now)
+    return starts
