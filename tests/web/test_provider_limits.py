@@ -71,3 +71,59 @@ async def test_requests_per_minute_makes_calls_wait_not_fail(client, alice, slow
             await asyncio.sleep(0.02)
         assert len(slots) == 3 and {s.state for s in slots} == {"done"}
         assert all(s.tokens > 0 for s in slots)  # the reported usage, counted from each call's end
+
+
+class CountingStore:
+    """The gate's view of the store, counting its transactions: each write transaction,
+    and each statement sent outside one (a transaction of its own)."""
+
+    def __init__(self, db, write_transaction) -> None:
+        self.db, self._write_transaction, self.transactions = db, write_transaction, 0
+
+    def write_transaction(self):
+        self.transactions += 1
+        return self._write_transaction()
+
+    def __getattr__(self, name):
+        found = getattr(self.db, name)
+        if name not in ("aexecute", "aexecute_sql", "list"):
+            return found
+
+        async def counted(*args, **kwargs):
+            if not self.db.in_transaction():
+                self.transactions += 1
+            return await found(*args, **kwargs)
+
+        return counted
+
+
+async def test_a_call_with_room_costs_the_store_one_transaction_of_the_gate(client, alice, slow_llm):
+    core = client.app.ctx.core
+    if not core.is_postgres:
+        pytest.skip("on SQLite the limits are held in the process: no store transaction")
+    gate = core.engine.gate
+    counting = CountingStore(gate.db, gate.write_transaction)
+    gate.db, gate.write_transaction = counting, counting.write_transaction
+    provider = await providers.create_provider(
+        core, name="roomy", kind="openai_compatible", model_id="fake-model", api_key="k",
+        base_url=slow_llm.base_url, limits={"requests_per_minute": 1_000_000})
+    worker = await agents.create_worker(core, owner_id=alice["user_id"], name="w",
+                                        provider_id=provider.id, tools=[])
+    steps = [{"id": f"s{i}", "agent": {"worker": worker.id}, "prompt": f"Say {i}",
+              "depends_on": [f"s{i - 1}"] if i else []} for i in range(10)]
+    made = await client.post(f"{API}/template", headers=alice["headers"], json={"name": "chain", "steps": steps})
+    trace_id = (await client.post(f"{API}/run", headers=alice["headers"], json={
+        "template_id": made.json()["template_id"], "input": "x"})).json()["trace_id"]
+    for _ in range(1500):
+        run = (await client.get(f"{API}/run/{trace_id}", headers=alice["headers"])).json()
+        if run["status"] in ("succeeded", "failed"):
+            break
+        await asyncio.sleep(0.02)
+    assert run["status"] == "succeeded", run
+    await asyncio.sleep(END_DELAY + 0.5)  # the last call's end, stored on its own
+    # each call's look (10); an end rides along with the next call's look, and is stored
+    # on its own only when none comes within END_DELAY (the last one; rarely another under
+    # load). A transaction for each end as well would make 20.
+    assert 11 <= counting.transactions <= 13, counting.transactions
+    slots = await core.db.list(ProviderSlot.select().where(ProviderSlot.provider_id == provider.id))
+    assert len(slots) == 10 and {s.state for s in slots} == {"done"}
