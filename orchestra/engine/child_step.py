@@ -2,15 +2,17 @@
 holding a store connection, its end read from the child's own events.
 
 The child's trace id is derived from the parent's, the instance's path and the attempt
-(`child_id`), and the child is stored — with its step rows, the parent step's
-`child_trace_id` and the parent's `child_started` — in one fenced transaction of the
-parent's owner (`store/children.py`). So whoever runs the parent step again after a
+(`child_id`), and the child is stored — with its step rows, the parent step's row
+(`step_started`, `child_trace_id`) and the parent's `child_started` — in one fenced
+transaction of the parent's owner (`store/children.py`), claimed in that same write
+when this process has room (it starts at once: no claim round, nothing read back). So whoever runs the parent step again after a
 take-over finds the same child and waits for it: a finished child is never run again, a
 running one goes on under its own owner (a take-over of the child is an ordinary
 resume). The wait follows the child's event feed (signals across processes; no poll, no
 connection held): a child's `reply_requested` / `reply_received` are shown on the parent
 with `child_trace_id` (answered on the child's trace), and its terminal event ends the
-wait. While it waits the parent holds no run slot (`LiveRun.child_waits`).
+wait; `child_finished` is stored with the step's end (or retry) in one transaction.
+While it waits the parent holds no run slot (`LiveRun.child_waits`).
 
 A parent that ends other than succeeded cancels its active descendants (all levels at
 once, `cancel_descendants`); a step that ends without its child (a timeout, a failed
@@ -120,8 +122,8 @@ class ChildSteps:
 
     async def _start(self, live: LiveRun, at: At, attempt: int, started: dict[str, Any],
                      flow: dict[str, Any], scope: Scope, child: str, depth: int) -> None:
-        """Store the child run (queued) with the attempt's `step_started` and the
-        parent's `child_started` in one write, then submit it. A step that cannot start
+        """Store the child run with the attempt's `step_started` and the parent's
+        `child_started` in one write, then start it. A step that cannot start
         its child stores its `step_started` alone, then fails."""
         try:
             new = await self._new_child(live, flow, scope, child, depth)
@@ -142,10 +144,10 @@ class ChildSteps:
         waiting step cannot come between the two."""
         run = await self.children.start(parent, at, new, values, items, claim=self.claim_now())
         await self.store.release()
-        if run.owner_process:
-            await self.adopt(run)
-        else:
-            await self.submit(run.trace_id)
+        try:  # never raised into the writer: it would store the child again
+            await (self.adopt(run) if run.owner_process else self.submit(run.trace_id))
+        except Exception:  # noqa: BLE001 - the child is stored: a claim round (or its lease's end) starts it
+            logger.warning("child run %s stored but not started here", run.trace_id, exc_info=True)
 
     async def _new_child(self, live: LiveRun, flow: dict[str, Any], scope: Scope, child: str,
                          depth: int) -> NewChild:

@@ -193,7 +193,7 @@ async def watch(core: Shared, trace_id: str, *, after: int, progress: Progress,
                 data = event.data
                 return Ended(data.get("status") or event.kind, data.get("output"),
                              data.get("error") or data.get("reason"))
-            if event.kind == EventKind.STEP_FINISHED and "." not in str(event.data.get("path") or ""):
+            if event.kind == EventKind.STEP_FINISHED and _top_level(event.data):
                 finished += 1
                 await progress(finished, str(event.data.get("step_id") or ""))
             elif event.kind == EventKind.REPLY_REQUESTED:
@@ -203,6 +203,12 @@ async def watch(core: Shared, trace_id: str, *, after: int, progress: Progress,
     finally:
         await follow.aclose()
     raise ConflictError(f"The run {trace_id} stopped without ending.")  # pragma: no cover
+
+
+def _top_level(data: dict[str, Any]) -> bool:
+    """A top-level step's own instance (not an item, iteration or inner step of one)."""
+    path = data.get("path")
+    return path is None or path == data.get("step_id")
 
 
 async def _still_open(core: Shared, trace_id: str, seq: int, data: dict[str, Any]) -> Question | None:

@@ -112,7 +112,9 @@ def test_the_independent_fastmcp_client_calls_with_progress_and_elicitation(live
     make_template(http, "Research company", [
         {"id": "facts", "agent": {"worker": worker}, "prompt": "facts about {{input.company}}"},
         {"id": "summary", "agent": {"worker": worker}, "prompt": "summary {{steps.facts.output}}",
-         "depends_on": ["facts"]}],
+         "depends_on": ["facts"]},
+        {"id": "each", "foreach": {"items": "['x', 'y']"}, "agent": {"worker": worker},
+         "prompt": "item {{item}}", "depends_on": ["summary"]}],
         input_schema={"type": "object", "properties": {"company": {"type": "string"}}, "required": ["company"]},
         output='{"company": input.company, "summary": steps.summary.output}',
         output_schema={"type": "object", "required": ["company", "summary"],
@@ -145,11 +147,11 @@ def test_the_independent_fastmcp_client_calls_with_progress_and_elicitation(live
             assert result.structured_content == {"result": False}
 
     asyncio.run(go())
-    assert [p for p, _ in progress] == [1, 2]
-    assert [m for _, m in progress] == ["step facts finished", "step summary finished"]
+    assert [p for p, _ in progress] == [1, 2, 3]  # top-level steps only: not the map's items
+    assert [m for _, m in progress] == ["step facts finished", "step summary finished", "step each finished"]
     assert asked and "Approve?" in asked[0]
     prompts = [body["messages"][-1]["content"] for body in fake.chat_requests]
-    assert prompts == ["facts about acme", "summary F"]
+    assert prompts[:2] == ["facts about acme", "summary F"] and sorted(prompts[2:]) == ["item x", "item y"]
 
 
 def test_auth_keys_and_who_sees_which_tool(server):

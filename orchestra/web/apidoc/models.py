@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from orchestra.engine import vocabulary
-from orchestra.engine.language.model import Step, TemplateLimits
+from orchestra.engine.language.model import Expose, Step, TemplateLimits
 from orchestra.engine.llm.factory import SUPPORTED_KINDS
 from orchestra.services.roles import ROLE_NAMES
 from orchestra.services.uploads import MAX_FILES
@@ -294,6 +294,8 @@ class TemplateView(Shape):
     input_schema: dict[str, Any] | None = Field(None, description="Only when the template has one.")
     limits: TemplateLimits | None = Field(None, description="Only when the template has them.")
     output: str | None = Field(None, description="Only when the template has one.")
+    output_schema: dict[str, Any] | None = Field(None, description="Only when the template has one.")
+    expose: Expose | None = Field(None, description='`{"mcp": true}` when offered as an MCP tool (`/mcp`).')
     version: int = Field(ge=1, description="The latest version: every save makes one (SPEC §13).")
     created_at: Timestamp
     updated_at: Timestamp

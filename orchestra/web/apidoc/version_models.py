@@ -29,6 +29,9 @@ class VersionView(VersionSummary):
     input_schema: dict[str, Any] | None = Field(None, description="Only when that version has one.")
     limits: dict[str, Any] | None = Field(None, description="Only when that version has them.")
     output: str | None = Field(None, description="Only when that version has one.")
+    output_schema: dict[str, Any] | None = Field(None, description="Only when that version has one.")
+    expose: dict[str, Any] | None = Field(None, description='`{"mcp": true}` when that version was '
+                                          "offered as an MCP tool.")
 
 
 class Version(Success):
@@ -50,7 +53,8 @@ class VersionDiff(Success):
     removed: list[str] = Field(description="Step ids only in `from`.")
     changed: list[ChangedStep]
     template_fields: list[str] = Field(description="Changed top-level names (name, description, "
-                                                   "input_schema, limits, output); never steps.")
+                                                   "input_schema, limits, output, output_schema, "
+                                                   "expose); never steps.")
 
 
 class Restored(Success):
