@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
@@ -273,10 +274,11 @@ class AgentSteps:
                 max_tokens=self.settings.llm_max_tokens, **extra), coalescer, limit)
 
         async def attempt() -> ChatResult:
-            waits = 0
+            waits, asked = 0, time.time()
             while True:
                 try:
-                    return await self._priced(live, at, config, messages, tools, output_schema, call)
+                    return await self._priced(live, at, config, messages, tools, output_schema, call,
+                                              requested_at=asked)
                 except LLMError as exc:
                     if exc.status != 429 or not exc.retryable:
                         raise
@@ -309,11 +311,13 @@ class AgentSteps:
         return result, await coalescer.take()
 
     async def _priced(self, live: LiveRun, at: At, config, messages, tools, output_schema,
-                      call: Callable[[], Awaitable[ChatResult]]) -> ChatResult:
+                      call: Callable[[], Awaitable[ChatResult]], *, requested_at: float) -> ChatResult:
         """One model call inside the provider's limits and the run's budget: room under
-        the limits first, then its reservation, then the call, then its cost settled."""
+        the limits first (in its place since `requested_at`), then its reservation, then
+        the call, then its cost settled."""
         spending = self.spending
-        ticket = await spending.wait_for_room(live, config, messages, tools, output_schema)
+        ticket = await spending.wait_for_room(live, config, messages, tools, output_schema,
+                                              requested_at=requested_at)
         tokens = None
         try:
             reservation = await spending.reserve(live, at.path, config, messages, tools, output_schema)
@@ -321,6 +325,8 @@ class AgentSteps:
                 result = await call()
             except LLMError as exc:  # an HTTP error was refused before any work: not billed
                 spending.settle(live, at.path, reservation, None, billed=exc.status is None)
+                if exc.status is not None:
+                    tokens = 0  # nor counted by the provider's limits
                 raise
             except BaseException:  # lost, cut or cancelled: its reservation stays spent
                 spending.settle(live, at.path, reservation, None, billed=True)

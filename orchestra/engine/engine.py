@@ -252,6 +252,7 @@ class Engine:
         await self.agent_steps.close()
         await self.http_steps.close()
         await self.child_steps.close()
+        await self.gate.close()
         await self.store.stop()
         await self.sandbox.close()
         await self.request_sandbox.close()

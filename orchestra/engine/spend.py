@@ -6,9 +6,15 @@ budget`, on the run's row): an upper bound of the prompt's tokens (its UTF-8 byt
 a per-message overhead: no tokenizer makes more tokens than bytes) at the input price,
 plus `max_tokens` at the output price. A call whose reservation does not fit is not
 made. After the call, the reservation becomes the call's actual cost; that change is
-kept in the run store and stored with the run's next fenced write (the step's end, or
-the next reservation), so a call costs one extra store transaction at most. A call whose
-outcome is lost (a crash, a cancel mid-stream) keeps its whole reservation as spent.
+kept in the run store and stored with the run's next fenced write (by its fence
+statement: the step's end, or the next reservation), so a call costs one extra store
+transaction at most. A call whose outcome is lost (a crash, a cancel mid-stream) keeps
+its whole reservation as spent.
+
+(Carrying the reservation in the step's start write instead was tried: it saved that
+transaction in one process, but the run then waits for its writer before each call, its
+writes stop piling up into groups, and the peer benchmark committed more transactions
+per step, 3.2 against 2.3.)
 
 The ledger (`workflow_run.spent_pusd`) is in whole pico-dollars, rounded up; each
 step instance keeps its exact cost (`run_step.cost_usd`, decimal text). Runs without a
@@ -113,15 +119,17 @@ class Spending:
         return live.spends.setdefault(path, StepSpend())
 
     async def wait_for_room(self, live: LiveRun, config: Any, messages: list, tools: list,
-                            output_schema: Any) -> Any:
+                            output_schema: Any, *, requested_at: float | None = None) -> Any:
         """Wait until the provider's limits let this call through (engine/provider_gate.py);
-        its pass, or None for a provider without limits."""
+        its pass, or None for a provider without limits. `requested_at`: when the call
+        first asked (tried again after a 429, it keeps its place)."""
         if not config.provider_limits:
             return None
         bound = prompt_upper_bound(messages, tools, output_schema)
         estimate = self.gate.estimate(config.provider_id, bound // 4 + 16)
         began = time.monotonic()
-        ticket = await self.gate.enter(config.provider_id, config.provider_limits, live.trace_id, estimate)
+        ticket = await self.gate.enter(config.provider_id, config.provider_limits, live.trace_id, estimate,
+                                       requested_at=requested_at)
         metrics.provider_wait(config.provider_name or "", time.monotonic() - began)
         return ticket
 

@@ -10,6 +10,7 @@ import time
 import pytest
 
 from orchestra.db.provider_slot import ProviderSlot
+from orchestra.engine.provider_gate import END_DELAY
 from orchestra.services import agents, providers
 from orchestra.testing.fake_llm import FakeLLM
 
@@ -60,6 +61,13 @@ async def test_max_concurrency_holds_and_every_call_waits_its_turn(client, alice
 async def test_requests_per_minute_makes_calls_wait_not_fail(client, alice, slow_llm):
     run, _ = await run_foreach(client, alice, slow_llm, {"requests_per_minute": 3}, items=3)
     assert run["status"] == "succeeded"
-    slots = await client.app.ctx.core.db.list(ProviderSlot.select())
     if client.app.ctx.core.is_postgres:  # the calls' rows, every one done
+        # a call's end is stored by the gate's next transaction, or within END_DELAY
+        deadline = time.monotonic() + END_DELAY + 1
+        while True:
+            slots = await client.app.ctx.core.db.list(ProviderSlot.select())
+            if {s.state for s in slots} == {"done"} or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.02)
         assert len(slots) == 3 and {s.state for s in slots} == {"done"}
+        assert all(s.tokens > 0 for s in slots)  # the reported usage, counted from each call's end

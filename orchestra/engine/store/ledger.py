@@ -96,12 +96,19 @@ class Ledger:
     async def add(self, trace_id: str, pico: int) -> None:
         """Inside the run's fenced transaction: `pico` more on its row and each ancestor's,
         nearest first (deepest row first)."""
-        if not pico:
-            return
-        for run in (trace_id, *self._chains.get(trace_id, ())):
+        await self._add_to(trace_id, pico)
+        await self.add_above(trace_id, pico)
+
+    async def add_above(self, trace_id: str, pico: int) -> None:
+        """`pico` more on each ancestor's row (the run's own is the caller's), nearest first."""
+        for run in self._chains.get(trace_id, ()):
+            await self._add_to(run, pico)
+
+    async def _add_to(self, trace_id: str, pico: int) -> None:
+        if pico:
             await self.db.aexecute(WorkflowRun.update(
                 spent_pusd=fn.COALESCE(WorkflowRun.spent_pusd, 0) + pico,
-            ).where(WorkflowRun.trace_id == run))
+            ).where(WorkflowRun.trace_id == trace_id))
 
     # -- reservations ----------------------------------------------------------------
     async def reserve(self, trace_id: str, pico: int) -> bool:

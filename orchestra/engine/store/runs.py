@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from peewee import Case, IntegrityError
+from peewee import Case, IntegrityError, fn
 
 from orchestra.db.models import RunEvent, RunStep, WorkflowRun, utcnow
 from orchestra.engine.model import At, Question
@@ -117,19 +117,24 @@ class RunStore:
         self.ledger.forget(trace_id)
         self.events.forget(trace_id)
 
-    async def fence(self, trace_id: str) -> None:
+    async def fence(self, trace_id: str, *, spent: int = 0) -> None:
         """Inside a transaction, for a run executing here: lock its row while this
         process's claim holds it, else raise Fenced (nothing of the transaction is
-        written, and the run's task stops). Other runs: nothing to check."""
+        written, and the run's task stops). Other runs: nothing to check. `spent`: a
+        change to the run's ledger, stored by the same statement (and rolled up to the
+        runs above it, store/ledger.py)."""
         token = self._held.get(trace_id)
         if not token:
+            await self.ledger.add(trace_id, spent)
             return
+        values: dict[str, Any] = {"owner_process": WorkflowRun.owner_process}
+        if spent:
+            values["spent_pusd"] = fn.COALESCE(WorkflowRun.spent_pusd, 0) + spent
         changed = await self.db.aexecute(
-            WorkflowRun.update(owner_process=WorkflowRun.owner_process)
-            .where(self.ownership.holds(trace_id, token))
-        )
+            WorkflowRun.update(**values).where(self.ownership.holds(trace_id, token)))
         if not changed:
             raise Fenced(f"run {trace_id}: this process no longer holds its claim")
+        await self.ledger.add_above(trace_id, spent)
 
     def held(self, trace_id: str) -> str:
         """The claim token this process executes the run under ("" if none)."""
@@ -187,8 +192,7 @@ class RunStore:
             try:
                 async with self.write_transaction():
                     if fenced:  # an owner's write: its claim still holds, or Fenced
-                        await self.fence(trace_id)
-                        await self.ledger.add(trace_id, spent)
+                        await self.fence(trace_id, spent=spent)
                     events = await store()
                 break
             except BaseException as exc:
