@@ -19,6 +19,19 @@ PICO = Decimal(10) ** 12
 MAX_USD = Decimal(1_000_000)
 
 
+# What the documents (the OpenAPI document, the language's schema) say an amount is: a
+# number or a plain decimal string of at most six integer digits (parse_usd reads more).
+_USD_TEXT = r"^[0-9]{1,6}(\.[0-9]{1,20})?$"
+USD_JSON_SCHEMA: dict = {"anyOf": [
+    {"type": "number", "minimum": 0, "maximum": 1_000_000},
+    {"type": "string", "pattern": _USD_TEXT},
+]}
+POSITIVE_USD_JSON_SCHEMA: dict = {"anyOf": [
+    {"type": "number", "exclusiveMinimum": 0, "maximum": 1_000_000},
+    {"type": "string", "pattern": r"^([1-9][0-9]{0,5}(\.[0-9]{1,20})?|0{0,6}\.[0-9]{0,19}[1-9][0-9]{0,19})$"},
+]}
+
+
 def parse_usd(value: Any, field: str, *, allow_zero: bool = True) -> Decimal:
     """A non-negative amount from a JSON number or a decimal string; 422 naming `field`
     for anything else (a bool, NaN, infinity, a negative, too large)."""

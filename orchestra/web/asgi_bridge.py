@@ -33,7 +33,8 @@ def scope_of(request: Request, extra: dict[str, Any] | None = None) -> Scope:
         "type": "http",
         "asgi": {"version": "3.0", "spec_version": "2.3"},
         "http_version": request.version or "1.1",
-        "method": request.method,
+        # HEAD is answered as GET (web/head.py leaves the body out), as on every route
+        "method": "GET" if request.method == "HEAD" else request.method,
         "scheme": request.scheme,
         "path": request.path,
         "raw_path": request.path.encode("latin-1", "replace"),

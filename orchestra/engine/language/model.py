@@ -14,7 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from orchestra.errors import ValidationError
-from orchestra.money.amounts import parse_usd, usd_text
+from orchestra.money.amounts import USD_JSON_SCHEMA, parse_usd, usd_text
 
 STEP_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 MAX_STEPS = 50
@@ -190,11 +190,7 @@ class TemplateLimits(Closed):
     budget_usd: Any = Field(
         None, description="USD the run's model calls may cost at most (SPEC §12): a "
         "non-negative number or decimal string, kept as a decimal string.",
-        json_schema_extra={"anyOf": [
-            {"type": "null"},
-            {"type": "number", "minimum": 0, "maximum": 1_000_000},
-            {"type": "string", "pattern": r"^[0-9]{1,6}(\.[0-9]{1,20})?$"},
-        ]})
+        json_schema_extra={"anyOf": [{"type": "null"}, *USD_JSON_SCHEMA["anyOf"]]})
     on_budget: Literal["fail", "pause"] | None = Field(
         None, description="When the budget cannot pay for the next call: fail the run "
         "(default), or pause it as waiting_budget until a top-up.")

@@ -11,6 +11,7 @@ from sanic.response import HTTPResponse, json
 from orchestra.engine.language.model import EXPRESSION_MAX, MAX_STEPS, Expose, Step, TemplateLimits
 from orchestra.engine.vocabulary import RunStatus
 from orchestra.errors import PermissionDeniedError, ValidationError
+from orchestra.money.amounts import POSITIVE_USD_JSON_SCHEMA, USD_JSON_SCHEMA
 from orchestra.observability import tracing
 from orchestra.services import run_starts
 from orchestra.services import spend as spend_service
@@ -124,12 +125,14 @@ class RunBody(Body):
                                 "(default: the latest); an unknown one is a 404.")
     budget_usd: Any = rule(None, description=(
         "USD this run's model calls may cost at most (a number or decimal string, not negative); "
-        "with the template's limits.budget_usd the smaller holds (SPEC §12)."))
+        "with the template's limits.budget_usd the smaller holds (SPEC §12)."),
+        anyOf=[{"type": "null"}, *USD_JSON_SCHEMA["anyOf"]])
 
 
 class BudgetBody(Body):
     add_usd: Any = rule(description=(
-        "USD added to the budget of a run waiting_budget: a positive number or decimal string."))
+        "USD added to the budget of a run waiting_budget: a positive number or decimal string."),
+        **POSITIVE_USD_JSON_SCHEMA)
 
 
 class RetryBody(Body):
