@@ -5,7 +5,8 @@ The rule proved: the money spent never exceeds a run's budget — with a 200-ite
 over each time). The fake model's own record of every request it answered is the
 provider's bill: its cost, at the provider's prices, stays within the budget. A paused
 run resumes after a top-up sent to the other process, without calling a finished item
-again; and a provider's max_concurrency holds across both processes.
+again; a provider's max_concurrency holds across both processes; and a parent's budget
+holds over its child runs with a process killed, the parent's ledger their exact sum.
 """
 
 from __future__ import annotations
@@ -167,3 +168,81 @@ def test_a_provider_max_concurrency_holds_across_two_processes(money_pair):
     assert len(pair.fake.chat_requests) == 16
     # 16 calls asked for at once (8 + 8, on two processes): never more than 3 answered at once
     assert 2 <= pair.fake.max_in_flight <= 3
+
+
+def runs_below(database_url: str, trace_id: str) -> list[dict]:
+    """Every run below `trace_id` (its child runs), straight from the store."""
+    import asyncio
+
+    import asyncpg
+
+    async def read():
+        conn = await asyncpg.connect(database_url)
+        try:
+            rows = await conn.fetch('SELECT trace_id, status, spent_pusd FROM workflow_run '
+                                    'WHERE parent_trace_id = $1', trace_id)
+            return [dict(row) for row in rows]
+        finally:
+            await conn.close()
+
+    return asyncio.run(read())
+
+
+def test_a_parents_budget_holds_over_its_children_with_an_owner_killed(money_pair):
+    # 60 child runs, 8 at a time, one priced call each (~$0.005), under the parent's
+    # $0.15: the children stop at the parent's budget; killing a process mid-run loses
+    # its calls in flight (their reservations stay spent), and whoever takes over a
+    # child or the parent adds nothing twice: the parent's ledger is its children's sum
+    pair = money_pair
+    worker = priced_worker(pair, pair.http_a)
+    leaf = pair.http_a.post("/workflow/template", json={
+        "name": "leaf", "steps": [{"id": "a", "agent": {"worker": worker}, "prompt": "item {{input}}"}]})
+    assert leaf.status_code == 201, leaf.text
+    made = pair.http_a.post("/workflow/template", json={
+        "name": "fan", "input_schema": {"type": "array"}, "limits": {"budget_usd": "0.15"},
+        "steps": [{"id": "m", "foreach": {"items": "input", "max_concurrency": 8},
+                   "workflow": {"template": "leaf", "input": "item"}}]})
+    assert made.status_code == 201, made.text
+    pair.fake.chunk_delay = 0.1  # half a second per call: the kill lands mid-run
+    started = pair.http_a.post("/workflow/run", json={
+        "template_id": made.json()["template_id"], "input": [f"topic {n}" for n in range(60)]})
+    trace_id = started.json()["trace_id"]
+
+    def done_children():
+        return len([r for r in runs_below(pair.database_url, trace_id) if r["status"] == "succeeded"])
+
+    wait_for(lambda: done_children() >= 8, 60)
+    pair.a.kill()
+    progress = done_children()
+    wait_for(lambda: done_children() > progress + 4, 60)  # B goes on, with what A held
+    pair.restart("a")
+    run = ended(pair.http_a, trace_id)
+    children = wait_for(lambda: (lambda rows: rows if all(
+        r["status"] in ("succeeded", "failed", "cancelled", "interrupted") for r in rows) else None)(
+        runs_below(pair.database_url, trace_id)), 60)
+    kinds = [e[1] for e in stored(pair.http_a, trace_id)]
+    assert run["status"] == "failed" and kinds[-2:] == ["budget_exceeded", "run_failed"], kinds[-3:]
+    exceeded = [e[2] for e in stored(pair.http_a, trace_id) if e[1] == "budget_exceeded"][-1]
+    assert exceeded["budget_trace_id"] == trace_id
+    budget = Decimal("0.15")
+    assert billed(pair.fake) <= budget  # the provider's own bill
+    parent = pair.http_a.get(f"/workflow/run/{trace_id}").json()  # its ledger now every child ended
+    assert Decimal(parent["cost_usd"]) <= budget
+    # the parent's ledger is its children's, each counted once over the kill and take-overs
+    assert parent["cost_usd"] is not None
+    assert sum(r["spent_pusd"] or 0 for r in children) == round(Decimal(parent["cost_usd"]) * 10**12)
+    reservation = ((64 + 16 + 40) * IN + MAX_TOKENS * OUT) / 1_000_000  # one call's, at most
+    lost = 0
+    for child in children:
+        if child["status"] != "succeeded":
+            continue
+        step = pair.http_a.get(f"/workflow/run/{child['trace_id']}").json()["steps"][0]
+        usage = step["usage"]  # the call's usage × the price, exactly
+        assert Decimal(step["cost_usd"]) == (usage["prompt_tokens"] * IN
+                                             + usage["completion_tokens"] * OUT) / 1_000_000
+        # the child's ledger: that cost, plus the reservation of a call lost in the kill
+        # (then made again by whoever took the child over)
+        extra = Decimal(child["spent_pusd"]) / 10**12 - Decimal(step["cost_usd"])
+        assert 0 <= extra <= reservation, (child, step)
+        lost += extra > 0
+    assert lost <= 8  # no more than the calls in flight when the process was killed
