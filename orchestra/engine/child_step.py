@@ -133,6 +133,10 @@ class ChildSteps:
         data = live.tagged(at, {"child_trace_id": child, "path": at.path, "template_id": new.template.id})
         items = [(EventKind.STEP_STARTED, live.tagged(at, started), at), (EventKind.CHILD_STARTED, data, at)]
         values = {"status": StepStatus.RUNNING, "attempt": attempt} | ({"started_at": utcnow()} if attempt == 1 else {})
+        # the reads above hold this task's connection: give it back before waiting for the
+        # writer, which needs one (eight items starting children at once held a SQLite
+        # pool of eight, and their writers waited out the pool's timeout)
+        await self.store.release()
         await asyncio.shield(live.writes.submit(self._store_child, live.trace_id, at, new, values, items))
         await self.store.release()
 

@@ -133,12 +133,13 @@ async def test_a_parents_fail_budget_stops_its_child_before_the_call_it_cannot_p
 
 
 async def test_parallel_children_never_spend_more_than_the_parents_budget(client, alice, priced, fake_llm):
-    # six children, four at once, each wanting two calls ($0.12 reserved, $0.01 spent):
-    # $0.2 pays for nine calls at most, one at a time; whatever the interleaving, what
-    # is spent and reserved stays within the parent's budget, and it is their sum
+    # eight children at once (as many as a SQLite pool's connections), each wanting two
+    # calls ($0.12 reserved, $0.01 spent): $0.2 pays for nine calls at most, one at a
+    # time; whatever the interleaving, what is spent and reserved stays within the
+    # parent's budget, and it is their sum
     await template(client, alice, chain(priced["worker"], 2), name="leaf")
     top = await template(client, alice, [{
-        "id": "each", "foreach": {"items": "[1, 2, 3, 4, 5, 6]", "max_concurrency": 4},
+        "id": "each", "foreach": {"items": "[1, 2, 3, 4, 5, 6, 7, 8]", "max_concurrency": 8},
         "workflow": {"template": "leaf", "input": "input"}}], limits={"budget_usd": "0.2"})
     trace_id = await start(client, alice, top)
     run = await wait_for(client, alice, trace_id, "succeeded", "failed")
