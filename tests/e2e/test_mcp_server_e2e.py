@@ -311,3 +311,29 @@ def test_two_processes_serve_one_call_between_them(tmp_path, postgres_url):
             assert statuses == ["succeeded", "waiting_reply"]  # the forged retry answered nothing
         finally:
             pair.stop()
+
+
+def test_a_child_runs_question_is_asked_and_answered_on_the_childs_trace(server):
+    headers = login(server, "parenting", "USER")
+    http = api(server, headers)
+    make_template(http, "leaf", FORM, output="steps.ask.output")
+    make_template(http, "parent", [{"id": "call", "workflow": {"template": "leaf", "input": "input"}}],
+                  output="steps.call.output", **EXPOSE)
+    asked: list[str] = []
+
+    async def elicit(context, params):
+        asked.append(params.message)
+        return types.ElicitResult(action="accept", content={"approved": True})
+
+    async def go():
+        async with mcp_client(server.base_url, headers["Authorization"].split()[1], elicit=elicit) as client:
+            return await client.call_tool("parent", {"input": "x"})
+
+    result = asyncio.run(go())
+    assert not result.is_error, result
+    assert result.structured_content == {"approved": True}
+    runs = {r["template_name"]: r for r in http.get("/workflow/run").json()["runs"]}
+    assert runs["parent"]["status"] == runs["leaf"]["status"] == "succeeded"
+    assert runs["leaf"]["trace_id"] in asked[0]  # the question names the run it belongs to
+    leaf = http.get(f"/workflow/run/{runs['leaf']['trace_id']}").json()
+    assert leaf["steps"][0]["output"] == {"approved": True}
