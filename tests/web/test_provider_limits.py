@@ -97,10 +97,11 @@ class CountingStore:
         return counted
 
 
+# PostgreSQL only: on SQLite the limits are held in the process (no store transaction).
+@pytest.mark.parametrize("both_stores", ["postgres"], indirect=True)
 async def test_a_call_with_room_costs_the_store_one_transaction_of_the_gate(client, alice, slow_llm):
     core = client.app.ctx.core
-    if not core.is_postgres:
-        pytest.skip("on SQLite the limits are held in the process: no store transaction")
+    assert core.is_postgres
     gate = core.engine.gate
     counting = CountingStore(gate.db, gate.write_transaction)
     gate.db, gate.write_transaction = counting, counting.write_transaction
