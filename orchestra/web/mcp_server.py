@@ -43,7 +43,7 @@ from sanic import Request
 
 from orchestra import __version__
 from orchestra.db.database import end_task_store_work
-from orchestra.errors import NotFoundError, OrchestraError, PermissionDeniedError
+from orchestra.errors import ConflictError, NotFoundError, OrchestraError
 from orchestra.services import mcp_tools, workflows
 from orchestra.services.mcp_tools import Ended, ExposedTools, Question, Tool
 from orchestra.web import asgi_bridge
@@ -116,9 +116,8 @@ class McpEndpoint:
                 await asyncio.wait_for(self._task, 5)
 
     async def handle(self, request: Request, principal: Principal) -> None:
-        """Serve one `/mcp` request of an authenticated caller."""
-        if principal.key is not None and "run:start" not in principal.key.scopes:
-            raise PermissionDeniedError("This API key lacks the scope 'run:start' (MCP tools start runs).")
+        """Serve one `/mcp` request of a caller the route authenticated (a key with
+        `run:start`)."""
         # the session belongs to the user who opened it (the SDK compares this identity)
         owner = AuthenticatedUser(AccessToken(token="-", client_id="orchestra", scopes=[],
                                               subject=principal.user_id))
@@ -204,7 +203,7 @@ class McpEndpoint:
             result = await ctx.session.elicit_form(_ask(outcome), _form(outcome.schema),
                                                    related_request_id=ctx.request_id)
             if result.action != "accept":
-                return _error(f"The question was {result.action}d. " + mcp_tools.how_to_reply(outcome))
+                return _error(_unanswered(result.action, outcome))
             await mcp_tools.answer(self.core, user_id=principal.user_id, question=outcome,
                                    content=_content(outcome.schema, result.content))
             after = outcome.seq
@@ -221,15 +220,16 @@ class McpEndpoint:
             raise MCPError(types.INVALID_PARAMS, "Invalid requestState") from None
         response = (params.input_responses or {}).get(REPLY_KEY)
         if not isinstance(response, types.ElicitResult) or response.action != "accept":
-            action = getattr(response, "action", "not answere")
-            raise _Refused(f"The question was {action}d. " + mcp_tools.how_to_reply(question))
+            raise ConflictError(_unanswered(getattr(response, "action", None), question))
         await mcp_tools.answer(self.core, user_id=principal.user_id, question=question,
                                content=_content(question.schema, response.content))
         return trace_id, after, finished
 
 
-class _Refused(OrchestraError):
-    status, error = 409, "ConflictError"
+def _unanswered(action: str | None, question: Question) -> str:
+    """What a call answers when the client declined, cancelled or skipped the question."""
+    said = {"decline": "declined", "cancel": "cancelled"}.get(action or "", "not answered")
+    return f"The question was {said}. " + mcp_tools.how_to_reply(question)
 
 
 def _may_ask(ctx: ServerRequestContext, principal: Principal) -> bool:
