@@ -61,7 +61,7 @@ class HttpSteps:
 
     def caller(self) -> HttpCaller:
         if self._caller is None:
-            self._caller = HttpCaller(self.settings.egress)
+            self._caller = HttpCaller(self.settings.step_egress)
         return self._caller
 
     async def secret_values(self, names: set[str]) -> dict[str, str]:
