@@ -19,7 +19,6 @@ from orchestra.db.models import RunStep, WorkflowRun, WorkflowTemplate
 from orchestra.engine.records import output_fields
 from orchestra.engine.run_task import step_output
 from orchestra.engine.sizes import check_reply_size
-from orchestra.engine.vocabulary import RunStatus, StepStatus
 from orchestra.errors import NotFoundError, ValidationError
 from orchestra.language import schemas, shape
 from orchestra.services import version_store, workflows
@@ -27,6 +26,7 @@ from orchestra.services.fork_plan import ForkKeys, Planner, Record, Source, run_
 from orchestra.services.shared import Shared
 from orchestra.services.spend import run_budget
 from orchestra.services.template_diff import steps_by_id
+from orchestra.vocabulary import RunStatus, StepStatus
 
 UNSET: Any = object()  # `input` not sent: the source's input
 PROBLEMS_MAX = 50  # problems listed for one fork's outputs
