@@ -22,7 +22,7 @@ from orchestra.engine.records import output_fields
 from orchestra.engine.run_task import step_output
 from orchestra.engine.sizes import check_reply_size
 from orchestra.engine.vocabulary import RunStatus, StepStatus
-from orchestra.errors import NotFoundError, ValidationError
+from orchestra.errors import NotFoundError, PermissionDeniedError, ValidationError
 from orchestra.services import version_store, workflows
 from orchestra.services.fork_plan import ForkKeys, Planner, Record, Source, run_again
 from orchestra.services.shared import Shared
@@ -134,6 +134,15 @@ async def fork_run(
     """A new run of the source's owner that reuses every source instance the plan allows
     (the source may still be active: what has succeeded so far counts)."""
     source = await workflows.get_run(core, user_id=user_id, is_admin=is_admin, trace_id=trace_id)
+    if source.owner_id != user_id:
+        # an administrator may fork anyone's run (it stays the owner's), but not choose
+        # what it runs or reads (SPEC §15b): only the owner sets these
+        chosen = [name for name, value in (("version", version is not None), ("input", input is not UNSET),
+                                           ("outputs", bool(outputs))) if value]
+        if chosen:
+            raise PermissionDeniedError(
+                f"Only the run's owner may set {', '.join(f'`{n}`' for n in chosen)} on a fork; "
+                "fork it without them, or ask its owner.")
     steps, spec, name, number = await _fork_steps(core, source, version)
     ids = steps_by_id(steps)
     if from_step is not None and from_step not in ids:
