@@ -121,3 +121,63 @@ async def test_a_child_pinned_to_a_version_that_calls_back_is_a_cycle(client, us
         ok = [{"id": "child", "workflow": {"template": a, "version": version, "input": "input"}}]
         saved = await client.put(f"{WF}/template/{b}", headers=h, json={"name": "b", "steps": ok})
         assert saved.status_code == 200, saved.text
+
+
+@pytest.fixture
+def settings_overrides() -> dict:
+    return {"foreach_max_items": 3}
+
+
+async def test_fork_outputs_are_checked_by_the_steps_kind(client, users):
+    alice = await users.make("alice")
+    h = alice["headers"]
+    shaped = {"name": "shaped", "steps": ASK, "output_schema": {"type": "object", "required": ["n"]}}
+    shaped_id = (await client.post(f"{WF}/template", headers=h, json=shaped)).json()["template_id"]
+    plain_id = (await client.post(f"{WF}/template", headers=h, json={"name": "plain", "steps": ASK})).json()["template_id"]
+    get = {"method": "GET", "url": "http://127.0.0.1:9/nothing", "timeout_seconds": 1}
+    steps = [
+        {"id": "call", "http": get, "on_error": "continue"},
+        {"id": "hits", "foreach": {"items": "[1, 2]"}, "http": get, "on_error": "continue"},
+        {"id": "asks", "foreach": {"items": "[1, 2]"}, "agent": {"human": True}, "prompt": "n?",
+         "output_schema": {"type": "integer"}, "on_error": "continue"},
+        {"id": "texts", "foreach": {"items": "[1]"}, "agent": {"human": True}, "prompt": "t?"},
+        {"id": "kid", "workflow": {"template": shaped_id, "input": "input"}},
+        {"id": "free", "workflow": {"template": plain_id, "input": "input"}},
+    ]
+    made = await client.post(f"{WF}/template", headers=h, json={"name": "kinds", "steps": steps})
+    assert made.status_code == 201, made.text
+    started = await client.post(f"{WF}/run", headers=h, json={"template_id": made.json()["template_id"], "input": "x"})
+    fork = f"{WF}/run/{started.json()['trace_id']}/fork"
+
+    async def refused(outputs: dict) -> list[dict]:
+        answer = await client.post(fork, headers=h, json={"outputs": outputs})
+        assert_error(answer, 422, "ValidationError")
+        return answer.json()["detail"]
+
+    http_ok = {"status": 200, "headers": {"content-type": "text/plain"}, "body": "hi"}
+    # an HTTP step: {status, headers, body}, status < 400, headers of strings
+    assert (await refused({"call": "plain text"}))[0]["field"] == "outputs.call"
+    assert {p["field"] for p in await refused({"call": {"status": 200}})} == {
+        "outputs.call.headers", "outputs.call.body"}
+    assert (await refused({"call": {**http_ok, "status": 500}}))[0]["field"] == "outputs.call.status"
+    assert (await refused({"call": {**http_ok, "headers": {"x": 1}}}))[0]["field"] == "outputs.call.headers"
+    assert (await refused({"call": {**http_ok, "extra": 1}}))[0]["field"] == "outputs.call.extra"
+    # a foreach: a list within the item limit, each item of the inner call's kind
+    assert (await refused({"hits": http_ok}))[0]["field"] == "outputs.hits"
+    assert "ORCHESTRA_FOREACH_MAX_ITEMS" in (await refused({"hits": [http_ok] * 4}))[0]["problem"]
+    assert (await refused({"hits": [http_ok, "text"]}))[0]["field"] == "outputs.hits.1"
+    assert (await refused({"asks": [1, "two"]}))[0]["field"] == "outputs.asks.1"
+    assert (await refused({"texts": [None]}))[0]["field"] == "outputs.texts.0"  # on_error: fail
+    # a workflow step: the child template's output_schema (any JSON value without one)
+    assert (await refused({"kid": "text"}))[0]["field"] == "outputs.kid"
+    assert (await refused({"kid": {"m": 1}}))[0]["field"].startswith("outputs.kid")
+
+    good = {"call": http_ok, "hits": [http_ok, None], "asks": [1, None], "texts": ["t"],
+            "kid": {"n": 1}, "free": {"any": ["json"]}}
+    forked = await client.post(fork, headers=h, json={"outputs": good})
+    assert forked.status_code == 202, forked.text
+    done = await wait_status(client, alice, forked.json()["trace_id"], "succeeded")
+    assert done["output"] == {"any": ["json"]}
+    assert {s["step_id"]: s["output"] for s in done["steps"]}["hits"] == [http_ok, None]
+    cancelled = await client.post(f"{WF}/cancel/{started.json()['trace_id']}", headers=h)
+    assert cancelled.status_code == 200, cancelled.text
