@@ -15,7 +15,8 @@ time, `webhook-signature` `v1,<base64 HMAC-SHA256 of "id.timestamp.body">`. A 2x
 answer ends it; anything else (another status, a refused or failed connection, a
 timeout) is retried after 5 s, 10 s, 20 s … at most an hour apart, for
 ORCHESTRA_WEBHOOK_RETRY_HOURS from the event, then the delivery is `failed`. Every
-connection obeys the egress rule (ORCHESTRA_EGRESS_ALLOW); no redirect is followed.
+connection obeys the users' egress rule (ORCHESTRA_STEP_EGRESS_ALLOW); no redirect is
+followed.
 
 Deliveries to one destination host are paced (SPEC §15b): a process sends at most
 ORCHESTRA_DELIVERY_HOST_RATE a second to one host (`HostPacer`), so many subscriptions
@@ -41,8 +42,7 @@ from standardwebhooks.webhooks import Webhook
 from orchestra.db.models import new_id, utcnow
 from orchestra.db.outage import StoreOutage, backoff, keep_going, release_quietly
 from orchestra.db.trigger_models import EventSubscription, WebhookDelivery
-from orchestra.egress import SETTING as EGRESS_SETTING
-from orchestra.egress import find_refusal
+from orchestra.egress import STEP_SETTING, find_refusal
 from orchestra.services.shared import Shared
 from orchestra.tls import client_tls
 
@@ -136,7 +136,7 @@ class DeliveryLoop:
         if self._client is None:
             self._client = httpx2.AsyncClient(
                 timeout=ATTEMPT_TIMEOUT, follow_redirects=False,
-                transport=self.core.settings.egress.transport(verify=client_tls()),
+                transport=self.core.settings.step_egress.transport(verify=client_tls()),
                 headers={"User-Agent": "orchestra-webhooks"},
             )
         return self._client
@@ -224,7 +224,7 @@ class DeliveryLoop:
         except httpx2.HTTPError as exc:
             refused = find_refusal(exc)
             if refused is not None:
-                return _attempt(at, None, f"{refused} (setting: {EGRESS_SETTING})")
+                return _attempt(at, None, f"{refused} (setting: {STEP_SETTING})")
             if isinstance(exc, httpx2.TimeoutException):
                 return _attempt(at, None, f"no answer within {ATTEMPT_TIMEOUT:g} s")
             return _attempt(at, None, f"could not connect: {type(exc).__name__}: {exc}")

@@ -17,8 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from orchestra.db.models import TemplateVersion, WorkflowTemplate
-from orchestra.engine import instances
-from orchestra.engine.language import schemas
+from orchestra.language import schemas, shape
 from orchestra.services.shared import Shared
 
 ITEM_PROBLEMS_MAX = 20  # problems listed for one foreach's items
@@ -30,7 +29,7 @@ def _problem(field: str, problem: str) -> list[dict[str, str]]:
 
 async def check(core: Shared, step: dict[str, Any], value: Any, field: str) -> list[dict[str, str]]:
     """The problems of `value` as the output of top-level `step`."""
-    kind = instances.kind_of(step)
+    kind = shape.kind_of(step)
     if kind == "loop":
         return []
     if kind == "foreach":
