@@ -125,7 +125,7 @@ async def test_a_child_pinned_to_a_version_that_calls_back_is_a_cycle(client, us
 
 @pytest.fixture
 def settings_overrides() -> dict:
-    return {"foreach_max_items": 3}
+    return {"foreach_max_items": 3, "step_egress_allow": "127.0.0.1"}
 
 
 async def test_fork_outputs_are_checked_by_the_steps_kind(client, users):

@@ -27,6 +27,7 @@ def database_url(both_stores):
 @pytest.fixture
 def settings_overrides():
     return {"max_schedules_per_user": 3, "max_subscriptions_per_user": 3, "delivery_host_rate": 10,
+            "step_egress_allow": "127.0.0.1",
             "rate_limit_hook": "5/minute", "rate_limit_hook_unverified": "4/minute"}
 
 
@@ -63,7 +64,7 @@ async def test_schedules_and_subscriptions_are_capped_per_user(client, users):
     assert (await client.post(f"{WF}/schedule", headers=alice["headers"], json=schedule)).status_code == 201
 
 
-@pytest.mark.parametrize("settings_overrides", [{"delivery_host_rate": 10}])
+@pytest.mark.parametrize("settings_overrides", [{"delivery_host_rate": 10, "step_egress_allow": "127.0.0.1"}])
 async def test_deliveries_to_one_host_are_paced(client, users):
     """25 subscriptions to one host: 25 signed POSTs for one run, spread at 10 a second
     instead of one burst."""
