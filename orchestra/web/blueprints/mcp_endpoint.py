@@ -2,7 +2,7 @@
 it speaks MCP over streamable HTTP, not the JSON API, and MCP clients are configured
 with this one URL.
 
-A POST body is held to the JSON API's strict JSON (web/json_body.py) before the SDK
+A POST body is held to the JSON API's strict JSON (orchestra/json_body.py) before the SDK
 reads it (SPEC §15b): `NaN`, `Infinity`, a key twice in one object, bytes that are not
 UTF-8, nesting past 64 levels … are 400 with a JSON-RPC parse error (-32700, `id`
 null), as the JSON-RPC spec says of text that does not parse."""
@@ -12,7 +12,7 @@ from __future__ import annotations
 from sanic import Blueprint, Request
 from sanic.response import json
 
-from orchestra.web import json_body
+from orchestra import json_body
 from orchestra.web.auth import protected
 
 bp = Blueprint("mcp_endpoint")
