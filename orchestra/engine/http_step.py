@@ -21,17 +21,17 @@ from orchestra.db.database import release_connection
 from orchestra.db.models import Secret
 from orchestra.engine.http_call import HttpCaller, HttpFailure, HttpRequest
 from orchestra.engine.http_secrets import SecretGuard
-from orchestra.engine.language.calls import SECRET_REF
-from orchestra.engine.language.expressions import (
+from orchestra.engine.live import LiveRun, StepFailure
+from orchestra.engine.model import At, StepDef
+from orchestra.engine.sizes import prompt_too_large, utf8_size
+from orchestra.language.calls import SECRET_REF
+from orchestra.language.expressions import (
     LEGACY,
     PLACEHOLDER,
     ExpressionError,
     Scope,
     render,
 )
-from orchestra.engine.live import LiveRun, StepFailure
-from orchestra.engine.model import At, StepDef
-from orchestra.engine.sizes import prompt_too_large, utf8_size
 from orchestra.observability import tracing
 
 _SEND_AS_IS = ("GET", "HEAD", "OPTIONS")

@@ -3,7 +3,7 @@ only to the hosts they were entered for.
 
 Administrators store a secret by name with its `hosts` (orchestra/secret_hosts.py);
 templates name it as `{{ secrets.NAME }}` in an HTTP step's URL and header values only
-(the template checks are in engine/language/validate.py and `save_refusals` below). A
+(the template checks are in language/validate.py and `save_refusals` below). A
 secret stored before hosts existed has none and goes nowhere until an administrator
 sets them. A value is stored as SecretBox
 ciphertext (Fernet, the key derived from the server secret, as provider keys are) plus
