@@ -24,15 +24,15 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
-import random
 from typing import Any
 
 import httpx2
 from peewee import fn
 from standardwebhooks.webhooks import Webhook
 
+from orchestra.backoff import Backoff
 from orchestra.db.models import new_id, utcnow
-from orchestra.db.outage import StoreOutage, backoff, keep_going, release_quietly
+from orchestra.db.outage import STORE_RETRY, StoreOutage, keep_going, release_quietly
 from orchestra.db.trigger_models import EventSubscription, WebhookDelivery
 from orchestra.egress import STEP_SETTING, find_refusal
 from orchestra.services.shared import Shared
@@ -55,10 +55,13 @@ def webhook_id(delivery_id: str) -> str:
     return f"msg_{delivery_id}"
 
 
+RETRIES = Backoff(base=FIRST_RETRY_SECONDS, cap=RETRY_CAP_SECONDS)
+
+
 def retry_delay(failures: int) -> float:
-    """Seconds before the next attempt after `failures` failed ones (±10 % jitter)."""
-    base = min(RETRY_CAP_SECONDS, FIRST_RETRY_SECONDS * 2 ** (failures - 1))
-    return base * random.uniform(0.9, 1.1) if base < RETRY_CAP_SECONDS else base
+    """Seconds before the next attempt after `failures` failed ones: 5 s doubled per
+    failure up to an hour, less up to a fifth (orchestra/backoff.py)."""
+    return RETRIES.delay(failures)
 
 
 class DeliveryLoop:
@@ -214,7 +217,7 @@ class DeliveryLoop:
             except Exception as exc:  # noqa: BLE001 - an outage: keep the outcome until the store is back
                 if not self.outage.failed(exc, "recording a webhook delivery") or self._stopping:
                     return False
-                await asyncio.sleep(backoff(tries, cap=5.0))
+                await STORE_RETRY.sleep(tries)
         return False
 
 
