@@ -7,8 +7,9 @@ what each worker has of its own (a Redis database, a range of ports).
   since most of their time is spent waiting on servers, leases and clocks. `-n N` chooses
   for itself, `-n 0` keeps one process; a run of named files or folders that includes
   e2e tests stays in one process unless given `-n`.
-- Work is handed out in groups (`--dist loadgroup`): an end-to-end test module goes to
-  one worker whole (its module-scoped servers start once); other tests one by one. A
+- Work is handed out in groups (`--dist loadgroup`): the tests of a module that share a
+  module-scoped fixture (a server, a browser, a logged-in CLI) go to one worker together,
+  so it starts once; every other test, e2e or not, goes wherever a worker is free. A
   test marked `@pytest.mark.xdist_group("name")` runs on one worker with every other test
   of that group, one after the other: the way to keep tests that need something of the
   machine's to themselves apart (none need it today).
@@ -55,19 +56,32 @@ def _whole_suite(config) -> bool:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config) -> None:
-    if (not config.pluginmanager.hasplugin("xdist") or config.option.numprocesses is not None
-            or os.environ.get("PYTEST_XDIST_WORKER") or config.option.collectonly):
+    if (not config.pluginmanager.hasplugin("xdist") or os.environ.get("PYTEST_XDIST_WORKER")
+            or config.option.collectonly):
         return
-    if "not e2e" in (config.option.markexpr or ""):
+    if config.option.numprocesses is not None:
+        pass  # -n chosen on the command line
+    elif "not e2e" in (config.option.markexpr or ""):
         # many fast tests wait on a timer or a child process: a third worker fills that time
         config.option.numprocesses = (os.cpu_count() or 1) + 1
     elif _whole_suite(config):
         config.option.numprocesses = int(os.environ.get("ORCHESTRA_TEST_WORKERS") or E2E_WORKERS)
-    else:
+    if not config.option.numprocesses:
         return
     if config.option.dist == "no":
         config.option.dist = "loadgroup"
     config.option.loadscopereorder = False  # our order (pytest_collection_modifyitems), not by count
+
+
+def _shared_by(item) -> str | None:
+    """The module (or package) whose tests share a fixture with this one — a server, a
+    browser, a logged-in CLI of module scope — or None: the test can go anywhere."""
+    info = getattr(item, "_fixtureinfo", None)
+    scopes = {d.scope for defs in (info.name2fixturedefs.values() if info else ()) for d in defs}
+    path = item.nodeid.split("::", 1)[0]
+    if "package" in scopes:
+        return path.rsplit("/", 1)[0]
+    return path if scopes & {"module", "class"} else None
 
 
 @pytest.hookimpl(wrapper=True)
@@ -77,8 +91,9 @@ def pytest_collection_modifyitems(config, items):
     result = yield
     if getattr(config.option, "loadgroup", False):  # set in a worker of a --dist loadgroup run
         for item in items:
-            if item.get_closest_marker("e2e") and not item.get_closest_marker("xdist_group"):
-                item._nodeid = f"{item.nodeid}@{item.nodeid.split('::', 1)[0]}"
+            group = None if item.get_closest_marker("xdist_group") else _shared_by(item)
+            if group:
+                item._nodeid = f"{item.nodeid}@{group}"
     slow = {path: rank for rank, path in enumerate(SLOW_FIRST)}
 
     def rank(item) -> tuple[int, int]:
