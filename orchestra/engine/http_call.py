@@ -13,6 +13,7 @@ replaced by `***`.
 
 from __future__ import annotations
 
+import asyncio
 import email.utils
 import json
 import time
@@ -78,10 +79,22 @@ class HttpCaller:
             raise HttpFailure(f"{request.method} {shown_url}: not a usable http(s) URL ({hide(str(exc))}).") from None
         if built.url.scheme not in ("http", "https"):
             raise HttpFailure(f"{request.method} {shown_url}: only http and https URLs are called.")
+        late = f"{request.method} {shown_url}: no whole answer within {timeout:g} s (timeout_seconds)."
+        try:
+            # httpx's timeout bounds each connect, write and read; a server sending a
+            # byte every few seconds would never trip it. `timeout_seconds` is the whole
+            # exchange's bound (SPEC §15b): connect, send, redirects and every read.
+            async with asyncio.timeout(timeout):
+                return await self._exchange(built, request, shown_url, hide, secrets)
+        except (TimeoutError, httpx.TimeoutException):
+            raise HttpFailure(late) from None
+
+    async def _exchange(self, built: httpx.Request, request: HttpRequest, shown_url: str, hide: Any,
+                        secrets: tuple[str, ...]) -> dict[str, Any]:
         try:
             response = await self._client.send(built, stream=True)
         except httpx.TimeoutException:
-            raise HttpFailure(f"{request.method} {shown_url}: no answer within {timeout:g} s.") from None
+            raise  # `call` says so
         except httpx.TooManyRedirects:
             raise HttpFailure(f"{request.method} {shown_url}: more than {MAX_REDIRECTS} redirects.") from None
         except (httpx.HTTPError, OSError) as exc:
@@ -123,7 +136,7 @@ class HttpCaller:
                     raise HttpFailure(too_large)
                 chunks.append(chunk)
         except httpx.TimeoutException:
-            raise HttpFailure(f"{request.method} {shown_url}: the answer did not arrive in time.") from None
+            raise  # `call` says so
         except httpx.HTTPError as exc:
             raise HttpFailure(f"{request.method} {shown_url}: the answer broke off ({_reason(exc)}).") from None
         return b"".join(chunks)

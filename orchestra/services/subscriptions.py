@@ -15,6 +15,7 @@ from orchestra.db.models import iso, utcnow
 from orchestra.db.trigger_models import EventSubscription, WebhookDelivery
 from orchestra.egress import STEP_SETTING
 from orchestra.errors import NotFoundError, ValidationError
+from orchestra.services import caps
 from orchestra.services.deliveries import webhook_id
 from orchestra.services.outbox import TYPES
 from orchestra.services.paging import Page, keyset_page
@@ -68,9 +69,12 @@ async def create_subscription(core: Shared, *, user_id: str, url: str, events: l
         await require_runnable(core, user_id=user_id, template_ids=[template_id], field="template_id")
     url = await check_url(core, url)
     secret = new_secret()
-    row = await EventSubscription.acreate(
-        owner=user_id, template=template_id, url=url, events=list(dict.fromkeys(events)),
-        secret_encrypted=core.secrets.encrypt(secret), created_at=utcnow())
+    async with core.write_transaction():
+        await caps.check(core, EventSubscription.select().where(EventSubscription.owner == user_id),
+                         setting="max_subscriptions_per_user", what="subscriptions", field="url")
+        row = await EventSubscription.acreate(
+            owner=user_id, template=template_id, url=url, events=list(dict.fromkeys(events)),
+            secret_encrypted=core.secrets.encrypt(secret), created_at=utcnow())
     return row, secret
 
 

@@ -222,11 +222,14 @@ async def list_templates(
 async def get_template(
     core: Shared, *, user_id: str, is_admin: bool, template_id: str, write: bool = False
 ) -> WorkflowTemplate:
-    """A template the caller may read (own or shared), or may change (`write`)."""
+    """A template the caller may read (own or shared), or may change (`write`). A shared
+    template is changed, restored or deleted by ADMINISTRATOR+ only, its owner included:
+    `is_admin` is the caller's role at the moment of the call (SPEC §15b), so an owner
+    demoted since sharing it can no longer change what other users run."""
     template = await WorkflowTemplate.aget_or_none(WorkflowTemplate.id == template_id)
     if template is None or (template.owner_id != user_id and not template.shared):
         raise NotFoundError(f"No template has the id '{template_id}'.")
-    if write and template.owner_id != user_id and not is_admin:
+    if write and template.shared and not is_admin:
         raise PermissionDeniedError("Only an ADMINISTRATOR or above may change a shared template.")
     return template
 
