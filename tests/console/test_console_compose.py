@@ -8,14 +8,10 @@ from __future__ import annotations
 
 import re
 
-import pytest
+from playwright.sync_api import expect
 
 from orchestra.testing.fake_http import FakeHttp
 from tests.console.test_console_first_hour import api, step
-
-expect = pytest.importorskip(
-    "playwright.sync_api", reason="browser tests need Playwright for Python: pip install -e '.[test]'"
-).expect
 
 VALUE = "console-secret-9876abcd"
 
