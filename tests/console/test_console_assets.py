@@ -149,3 +149,14 @@ def test_the_stream_listens_for_every_kind_of_event():
     text = (CONSOLE_DIR / "js" / "stream.js").read_text()
     listed = re.search(r"export const KINDS = \[(.*?)\];", text, re.DOTALL).group(1)
     assert set(re.findall(r"'([a-z_]+)'", listed)) == {kind.value for kind in EventKind}
+
+
+def test_every_module_is_preloaded():
+    """docs/console.md: every module is a `<link rel="modulepreload">` of index.html (the
+    page's own script aside), so none is found only by a waterfall of imports."""
+    page = (CONSOLE_DIR / "index.html").read_text(encoding="utf-8")
+    preloaded = set(re.findall(r'<link rel="modulepreload" href="([^"]+)">', page))
+    modules = {f"/console/{path.relative_to(CONSOLE_DIR).as_posix()}"
+               for path in CONSOLE_DIR.rglob("*.js")} - {"/console/js/app.js"}
+    assert modules - preloaded == set()
+    assert preloaded - modules == set()  # nor a file that is gone
