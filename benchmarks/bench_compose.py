@@ -180,9 +180,9 @@ def workflow_overhead(pg: str, runs: int, target: LoopbackTarget, baseline: str 
 
 async def http_overhead(calls: int, target: LoopbackTarget) -> None:
     from orchestra.core import Core
-    from orchestra.engine.language.expressions import Scope
     from orchestra.engine.live import LiveRun
     from orchestra.engine.model import At, step_defs
+    from orchestra.language.expressions import Scope
     from orchestra.services import secrets
     from orchestra.settings import Settings
     from orchestra.tls import client_tls

@@ -21,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.common import median, report  # noqa: E402
-from orchestra.web.json_body import JSONBodyError, parse  # noqa: E402
+from orchestra.json_body import JSONBodyError, parse  # noqa: E402
 
 
 def shapes() -> dict[str, bytes]:

@@ -30,10 +30,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.common import median, report  # noqa: E402
 from orchestra.core import Core  # noqa: E402
-from orchestra.engine.language.expressions import Scope  # noqa: E402
 from orchestra.engine.model import step_defs  # noqa: E402
 from orchestra.engine.reuse import agent_fingerprint, call_key  # noqa: E402
 from orchestra.engine.sizes import render_bounded  # noqa: E402
+from orchestra.language.expressions import Scope  # noqa: E402
 from orchestra.services import auth, versions, workflows  # noqa: E402
 from orchestra.services.agent_cache import AgentConfig  # noqa: E402
 from orchestra.services.roles import Role  # noqa: E402

@@ -21,8 +21,8 @@ import os
 import statistics
 import time
 
-from orchestra.engine.language import policies
-from orchestra.engine.language.expressions import compile_expression, render
+from orchestra.language import policies
+from orchestra.language.expressions import compile_expression, render
 
 SCHEMA = {"type": "object", "required": ["approved", "notes"],
           "properties": {"approved": {"type": "boolean"}, "notes": {"type": "string"},

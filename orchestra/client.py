@@ -26,6 +26,7 @@ from urllib.parse import unquote
 import httpx
 from httpx_sse import EventSource, SSEError
 
+from orchestra.backoff import Backoff
 from orchestra.engine.vocabulary import TERMINAL
 from orchestra.errors import OrchestraError
 
@@ -382,7 +383,7 @@ class Client:
                 raise StreamGaveUpError(
                     f"lost the event stream of {trace_id} ({reason}) and could not resume it"
                 )
-            time.sleep(min(state.delay * (2 ** (state.failures - 1)), 5.0))
+            time.sleep(Backoff(base=state.delay, cap=5.0).delay(state.failures))
 
 
 @dataclass

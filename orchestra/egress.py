@@ -1,5 +1,10 @@
-"""The egress rule (SPEC §14): where the server's own outgoing connections (model
-providers, MCP servers) may go.
+"""The egress rule (SPEC §14, §15b): where outgoing connections may go.
+
+Two rules with one shape: the operator's destinations (model providers, MCP servers)
+obey `ORCHESTRA_EGRESS_ALLOW`; the users' destinations (HTTP steps, outbound
+subscriptions) obey `ORCHESTRA_STEP_EGRESS_ALLOW`, so a loopback model server opened
+for providers is not open to every user's HTTP step. A policy carries the name of its
+setting, which every refusal names.
 
 A host is resolved once per new connection; every address it resolves to is checked,
 and the connection is made to an address that passed (never to a second lookup of the
@@ -38,6 +43,7 @@ import httpcore2
 import httpx2
 
 SETTING = "ORCHESTRA_EGRESS_ALLOW"
+STEP_SETTING = "ORCHESTRA_STEP_EGRESS_ALLOW"
 SAVE_RESOLVE_SECONDS = 3.0  # a save-time lookup that takes longer is not held against the URL
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -131,12 +137,12 @@ def _embedded_v4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None
     return None
 
 
-def _parse_entry(text: str) -> AllowEntry:
+def _parse_entry(text: str, setting: str = SETTING) -> AllowEntry:
     target, port = text, None
     if text.startswith("["):
         end = text.find("]")
         if end < 0 or (text[end + 1:] and not text[end + 1:].startswith(":")):
-            raise ValueError(f"{SETTING}: {text!r} is not [IPv6 address or network] or [...]:port")
+            raise ValueError(f"{setting}: {text!r} is not [IPv6 address or network] or [...]:port")
         target, rest = text[1:end], text[end + 2:]
         port = rest or None
     elif text.count(":") == 1:
@@ -144,7 +150,7 @@ def _parse_entry(text: str) -> AllowEntry:
     number = None
     if port is not None:
         if not port.isdigit() or not 0 < int(port) < 65536:
-            raise ValueError(f"{SETTING}: the port of {text!r} must be a number from 1 to 65535")
+            raise ValueError(f"{setting}: the port of {text!r} must be a number from 1 to 65535")
         number = int(port)
     try:
         network = ipaddress.ip_network(target, strict=False)
@@ -152,7 +158,7 @@ def _parse_entry(text: str) -> AllowEntry:
         name = target.lower().rstrip(".")
         if not _HOST_NAME.match(name):
             raise ValueError(
-                f"{SETTING}: {text!r} is neither an address, a CIDR network nor a host name "
+                f"{setting}: {text!r} is neither an address, a CIDR network nor a host name "
                 "(write IPv4 addresses in dotted form, IPv6 ones in brackets when a port follows)"
             ) from None
         return AllowEntry(host=name, port=number)
@@ -175,11 +181,12 @@ class EgressPolicy:
     """The egress rule with its allowances; build with `EgressPolicy.parse(setting)`."""
 
     entries: tuple[AllowEntry, ...] = ()
+    setting: str = SETTING  # the setting that opens addresses, named by every refusal
 
     @classmethod
-    def parse(cls, text: str) -> EgressPolicy:
-        """ORCHESTRA_EGRESS_ALLOW's value; ValueError naming the setting for a bad entry."""
-        return _parse(text or "")
+    def parse(cls, text: str, setting: str = SETTING) -> EgressPolicy:
+        """The setting's value; ValueError naming the setting for a bad entry."""
+        return _parse(text or "", setting)
 
     def refusal(self, host: str, port: int, address: IPAddress | None) -> str | None:
         """Why a connection to `address` (resolved from `host`) on `port` is refused, or
@@ -199,7 +206,7 @@ class EgressPolicy:
         through = "" if _literal(host) == address else f"{host} resolves to {address}, "
         article = "an" if kind[0] in "aeiou" else "a"
         return (f"The egress rule refuses {where}:{port}: {through}{article} {kind} address. "
-                f"An operator may allow it with {SETTING} (e.g. {SETTING}={shown}:{port}).")
+                f"An operator may allow it with {self.setting} (e.g. {self.setting}={shown}:{port}).")
 
     async def resolve(self, host: str, port: int) -> list[str]:
         """The addresses of `host` this rule allows, in resolver order; EgressRefused when
@@ -248,12 +255,14 @@ class EgressPolicy:
 
 #: The rule with nothing allowed (ORCHESTRA_EGRESS_ALLOW empty): public addresses only.
 PUBLIC_ONLY = EgressPolicy()
+#: The users' rule with nothing allowed (ORCHESTRA_STEP_EGRESS_ALLOW empty).
+STEP_PUBLIC_ONLY = EgressPolicy(setting=STEP_SETTING)
 
 
 @functools.cache
-def _parse(text: str) -> EgressPolicy:
-    entries = tuple(_parse_entry(part.strip()) for part in text.split(",") if part.strip())
-    return EgressPolicy(entries)
+def _parse(text: str, setting: str = SETTING) -> EgressPolicy:
+    entries = tuple(_parse_entry(part.strip(), setting) for part in text.split(",") if part.strip())
+    return EgressPolicy(entries, setting)
 
 
 class EgressBackend(httpcore2.AsyncNetworkBackend):

@@ -8,7 +8,7 @@ from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from orchestra.egress import EgressPolicy
+from orchestra.egress import STEP_SETTING, EgressPolicy
 
 
 def _default_home() -> Path:
@@ -73,7 +73,8 @@ class Settings:
     metrics_token: str = ""  # when set, GET /metrics needs it as a bearer token
     run_retention_days: int = 0  # ended runs older than this are deleted hourly (0: keep all)
     mcp_stdio_commands: str = ""  # comma-separated bare names of commands a stdio MCP server may run
-    egress_allow: str = ""  # CIDRs, addresses or host names (optional :port) outgoing connections may reach
+    egress_allow: str = ""  # CIDRs, addresses or host names (optional :port) providers and MCP servers may reach
+    step_egress_allow: str = ""  # the same, for users' destinations: HTTP steps and subscriptions
     webhook_retry_hours: float = 24.0  # how long a failing outbound webhook delivery is retried
 
     @property
@@ -85,6 +86,12 @@ class Settings:
     def egress(self) -> EgressPolicy:
         """The egress rule with ORCHESTRA_EGRESS_ALLOW's allowances (parsed once)."""
         return EgressPolicy.parse(self.egress_allow)
+
+    @property
+    def step_egress(self) -> EgressPolicy:
+        """The users' egress rule (HTTP steps, outbound subscriptions) with
+        ORCHESTRA_STEP_EGRESS_ALLOW's allowances; ORCHESTRA_EGRESS_ALLOW opens nothing here."""
+        return EgressPolicy.parse(self.step_egress_allow, STEP_SETTING)
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None, **overrides: Any) -> Settings:
@@ -107,6 +114,7 @@ class Settings:
         if self.log_format not in ("text", "json"):
             raise ValueError(f"ORCHESTRA_LOG_FORMAT must be text or json, got {self.log_format!r}")
         EgressPolicy.parse(self.egress_allow)  # a bad entry stops the start, naming the setting
+        EgressPolicy.parse(self.step_egress_allow, STEP_SETTING)
         for name in ("expression_timeout_ms", "expression_memory_mb", "expression_input_max_bytes",
                      "expression_result_max_bytes", "expression_workers", "schema_timeout_ms"):
             if getattr(self, name) < 1:
@@ -284,7 +292,13 @@ SETTING_DOCS: dict[str, SettingDoc] = {
         "comma-separated CIDRs (`10.0.0.0/8`), addresses (exactly that address: `127.0.0.1`, `::1`) or "
         "host names, each optionally with `:port` (IPv6 in brackets: `[::1]:11434`), that the server's "
         "connections to model providers and MCP servers may reach although they are loopback, private, "
-        "link-local, unique-local or otherwise not public (e.g. `127.0.0.1:11434` for a local Ollama)",
+        "link-local, unique-local or otherwise not public (e.g. `127.0.0.1:11434` for a local Ollama); "
+        "it opens nothing to HTTP steps or subscriptions (see `ORCHESTRA_STEP_EGRESS_ALLOW`)",
+        "empty (public addresses only)"),
+    "step_egress_allow": SettingDoc(
+        "the same form as `ORCHESTRA_EGRESS_ALLOW`, for the users' destinations: the addresses that "
+        "HTTP steps and outbound subscriptions (webhook deliveries) may reach although they are not "
+        "public (e.g. `10.2.0.0/16` for an internal API); a refusal names this setting",
         "empty (public addresses only)"),
     "webhook_retry_hours": SettingDoc(
         "hours an outbound event delivery (a subscription's webhook) is retried after its event "

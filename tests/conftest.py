@@ -41,6 +41,12 @@ OPEN_LIMITS = {"rate_limit_register": "10000/minute", "rate_limit_login": "10000
 # The fake model and fake MCP servers listen on loopback, which the egress rule refuses
 # by default (SPEC §14): the tests allow it; the egress tests set their own.
 LOOPBACK_EGRESS = {"egress_allow": "127.0.0.0/8,::1"}
+# HTTP steps and subscriptions obey their own rule (SPEC §15b, ORCHESTRA_STEP_EGRESS_ALLOW),
+# which the provider allowance above does not open. In-process tests whose steps or
+# subscriptions call a loopback server set it in their `settings_overrides`; a real server
+# process (CLI, console and e2e tests, whose fakes all listen on loopback) gets it by
+# default, and a test of the step rule's default sets it to "" again.
+LOOPBACK_STEPS = {"step_egress_allow": "127.0.0.0/8,::1"}
 
 Sanic.test_mode = True
 
@@ -514,7 +520,7 @@ class ServerProcess:
             "ORCHESTRA_HOME": str(home),
             "ORCHESTRA_SECRET_KEY": "e2e-secret-" + "y" * 32,
             **{f"ORCHESTRA_{k.upper()}": str(v)
-               for k, v in {**FAST_HASH, **OPEN_LIMITS, **LOOPBACK_EGRESS}.items()},
+               for k, v in {**FAST_HASH, **OPEN_LIMITS, **LOOPBACK_EGRESS, **LOOPBACK_STEPS}.items()},
             **(env or {}),
         }
         if database_url:

@@ -1,4 +1,5 @@
-"""The shape of the code: no import cycle in orchestra/ and no module over 600 lines.
+"""The shape of the code: no import cycle in orchestra/, imports only down the layers, and
+no module over 600 lines.
 
 The import graph is read with `ast` from every module of the package, counting every
 import wherever it stands — at the top, inside a function, under `TYPE_CHECKING` — since
@@ -8,6 +9,7 @@ an import inside a function ties two modules just as much (it only hides the tie
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "orchestra"
@@ -50,6 +52,7 @@ def imported(node: ast.AST, name: str, is_package: bool, known: set[str]) -> set
     return found
 
 
+@functools.cache
 def import_graph() -> dict[str, set[str]]:
     known = modules()
     names = set(known)
@@ -119,3 +122,76 @@ def test_no_module_over_600_lines():
     long = {name: n for name, path in modules().items()
             if (n := len(path.read_text(encoding="utf-8").splitlines())) > LINES_MAX}
     assert not long, f"modules over {LINES_MAX} lines: {long}"
+
+
+# The layers, bottom first: a module imports its own package or one of a lower layer,
+# never one beside or above it. The base is the leaf modules any layer may use (and one
+# another); `language` is the pure workflow language, used at save time by services and
+# at run time by the engine; `core` is the composition root; `client` is the CLI's HTTP
+# client (it reads only the vocabulary); `testing` holds the fakes. A package not named here fails the test until it is given its place.
+LAYERS: list[tuple[str, ...]] = [
+    ("orchestra", "orchestra.errors", "orchestra.settings", "orchestra.egress", "orchestra.tls",
+     "orchestra.redaction", "orchestra.timestamps", "orchestra.json_body", "orchestra.backoff"),
+    ("orchestra.db", "orchestra.money", "orchestra.observability"),
+    ("orchestra.language",),
+    ("orchestra.engine",),
+    ("orchestra.services",),
+    ("orchestra.core", "orchestra.client"),
+    ("orchestra.web",),
+    ("orchestra.cli", "orchestra.testing"),
+    ("orchestra.__main__",),
+]
+
+
+def unit_of(name: str) -> str:
+    """The layer entry a module belongs to: the longest entry that is it or holds it."""
+    entries = [entry for layer in LAYERS for entry in layer]
+    found = [e for e in entries if name == e or (e != "orchestra" and name.startswith(e + "."))]
+    return max(found, key=len) if found else (name if name == "orchestra" else "")
+
+
+def rank_of(unit: str) -> int:
+    return next(n for n, layer in enumerate(LAYERS) if unit in layer)
+
+
+def against_the_layers(graph: dict[str, set[str]]) -> list[str]:
+    """Every import that goes sideways or up: `a -> b (layer m -> layer n)`."""
+    found = []
+    for name in sorted(graph):
+        unit = unit_of(name)
+        if not unit:
+            found.append(f"{name}: in no layer")
+            continue
+        for target in sorted(graph[name]):
+            other = unit_of(target)
+            if other == unit or not other:
+                continue
+            here, there = rank_of(unit), rank_of(other)
+            if there < here or (here == there == 0):
+                continue
+            found.append(f"{name} -> {target} ({unit}, layer {here} -> {other}, layer {there})")
+    return found
+
+
+def test_the_layer_rule_sees_an_import_upwards_and_sideways():
+    graph = {
+        "orchestra.engine.x": {"orchestra.db.models", "orchestra.language.model", "orchestra.errors"},
+        "orchestra.services.hooks": {"orchestra.web.json_body", "orchestra.engine.x"},
+        "orchestra.db.models": {"orchestra.money.amounts"},
+        "orchestra.language.model": {"orchestra.engine.instances"},
+        "orchestra.settings": {"orchestra.egress"},
+        "orchestra.shiny": set(),
+    }
+    assert against_the_layers(graph) == [
+        "orchestra.db.models -> orchestra.money.amounts (orchestra.db, layer 1 -> orchestra.money, layer 1)",
+        "orchestra.language.model -> orchestra.engine.instances"
+        " (orchestra.language, layer 2 -> orchestra.engine, layer 3)",
+        "orchestra.services.hooks -> orchestra.web.json_body (orchestra.services, layer 4 -> orchestra.web, layer 6)",
+        "orchestra.shiny: in no layer",
+    ]
+
+
+def test_imports_go_down_the_layers():
+    """db, money, observability < language < engine < services < core, client < web < cli."""
+    found = against_the_layers(import_graph())
+    assert not found, "imports against the layers:\n" + "\n".join(found)

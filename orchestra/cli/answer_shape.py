@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from orchestra.engine.language.examples import MAX_FIELDS, schema_example
+from orchestra.language.examples import MAX_FIELDS, schema_example
 
 
 def _type_of(schema: Any) -> str:

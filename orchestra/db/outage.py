@@ -12,9 +12,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 import sqlite3
 import time
+
+from orchestra.backoff import Backoff
 
 logger = logging.getLogger("orchestra.store")
 
@@ -130,13 +131,12 @@ class StoreOutage:
             self._failures = 0
 
 
-def backoff(attempt: int, *, base: float = 0.2, cap: float = 5.0) -> float:
-    """Capped exponential backoff with full jitter for the `attempt`-th retry (1, 2, …)."""
-    return random.uniform(base / 2, min(cap, base * 2 ** (attempt - 1)))
+STORE_RETRY = Backoff(base=0.2, cap=5.0)  # a statement or a round tried again while the store is down
 
 
-async def sleep_backoff(attempt: int, *, cap: float = 5.0) -> None:
-    await asyncio.sleep(backoff(attempt, cap=cap))
+async def sleep_backoff(attempt: int) -> None:
+    """Wait before the `attempt`-th retry (1, 2, …) of something the store refused."""
+    await STORE_RETRY.sleep(attempt)
 
 
 async def release_quietly(db) -> None:
@@ -167,7 +167,7 @@ async def keep_going(one_round, *, what: str, db, outage: StoreOutage, wake: asy
             failures += 1
             if not outage.failed(exc, what):
                 logger.exception("%s failed", what)
-            wait = backoff(failures, cap=5.0)
+            wait = STORE_RETRY.delay(failures)
         finally:
             await release_quietly(db)
         if stopping():

@@ -23,12 +23,15 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
+from orchestra.backoff import Backoff
+
 logger = logging.getLogger("orchestra.signals")
 
 CHANNELS = {"events": "orchestra_events", "cache": "orchestra_cache", "control": "orchestra_control"}
 LISTENER_NAME = "orchestra-listen"  # application_name of the LISTEN connection
 HEALTH_CHECK_SECONDS = 2.0
 RECONNECT_MAX_SECONDS = 5.0
+RECONNECT = Backoff(base=0.1, cap=RECONNECT_MAX_SECONDS)  # the LISTEN connection's retries
 
 Handler = Callable[[str], None]
 
@@ -130,7 +133,7 @@ class PostgresSignals(Signals):
     async def _listen(self) -> None:
         import asyncpg
 
-        delay = 0.1
+        failures = 0
         lost_at: float | None = None  # when the connection went; one line then, one when back
         while True:
             try:
@@ -144,7 +147,7 @@ class PostgresSignals(Signals):
                 self._conn, self.connected = conn, True
                 self.generation += 1
                 self._ready.set()
-                delay = 0.1
+                failures = 0
                 if lost_at is not None:
                     logger.warning("LISTEN connection back after %.1f s",
                                    asyncio.get_running_loop().time() - lost_at)
@@ -165,8 +168,8 @@ class PostgresSignals(Signals):
                 logger.warning("LISTEN connection lost; reconnecting")
             self.connected = False
             await self._close()
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, RECONNECT_MAX_SECONDS)
+            failures += 1
+            await RECONNECT.sleep(failures)
 
     async def _watch(self, conn: Any, lost: asyncio.Future) -> None:
         """Return when the connection is gone: its termination, or a failed health check

@@ -14,9 +14,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from orchestra.engine.coalescer import TokenCoalescer
-from orchestra.engine.language.policies import read_structured, repair_prompt
-from orchestra.engine.language.sandbox import Sandbox
-from orchestra.engine.language.schemas import describe
 from orchestra.engine.live import LiveRun, StepFailure
 from orchestra.engine.llm import (
     ChatMessage,
@@ -40,6 +37,9 @@ from orchestra.engine.store.events import RunGone
 from orchestra.engine.tools.base import ToolContext, ToolError, ToolRegistry
 from orchestra.engine.vocabulary import EventKind
 from orchestra.errors import OrchestraError
+from orchestra.language.policies import read_structured, repair_prompt
+from orchestra.language.sandbox import Sandbox
+from orchestra.language.schemas import describe
 from orchestra.observability import metrics
 from orchestra.observability import runs as observe
 from orchestra.settings import Settings

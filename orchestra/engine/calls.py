@@ -13,8 +13,6 @@ from typing import Any
 from orchestra.engine.agent_step import AgentSteps
 from orchestra.engine.child_step import ChildSteps
 from orchestra.engine.http_step import HttpSteps, shown_request
-from orchestra.engine.language import policies
-from orchestra.engine.language.expressions import ExpressionError, Scope
 from orchestra.engine.live import LimitReached, LiveRun, StepFailure
 from orchestra.engine.model import At, Question, StepDef
 from orchestra.engine.questions import Questions
@@ -22,6 +20,8 @@ from orchestra.engine.records import Records
 from orchestra.engine.reuse import ForkReuse, call_key, keyed
 from orchestra.engine.sizes import render_bounded
 from orchestra.engine.store import RunStore
+from orchestra.language import policies
+from orchestra.language.expressions import ExpressionError, Scope
 
 
 def remaining(timeout: float | None, earlier: Question | None) -> float | None:

@@ -32,10 +32,6 @@ from typing import Any
 
 from orchestra.db.models import WorkflowRun, utcnow
 from orchestra.engine.feed import Feeds
-from orchestra.engine.language import schemas
-from orchestra.engine.language.expressions import ExpressionError, Scope, text_of
-from orchestra.engine.language.model import MAX_CHAIN
-from orchestra.engine.language.sandbox import Sandbox
 from orchestra.engine.live import LiveRun, StepFailure
 from orchestra.engine.model import At, StepDef, StopReason
 from orchestra.engine.records import Records
@@ -43,6 +39,10 @@ from orchestra.engine.spend import BudgetStop, Spending
 from orchestra.engine.store import RunStore
 from orchestra.engine.store.children import MIRRORED, ChildRuns, NewChild, mirror_key
 from orchestra.engine.vocabulary import EventKind, RunStatus, StepStatus
+from orchestra.language import schemas
+from orchestra.language.expressions import ExpressionError, Scope, text_of
+from orchestra.language.model import MAX_CHAIN
+from orchestra.language.sandbox import Sandbox
 
 logger = logging.getLogger("orchestra.engine")
 

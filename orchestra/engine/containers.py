@@ -17,12 +17,12 @@ from typing import Any
 
 from orchestra.engine.calls import Calls
 from orchestra.engine.instances import inside, item_path, iteration_path
-from orchestra.engine.language.expressions import ExpressionError, Scope
-from orchestra.engine.language.sandbox import Sandbox
 from orchestra.engine.live import HandBack, LiveRun, LiveRuns, StepFailure
 from orchestra.engine.model import At, ForeachDef, StepDef
 from orchestra.engine.records import Records
 from orchestra.engine.scheduler import Scheduler
+from orchestra.language.expressions import ExpressionError, Scope
+from orchestra.language.sandbox import Sandbox
 
 DEFAULT_CONCURRENCY = 4
 

@@ -29,7 +29,6 @@ from orchestra.engine.claims import Claims
 from orchestra.engine.containers import Containers
 from orchestra.engine.feed import Feeds, Follow
 from orchestra.engine.http_step import HttpSteps
-from orchestra.engine.language.sandbox import Bounds, Sandbox
 from orchestra.engine.live import CANCELLED_BY_REQUEST, LiveRuns
 from orchestra.engine.model import Question, StepKind, StopReason
 from orchestra.engine.provider_gate import ProviderGate
@@ -41,6 +40,7 @@ from orchestra.engine.scheduler import Scheduler
 from orchestra.engine.spend import Spending
 from orchestra.engine.store import PostgresRunStore, RunStore, make_run_store
 from orchestra.engine.tools.base import ToolRegistry
+from orchestra.language.sandbox import Bounds, Sandbox
 from orchestra.settings import Settings
 
 logger = logging.getLogger("orchestra.engine")

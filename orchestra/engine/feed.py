@@ -23,7 +23,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from orchestra.db.outage import backoff, is_unreachable
+from orchestra.db.outage import STORE_RETRY, is_unreachable
 from orchestra.engine.store.events import Event, EventLog
 
 logger = logging.getLogger("orchestra.engine")
@@ -293,7 +293,7 @@ class Feeds:
                     raise
                 retry += 1
                 await _release_quietly(log)
-                await asyncio.sleep(min(backoff(retry), max(cursor.next_ping - time.monotonic(), 0.0)))
+                await asyncio.sleep(min(STORE_RETRY.delay(retry), max(cursor.next_ping - time.monotonic(), 0.0)))
                 if time.monotonic() >= cursor.next_ping:
                     yield PING
                     cursor.pinged()

@@ -5,7 +5,7 @@ too) resolves the host once, checks each address against the egress rule and con
 to a checked one (orchestra/egress.py). `call` answers `{status, headers, body}`:
 header names in lower case (repeated ones joined by ", "), `body` the parsed JSON when
 the answer says it is JSON, else its text. It fails (`HttpFailure`, a readable message)
-for a refused address (the rule's own sentence, naming ORCHESTRA_EGRESS_ALLOW), a
+for a refused address (the rule's own sentence, naming ORCHESTRA_STEP_EGRESS_ALLOW), a
 timeout, an answer over `max_bytes`, and a status >= 400 (with `retry_after` from a 429's
 or 503's `Retry-After`). Every text it returns or raises has the step's secret values
 replaced by `***`.

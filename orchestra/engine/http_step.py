@@ -19,17 +19,17 @@ from orchestra import redaction
 from orchestra.db.database import release_connection
 from orchestra.db.models import Secret
 from orchestra.engine.http_call import HttpCaller, HttpFailure, HttpRequest
-from orchestra.engine.language.calls import SECRET_REF
-from orchestra.engine.language.expressions import (
+from orchestra.engine.live import LiveRun, StepFailure
+from orchestra.engine.model import At, StepDef
+from orchestra.engine.sizes import prompt_too_large, utf8_size
+from orchestra.language.calls import SECRET_REF
+from orchestra.language.expressions import (
     LEGACY,
     PLACEHOLDER,
     ExpressionError,
     Scope,
     render,
 )
-from orchestra.engine.live import LiveRun, StepFailure
-from orchestra.engine.model import At, StepDef
-from orchestra.engine.sizes import prompt_too_large, utf8_size
 from orchestra.observability import tracing
 
 _SEND_AS_IS = ("GET", "HEAD", "OPTIONS")
@@ -61,7 +61,7 @@ class HttpSteps:
 
     def caller(self) -> HttpCaller:
         if self._caller is None:
-            self._caller = HttpCaller(self.settings.egress)
+            self._caller = HttpCaller(self.settings.step_egress)
         return self._caller
 
     async def secret_values(self, names: set[str]) -> dict[str, str]:

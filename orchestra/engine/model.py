@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from orchestra.engine.language.model import Step
+from orchestra.language.model import Step
 
 
 class StepKind(StrEnum):

@@ -1,14 +1,14 @@
 """Prompt rendering: `{{ expr }}` filled from a run's state (SPEC §4, §7).
 
 `{{input}}` and `{{steps.<id>.output}}` keep their v1 meaning; anything else between the
-braces is a CEL expression (`orchestra.engine.language.expressions`).
+braces is a CEL expression (`orchestra.language.expressions`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from orchestra.engine.language.expressions import PLACEHOLDER, Scope, render
+from orchestra.language.expressions import PLACEHOLDER, Scope, render
 
 __all__ = ["PLACEHOLDER", "render_prompt"]
 

@@ -15,14 +15,14 @@ from typing import Any
 
 from orchestra.db.models import WorkflowRun
 from orchestra.db.signals import Signals
-from orchestra.engine.language import schemas
-from orchestra.engine.language.sandbox import Sandbox
-from orchestra.engine.language.schemas import describe, violations
 from orchestra.engine.live import LiveRun, LiveRuns
 from orchestra.engine.model import At, Question, find_step, step_defs
 from orchestra.engine.store import RunStore
 from orchestra.engine.vocabulary import FINISHED, EventKind, RunStatus, StepStatus
 from orchestra.errors import ConflictError, NotFoundError, ValidationError
+from orchestra.language import schemas
+from orchestra.language.sandbox import Sandbox
+from orchestra.language.schemas import describe, violations
 
 
 class CheckOutside(Exception):

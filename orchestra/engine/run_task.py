@@ -19,9 +19,6 @@ from typing import Any
 
 from orchestra.db.models import RunStep, utcnow
 from orchestra.db.outage import StoreOutage, sleep_backoff
-from orchestra.engine.language import policies, schemas
-from orchestra.engine.language.expressions import ExpressionError
-from orchestra.engine.language.sandbox import Sandbox
 from orchestra.engine.live import (
     HandBack,
     LimitReached,
@@ -39,6 +36,9 @@ from orchestra.engine.spend import BudgetStop, Spending
 from orchestra.engine.store import RunStore
 from orchestra.engine.store.events import RunGone
 from orchestra.engine.vocabulary import EventKind, RunStatus, StepStatus
+from orchestra.language import policies, schemas
+from orchestra.language.expressions import ExpressionError
+from orchestra.language.sandbox import Sandbox
 from orchestra.observability import runs as observe
 from orchestra.observability.metrics import budget_exhausted
 from orchestra.settings import Settings

@@ -21,9 +21,6 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from orchestra.engine.language import policies
-from orchestra.engine.language.expressions import ExpressionError, Scope
-from orchestra.engine.language.sandbox import Sandbox
 from orchestra.engine.live import (
     HandBack,
     LimitReached,
@@ -36,6 +33,9 @@ from orchestra.engine.model import At, StepDef, StepKind
 from orchestra.engine.records import Records
 from orchestra.engine.store import RunStore
 from orchestra.engine.vocabulary import StepStatus
+from orchestra.language import policies
+from orchestra.language.expressions import ExpressionError, Scope
+from orchestra.language.sandbox import Sandbox
 from orchestra.observability import runs as observe
 
 #: Runs one step instance of a kind: (live, step, at, variables, scope) → its output;

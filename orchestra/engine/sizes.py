@@ -12,10 +12,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from orchestra.engine.language.expressions import PLACEHOLDER, Scope, render
 from orchestra.engine.live import StepFailure
 from orchestra.engine.tools.base import ToolError
 from orchestra.errors import PayloadTooLargeError
+from orchestra.language.expressions import PLACEHOLDER, Scope, render
 
 PROMPT_SETTING = "ORCHESTRA_PROMPT_MAX_BYTES"
 OUTPUT_SETTING = "ORCHESTRA_STEP_OUTPUT_MAX_BYTES"

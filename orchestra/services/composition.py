@@ -12,9 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 from orchestra.db.models import TemplateVersion, WorkflowTemplate, name_key, storable
-from orchestra.engine.instances import walk
-from orchestra.engine.language.model import MAX_CHAIN
-from orchestra.engine.language.validate import Checked
+from orchestra.language.model import MAX_CHAIN
+from orchestra.language.shape import walk
+from orchestra.language.validate import Checked
 from orchestra.services import secrets as secret_service
 from orchestra.services.shared import Shared
 

@@ -15,7 +15,8 @@ time, `webhook-signature` `v1,<base64 HMAC-SHA256 of "id.timestamp.body">`. A 2x
 answer ends it; anything else (another status, a refused or failed connection, a
 timeout) is retried after 5 s, 10 s, 20 s … at most an hour apart, for
 ORCHESTRA_WEBHOOK_RETRY_HOURS from the event, then the delivery is `failed`. Every
-connection obeys the egress rule (ORCHESTRA_EGRESS_ALLOW); no redirect is followed.
+connection obeys the users' egress rule (ORCHESTRA_STEP_EGRESS_ALLOW); no redirect is
+followed.
 """
 
 from __future__ import annotations
@@ -23,18 +24,17 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
-import random
 from typing import Any
 
 import httpx2
 from peewee import fn
 from standardwebhooks.webhooks import Webhook
 
+from orchestra.backoff import Backoff
 from orchestra.db.models import new_id, utcnow
-from orchestra.db.outage import StoreOutage, backoff, keep_going, release_quietly
+from orchestra.db.outage import STORE_RETRY, StoreOutage, keep_going, release_quietly
 from orchestra.db.trigger_models import EventSubscription, WebhookDelivery
-from orchestra.egress import SETTING as EGRESS_SETTING
-from orchestra.egress import find_refusal
+from orchestra.egress import STEP_SETTING, find_refusal
 from orchestra.services.shared import Shared
 from orchestra.tls import client_tls
 
@@ -55,10 +55,13 @@ def webhook_id(delivery_id: str) -> str:
     return f"msg_{delivery_id}"
 
 
+RETRIES = Backoff(base=FIRST_RETRY_SECONDS, cap=RETRY_CAP_SECONDS)
+
+
 def retry_delay(failures: int) -> float:
-    """Seconds before the next attempt after `failures` failed ones (±10 % jitter)."""
-    base = min(RETRY_CAP_SECONDS, FIRST_RETRY_SECONDS * 2 ** (failures - 1))
-    return base * random.uniform(0.9, 1.1) if base < RETRY_CAP_SECONDS else base
+    """Seconds before the next attempt after `failures` failed ones: 5 s doubled per
+    failure up to an hour, less up to a fifth (orchestra/backoff.py)."""
+    return RETRIES.delay(failures)
 
 
 class DeliveryLoop:
@@ -99,7 +102,7 @@ class DeliveryLoop:
         if self._client is None:
             self._client = httpx2.AsyncClient(
                 timeout=ATTEMPT_TIMEOUT, follow_redirects=False,
-                transport=self.core.settings.egress.transport(verify=client_tls()),
+                transport=self.core.settings.step_egress.transport(verify=client_tls()),
                 headers={"User-Agent": "orchestra-webhooks"},
             )
         return self._client
@@ -181,7 +184,7 @@ class DeliveryLoop:
         except httpx2.HTTPError as exc:
             refused = find_refusal(exc)
             if refused is not None:
-                return _attempt(at, None, f"{refused} (setting: {EGRESS_SETTING})")
+                return _attempt(at, None, f"{refused} (setting: {STEP_SETTING})")
             if isinstance(exc, httpx2.TimeoutException):
                 return _attempt(at, None, f"no answer within {ATTEMPT_TIMEOUT:g} s")
             return _attempt(at, None, f"could not connect: {type(exc).__name__}: {exc}")
@@ -214,7 +217,7 @@ class DeliveryLoop:
             except Exception as exc:  # noqa: BLE001 - an outage: keep the outcome until the store is back
                 if not self.outage.failed(exc, "recording a webhook delivery") or self._stopping:
                     return False
-                await asyncio.sleep(backoff(tries, cap=5.0))
+                await STORE_RETRY.sleep(tries)
         return False
 
 

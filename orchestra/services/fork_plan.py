@@ -34,10 +34,10 @@ from typing import Any
 
 from orchestra.engine import instances
 from orchestra.engine.http_step import secret_names
-from orchestra.engine.language import expressions
-from orchestra.engine.language.expressions import Scope
 from orchestra.engine.model import StepDef, step_defs
 from orchestra.engine.reuse import agent_fingerprint, call_key, keyed
+from orchestra.language import expressions, shape
+from orchestra.language.expressions import Scope
 from orchestra.services.template_diff import own_keys
 
 SUCCEEDED = "succeeded"
@@ -123,7 +123,7 @@ def reads(step: dict[str, Any]) -> set[str] | None:
     """The step ids a step (with everything inside it) depends on or names; None when
     one of them may read any step."""
     found: set[str] = set()
-    for inner, _depth, _where in instances.walk([step]):
+    for inner, _depth, _where in shape.walk([step]):
         own = _own_reads(inner)
         if own is None:
             return None
@@ -139,10 +139,10 @@ def run_again(steps: list[dict[str, Any]], from_step: str | None) -> set[str]:
     `loop.previous`). These run again in every instance, whatever they read."""
     if from_step is None:
         return set()
-    every = [step for step, _depth, _where in instances.walk(steps) if "id" in step]
-    inside = {step["id"]: {s["id"] for s, _d, _w in instances.walk(instances.inner_steps(step)) if "id" in s}
+    every = [step for step, _depth, _where in shape.walk(steps) if "id" in step]
+    inside = {step["id"]: {s["id"] for s, _d, _w in shape.walk(shape.inner_steps(step)) if "id" in s}
               for step in every}
-    loops = [step for step in every if instances.kind_of(step) == "loop"]
+    loops = [step for step in every if shape.kind_of(step) == "loop"]
     again, changed = {from_step}, True
     while changed:
         changed = False
@@ -291,8 +291,8 @@ class Planner:
         if step.get("when") and not await self._same([("eval", step["when"])], old, new):
             return False
         same = own_keys(src) == own_keys(step)
-        kind = instances.kind_of(step)
-        if kind != instances.kind_of(src):  # a step that became a map, a loop or a call
+        kind = shape.kind_of(step)
+        if kind != shape.kind_of(src):  # a step that became a map, a loop or a call
             return False
         if kind == "step":
             ok = await self._call(step, src, path, old, new)

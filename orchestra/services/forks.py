@@ -16,13 +16,12 @@ from __future__ import annotations
 from typing import Any
 
 from orchestra.db.models import RunStep, WorkflowRun, WorkflowTemplate
-from orchestra.engine import instances
-from orchestra.engine.language import schemas
 from orchestra.engine.records import output_fields
 from orchestra.engine.run_task import step_output
 from orchestra.engine.sizes import check_reply_size
 from orchestra.engine.vocabulary import RunStatus, StepStatus
 from orchestra.errors import NotFoundError, ValidationError
+from orchestra.language import schemas, shape
 from orchestra.services import version_store, workflows
 from orchestra.services.fork_plan import ForkKeys, Planner, Record, Source, run_again
 from orchestra.services.shared import Shared
@@ -40,7 +39,7 @@ def downstream(steps: list[dict[str, Any]], root: str) -> set[str]:
     top-level step that depends on it, directly or through others."""
     top = root
     for step in steps:
-        if any(inner["id"] == root for inner, _d, _w in instances.walk([step])):
+        if any(inner["id"] == root for inner, _d, _w in shape.walk([step])):
             top = step["id"]
     found, changed = {top}, True
     while changed:
@@ -100,7 +99,7 @@ async def _check_outputs(core: Shared, steps: list[dict[str, Any]], outputs: dic
         elif "output_schema" in step:
             problems += await schemas.check(value, step["output_schema"], root=field,
                                             sandbox=core.engine.request_sandbox)
-        elif instances.kind_of(step) == "step" and not isinstance(value, str):
+        elif shape.kind_of(step) == "step" and not isinstance(value, str):
             problems.append({"field": field, "problem": "must be text (this step has no output_schema)"})
         if not problems:
             check_reply_size(value, limit=core.settings.step_output_max_bytes)

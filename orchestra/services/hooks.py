@@ -21,9 +21,9 @@ from typing import Any
 
 from standardwebhooks import Webhook
 
+from orchestra import json_body  # strict RFC 8259 parsing, as for every request body
 from orchestra.db.access_models import WebhookHook
 from orchestra.db.models import WorkflowTemplate, iso, storable
-from orchestra.engine.language import expressions
 from orchestra.errors import (
     AuthenticationRequiredError,
     BadRequestError,
@@ -32,6 +32,7 @@ from orchestra.errors import (
     TokenInvalidError,
     ValidationError,
 )
+from orchestra.language import expressions
 from orchestra.services import run_starts
 from orchestra.services.run_access import may_run, require_runnable
 from orchestra.services.run_starts import Started, StartKey
@@ -172,8 +173,6 @@ def verify(core: Shared, hook: WebhookHook, call: Call) -> str:
 def _body_value(call: Call) -> Any:
     """The body as the expression sees it: JSON when it is JSON (by its content type, or
     none given), else its text."""
-    from orchestra.web import json_body  # strict RFC 8259 parsing, as for every body
-
     content_type = call.content_type.split(";")[0].strip().lower()
     is_json = content_type in ("", "application/json") or content_type.endswith("+json")
     if is_json and call.body.strip():

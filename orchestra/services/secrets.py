@@ -2,7 +2,7 @@
 
 Administrators store a secret by name; templates name it as `{{ secrets.NAME }}` in an
 HTTP step's URL and header values only (the template checks are in
-engine/language/validate.py and `missing_names` below). A value is stored as SecretBox
+language/validate.py and `missing_names` below). A value is stored as SecretBox
 ciphertext (Fernet, the key derived from the server secret, as provider keys are) plus
 a hint (`…abcd`, the last four characters of a value of 8 or more, else `…`); no route
 returns it. A run reads the values its step names when the step runs, and the values

@@ -13,7 +13,7 @@ from typing import Any
 
 from orchestra.db.models import iso, utcnow
 from orchestra.db.trigger_models import EventSubscription, WebhookDelivery
-from orchestra.egress import SETTING as EGRESS_SETTING
+from orchestra.egress import STEP_SETTING
 from orchestra.errors import NotFoundError, ValidationError
 from orchestra.services.deliveries import webhook_id
 from orchestra.services.outbox import TYPES
@@ -45,16 +45,16 @@ async def get_subscription(core: Shared, *, user_id: str, subscription_id: str) 
 
 
 async def check_url(core: Shared, url: str) -> str:
-    """The URL stripped; 422 naming `url` (and ORCHESTRA_EGRESS_ALLOW) when the egress
+    """The URL stripped; 422 naming `url` (and ORCHESTRA_STEP_EGRESS_ALLOW) when the egress
     rule refuses its host."""
     if not url.strip() or len(url) > URL_MAX or BASE_URL.search(url) is None:
         raise ValidationError.field("url", "must be an http:// or https:// URL whose host is an IP "
                                     "address or an ASCII host name, with an optional port up to 65535")
     url = url.strip()
-    refusal = await core.settings.egress.url_refusal(url)
+    refusal = await core.settings.step_egress.url_refusal(url)
     if refusal:
         raise ValidationError(f"url: is refused: {refusal}", detail=[
-            {"field": "url", "problem": f"is refused: {refusal}", "setting": EGRESS_SETTING}])
+            {"field": "url", "problem": f"is refused: {refusal}", "setting": STEP_SETTING}])
     return url
 
 

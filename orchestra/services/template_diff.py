@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestra.engine import instances
+from orchestra.language import shape
 
 TEMPLATE_FIELDS = ("name", "description", "input_schema", "limits", "output", "output_schema", "expose")
 
@@ -30,7 +30,7 @@ def own_keys(step: dict[str, Any]) -> dict[str, Any]:
 
 def steps_by_id(steps: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Every step of a template by id, inner ones included, in walk order."""
-    return {step["id"]: step for step, _depth, _where in instances.walk(steps or []) if "id" in step}
+    return {step["id"]: step for step, _depth, _where in shape.walk(steps or []) if "id" in step}
 
 
 def changed_fields(old: dict[str, Any], new: dict[str, Any]) -> list[str]:

@@ -14,14 +14,14 @@ from __future__ import annotations
 from typing import Any
 
 from orchestra.db.models import TemplateVersion, WorkflowTemplate
-from orchestra.engine import instances
 from orchestra.errors import NotFoundError
+from orchestra.language import shape
 from orchestra.services.shared import Shared
 
 
 def step_count(steps: list[dict[str, Any]]) -> int:
     """Every step with an id, inner ones of foreach and loop included."""
-    return sum(1 for _ in instances.walk(steps or []))
+    return sum(1 for _ in shape.walk(steps or []))
 
 
 async def next_number(core: Shared, template: WorkflowTemplate, *, create: bool) -> int:

@@ -25,16 +25,16 @@ from orchestra.db.models import (
     utcnow,
 )
 from orchestra.engine import instances, reads
-from orchestra.engine.language import schemas
-from orchestra.engine.language.model import NAME_MAX, PROMPT_MAX
-from orchestra.engine.language.typecheck import type_problems
-from orchestra.engine.language.validate import Checked
-from orchestra.engine.language.validate import check_template as check_template_language
 from orchestra.engine.run_task import step_output
 from orchestra.engine.sizes import check_reply_size
 from orchestra.engine.store.events import Event
 from orchestra.engine.vocabulary import FINISHED, EventKind, RunStatus, StepStatus
 from orchestra.errors import ConflictError, NotFoundError, PermissionDeniedError, ValidationError
+from orchestra.language import schemas, shape
+from orchestra.language.model import NAME_MAX, PROMPT_MAX
+from orchestra.language.typecheck import type_problems
+from orchestra.language.validate import Checked
+from orchestra.language.validate import check_template as check_template_language
 from orchestra.services import composition, run_starts, spend, version_store
 from orchestra.services.paging import DEFAULT_LIMIT, Page, keyset_page
 from orchestra.services.run_starts import StartKey
@@ -68,7 +68,7 @@ async def check_template(
     core: Shared, *, owner_id: str, steps: Any, options: dict[str, Any] | None = None,
     template_id: str | None = None,
 ) -> Checked:
-    """Every problem of a template (engine.language.validate, plus whether each worker is
+    """Every problem of a template (language.validate, plus whether each worker is
     the owner's, each secret exists and each child template may be called: see
     composition.py), without storing anything: `POST /template/check` and saves use it.
     `template_id`: the template being replaced (a child must not call it back)."""
@@ -418,7 +418,7 @@ async def run_detail(core: Shared, run: WorkflowRun) -> dict[str, Any]:
     steps, SPEC §8), and open questions."""
     rows = {r.path or r.step_id: r
             for r in await core.db.list(RunStep.select().where(RunStep.run == run.trace_id))}
-    defs = {step["id"]: (n, step) for n, (step, _, _) in enumerate(instances.walk(run.steps))}
+    defs = {step["id"]: (n, step) for n, (step, _, _) in enumerate(shape.walk(run.steps))}
 
     def order(path: str) -> tuple:
         try:

@@ -7,8 +7,8 @@ from typing import ClassVar, TypeVar
 import pydantic
 from sanic import Request
 
+from orchestra import json_body
 from orchestra.errors import BadRequestError, PayloadTooLargeError, ValidationError
-from orchestra.web import json_body
 
 M = TypeVar("M", bound=pydantic.BaseModel)
 STR_MAX = 1_000_000  # characters in any one string of a body (the body itself is at most 1 MiB)
@@ -32,7 +32,7 @@ class ClosedBody(Body):
 
 def read_json_object(request: Request) -> dict:
     """The body as a dict; BadRequestError when it is not a JSON object (strict RFC 8259
-    UTF-8 JSON: see `orchestra.web.json_body`)."""
+    UTF-8 JSON: see `orchestra.json_body`)."""
     # A missing Content-Type is read as JSON; a different one is refused.
     content_type = (request.headers.get("content-type") or "").split(";")[0].strip().lower()
     if content_type and content_type != "application/json" and not content_type.endswith("+json"):

@@ -134,7 +134,7 @@ def test_a_secret_in_a_header_never_surfaces_anywhere(tmp_path, target):
     with OTLPReceiver() as receiver:
         server = ServerProcess(tmp_path / "home", env={
             "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint, "OTEL_BSP_SCHEDULE_DELAY": "50",
-            "ORCHESTRA_LOG_FORMAT": "json", "ORCHESTRA_METRICS": "true", "ORCHESTRA_EGRESS_ALLOW": f"127.0.0.1:{target.port}",
+            "ORCHESTRA_LOG_FORMAT": "json", "ORCHESTRA_METRICS": "true", "ORCHESTRA_STEP_EGRESS_ALLOW": f"127.0.0.1:{target.port}",
         }).start()
         try:
             admin = httpx.Client(base_url=server.base_url + "/api/v1", timeout=15,
@@ -200,7 +200,7 @@ REFUSED = {  # step id: (URL, what the error names)
 def test_every_refused_address_class_is_refused(tmp_path, target):
     with FakeHttp() as other:  # a real server the rule does not allow: it must see nothing
         server = ServerProcess(tmp_path / "home", env={
-            "ORCHESTRA_EGRESS_ALLOW": f"127.0.0.1:{target.port}"}).start()
+            "ORCHESTRA_STEP_EGRESS_ALLOW": f"127.0.0.1:{target.port}"}).start()
         try:
             http = httpx.Client(base_url=server.base_url + "/api/v1", timeout=15, headers=login(server, "user1"))
             steps = [{"id": sid, "on_error": "continue",
@@ -216,7 +216,7 @@ def test_every_refused_address_class_is_refused(tmp_path, target):
         errors = {s["step_id"]: s["error"] for s in run["steps"]}
         for sid, (_, shown) in REFUSED.items():
             error = errors[sid] or ""
-            assert "egress rule" in error and "ORCHESTRA_EGRESS_ALLOW" in error, (sid, error)
+            assert "egress rule" in error and "ORCHESTRA_STEP_EGRESS_ALLOW" in error, (sid, error)
             assert shown.format(other=other.port) in error, (sid, error)
             assert "Errno" not in error and "ConnectError" not in error, (sid, error)
         assert other.requests == []
@@ -224,7 +224,7 @@ def test_every_refused_address_class_is_refused(tmp_path, target):
 
 
 def test_a_child_template_deleted_while_its_parent_waits_fails_that_step(tmp_path, target):
-    server = ServerProcess(tmp_path / "home", env={"ORCHESTRA_EGRESS_ALLOW": f"127.0.0.1:{target.port}"}).start()
+    server = ServerProcess(tmp_path / "home", env={"ORCHESTRA_STEP_EGRESS_ALLOW": f"127.0.0.1:{target.port}"}).start()
     try:
         http = httpx.Client(base_url=server.base_url + "/api/v1", timeout=15, headers=login(server, "user1"))
         leaf = http.post("/workflow/template", json={"name": "leaf", "steps": [

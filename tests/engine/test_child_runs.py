@@ -25,7 +25,7 @@ def target():
 
 @pytest.fixture
 def settings_overrides(target):
-    return {"egress_allow": f"127.0.0.1:{target.port}"}
+    return {"step_egress_allow": f"127.0.0.1:{target.port}"}
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

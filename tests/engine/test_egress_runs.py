@@ -16,6 +16,7 @@ from tests.engine.test_engine import events, start, wait_status, worker_step
 from tests.fakes.fake_llm import FakeLLM
 
 SETTING = "ORCHESTRA_EGRESS_ALLOW"
+STEP_SETTING = "ORCHESTRA_STEP_EGRESS_ALLOW"
 
 
 @pytest.fixture
@@ -63,3 +64,31 @@ async def test_an_mcp_call_the_rule_refuses_is_a_tool_error(core, fake_llm, fake
     out = [e.data for e in await events(core, trace_id) if e.kind == "tool_result"]
     assert out[0]["result"] is None and "egress rule" in out[0]["error"] and SETTING in out[0]["error"]
     assert fake_mcp.stats().get("connects", 0) == before  # never reached
+
+
+async def test_the_providers_allowance_does_not_open_the_model_server_to_http_steps(core, fake_llm):
+    """SPEC §15b: with only ORCHESTRA_EGRESS_ALLOW naming the model server (the README's
+    quick start), a user's HTTP step posting to it fails naming the users' setting, and
+    the model server sees nothing."""
+    assert core.settings.step_egress_allow == ""
+    user = await auth.register(core, user_name="mallory", password="password-123")
+    before = len(fake_llm.requests)
+    trace_id = await start(core, {"user_id": user.id}, [{"id": "free", "http": {
+        "method": "POST", "url": fake_llm.base_url + "/chat/completions",
+        "body": {"model": "fake-model", "messages": [{"role": "user", "content": "free tokens"}]}}}])
+    run = await wait_status(core, trace_id, "succeeded", "failed")
+    assert run.status == "failed"
+    assert "egress rule" in run.error and STEP_SETTING in run.error and "127.0.0.1" in run.error, run.error
+    assert "ORCHESTRA_EGRESS_ALLOW" not in run.error.replace(STEP_SETTING, "")
+    assert len(fake_llm.requests) == before
+
+
+async def test_the_providers_allowance_does_not_open_the_model_server_to_subscriptions(core, fake_llm):
+    from orchestra.errors import ValidationError
+    from orchestra.services import subscriptions
+
+    user = await auth.register(core, user_name="mallory", password="password-123")
+    with pytest.raises(ValidationError) as refused:
+        await subscriptions.create_subscription(core, user_id=user.id, url=fake_llm.base_url + "/chat/completions",
+                                                events=["run.failed"], template_id=None)
+    assert STEP_SETTING in str(refused.value) and refused.value.detail[0]["setting"] == STEP_SETTING

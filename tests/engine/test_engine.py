@@ -321,7 +321,7 @@ async def test_render_prompt():
     assert out == "i/A/2"
     # SPEC §7: anything else between the braces is CEL; an unknown name fails, naming it
     # (the template check refuses it on save, so only a hand-made run can meet this).
-    from orchestra.engine.language.expressions import ExpressionError
+    from orchestra.language.expressions import ExpressionError
 
     with pytest.raises(ExpressionError, match="expression `x`"):
         await render_prompt("{{x}}", input="i", outputs={})

@@ -15,7 +15,7 @@ from orchestra.testing.fake_http import FakeHttp
 from tests.engine.test_engine import events, start, wait_status
 
 SECRET = "tok-9f8e7d6c5b4a3210"
-SETTING = "ORCHESTRA_EGRESS_ALLOW"
+SETTING = "ORCHESTRA_STEP_EGRESS_ALLOW"
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +26,7 @@ def target():
 
 @pytest.fixture
 def settings_overrides(target):
-    return {"egress_allow": f"127.0.0.1:{target.port}"}
+    return {"step_egress_allow": f"127.0.0.1:{target.port}"}
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

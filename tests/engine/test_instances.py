@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from orchestra.engine import instances
+from orchestra.language import shape
 
 
 def test_paths_build_and_parse():
@@ -24,11 +25,11 @@ def test_walk_and_nesting_see_inner_steps():
     leaf = {"id": "d", "agent": {"human": True}, "prompt": "p"}
     loop = {"id": "l", "loop": {"steps": [leaf], "until": "true", "max_iterations": 2}}
     each = {"id": "e", "foreach": {"items": "input"}, "steps": [loop]}
-    walked = [(s["id"], depth, where) for s, depth, where in instances.walk([each])]
+    walked = [(s["id"], depth, where) for s, depth, where in shape.walk([each])]
     assert walked == [("e", 0, "steps.0"), ("l", 1, "steps.0.steps.0"),
                       ("d", 2, "steps.0.steps.0.loop.steps.0")]
-    assert [instances.nesting(s) for s in (leaf, loop, each)] == [0, 1, 2]
-    assert instances.kind_of(each) == "foreach" and instances.kind_of(loop) == "loop"
+    assert [shape.nesting(s) for s in (leaf, loop, each)] == [0, 1, 2]
+    assert shape.kind_of(each) == "foreach" and shape.kind_of(loop) == "loop"
 
 
 def test_finished_records_answer_by_path():

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from orchestra.engine.language.expressions import Scope, render
 from orchestra.engine.live import StepFailure
 from orchestra.engine.sizes import json_size, render_bounded
+from orchestra.language.expressions import Scope, render
 
 SCOPE = {"input": {"name": "Zoë", "tags": ["a", "b"]},
          "steps": {"draft-1": {"output": "text", "status": "succeeded"}}}

@@ -8,7 +8,13 @@ from __future__ import annotations
 import pytest
 
 from orchestra.db.models import RunEvent, RunStep
+from tests.conftest import LOOPBACK_STEPS
 from tests.web.test_workflow_routes import API, make_template, wait_for
+
+
+@pytest.fixture
+def settings_overrides():
+    return dict(LOOPBACK_STEPS)  # an HTTP step calls the fake model's loopback address
 
 
 @pytest.fixture

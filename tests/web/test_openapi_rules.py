@@ -139,7 +139,7 @@ STEPS = [
 async def test_the_step_kinds_are_what_the_template_check_accepts(doc, step):
     import jsonschema
 
-    from orchestra.engine.language.validate import check_template
+    from orchestra.language.validate import check_template
 
     schema = {"$ref": "#/components/schemas/Step", "components": doc["components"]}
     valid = jsonschema.Draft202012Validator(schema).is_valid(step)

@@ -15,9 +15,15 @@ from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from orchestra.db.models import RunEvent, utcnow
 from orchestra.db.trigger_models import EventSubscription, WebhookDelivery
+from tests.conftest import LOOPBACK_STEPS
 from tests.fakes.webhook_receiver import WebhookReceiver
 
 API = "/api/v1/workflow"
+
+
+@pytest.fixture
+def settings_overrides():
+    return dict(LOOPBACK_STEPS)  # the receivers listen on loopback (SPEC §15b: the users' rule)
 
 
 @pytest.fixture
@@ -203,7 +209,7 @@ async def test_refused_bodies(client, alice, body, field):
                            422, "ValidationError")
     assert field in [p["field"].split(".")[0] for p in refused["detail"]], refused
     if field == "url" and "10.1.2.3" in body["url"]:
-        assert refused["detail"][0]["setting"] == "ORCHESTRA_EGRESS_ALLOW"
+        assert refused["detail"][0]["setting"] == "ORCHESTRA_STEP_EGRESS_ALLOW"
     assert await EventSubscription._meta.database.count(EventSubscription.select()) == 0
 
 

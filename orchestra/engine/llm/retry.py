@@ -11,11 +11,11 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import inspect
-import random
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TypeVar
 
+from orchestra.backoff import Backoff
 from orchestra.engine.llm.base import LLMError
 
 T = TypeVar("T")
@@ -56,13 +56,12 @@ def backoff_delay(
     """Seconds to wait before retry `retry_number` (1-based).
 
     A provider's `Retry-After` wins (bounded by `MAX_RETRY_AFTER`); otherwise the delay
-    doubles each time up to `max_delay`, with "equal jitter" (half fixed, half random)
-    so that many runs hitting one rate limit do not come back in lock-step.
+    doubles each time up to `max_delay`, less the one jitter of orchestra/backoff.py (up
+    to a fifth) so that many runs hitting one rate limit do not come back in lock-step.
     """
     if retry_after is not None and retry_after >= 0:
         return min(retry_after, MAX_RETRY_AFTER)
-    ceiling = min(max_delay, base_delay * (2 ** (retry_number - 1)))
-    return ceiling / 2 + random.uniform(0, ceiling / 2)
+    return Backoff(base=base_delay, cap=max_delay).delay(retry_number)
 
 
 async def with_retries(

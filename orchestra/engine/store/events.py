@@ -12,12 +12,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import random
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from peewee import IntegrityError, fn
 
+from orchestra.backoff import Backoff
 from orchestra.db.database import release_connection
 from orchestra.db.models import RunEvent, WorkflowRun, iso, utcnow
 from orchestra.engine.model import At, Question
@@ -25,6 +25,7 @@ from orchestra.engine.vocabulary import KINDS, TERMINAL, EventKind
 from orchestra.timestamps import parse_ts
 
 APPEND_DEADLINE_SECONDS = 30.0  # how long appends retry through seq conflicts
+SEQ_RACE = Backoff(base=0.005, cap=0.2)  # the wait before writing again after losing a seq race
 PAGE_EVENTS = 256  # a catch-up page holds at most this many events ...
 PAGE_BYTES = 256 * 1024  # ... and about this many bytes of event data (at least one event)
 INSERT_CHUNK = 500  # events of several runs stored by one INSERT at most
@@ -49,19 +50,19 @@ class SeqRetry:
     APPEND_DEADLINE_SECONDS have passed, then StoreContention. Plain appends and the
     store's row-and-event transactions (`RunStore.write`) both use it."""
 
-    __slots__ = ("_deadline", "_delay", "_loop")
+    __slots__ = ("_deadline", "_loop", "_tries")
 
     def __init__(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._deadline = self._loop.time() + APPEND_DEADLINE_SECONDS
-        self._delay = 0.005
+        self._tries = 0
 
     async def again(self, trace_id: str) -> None:
         """Wait before the next try, or raise StoreContention past the deadline."""
         if self._loop.time() > self._deadline:
             raise StoreContention(f"could not write to run {trace_id}: other writers kept winning")
-        await asyncio.sleep(self._delay * random.uniform(0.5, 1.5))
-        self._delay = min(self._delay * 2, 0.2)
+        self._tries += 1
+        await SEQ_RACE.sleep(self._tries)
 
 
 class Event:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from sanic import Blueprint, Request
 from sanic.response import json
 
-from orchestra.engine.language.expressions import MAX_LENGTH
+from orchestra.language.expressions import MAX_LENGTH
 from orchestra.services import hooks as service
 from orchestra.services.roles import Role
 from orchestra.web.apidoc import trigger_models as out

@@ -27,7 +27,7 @@ EventName = Literal["run.succeeded", "run.failed", "run.cancelled", "run.waiting
 
 class SubscriptionBody(Body):
     url: str = rule(description="Where deliveries are POSTed: http(s)://host[:port][/path]. A host the "
-                    "egress rule refuses is 422 (ORCHESTRA_EGRESS_ALLOW).",
+                    "egress rule refuses is 422 (ORCHESTRA_STEP_EGRESS_ALLOW).",
                     maxLength=service.URL_MAX, pattern=URL_PATTERN)
     events: list[EventName] = rule(description="The events to deliver.", minItems=1, maxItems=4)
     template_id: str | None = id_rule(None, description="Only runs of this template (one you may run).")

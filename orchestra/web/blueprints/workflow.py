@@ -8,9 +8,9 @@ from pydantic import Field
 from sanic import Blueprint, Request
 from sanic.response import HTTPResponse, json
 
-from orchestra.engine.language.model import EXPRESSION_MAX, MAX_STEPS, Expose, Step, TemplateLimits
 from orchestra.engine.vocabulary import RunStatus
 from orchestra.errors import PermissionDeniedError, ValidationError
+from orchestra.language.model import EXPRESSION_MAX, MAX_STEPS, Expose, Step, TemplateLimits
 from orchestra.money.amounts import POSITIVE_USD_JSON_SCHEMA, USD_JSON_SCHEMA
 from orchestra.observability import tracing
 from orchestra.services import run_starts

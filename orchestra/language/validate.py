@@ -16,9 +16,8 @@ from typing import Any
 
 import pydantic
 
-from orchestra.engine.instances import MAX_DEPTH
-from orchestra.engine.language import expressions, schemas
-from orchestra.engine.language.calls import (
+from orchestra.language import expressions, schemas
+from orchestra.language.calls import (
     SECRET_REF,
     SECRETS_ONLY_THERE,
     action_of,
@@ -26,7 +25,7 @@ from orchestra.engine.language.calls import (
     http_texts,
     mentions_secrets,
 )
-from orchestra.engine.language.model import (
+from orchestra.language.model import (
     MAX_STEPS,
     NODE_NAMES,
     PROMPT_MAX,
@@ -34,6 +33,7 @@ from orchestra.engine.language.model import (
     Step,
     TemplateOptions,
 )
+from orchestra.language.shape import MAX_DEPTH
 
 Problem = dict[str, str]
 AGENT_SHAPE = 'must be {"worker": worker_id}, {"node": name} or {"human": true}'

@@ -79,7 +79,7 @@ class HttpCall(Closed):
 
     method: Literal["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
     url: str = Field(max_length=HTTP_URL_MAX, pattern=_NOT_BLANK,
-                     description="http(s)://…; obeys the egress rule (ORCHESTRA_EGRESS_ALLOW).")
+                     description="http(s)://…; obeys the users' egress rule (ORCHESTRA_STEP_EGRESS_ALLOW).")
     headers: dict[str, str] | None = Field(
         None, max_length=HTTP_HEADERS_MAX, description="Header names are tokens; values may use {{ }}.")
     body: Any = Field(None, description="A string (sent as it is) or any JSON value (sent as JSON); "

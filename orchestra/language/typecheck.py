@@ -19,14 +19,14 @@ from typing import Any
 
 import cel
 
-from orchestra.engine.instances import walk
-from orchestra.engine.language.examples import schema_example
-from orchestra.engine.language.expressions import (
+from orchestra.language.examples import schema_example
+from orchestra.language.expressions import (
     LEGACY,
     ExpressionError,
     compile_expression,
     placeholders,
 )
+from orchestra.language.shape import walk
 
 MISFIT = ("its operands do not fit the operation for values of the declared schemas (CEL "
           "converts nothing: compare a number with a number, e.g. 4 not '4')")

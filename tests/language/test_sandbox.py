@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from orchestra.engine.language.expressions import ExpressionError, Scope
-from orchestra.engine.language.sandbox import Bounds, Sandbox
+from orchestra.language.expressions import ExpressionError, Scope
+from orchestra.language.sandbox import Bounds, Sandbox
 
 
 @pytest.fixture

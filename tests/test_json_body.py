@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from orchestra.web.json_body import MAX_DEPTH, MAX_NUMBER_CHARS, JSONBodyError, parse
+from orchestra.json_body import MAX_DEPTH, MAX_NUMBER_CHARS, JSONBodyError, parse
 
 
 def nested(depth: int) -> bytes:

@@ -1,4 +1,4 @@
-"""An expression worker process (`python -m orchestra.engine.language.cel_worker MiB`).
+"""An expression worker process (`python -m orchestra.language.cel_worker MiB`).
 
 Started by `sandbox.Sandbox`; evaluates one CEL expression at a time, read from stdin
 as a length-prefixed JSON object `{source, values, max}`, and answers on stdout with
@@ -34,8 +34,8 @@ def _answer(out: BinaryIO, message: dict[str, Any]) -> None:
 
 def serve(inp: BinaryIO, out: BinaryIO) -> None:
     """Answer requests until stdin closes."""
-    from orchestra.engine.language.expressions import ExpressionError, evaluate_values
-    from orchestra.engine.language.schemas import violations_anywhere
+    from orchestra.language.expressions import ExpressionError, evaluate_values
+    from orchestra.language.schemas import violations_anywhere
 
     out.write(b"R")
     out.flush()

@@ -30,7 +30,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from orchestra.engine.language.expressions import ExpressionError
+from orchestra.language.expressions import ExpressionError
 
 logger = logging.getLogger("orchestra.engine")
 
@@ -74,7 +74,7 @@ class _Worker:
     @classmethod
     async def start(cls, memory_mb: int) -> _Worker:
         process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "orchestra.engine.language.cel_worker", str(memory_mb),
+            sys.executable, "-m", "orchestra.language.cel_worker", str(memory_mb),
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.DEVNULL,
         )

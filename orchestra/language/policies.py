@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from orchestra.engine.language import schemas
-from orchestra.engine.language.expressions import ExpressionError, Scope
+from orchestra.language import schemas
+from orchestra.language.expressions import ExpressionError, Scope
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from orchestra.engine.language import expressions as ex
-from orchestra.engine.language import schemas
-from orchestra.engine.language.model import NODE_NAMES
-from orchestra.engine.language.validate import check_template
+from orchestra.language import expressions as ex
+from orchestra.language import schemas
+from orchestra.language.model import NODE_NAMES
+from orchestra.language.validate import check_template
 from orchestra.services.node_specs import NODE_SPECS
 
 STEPS = {
@@ -167,7 +167,7 @@ def test_human_default_rules():
 
 # --- run-time policies (pure) -------------------------------------------------------------
 
-from orchestra.engine.language import policies  # noqa: E402
+from orchestra.language import policies  # noqa: E402
 
 
 async def test_skip_propagation_and_when():

@@ -7,8 +7,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from orchestra.engine.language import expressions
-from orchestra.engine.language.model import Step
+from orchestra.language import expressions
+from orchestra.language.model import Step
 
 ACTIONS = ("agent", "http", "workflow")  # what one call of a step is
 # `{{ secrets.NAME }}`: the only way a template names a secret (SPEC §14)
