@@ -30,10 +30,10 @@ def money_server(request, tmp_path):
     url = request.getfixturevalue("postgres_url") if request.param == "postgres" else None
     with FakeLLM(chunk_delay=0.03) as fake:
         server = ServerProcess(tmp_path / "home", database_url=url,
-                               env={"ORCHESTRA_LLM_MAX_TOKENS": str(MAX_TOKENS)}).start()
+                               env={"ORCHESTRA_LLM_MAX_TOKENS": str(MAX_TOKENS)}).start(timeout=90)
         try:
             http = httpx.Client(base_url=server.base_url + "/api/v1",
-                                headers=login(server, "admin", "ADMINISTRATOR")["headers"], timeout=20)
+                                headers=login(server, "admin", "ADMINISTRATOR"), timeout=20)
             yield server, http, fake
         finally:
             server.stop()
