@@ -35,13 +35,13 @@ from orchestra.engine.sizes import check_output
 from orchestra.engine.spend import BudgetStop, Spending
 from orchestra.engine.store import RunStore
 from orchestra.engine.store.events import RunGone
-from orchestra.engine.vocabulary import EventKind, RunStatus, StepStatus
 from orchestra.language import policies, schemas
 from orchestra.language.expressions import ExpressionError
 from orchestra.language.sandbox import Sandbox
 from orchestra.observability import runs as observe
 from orchestra.observability.metrics import budget_exhausted
 from orchestra.settings import Settings
+from orchestra.vocabulary import EventKind, RunStatus, StepStatus
 
 logger = logging.getLogger("orchestra.engine")
 

@@ -15,10 +15,10 @@ from decimal import Decimal
 from typing import Any
 
 from orchestra.db.models import RunEvent, RunStep, WorkflowRun
-from orchestra.engine.vocabulary import EventKind, RunStatus
 from orchestra.errors import ConflictError, ValidationError
 from orchestra.money.amounts import from_pico, parse_usd, read_usd, to_pico, usd_text
 from orchestra.services.shared import Shared
+from orchestra.vocabulary import EventKind, RunStatus
 
 GROUPS = ("user", "template", "provider", "model", "day")
 USAGE_ROWS_MAX = 200_000  # step instances one report reads at most (a bounded query)

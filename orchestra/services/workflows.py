@@ -28,7 +28,6 @@ from orchestra.engine import instances, reads
 from orchestra.engine.run_task import step_output
 from orchestra.engine.sizes import check_reply_size
 from orchestra.engine.store.events import Event
-from orchestra.engine.vocabulary import FINISHED, EventKind, RunStatus, StepStatus
 from orchestra.errors import ConflictError, NotFoundError, PermissionDeniedError, ValidationError
 from orchestra.language import schemas, shape
 from orchestra.language.model import NAME_MAX, PROMPT_MAX
@@ -39,6 +38,7 @@ from orchestra.services import composition, run_starts, spend, version_store
 from orchestra.services.paging import DEFAULT_LIMIT, Page, keyset_page
 from orchestra.services.run_starts import StartKey
 from orchestra.services.shared import Shared
+from orchestra.vocabulary import FINISHED, EventKind, RunStatus, StepStatus
 
 EVENTS_MAX = 1000  # events in one page of GET /run/{id}/events
 OPTION_FIELDS = ("input_schema", "limits", "output", "output_schema", "expose")  # template-level language options
@@ -222,11 +222,14 @@ async def list_templates(
 async def get_template(
     core: Shared, *, user_id: str, is_admin: bool, template_id: str, write: bool = False
 ) -> WorkflowTemplate:
-    """A template the caller may read (own or shared), or may change (`write`)."""
+    """A template the caller may read (own or shared), or may change (`write`). A shared
+    template is changed, restored or deleted by ADMINISTRATOR+ only, its owner included:
+    `is_admin` is the caller's role at the moment of the call (SPEC §15b), so an owner
+    demoted since sharing it can no longer change what other users run."""
     template = await WorkflowTemplate.aget_or_none(WorkflowTemplate.id == template_id)
     if template is None or (template.owner_id != user_id and not template.shared):
         raise NotFoundError(f"No template has the id '{template_id}'.")
-    if write and template.owner_id != user_id and not is_admin:
+    if write and template.shared and not is_admin:
         raise PermissionDeniedError("Only an ADMINISTRATOR or above may change a shared template.")
     return template
 

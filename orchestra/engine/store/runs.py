@@ -30,7 +30,7 @@ from orchestra.engine.store.events import (
 )
 from orchestra.engine.store.ledger import Ledger
 from orchestra.engine.store.ownership import Ownership, process_identity
-from orchestra.engine.vocabulary import ACTIVE, EventKind, RunStatus, StepStatus
+from orchestra.vocabulary import ACTIVE, EventKind, RunStatus, StepStatus
 
 #: One instance's change in a group write: (path, step id to create its row or None to
 #: update it, column values, events to append after it).
