@@ -15,6 +15,7 @@ import json
 import sys
 import time
 from dataclasses import dataclass, field
+from decimal import ROUND_CEILING, Decimal
 from typing import TYPE_CHECKING, Any, TextIO
 
 from rich.console import Console, Group
@@ -262,12 +263,26 @@ def _cost(cost: str | None) -> str:
 
 
 def budget_line(trace_id: str, kind: str, data: dict) -> str:
-    """The budget stopped the run: what was spent of what, and how to go on if it waits."""
+    """The budget stopped the run: what was spent of what, what the next call may cost,
+    and how to go on if it waits (a top-up of at least what that call lacks)."""
     spent = f"${data.get('spent_usd')} of ${data.get('budget_usd')}"
+    add = "0.50"
+    if isinstance(data.get("next_call_usd"), str):
+        spent += f"; the next call may cost up to ${data['next_call_usd']}"
+        add = top_up_hint(data)
     if kind == EventKind.BUDGET_EXHAUSTED:
         return (f"budget exhausted ({spent}): the run waits; raise it with "
-                f"orchestra workflow budget {trace_id} --add 0.50")
+                f"orchestra workflow budget {trace_id} --add {add}")
     return f"budget exceeded ({spent}): the next model call was not made"
+
+
+def top_up_hint(data: dict) -> str:
+    """What the next call lacks (its worst case less what is left), rounded up to a cent."""
+    try:
+        lacks = Decimal(data["next_call_usd"]) - (Decimal(data["budget_usd"]) - Decimal(data["spent_usd"]))
+    except (KeyError, TypeError, ArithmeticError):
+        return "0.50"
+    return str(max(lacks, Decimal("0.01")).quantize(Decimal("0.01"), rounding=ROUND_CEILING))
 
 
 def final_line(outcome: Outcome) -> str:

@@ -291,7 +291,7 @@ async def retry_run(
             steps=old.steps, spec=old.spec, input=old.input, input_value=old.input_value,
             files=old.files, retry_of=old.trace_id, status=RunStatus.QUEUED,
             template_version=old.template_version,
-            budget_pusd=spend.run_budget(old.spec, None),  # the template's budget, afresh
+            budget_pusd=spend.carried_budget(old, None),  # the source's budget (SPEC §15b)
         )
         new_rows = []
         for sid in ids:

@@ -33,6 +33,15 @@ def run_budget(spec: dict[str, Any] | None, budget_usd: Any) -> int | None:
     return to_pico(min(amounts), up=False) if amounts else None
 
 
+def carried_budget(source: WorkflowRun, spec: dict[str, Any] | None) -> int | None:
+    """The budget of a retry or a fork of `source` (SPEC §15b), in pico-dollars: the
+    source's whole budget (its top-ups included; the new run's ledger starts at zero and
+    reuses what the source paid for), or the `limits.budget_usd` of `spec` when that is
+    smaller (a fork onto another version: that version's template); None: neither has one."""
+    amounts = [a for a in (source.budget_pusd, run_budget(spec, None)) if a is not None]
+    return min(amounts) if amounts else None
+
+
 def money_fields(run: WorkflowRun) -> dict[str, Any]:
     """A run's `cost_usd` (everything its calls cost, reservations of calls lost in a
     crash included; null when no call was priced) and `budget_usd` (null: none)."""
