@@ -53,6 +53,7 @@ class Settings:
     run_max_attempts: int = 3  # claims of one run before it ends `interrupted`
     max_runs: int = 100  # runs one process executes at once; the rest wait `queued`
     db_pool_size: int = 20  # store connections per process (PostgreSQL; requests and runs share them)
+    db_busy_timeout: float = 10.0  # seconds a SQLite statement waits on another's lock before it fails
     shutdown_grace_seconds: float = 10.0  # on SIGTERM, how long in-flight steps may finish
     step_output_max_bytes: int = 1024 * 1024  # one step's output, UTF-8 bytes; past it the step fails
     prompt_max_bytes: int = 1024 * 1024  # one rendered prompt, UTF-8 bytes; past it the step fails
@@ -76,6 +77,12 @@ class Settings:
     egress_allow: str = ""  # CIDRs, addresses or host names (optional :port) providers and MCP servers may reach
     step_egress_allow: str = ""  # the same, for users' destinations: HTTP steps and subscriptions
     webhook_retry_hours: float = 24.0  # how long a failing outbound webhook delivery is retried
+    # Caps per user and pacing (SPEC §15b): what one user may hold of what all share.
+    max_schedules_per_user: int = 100  # schedules one user may have (422 past it)
+    max_subscriptions_per_user: int = 100  # event subscriptions one user may have (422 past it)
+    max_mcp_sessions_per_user: int = 50  # open /mcp sessions of one user per process; the oldest closes
+    rate_limit_hook_unverified: str = "60/minute"  # hook calls that do not verify, per client address
+    delivery_host_rate: float = 10.0  # event deliveries a second one process sends to one host
 
     @property
     def mcp_stdio_allowed(self) -> frozenset[str]:
@@ -119,6 +126,14 @@ class Settings:
                      "expression_result_max_bytes", "expression_workers", "schema_timeout_ms"):
             if getattr(self, name) < 1:
                 raise ValueError(f"ORCHESTRA_{name.upper()} must be at least 1, got {getattr(self, name)}")
+        if not 0 < self.db_busy_timeout <= 3600:
+            raise ValueError(f"ORCHESTRA_DB_BUSY_TIMEOUT must be above 0 and at most 3600 (seconds), "
+                             f"got {self.db_busy_timeout}")
+        for name in ("max_schedules_per_user", "max_subscriptions_per_user", "max_mcp_sessions_per_user"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"ORCHESTRA_{name.upper()} must be at least 1, got {getattr(self, name)}")
+        if not self.delivery_host_rate > 0:
+            raise ValueError(f"ORCHESTRA_DELIVERY_HOST_RATE must be above 0, got {self.delivery_host_rate}")
         if not 0 < self.webhook_retry_hours <= 24 * 30:
             raise ValueError(f"ORCHESTRA_WEBHOOK_RETRY_HOURS must be above 0 and at most 720, "
                              f"got {self.webhook_retry_hours}")
@@ -195,7 +210,8 @@ SETTING_DOCS: dict[str, SettingDoc] = {
     "rate_limit_register": SettingDoc("register attempts per client address"),
     "rate_limit_login": SettingDoc("login attempts per client address"),
     "rate_limit_hook": SettingDoc(
-        "calls of one inbound webhook, whoever sends them (429 for that hook only); per process "
+        "verified calls of one inbound webhook, whoever sends them (429 for that hook only; calls "
+        "that do not verify count against `ORCHESTRA_RATE_LIMIT_HOOK_UNVERIFIED`); per process "
         "unless `ORCHESTRA_LIMITER_STORAGE` is Redis"),
     "limiter_storage": SettingDoc(
         "where rate-limit counters live: `async+redis://host:6379` to share them between processes "
@@ -240,6 +256,10 @@ SETTING_DOCS: dict[str, SettingDoc] = {
     "db_pool_size": SettingDoc(
         "store connections per process, shared by requests and runs (PostgreSQL; leases "
         "and signals have their own). Past it a request waits, then answers 503"),
+    "db_busy_timeout": SettingDoc(
+        "seconds a SQLite statement waits for a lock another connection or program holds; "
+        "past it the statement fails and the store counts as out (writes are waited out, "
+        "SPEC §6). SQLite only"),
     "shutdown_grace_seconds": SettingDoc(
         "on SIGTERM, how long in-flight steps may finish before runs are handed back"),
     "step_output_max_bytes": SettingDoc(
@@ -300,6 +320,19 @@ SETTING_DOCS: dict[str, SettingDoc] = {
         "HTTP steps and outbound subscriptions (webhook deliveries) may reach although they are not "
         "public (e.g. `10.2.0.0/16` for an internal API); a refusal names this setting",
         "empty (public addresses only)"),
+    "max_schedules_per_user": SettingDoc(
+        "schedules one user may have; one more is 422 naming this setting"),
+    "max_subscriptions_per_user": SettingDoc(
+        "outbound event subscriptions one user may have; one more is 422 naming this setting"),
+    "max_mcp_sessions_per_user": SettingDoc(
+        "open handshake-era `/mcp` sessions of one user in one process; opening one more closes "
+        "that user's oldest (the newest stays open; others' sessions are untouched)"),
+    "rate_limit_hook_unverified": SettingDoc(
+        "inbound webhook calls that do not verify (unsigned, forged, stale), per client address "
+        "(429); they never count against the hook's own `ORCHESTRA_RATE_LIMIT_HOOK`"),
+    "delivery_host_rate": SettingDoc(
+        "event deliveries (subscriptions' signed POSTs) one process sends to one destination "
+        "host a second; the rest wait their turn, none is dropped"),
     "webhook_retry_hours": SettingDoc(
         "hours an outbound event delivery (a subscription's webhook) is retried after its event "
         "while the receiver fails, with exponential backoff (first retry after about 5 s, at most "

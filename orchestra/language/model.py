@@ -85,7 +85,8 @@ class HttpCall(Closed):
     body: Any = Field(None, description="A string (sent as it is) or any JSON value (sent as JSON); "
                       "{{ }} in its strings.")
     timeout_seconds: float = Field(30, gt=0, le=HTTP_TIMEOUT_MAX,
-                                   description="Bound on the request, seconds (default 30).")
+                                   description="Bound on the whole exchange (connect, send, redirects, "
+                                   "every read), seconds (default 30).")
 
 
 class ChildWorkflow(Closed):

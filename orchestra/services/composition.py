@@ -1,10 +1,12 @@
-"""Save-time checks of what a template calls (SPEC §14): the secrets its HTTP steps name
-exist, and each `workflow` step names a template the owner may run, which does not call
+"""Save-time checks of what a template calls (SPEC §14, §15b): the secrets its HTTP steps
+name may go to the host each step's URL writes (services/secrets.py), and each `workflow` step names a template the owner may run, which does not call
 the template being saved (directly or not) and keeps every chain within MAX_CHAIN runs.
 
 A template's child templates are stored by id (a name is resolved here, once), so the
 calls between templates form a graph that this walks from the saved template's
-children, at most MAX_CHAIN levels deep.
+children, at most MAX_CHAIN levels deep. A child pinned to a `version` is walked with
+that version's steps, not its template's latest (SPEC §15b: a pinned version that calls
+back is a cycle).
 """
 
 from __future__ import annotations
@@ -21,19 +23,27 @@ from orchestra.services.shared import Shared
 
 def children_of(steps: list[dict[str, Any]]) -> set[str]:
     """The template ids a template's workflow steps name (inner steps included)."""
-    return {step["workflow"]["template"] for step, _depth, _where in walk(steps or [])
-            if isinstance(step.get("workflow"), dict) and isinstance(step["workflow"].get("template"), str)}
+    return {ref for ref, _version in calls_of(steps)}
+
+
+def calls_of(steps: list[dict[str, Any]]) -> set[tuple[str, int | None]]:
+    """(template id, pinned version or None for the latest) of each workflow step."""
+    found: set[tuple[str, int | None]] = set()
+    for step, _depth, _where in walk(steps or []):
+        flow = step.get("workflow")
+        if isinstance(flow, dict) and isinstance(flow.get("template"), str):
+            version = flow.get("version")
+            found.add((flow["template"], version if isinstance(version, int) else None))
+    return found
 
 
 async def check_calls(core: Shared, checked: Checked, *, owner_id: str, template_id: str | None) -> None:
-    """Add to `checked.problems` every unknown secret and every child template that is
+    """Add to `checked.problems` every secret a step may not send where its URL says and
+    every child template that is
     unknown, the template itself (or calls it), or makes a chain too deep; a child named
     by name is rewritten to its id."""
-    missing = await secret_service.missing_names(core, {name for _f, name in checked.secrets})
-    for field, name in checked.secrets:
-        if name in missing:
-            checked.add(field, f"unknown secret '{name}' (an administrator stores it under "
-                               "/api/v1/resource/secret)")
+    for field, problem in await secret_service.save_refusals(core, checked.secrets):
+        checked.add(field, problem)
     if not checked.children:
         return
     refs = {ref for _f, ref, _flow in checked.children}
@@ -53,14 +63,18 @@ async def check_calls(core: Shared, checked: Checked, *, owner_id: str, template
             checked.add(field, f"unknown template {ref!r}: not the id or name of a template you may run")
             continue
         flow["template"] = child.id
-        if flow.get("version") is not None and not await core.db.exists(TemplateVersion.select(TemplateVersion.id).where(
-                (TemplateVersion.template == child.id) & (TemplateVersion.version == flow["version"]))):
-            checked.add(field.replace(".template", ".version"), f"template {ref!r} has no version {flow['version']}")
-            continue
+        steps = child.steps
+        if flow.get("version") is not None:
+            pinned = await TemplateVersion.aget_or_none(
+                (TemplateVersion.template == child.id) & (TemplateVersion.version == flow["version"]))
+            if pinned is None:
+                checked.add(field.replace(".template", ".version"), f"template {ref!r} has no version {flow['version']}")
+                continue
+            steps = pinned.steps
         if template_id is not None and child.id == template_id:
             checked.add(field, "a template cannot call itself")
             continue
-        depth, calls_back = await depths.of(child)
+        depth, calls_back = await depths.of(child.id, flow.get("version"), steps)
         if calls_back:
             checked.add(field, f"template {ref!r} calls this template (directly or through others): "
                                "a template cannot call itself")
@@ -70,28 +84,47 @@ async def check_calls(core: Shared, checked: Checked, *, owner_id: str, template
 
 
 class _Depths:
-    """How many runs the longest chain from a stored template holds (itself included),
-    and whether that chain reaches `saved`; read lazily, bounded by MAX_CHAIN levels."""
+    """How many runs the longest chain from a stored template (at a pinned version, or
+    its latest) holds, itself included, and whether that chain reaches `saved`; read
+    lazily, bounded by MAX_CHAIN levels."""
 
     def __init__(self, core: Shared, saved: str | None) -> None:
         self.core, self.saved = core, saved
-        self.known: dict[str, tuple[int, bool]] = {}
+        self.known: dict[tuple[str, int | None], tuple[int, bool]] = {}
 
-    async def of(self, template: WorkflowTemplate, level: int = 1) -> tuple[int, bool]:
-        if template.id in self.known:
-            return self.known[template.id]
-        self.known[template.id] = (MAX_CHAIN + 1, False)  # a cycle met below reads as too deep
-        children = children_of(template.steps)
+    async def of(self, template_id: str, version: int | None, steps: list[dict[str, Any]],
+                 level: int = 1) -> tuple[int, bool]:
+        key = (template_id, version)
+        if key in self.known:
+            return self.known[key]
+        self.known[key] = (MAX_CHAIN + 1, False)  # a cycle met below reads as too deep
+        calls = calls_of(steps)
         depth, back = 1, False
-        if self.saved in children:
+        if self.saved in {ref for ref, _v in calls}:
             back = True
-        elif children and level <= MAX_CHAIN:
-            rows = await self.core.db.list(WorkflowTemplate.select(WorkflowTemplate.id, WorkflowTemplate.steps)
-                                           .where(WorkflowTemplate.id.in_(sorted(children))))
-            for row in rows:
-                below, reaches = await self.of(row, level + 1)
+        elif calls and level <= MAX_CHAIN:
+            for (ref, pinned), below_steps in (await self._steps(calls)).items():
+                below, reaches = await self.of(ref, pinned, below_steps, level + 1)
                 depth, back = max(depth, 1 + below), back or reaches
-        elif children:
+        elif calls:
             depth = MAX_CHAIN + 1
-        self.known[template.id] = (depth, back)
+        self.known[key] = (depth, back)
         return depth, back
+
+    async def _steps(self, calls: set[tuple[str, int | None]]
+                     ) -> dict[tuple[str, int | None], list[dict[str, Any]]]:
+        """The steps each call runs: a pinned version's, or the template's latest (a
+        call of a template or version since deleted runs nothing)."""
+        found: dict[tuple[str, int | None], list[dict[str, Any]]] = {}
+        latest = sorted({ref for ref, pinned in calls if pinned is None})
+        if latest:
+            rows = await self.core.db.list(WorkflowTemplate.select(WorkflowTemplate.id, WorkflowTemplate.steps)
+                                           .where(WorkflowTemplate.id.in_(latest)))
+            found.update({(row.id, None): row.steps for row in rows})
+        for ref in sorted({ref for ref, pinned in calls if pinned is not None}):
+            numbers = sorted(pinned for r, pinned in calls if r == ref and pinned is not None)
+            rows = await self.core.db.list(TemplateVersion.select(TemplateVersion.version, TemplateVersion.steps)
+                                           .where((TemplateVersion.template == ref)
+                                                  & TemplateVersion.version.in_(numbers)))
+            found.update({(ref, row.version): row.steps for row in rows})
+        return found

@@ -17,6 +17,12 @@ timeout) is retried after 5 s, 10 s, 20 s … at most an hour apart, for
 ORCHESTRA_WEBHOOK_RETRY_HOURS from the event, then the delivery is `failed`. Every
 connection obeys the users' egress rule (ORCHESTRA_STEP_EGRESS_ALLOW); no redirect is
 followed.
+
+Deliveries to one destination host are paced (SPEC §15b): a process sends at most
+ORCHESTRA_DELIVERY_HOST_RATE a second to one host (`HostPacer`), so many subscriptions
+to one target cannot turn one run into a burst of signed POSTs. A claimed delivery whose
+host has no free turn within PACE_WAIT_MAX is handed back, due when the host's next
+turn frees (no attempt is counted), and claimed again then.
 """
 
 from __future__ import annotations
@@ -24,7 +30,9 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
+import time
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx2
 from peewee import fn
@@ -37,6 +45,7 @@ from orchestra.db.trigger_models import EventSubscription, WebhookDelivery
 from orchestra.egress import STEP_SETTING, find_refusal
 from orchestra.services.shared import Shared
 from orchestra.tls import client_tls
+from orchestra.vocabulary import DeliveryStatus
 
 logger = logging.getLogger("orchestra.deliveries")
 
@@ -49,6 +58,34 @@ FIRST_RETRY_SECONDS = 5.0
 RETRY_CAP_SECONDS = 3600.0
 ATTEMPTS_KEPT = 50  # the newest attempts kept on a delivery
 ERROR_MAX = 300
+
+
+PACE_WAIT_MAX = 1.0  # seconds an attempt may wait for its host's turn; longer: handed back
+PACER_HOSTS_MAX = 10_000  # hosts remembered; past it, those whose turns are all past go
+
+
+class HostPacer:
+    """Turns per destination host, `rate` a second: `take` books the next turn (the
+    seconds to wait for it) when it is within `most` seconds, else books nothing and
+    answers -(seconds until the host's next free turn)."""
+
+    def __init__(self, rate: float) -> None:
+        self.interval = 1.0 / rate
+        self._next: dict[str, float] = {}
+
+    def take(self, host: str, *, most: float = PACE_WAIT_MAX) -> float:
+        now = time.monotonic()
+        turn = max(now, self._next.get(host, now))
+        if turn - now > most:
+            return -(turn - now)
+        self._next[host] = turn + self.interval
+        if len(self._next) > PACER_HOSTS_MAX:
+            self._next = {h: t for h, t in self._next.items() if t > now}
+        return turn - now
+
+
+def host_of(url: str) -> str:
+    return (urlsplit(url).hostname or url).lower()
 
 
 def webhook_id(delivery_id: str) -> str:
@@ -74,6 +111,7 @@ class DeliveryLoop:
         self._wake = asyncio.Event()
         self._stopping = False
         self._client: httpx2.AsyncClient | None = None
+        self.pacer = HostPacer(core.settings.delivery_host_rate)
 
     def start(self) -> None:
         self.core.delivery_loop = self
@@ -121,7 +159,7 @@ class DeliveryLoop:
     async def _seconds_to_next(self) -> float:
         rows = await self.core.db.list(
             WebhookDelivery.select(fn.MIN(WebhookDelivery.next_attempt_at).alias("due"))
-            .where(WebhookDelivery.status == "pending").dicts())
+            .where(WebhookDelivery.status == DeliveryStatus.PENDING).dicts())
         due = rows[0]["due"] if rows else None
         if due is None:
             return IDLE_SECONDS
@@ -137,7 +175,7 @@ class DeliveryLoop:
         token = new_id()
         async with core.write_transaction():
             query = (WebhookDelivery.select()
-                     .where((WebhookDelivery.status == "pending") & (WebhookDelivery.next_attempt_at <= now)
+                     .where((WebhookDelivery.status == DeliveryStatus.PENDING) & (WebhookDelivery.next_attempt_at <= now)
                             & (WebhookDelivery.claim_until.is_null() | (WebhookDelivery.claim_until < now)))
                      .order_by(WebhookDelivery.next_attempt_at).limit(BATCH))
             if core.is_postgres:
@@ -156,6 +194,12 @@ class DeliveryLoop:
         gate = asyncio.Semaphore(CONCURRENCY)
 
         async def one(row: WebhookDelivery, sub: EventSubscription, token: str) -> None:
+            wait = self.pacer.take(host_of(sub.url))
+            if wait < 0:  # its host has no turn soon: back to the store, due at that turn
+                await self.postpone(row, token, -wait)
+                return
+            if wait:
+                await asyncio.sleep(wait)  # no store connection is held here
             async with gate:
                 outcome = await self.send(row, sub)
                 await self.record(row, token, outcome)
@@ -193,19 +237,32 @@ class DeliveryLoop:
         error = None if 200 <= response.status_code < 300 else f"answered {response.status_code}"
         return _attempt(at, response.status_code, error)
 
+    async def postpone(self, row: WebhookDelivery, token: str, seconds: float) -> None:
+        """Hand a claimed delivery back unattempted, due in `seconds` (fenced on the claim)."""
+        due = utcnow() + dt.timedelta(seconds=seconds)
+        try:
+            await self.core.db.aexecute(WebhookDelivery.update(
+                next_attempt_at=due, claim_token=None, claim_until=None).where(
+                (WebhookDelivery.id == row.id) & (WebhookDelivery.claim_token == token)))
+        except Exception as exc:  # noqa: BLE001 - the claim runs out, and it is tried then
+            if not self.outage.failed(exc, "postponing a webhook delivery"):
+                logger.warning("could not postpone delivery %s: %s", row.id, exc)
+        finally:
+            await release_quietly(self.core.db)
+
     async def record(self, row: WebhookDelivery, token: str, attempt: dict[str, Any]) -> bool:
         """Store the attempt's outcome, fenced on the claim; whether it was stored."""
         attempts = [*list(row.attempts or []), attempt][-ATTEMPTS_KEPT:]
         now = utcnow()
         values: dict[str, Any] = {"attempts": attempts, "claim_token": None, "claim_until": None}
         if attempt["error"] is None:
-            values.update(status="delivered", next_attempt_at=None)
+            values.update(status=DeliveryStatus.DELIVERED, next_attempt_at=None)
         else:
             failures = sum(1 for a in attempts if a["error"] is not None)
             following = now + dt.timedelta(seconds=retry_delay(failures))
             give_up = row.created_at + dt.timedelta(hours=self.core.settings.webhook_retry_hours)
             if following > give_up:
-                values.update(status="failed", next_attempt_at=None)
+                values.update(status=DeliveryStatus.FAILED, next_attempt_at=None)
             else:
                 values.update(next_attempt_at=following)
         for tries in range(1, 1000):

@@ -202,17 +202,20 @@ async def run_input(core: Shared, hook: WebhookHook, call: Call) -> Any:
     return value
 
 
-async def accept(core: Shared, hook: WebhookHook, call: Call, *, trace_parent: str | None = None) -> Started:
-    """Start the hook's run for a verified call, once per `webhook-id` (24 h)."""
-    from orchestra.services import workflows  # workflows imports run_starts; no cycle here
+async def accept(core: Shared, hook: WebhookHook, call: Call, *, trace_parent: str | None = None,
+                 webhook_id: str | None = None) -> Started:
+    """Start the hook's run for a verified call, once per `webhook-id` (24 h);
+    `webhook_id`: what `verify` answered already (else it is verified here)."""
+    from orchestra.services import runs
 
-    webhook_id = verify(core, hook, call)
+    if webhook_id is None:
+        webhook_id = verify(core, hook, call)
     if not may_run(hook.template, hook.owner_id):
         raise PermissionDeniedError("The hook's owner may no longer run its template.")
     start = StartKey(scope=f"hook:{hook.id}", key=webhook_id, field="webhook-id")
 
     async def begin():
-        return await workflows.start_run(
+        return await runs.start_run(
             core, user_id=hook.owner_id, is_admin=False, template_id=hook.template_id,
             input=await run_input(core, hook, call), template=hook.template,
             trigger={"kind": "webhook", "hook_id": hook.id, "webhook_id": webhook_id},

@@ -18,7 +18,7 @@ from typing import Any
 from orchestra.db.models import WorkflowRun, iso, utcnow
 from orchestra.db.trigger_models import ScheduleFire, WorkflowSchedule
 from orchestra.errors import NotFoundError, ValidationError
-from orchestra.services import cron
+from orchestra.services import caps, cron
 from orchestra.services.paging import Page, decode_cursor, encode_cursor, keyset_page
 from orchestra.services.run_access import require_runnable
 from orchestra.services.shared import Shared
@@ -101,8 +101,11 @@ def _next_due(fields: dict[str, Any], now: dt.datetime) -> dt.datetime | None:
 async def create_schedule(core: Shared, *, user_id: str, body: dict[str, Any]) -> WorkflowSchedule:
     fields = await _fields(core, user_id, body)
     now = utcnow()
-    row = await WorkflowSchedule.acreate(owner=user_id, next_due_at=_next_due(fields, now),
-                                         created_at=now, updated_at=now, **fields)
+    async with core.write_transaction():
+        await caps.check(core, WorkflowSchedule.select().where(WorkflowSchedule.owner == user_id),
+                         setting="max_schedules_per_user", what="schedules", field="template_id")
+        row = await WorkflowSchedule.acreate(owner=user_id, next_due_at=_next_due(fields, now),
+                                             created_at=now, updated_at=now, **fields)
     await announce_change(core)
     return row
 

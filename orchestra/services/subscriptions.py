@@ -15,12 +15,14 @@ from orchestra.db.models import iso, utcnow
 from orchestra.db.trigger_models import EventSubscription, WebhookDelivery
 from orchestra.egress import STEP_SETTING
 from orchestra.errors import NotFoundError, ValidationError
+from orchestra.services import caps
 from orchestra.services.deliveries import webhook_id
 from orchestra.services.outbox import TYPES
 from orchestra.services.paging import Page, keyset_page
 from orchestra.services.providers import BASE_URL
 from orchestra.services.run_access import require_runnable
 from orchestra.services.shared import Shared
+from orchestra.vocabulary import DeliveryStatus
 
 URL_MAX = 2048
 DELIVERIES_MAX = 200
@@ -68,9 +70,12 @@ async def create_subscription(core: Shared, *, user_id: str, url: str, events: l
         await require_runnable(core, user_id=user_id, template_ids=[template_id], field="template_id")
     url = await check_url(core, url)
     secret = new_secret()
-    row = await EventSubscription.acreate(
-        owner=user_id, template=template_id, url=url, events=list(dict.fromkeys(events)),
-        secret_encrypted=core.secrets.encrypt(secret), created_at=utcnow())
+    async with core.write_transaction():
+        await caps.check(core, EventSubscription.select().where(EventSubscription.owner == user_id),
+                         setting="max_subscriptions_per_user", what="subscriptions", field="url")
+        row = await EventSubscription.acreate(
+            owner=user_id, template=template_id, url=url, events=list(dict.fromkeys(events)),
+            secret_encrypted=core.secrets.encrypt(secret), created_at=utcnow())
     return row, secret
 
 
@@ -110,7 +115,7 @@ async def retry_delivery(core: Shared, *, user_id: str, subscription_id: str, de
     where = (WebhookDelivery.id == delivery_id) & (WebhookDelivery.subscription == row.id)
     if not _known_id(delivery_id) or await WebhookDelivery.aget_or_none(where) is None:
         raise NotFoundError(f"No delivery has the id '{delivery_id}'.")
-    await core.db.aexecute(WebhookDelivery.update(status="pending", next_attempt_at=utcnow()).where(where))
+    await core.db.aexecute(WebhookDelivery.update(status=DeliveryStatus.PENDING, next_attempt_at=utcnow()).where(where))
     loop = core.delivery_loop
     if loop is not None:
         loop.wake()

@@ -4,8 +4,10 @@ Routes: `/echo` answers JSON `{method, path, query, headers, body}` (header name
 lower case) and echoes every request header back as `x-echo-<name>`; `/status/<code>`
 answers that status (`?retry_after=N` adds `Retry-After`); `/big/<n>` answers n bytes
 (`?chunked=1`: in 64 KiB chunks, no Content-Length);
-`/redirect?to=<url>` answers 302 to it; `/slow/<seconds>` waits, then answers; `/text`
-answers plain text. Every request is counted per path (`hits`).
+`/redirect?to=<url>` answers 302 to it; `/slow/<seconds>` waits, then answers;
+`/drip/<n>?every=<seconds>` sends its head at once, then one body byte every `every`
+seconds (0.5 by default), n bytes in all (a reader that bounds each read, not the whole
+exchange, waits n × every); `/text` answers plain text. Every request is counted per path (`hits`).
 """
 
 from __future__ import annotations
@@ -53,6 +55,19 @@ class _Handler(BaseHTTPRequestHandler):
         except OSError:  # the reader stopped at its limit and hung up
             self.close_connection = True
 
+    def _drip(self, size: int, every: float) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Length", str(size))
+        self.end_headers()
+        try:
+            for _ in range(size):
+                self.wfile.write(b"x")
+                self.wfile.flush()
+                time.sleep(every)
+        except OSError:  # the reader gave up and hung up
+            self.close_connection = True
+
     def _handle(self) -> None:
         parts = urlsplit(self.path)
         query = {k: v[0] for k, v in parse_qs(parts.query).items()}
@@ -83,6 +98,8 @@ class _Handler(BaseHTTPRequestHandler):
         elif segments[0] == "slow" and len(segments) > 1:
             time.sleep(float(segments[1]))
             self._answer(200, b'{"slow": true}')
+        elif segments[0] == "drip" and len(segments) > 1 and segments[1].isdigit():
+            self._drip(int(segments[1]), float(query.get("every", 0.5)))
         elif segments[0] == "text":
             self._answer(200, "plain text ✓".encode(), "text/plain; charset=utf-8")
         else:

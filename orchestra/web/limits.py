@@ -16,14 +16,17 @@ from orchestra.settings import Settings
 
 
 class RateLimits:
-    """The named limiters of the service (`register`, `login`, `hook`), sharing one storage."""
+    """The named limiters of the service (`register`, `login`, `hook`, `hook_unverified`),
+    sharing one storage."""
 
     def __init__(self, settings: Settings) -> None:
         self._limiter = MovingWindowRateLimiter(_storage(settings.limiter_storage))
         self._items = {
             "register": parse(settings.rate_limit_register),
             "login": parse(settings.rate_limit_login),
-            "hook": parse(settings.rate_limit_hook),  # keyed by hook id, not by client
+            "hook": parse(settings.rate_limit_hook),  # verified calls, keyed by hook id
+            # calls to any hook that did not verify, keyed by client address
+            "hook_unverified": parse(settings.rate_limit_hook_unverified),
         }
 
     async def hit(self, name: str, client: str) -> dict[str, str]:
@@ -38,11 +41,19 @@ class RateLimits:
             "RateLimit-Reset": str(reset),
         }
         if not allowed:
+            said = _TOO_MANY.get(name, f"Too many {name} attempts")
             raise RateLimitedError(
-                f"Too many {name} attempts; try again in {max(reset, 1)} seconds.",
+                f"{said}; try again in {max(reset, 1)} seconds.",
                 headers={**headers, "Retry-After": str(max(reset, 1))},
             )
         return headers
+
+
+_TOO_MANY = {
+    "hook": "Too many calls of this webhook (ORCHESTRA_RATE_LIMIT_HOOK)",
+    "hook_unverified": "Too many webhook calls that did not verify from this address "
+                       "(ORCHESTRA_RATE_LIMIT_HOOK_UNVERIFIED)",
+}
 
 
 def _storage(uri: str):

@@ -43,9 +43,11 @@ from sanic import Request
 
 from orchestra import __version__
 from orchestra.db.database import end_task_store_work
-from orchestra.errors import ConflictError, NotFoundError, OrchestraError
-from orchestra.services import mcp_tools, workflows
+from orchestra.db.models import WorkflowRun
+from orchestra.errors import ConflictError, NotFoundError, OrchestraError, PermissionDeniedError
+from orchestra.services import mcp_tools, runs
 from orchestra.services.mcp_tools import Ended, ExposedTools, Question, Tool
+from orchestra.vocabulary import RunStatus
 from orchestra.web import asgi_bridge
 from orchestra.web.auth import Principal
 
@@ -55,6 +57,34 @@ PRINCIPAL = "orchestra.principal"  # the scope key the caller rides in
 REPLY_KEY = "reply"  # the input request's key in an InputRequiredResult
 NOTIFY_TIMEOUT = 2.0  # seconds a list_changed may take to reach one session
 SESSIONS_MAX = 10_000
+
+
+class _Sessions(StreamableHTTPSessionManager):
+    """The SDK's session manager, with a cap per user (SPEC §15b): a user opening one
+    more handshake-era session than `per_user` closes their oldest (the newest stays
+    open; other users' sessions are untouched), so one user cannot fill `max_sessions`."""
+
+    def __init__(self, server: Server, *, per_user: int, max_sessions: int) -> None:
+        super().__init__(server, max_sessions=max_sessions)
+        self.per_user = per_user
+
+    def _admit_session(self, requestor):
+        transport = super()._admit_session(requestor)
+        if transport is None or requestor is None:
+            return transport
+        subject = requestor.get("subject")
+        theirs = [sid for sid, owner in self._session_owners.items() if owner.get("subject") == subject]
+        for session_id in theirs[:max(0, len(theirs) - self.per_user)]:  # oldest first
+            old = self._server_instances.pop(session_id, None)
+            self._session_owners.pop(session_id, None)
+            if old is not None and not old.is_terminated:
+                task = asyncio.get_running_loop().create_task(old.terminate(), name="mcp-session-cap")
+                _closing.add(task)
+                task.add_done_callback(_closing.discard)
+        return transport
+
+
+_closing: set[asyncio.Task] = set()  # oldest sessions being closed past a user's cap
 
 
 class _Server(Server):
@@ -68,6 +98,17 @@ class _Server(Server):
 
 def _principal(ctx: ServerRequestContext) -> Principal:
     return ctx.request.scope[PRINCIPAL]
+
+
+def credential_of(principal: Principal) -> str:
+    """The credential a sealed `requestState` is bound to (SPEC §15b): an API key, or a
+    sign-in's refresh family (its refreshed access tokens included) — never merely the
+    user, so another key of the same user cannot bring the answer."""
+    if principal.key is not None:
+        return f"{principal.user_id}/key:{principal.key.key_id}"
+    if principal.family:
+        return f"{principal.user_id}/session:{principal.family}"
+    return f"{principal.user_id}/token:{principal.issued_at}"
 
 
 class McpEndpoint:
@@ -88,9 +129,10 @@ class McpEndpoint:
                                 + core.settings.load_secret_key().encode()).digest()
         self.server.middleware.append(RequestStateBoundary(
             RequestStateSecurity(keys=[secret], ttl=24 * 3600.0,
-                                 bind_principal=lambda ctx: _principal(ctx).user_id),
+                                 bind_principal=lambda ctx: credential_of(_principal(ctx))),
             default_audience="orchestra"))
-        self.manager = StreamableHTTPSessionManager(self.server, max_sessions=SESSIONS_MAX)
+        self.manager = _Sessions(self.server, per_user=core.settings.max_mcp_sessions_per_user,
+                                 max_sessions=SESSIONS_MAX)
         self._sessions: dict[str, Any] = {}  # handshake-era session id → its ServerSession
         self._stop = asyncio.Event()
         self._task: asyncio.Task | None = None
@@ -178,7 +220,7 @@ class McpEndpoint:
         if params.request_state:  # a 2026 retry: the answer to the question asked before
             trace_id, after, finished = await self._answered(principal, params)
         else:
-            run = await workflows.start_run(
+            run = await runs.start_run(
                 self.core, user_id=principal.user_id, is_admin=False, template_id=tool.template_id,
                 input=tool.run_input(params.arguments),
                 trigger={"kind": "mcp", "tool": tool.name,
@@ -218,12 +260,28 @@ class McpEndpoint:
                                 after)
         except (ValueError, KeyError, TypeError):
             raise MCPError(types.INVALID_PARAMS, "Invalid requestState") from None
+        await self._may_answer(principal, trace_id)
         response = (params.input_responses or {}).get(REPLY_KEY)
         if not isinstance(response, types.ElicitResult) or response.action != "accept":
             raise ConflictError(_unanswered(getattr(response, "action", None), question))
         await mcp_tools.answer(self.core, user_id=principal.user_id, question=question,
                                content=_content(question.schema, response.content))
         return trace_id, after, finished
+
+
+    async def _may_answer(self, principal: Principal, trace_id: str) -> None:
+        """An answer brought by a retry needs what `POST /reply` needs, now: a key with
+        `run:reply` whose templates include the run's (SPEC §15b)."""
+        key = principal.key
+        if key is None:
+            return
+        if "run:reply" not in key.scopes:
+            raise PermissionDeniedError("This API key lacks the scope 'run:reply': it cannot answer "
+                                        f"the question of run {trace_id}.")
+        if key.templates is not None:
+            run = await WorkflowRun.aget_or_none(WorkflowRun.trace_id == trace_id)
+            if run is None or not key.allows_template(run.template_id):
+                raise PermissionDeniedError("This API key may not answer runs of that template.")
 
 
 def _unanswered(action: str | None, question: Question) -> str:
@@ -249,7 +307,7 @@ def _tool(tool: Tool) -> types.Tool:
 
 
 def _answer(trace_id: str, ended: Ended, tool: Tool) -> types.CallToolResult:
-    if ended.status != "succeeded":
+    if ended.status != RunStatus.SUCCEEDED:
         return _error(f"The run {trace_id} {ended.status}: {ended.error or 'no reason was given'}")
     text, structured = mcp_tools.output_parts(ended.output)
     if structured is None and tool.output_schema is not None:

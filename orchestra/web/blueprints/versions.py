@@ -8,12 +8,11 @@ from pydantic import Field
 from sanic import Blueprint, Request
 from sanic.response import json
 
-from orchestra.engine.vocabulary import RunStatus
 from orchestra.errors import NotFoundError, PermissionDeniedError
 from orchestra.observability import tracing
-from orchestra.services import forks, versions
-from orchestra.services import workflows as templates
+from orchestra.services import forks, runs, templates, versions
 from orchestra.services.roles import Role
+from orchestra.vocabulary import RunStatus
 from orchestra.web.apidoc import version_models as out
 from orchestra.web.apidoc.operation import Link, documented, header, query
 from orchestra.web.apidoc.rules import rule
@@ -127,11 +126,14 @@ async def restore(request: Request, template_id: str, number: str):
     "reads from_step or a changed input (directly or through other steps), reads an overridden "
     "output, or its definition differs in `version`. foreach items and loop iterations are "
     "reused one by one. The source may still be running.",
-    errors={403: "PermissionDeniedError: an API key limited to other templates.",
+    errors={403: "PermissionDeniedError: an API key limited to other templates; `version`, `input` or "
+                 "`outputs` sent by anyone but the run's owner.",
             404: "NotFoundError: no run you may read has this id, or no such version.",
             413: "PayloadTooLargeError: an output is larger than a step's output may be.",
             422: "ValidationError: unknown from_step; an output of an unknown step, of from_step or "
-                 "a step downstream of it, or not of the step's output_schema (detail has the path); "
+                 "a step downstream of it, or not of the step's kind (its output_schema; an HTTP "
+                 "step's {status, headers, body}; a foreach's list; a child's output_schema; "
+                 "detail has the path); "
                  "an input the template's input_schema refuses."},
     links={"Read": Link("workflow.get_run", _TRACE), "Stream": Link("workflow.stream", _TRACE)},
     params=(header("traceparent", "W3C trace context: the fork's spans join this trace."),),
@@ -142,7 +144,7 @@ async def fork(request: Request, trace_id: str):
     sent = body.model_fields_set
     key = request.ctx.principal.key
     if key is not None and key.templates is not None:  # a key limited to some templates
-        source = await templates.get_run(request.app.ctx.core, trace_id=trace_id, **_who(request))
+        source = await runs.get_run(request.app.ctx.core, trace_id=trace_id, **_who(request))
         if not key.allows_template(source.template_id):
             raise PermissionDeniedError("This API key may not start runs of that template.")
     run = await forks.fork_run(
