@@ -132,7 +132,7 @@ def test_no_module_over_600_lines():
 LAYERS: list[tuple[str, ...]] = [
     ("orchestra", "orchestra.errors", "orchestra.settings", "orchestra.egress", "orchestra.tls",
      "orchestra.redaction", "orchestra.secret_hosts", "orchestra.timestamps", "orchestra.json_body",
-     "orchestra.backoff"),
+     "orchestra.backoff", "orchestra.vocabulary"),
     ("orchestra.db", "orchestra.money", "orchestra.observability"),
     ("orchestra.language",),
     ("orchestra.engine",),

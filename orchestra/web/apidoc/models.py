@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from orchestra.engine import vocabulary
+from orchestra import vocabulary
 from orchestra.engine.llm.factory import SUPPORTED_KINDS
 from orchestra.language.model import Expose, Step, TemplateLimits
 from orchestra.services.roles import ROLE_NAMES
