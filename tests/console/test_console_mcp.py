@@ -60,7 +60,7 @@ def test_mcp_servers_page_at_390_px(chromium, served, screenshots):
             page.get_by_role("button", name="Menu").click()  # a phone: the navigation is a menu
             page.get_by_role("link", name="MCP servers").click()
             fake.stop()
-            row.get_by_role("button", name="Refresh").click()
+            row.get_by_role("button", name="Check now").click()
             page.get_by_role("alert").filter(has_text="could not be reached").wait_for()
             row.get_by_role("button", name="Delete").click()
             page.get_by_role("button", name="Delete fake").click()

@@ -46,7 +46,9 @@ def test_schedules_and_subscriptions_pages(chromium, served, screenshots, fake):
             page.get_by_text("Schedule added").wait_for()
             (schedule,) = http.get("/workflow/schedule").json()["schedules"]
             row = page.locator(f'tr[data-schedule="{schedule["schedule_id"]}"]')
-            expect(row).to_contain_text(schedule["next_fires"][0])
+            first = row.locator(f'time[datetime="{schedule["next_fires"][0]}"]')
+            expect(first).to_have_text(schedule["next_fires"][0].replace("T", " ")[:19] + " "
+                                       + schedule["next_fires"][0][-6:])  # its zone's offset, readable
             offset = dt.datetime.fromisoformat(schedule["next_fires"][0]).utcoffset()
             assert offset in (dt.timedelta(hours=-5), dt.timedelta(hours=-4))
             row.get_by_role("button", name="Disable").click()

@@ -65,6 +65,9 @@ const NAV = [
   ['users', 'Users', isSuperAdmin],
 ];
 
+// The header's role, short (the whole name is its title), so the navigation keeps to one line at 1280 px.
+const ROLE_SHORT = { SUPER_ADMINISTRATOR: 'super admin', ADMINISTRATOR: 'admin', USER: 'user' };
+
 function Page({ route }) {
   const { page, arg } = route;
   switch (page) {
@@ -114,7 +117,7 @@ function App() {
         ${NAV.filter(([, , allowed]) => allowed()).map(([page, label]) => html`
           <a href=${`#/${page}`} aria-current=${route.page === page || (page === 'runs' && route.page === 'run') ? 'page' : undefined}>${label}</a>`)}
       </nav>
-      <span class="who" title=${`${session.user_name} (${session.role})`}>${session.user_name} <small>${session.role}</small></span>
+      <span class="who" title=${`${session.user_name} (${session.role})`}>${session.user_name} <small>${ROLE_SHORT[session.role] || session.role}</small></span>
       <button type="button" class="link" onClick=${() => signOut('You signed out.')}>Sign out</button>
     </header>
     <main id="main"><${Page} route=${route} /></main>`;

@@ -56,14 +56,17 @@ export function shortText(value) {
   return text.length > 40 ? `${text.slice(0, 39)}…` : text;
 }
 
-/** An instance's name: an item by a short text of its value (`view.itemValue`), its index
- * beside it (the index alone when the value is not known); an iteration by its number. */
+/** An instance's name: an item by a short text of its value — the label its step_started
+ * carries (`item`, the engine's), else the value followed from the template
+ * (`view.itemValue`) — its index beside it (the index alone when neither is known); an
+ * iteration by its number. */
 function Label({ path, view }) {
   const tail = TAIL.exec(path);
   if (!tail) return html`<span class="instance-name">${path.slice(path.lastIndexOf('.') + 1)}</span>`;
   if (tail[2] === undefined) return html`<span class="instance-name">iteration ${tail[3]}</span>`;
-  const known = view.itemValue ? view.itemValue(tail[1], Number(tail[2])) : undefined;
-  const text = known === undefined ? '' : shortText(known);
+  const labelled = (view.steps[path] || {}).itemLabel;
+  const known = labelled || (view.itemValue ? view.itemValue(tail[1], Number(tail[2])) : undefined);
+  const text = known === undefined || known === null ? '' : shortText(known);
   return text
     ? html`<span class="instance-name" title=${`item ${tail[2]}`}>${text}</span> <small class="instance-index">#${tail[2]}</small>`
     : html`<span class="instance-name">item ${tail[2]}</span>`;

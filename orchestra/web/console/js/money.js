@@ -1,5 +1,5 @@
 // Money in the console (SPEC §12): exact USD decimal strings added without floats, a
-// run's budget top-up, and bar charts of what runs cost.
+// run's budget top-up (the usage page's bar charts: charts.js).
 import { html, useState } from './html.js';
 import { api } from './api.js';
 import { ErrorBox, attempt } from './ui.js';
@@ -68,23 +68,4 @@ export function TopUp({ traceId, budget = null, onRaised = () => {} }) {
     <button type="submit" class="primary" disabled=${busy}>Raise the budget</button>
     <${ErrorBox} error=${error} />
   </form>`;
-}
-
-/** Horizontal bars of cost (or, when nothing is priced, calls) per row key. */
-export function BarChart({ rows, title, label }) {
-  const value = (r) => (r.cost_usd != null ? Number(r.cost_usd) : 0);
-  const priced = rows.some((r) => r.cost_usd != null);
-  const measure = priced ? value : (r) => r.calls;
-  const top = Math.max(...rows.map(measure), 0) || 1;
-  const height = 22;
-  return html`<figure class="chart">
-    <figcaption>${title} (${priced ? 'cost, USD' : 'calls'})</figcaption>
-    <svg role="img" aria-label=${title} width="100%" height=${rows.length * height + 4} viewBox=${`0 0 600 ${rows.length * height + 4}`}>
-      ${rows.map((r, i) => html`<g key=${String(r.key)} transform=${`translate(0 ${i * height})`}>
-        <text x="0" y="15" font-size="12">${label(r.key)}</text>
-        <rect x="180" y="3" height="16" width=${Math.max(1, (measure(r) / top) * 300)} class="bar" />
-        <text x=${190 + (measure(r) / top) * 300} y="15" font-size="12">${priced ? usd(r.cost_usd) : `${r.calls} calls`}</text>
-      </g>`)}
-    </svg>
-  </figure>`;
 }

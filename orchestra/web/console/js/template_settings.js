@@ -53,7 +53,7 @@ export function TemplateSettings({ rest, setRest, schemaText, setSchemaText, pro
                     onInput=${(v) => setLimit('max_steps', v)} problem=${problemsAt(problems, 'limits.max_steps')}
                     hint="step executions in all: attempts, items and iterations count" />
     </div>
-    <${TextArea} label="Run output" value=${rest.output || ''} onInput=${setOutput} rows="1" fit class="code" spellcheck="false"
+    <${TextArea} label="Run output" value=${rest.output || ''} onInput=${setOutput} rows="3" fit class="code" spellcheck="false"
                   problem=${problemsAt(problems, 'output')} hint="a CEL expression, e.g. steps.publish.output; default: the last step's output" />
     <${TextArea} label="Schema of the run's output (JSON Schema)" value=${outputText} onInput=${setOutputSchema} rows="1" fit class="code"
                  spellcheck="false" problem=${outputUnread || problemsAt(problems, 'output_schema')}

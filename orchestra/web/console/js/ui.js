@@ -108,6 +108,16 @@ export function when(iso) {
   return d.toLocaleString(undefined, { dateStyle: 'short', timeStyle: 'medium' });
 }
 
+/** How long ago `iso` was, in words: `just now`, `5 min ago`, `3 h ago`, `2 days ago`. */
+export function ago(iso, now = Date.now()) {
+  if (!iso) return 'never';
+  const s = Math.max(0, (now - new Date(iso)) / 1000);
+  if (s < 45) return 'just now';
+  if (s < 3600) return `${Math.round(s / 60)} min ago`;
+  if (s < 86400 * 2) return `${Math.round(s / 3600)} h ago`;
+  return `${Math.round(s / 86400)} days ago`;
+}
+
 export function duration(start, end) {
   if (!start) return '–';
   const ms = (end ? new Date(end) : new Date()) - new Date(start);

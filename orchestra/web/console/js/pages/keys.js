@@ -1,28 +1,41 @@
 // API keys: list (with each key's last use), create (the secret shown once, to copy),
 // revoke. Keys act as you, narrowed to their scopes (docs/api.md, "API keys").
 import { html, useState } from '../html.js';
-import { api } from '../api.js';
+import { api, apiAll } from '../api.js';
 import { TextField, ErrorBox, Notice, useLoad, problemsByField, when, ConfirmButton } from '../ui.js';
 
 export const SCOPES = ['run:start', 'run:read', 'run:reply', 'run:cancel', 'template:read', 'template:write'];
 
-function CreateKey({ onCreated }) {
+/** The templates a key may start, chosen by name from those you may run; none: any. */
+function TemplateChoice({ templates, chosen, setChosen, problem }) {
+  const toggle = (id) => setChosen(chosen.includes(id) ? chosen.filter((t) => t !== id) : [...chosen, id]);
+  return html`<fieldset class=${`key-templates${problem ? ' invalid' : ''}`}>
+    <legend>Templates it may start <small>(none chosen: any you may run)</small></legend>
+    ${templates.length === 0 && html`<p class="hint">No templates yet: the key may start any you make or are shared.</p>`}
+    <div class="choices">${templates.map((t) => html`<label key=${t.template_id} class="check">
+      <input type="checkbox" checked=${chosen.includes(t.template_id)} onChange=${() => toggle(t.template_id)} />
+      ${t.name}</label>`)}</div>
+    ${problem && html`<p class="problem">${problem}</p>`}
+  </fieldset>`;
+}
+
+function CreateKey({ templates, onCreated }) {
   const [name, setName] = useState('');
   const [scopes, setScopes] = useState(['run:start', 'run:read']);
-  const [templates, setTemplates] = useState('');
+  const [chosen, setChosen] = useState([]);
   const [expires, setExpires] = useState('');
   const [error, setError] = useState(null);
   const problems = problemsByField(error);
+  const templateProblem = Object.entries(problems).find(([field]) => field === 'templates' || field.startsWith('templates.'));
   const toggle = (scope) => setScopes(scopes.includes(scope) ? scopes.filter((s) => s !== scope) : [...scopes, scope]);
   const submit = async (e) => {
     e.preventDefault();
     const body = { name, scopes };
-    const ids = templates.split(/[\s,]+/).filter(Boolean);
-    if (ids.length) body.templates = ids;
+    if (chosen.length) body.templates = chosen;
     if (expires) body.expires_at = new Date(expires).toISOString();
     try {
       const made = await api('POST', '/auth/key', body);
-      setName(''); setTemplates(''); setExpires(''); setError(null);
+      setName(''); setChosen([]); setExpires(''); setError(null);
       onCreated(made);
     } catch (err) {
       setError(err);
@@ -32,8 +45,6 @@ function CreateKey({ onCreated }) {
     <h2 id="create-key">Create a key</h2>
     <div class="grid">
       <${TextField} label="Name" value=${name} onInput=${setName} required problem=${problems.name} />
-      <${TextField} label="Templates (ids, optional)" value=${templates} onInput=${setTemplates}
-                    problem=${problems.templates} hint="limits run:start to these templates" />
       <${TextField} label="Expires (optional)" value=${expires} onInput=${setExpires} type="datetime-local"
                     problem=${problems.expires_at} />
     </div>
@@ -42,6 +53,7 @@ function CreateKey({ onCreated }) {
         <input type="checkbox" checked=${scopes.includes(scope)} onChange=${() => toggle(scope)} /> ${scope}</label>`)}
       ${problems.scopes && html`<p class="error">${problems.scopes}</p>`}
     </fieldset>
+    <${TemplateChoice} templates=${templates} chosen=${chosen} setChosen=${setChosen} problem=${templateProblem && templateProblem[1]} />
     <${ErrorBox} error=${error} />
     <button type="submit" class="primary">Create key</button>
   </form>`;
@@ -49,6 +61,8 @@ function CreateKey({ onCreated }) {
 
 export function Keys() {
   const [data, loadError, reload] = useLoad(() => api('GET', '/auth/key'));
+  const [templates] = useLoad(async () => (await apiAll('/workflow/template', 'templates')).templates);
+  const names = Object.fromEntries((templates || []).map((t) => [t.template_id, t.name]));
   const [created, setCreated] = useState(null);
   const [notice, setNotice] = useState('');
   const [error, setError] = useState(null);
@@ -78,7 +92,8 @@ export function Keys() {
           <td data-label="Name">${k.name}</td>
           <td data-label="Key"><code>orc_${k.prefix}…</code></td>
           <td data-label="Scopes">${k.scopes.join(' ')}</td>
-          <td data-label="Templates" class="wrap">${k.templates ? k.templates.join(' ') : 'any'}</td>
+          <td data-label="Templates" class="wrap">${k.templates ? k.templates.map((id, i) => html`${i ? ', ' : ''}${names[id]
+            ? html`<span title=${id}>${names[id]}</span>` : html`<code>${id}</code>`}`) : 'any'}</td>
           <td data-label="Last used">${k.last_used_at ? when(k.last_used_at) : 'never'}</td>
           <td data-label="Expires">${k.expires_at ? when(k.expires_at) : 'never'}</td>
           <td data-label="Created">${when(k.created_at)}</td>
@@ -87,6 +102,6 @@ export function Keys() {
           </td></tr>`)}
       </tbody>
     </table></div>
-    <${CreateKey} onCreated=${(made) => { setCreated(made); setNotice(''); reload(); }} />
+    <${CreateKey} templates=${templates || []} onCreated=${(made) => { setCreated(made); setNotice(''); reload(); }} />
   </section>`;
 }

@@ -1,9 +1,12 @@
 // MCP servers: everyone sees them and their tools (what workers may choose, named
-// <server>.<tool>); administrators add, refresh and delete them (the workers that block
+// <server>.<tool>); administrators add, check and delete them (the workers that block
 // a delete are named). Header and env values are secrets: the API shows them masked.
-import { html, useState } from '../html.js';
+// Whether a server answers is only known at a check: the page says when the last one was
+// and what it found, never "reachable" as of now; an administrator's page checks every
+// server again when it opens (POST …/refresh: connect and list the tools).
+import { html, useState, useEffect, useRef } from '../html.js';
 import { api, isAdmin } from '../api.js';
-import { TextField, TextArea, Select, ErrorBox, Notice, useLoad, problemsByField, when, ConfirmButton } from '../ui.js';
+import { TextField, TextArea, Select, ErrorBox, Notice, useLoad, problemsByField, when, ago, ConfirmButton } from '../ui.js';
 
 const EMPTY = { name: '', transport: 'streamable_http', url: '', command: '', args: '', pairs: '', timeout: '' };
 
@@ -84,17 +87,28 @@ export function McpServers() {
   const [notice, setNotice] = useState('');
   const admin = isAdmin();
   const show = (id, result) => setResults((all) => ({ ...all, [id]: result }));
-  const refresh = async (s) => {
+  const refresh = async (s, quiet = false) => {
     show(s.server_id, { busy: true });
     try {
       const answer = await api('POST', `/resource/mcp/${s.server_id}/refresh`);
-      show(s.server_id, answer.server.last_error ? { error: answer.server.last_error }
-        : { ok: `Reached: ${answer.server.tools.length} tool(s).` });
+      show(s.server_id, answer.server.last_error ? (quiet ? {} : { error: answer.server.last_error })
+        : quiet ? {} : { ok: `Reached just now: ${answer.server.tools.length} tool(s).` });
       reload();
     } catch (err) {
       show(s.server_id, { error: err });
     }
   };
+  // An administrator's page checks each server once when it is first listed here: what a
+  // check long ago found is no news of now (a server killed since still looked reachable).
+  const checked = useRef(new Set());
+  useEffect(() => {
+    if (!admin || !data) return;
+    for (const s of data.servers) {
+      if (checked.current.has(s.server_id)) continue;
+      checked.current.add(s.server_id);
+      refresh(s, true);
+    }
+  }, [data]);
   const remove = async (s) => {
     try {
       await api('DELETE', `/resource/mcp/${s.server_id}`);
@@ -117,8 +131,10 @@ export function McpServers() {
         <p><code>${s.url || [s.command, ...s.args].join(' ')}</code></p>
         ${secrets.length > 0 && html`<p><small>${`${s.transport === 'stdio' ? 'env' : 'headers'}: `
           + secrets.map(([k, v]) => `${k}: ${v}`).join(', ')}</small></p>`}
-        <p><strong>${s.last_error ? 'Unreachable' : 'Reachable'}</strong>
-          <small>${` · listed ${when(s.refreshed_at)} · timeout ${s.timeout_seconds} s`}</small></p>
+        <p class="mcp-check" data-checked=${s.refreshed_at || ''}>${r.busy
+          ? html`<strong>Checking…</strong>`
+          : html`<strong class=${s.last_error ? 'check-failed' : 'check-ok'}>${s.last_error ? 'Not reached' : 'Reached'} at the last check</strong>
+            <small>${` · ${ago(s.refreshed_at)} (`}<time datetime=${s.refreshed_at}>${when(s.refreshed_at)}</time>${`) · timeout ${s.timeout_seconds} s`}</small>`}</p>
         ${s.last_error && !r.error && html`<p class="error">${s.last_error}</p>`}
         <details><summary>Tools (${s.tools.length})</summary><${Tools} server=${s} /></details>
         ${r.ok && html`<p class="ok" role="status">${r.ok}</p>`}
@@ -127,7 +143,7 @@ export function McpServers() {
           ${r.error.detail.workers.map((w) => html`<li>worker <strong>${w.name}</strong> <code>${w.worker_id}</code></li>`)}
         </ul>`}
         ${admin && html`<p class="actions">
-          <button type="button" onClick=${() => refresh(s)} disabled=${r.busy}>${r.busy ? 'Refreshing…' : 'Refresh'}</button>
+          <button type="button" onClick=${() => refresh(s)} disabled=${r.busy}>${r.busy ? 'Checking…' : 'Check now'}</button>
           <${ConfirmButton} label="Delete" confirm=${`Delete ${s.name}`} onConfirm=${() => remove(s)} />
         </p>`}
       </article>`; })}

@@ -10,6 +10,7 @@ import { InstanceGroup, childrenOf, parentOf } from '../instances.js';
 import { SchemaFields, emptyDraft, draftValue } from '../schema_form.js';
 import { ForkPanel } from '../fork_panel.js';
 import { TopUp, addUsd, usd } from '../money.js';
+import { StartedBy } from './runs.js';
 
 const LOG_SHOWN = 400;
 
@@ -94,7 +95,7 @@ function apply(state, { kind, data, seq }) {
         attempt: state.continuing && s.attempt ? Math.max(s.attempt, data.attempt || 0) : Math.max(s.attempt + 1, data.attempt || 0),
         request: data.http || s.request || null, workflow: data.workflow || s.workflow || null,
         container: data.items !== undefined ? 'foreach' : data.max_iterations !== undefined ? 'loop' : s.container,
-        retrying: null, skipped: null }));
+        itemLabel: data.item || s.itemLabel || null, retrying: null, skipped: null }));
     }
     case 'token':
       return withStep(state, id, (s) => ({ text: s.text + data.text }));
@@ -311,6 +312,7 @@ function Run({ run, traceId }) {
       (its step <code>${run.parent.path}</code>)</p>`}
     <p class="meta">
       <span>trace <code>${traceId}</code></span>
+      ${run.trigger && run.trigger.kind && html`<span class="run-trigger">started by <${StartedBy} run=${run} /></span>`}
       ${run.template_version && html`<span>version ${run.template_version}</span>`}
       ${run.forked_from && html`<span class="forked">forked from <a href=${`#/run/${run.forked_from.trace_id}`}>${run.forked_from.trace_id.slice(0, 8)}</a>${
         run.forked_from.from_step ? ` at ${run.forked_from.from_step}` : ''}</span>`}

@@ -5,6 +5,32 @@ import { TextArea, Select, ErrorBox, useLoad, when, duration, StatusBadge, go, u
 import { SchemaFields, emptyDraft, draftValue } from '../schema_form.js';
 
 const STATUSES = ['queued', 'running', 'waiting_reply', 'succeeded', 'failed', 'cancelled', 'interrupted'];
+const KINDS = { schedule: 'schedule', webhook: 'webhook', mcp: 'MCP', experiment: 'experiment' };
+
+/** What started a run (its `trigger`, else its parent, retry or fork source): a short
+ * label and, where the page has one, a link. A run with none of them was started directly
+ * (this console, the CLI or an API key). */
+export function startedBy(run) {
+  const trigger = run.trigger;
+  if (trigger && trigger.kind) {
+    const label = KINDS[trigger.kind] || trigger.kind;
+    if (trigger.kind === 'schedule') return { label, href: '#/schedules', title: `schedule ${trigger.schedule_id}, due ${trigger.due_at}` };
+    if (trigger.kind === 'webhook') return { label, href: '#/hooks', title: `webhook ${trigger.hook_id}` };
+    if (trigger.kind === 'mcp') return { label, detail: trigger.tool, title: `the MCP tool ${trigger.tool}` };
+    return { label };
+  }
+  if (run.parent) return { label: 'parent run', href: `#/run/${run.parent.trace_id}`, title: `step ${run.parent.path} of ${run.parent.trace_id}` };
+  if (run.retry_of) return { label: 'retry', href: `#/run/${run.retry_of}`, title: `a retry of ${run.retry_of}` };
+  if (run.forked_from) return { label: 'fork', href: `#/run/${run.forked_from.trace_id}`, title: `a fork of ${run.forked_from.trace_id}` };
+  return { label: 'direct', title: 'started from the console, the CLI or an API key' };
+}
+
+export function StartedBy({ run }) {
+  const by = startedBy(run);
+  const text = by.detail ? html`${by.label} <code>${by.detail}</code>` : by.label;
+  return html`<span class=${`started-by by-${(run.trigger && run.trigger.kind) || by.label.replace(' ', '-')}`} title=${by.title}>${
+    by.href ? html`<a href=${by.href}>${text}</a>` : text}</span>`;
+}
 
 function StartRun({ templates, preselected }) {
   const [templateId, setTemplateId] = useState(preselected || (templates[0] ? templates[0].template_id : ''));
@@ -96,11 +122,12 @@ export function Runs({ query }) {
     </div>
     <${ErrorBox} error=${runsError} />
     <div class="table-wrap"><table class="stack">
-      <thead><tr><th>Template</th><th>Status</th><th>Started</th><th>Took</th><th>Cost</th><th>Run</th></tr></thead>
+      <thead><tr><th>Template</th><th>Status</th><th>Started by</th><th>Started</th><th>Took</th><th>Cost</th><th>Run</th></tr></thead>
       <tbody>
-        ${runs && shown.length === 0 && html`<tr><td colspan="6">No runs${status || text ? ' match the filter' : ' yet'}.</td></tr>`}
+        ${runs && shown.length === 0 && html`<tr><td colspan="7">No runs${status || text ? ' match the filter' : ' yet'}.</td></tr>`}
         ${shown.map((r) => html`<tr key=${r.trace_id} data-run=${r.trace_id}>
           <td data-label="Template">${r.template_name}</td><td data-label="Status"><${StatusBadge} status=${r.status} />${r.error && html`<br /><small>${r.error}</small>`}</td>
+          <td data-label="Started by"><${StartedBy} run=${r} /></td>
           <td data-label="Started">${when(r.started_at || r.created_at)}</td><td data-label="Took">${duration(r.started_at, r.finished_at)}</td>
           <td data-label="Cost">${r.cost_usd != null ? `$${r.cost_usd}` : '–'}${r.budget_usd != null ? html` <small>of $${r.budget_usd}</small>` : ''}</td>
           <td data-label="Run"><a href=${`#/run/${r.trace_id}`}>${r.finished_at ? 'replay' : 'watch'} <code>${r.trace_id.slice(0, 8)}</code></a></td>

@@ -257,7 +257,7 @@ function StepEditor({ step, index, steps, workers, problems, onChange, onRemove,
         problem=${first('workflow.input')} hint="a CEL expression, e.g. input or steps.plan.output; the child's output is this step's" />`}
     ${usesAgent(step) && !CALLS.includes(step.kind) && html`<${TextArea} label="Prompt" value=${step.prompt} onInput=${set('prompt')} rows="2" fit problem=${(problems.prompt || []).join(' ')}
                  hint=${step.shape === 'foreach' ? 'Use {{item}}, {{index}}, {{input}} and {{ expressions }}.'
-                   : 'Use {{input}}, {{steps.<id>.output}} of a step it depends on, and {{ expressions }}.'} />`}
+                   : index === 0 ? 'Use {{input}}, {{steps.<id>.output}} of a step it depends on, and {{ expressions }}.' : ''} />`}
     <fieldset class=${'depends' + (problems.depends_on ? ' invalid' : '')}>
       <legend>Depends on</legend>
       ${others.length === 0 && unknown.length === 0 && html`<small>no other steps</small>`}
@@ -280,12 +280,13 @@ function HttpFields({ step, set, problems }) {
   const at = (prefix) => Object.entries(problems).filter(([f]) => f === prefix || f.startsWith(`${prefix}.`))
     .map(([, list]) => list.join(' ')).join(' ') || undefined;
   return html`<div class="grid http-fields">
-    <${TextField} label="URL" value=${step.url} onInput=${set('url')} problem=${at('http.url')}
-        hint="http(s)://…; {{ input }}, {{ steps.<id>.output… }} and {{ secrets.NAME }} may be used" />
-    <${TextArea} label="Headers" value=${step.headersText} onInput=${set('headersText')} rows="2" fit problem=${at('http.headers')}
-        hint="Name: value, one per line; e.g. Authorization: Bearer {{ secrets.API_KEY }}" />
-    <${TextArea} label="Body" value=${step.bodyText} onInput=${set('bodyText')} rows="2" fit problem=${at('http.body')}
-        hint="JSON (sent as JSON) or text; {{ }} allowed, secrets not" />
+    <div class="full"><${TextArea} label="URL" value=${step.url} onInput=${(v) => set('url')(v.replace(/[\r\n]+/g, ''))}
+        rows="1" fit class="url" spellcheck="false" problem=${at('http.url')}
+        hint="http(s)://…; {{ input }}, {{ steps.<id>.output… }} and {{ secrets.NAME }} may be used" /></div>
+    <div class="wide"><${TextArea} label="Headers" value=${step.headersText} onInput=${set('headersText')} rows="2" fit class="code"
+        spellcheck="false" problem=${at('http.headers')} hint="Name: value, one per line; e.g. Authorization: Bearer {{ secrets.API_KEY }}" /></div>
+    <div class="wide"><${TextArea} label="Body" value=${step.bodyText} onInput=${set('bodyText')} rows="2" fit class="code"
+        spellcheck="false" problem=${at('http.body')} hint="JSON (sent as JSON) or text; {{ }} allowed, secrets not" /></div>
     <${TextField} label="Request timeout (s)" value=${step.requestTimeout} onInput=${set('requestTimeout')} type="number" min="1" step="any"
         problem=${at('http.timeout_seconds')} hint="default 30" />
   </div>`;

@@ -3,7 +3,8 @@
 import { html, useState } from '../html.js';
 import { api } from '../api.js';
 import { ErrorBox, useLoad } from '../ui.js';
-import { BarChart, usd } from '../money.js';
+import { usd } from '../money.js';
+import { BarChart } from '../charts.js';
 
 const GROUPS = ['day', 'template', 'model', 'provider', 'user'];
 
@@ -30,7 +31,7 @@ export function Usage() {
     </form>
     <${ErrorBox} error=${dayError || tableError} />
     ${days && (days.rows.length
-      ? html`<${BarChart} rows=${days.rows} title="By day" label=${(k) => k} />`
+      ? html`<${BarChart} rows=${days.rows} title="By day" label=${(k) => k} byKey />`
       : html`<p>No model calls in this period.</p>`)}
     ${templates && templates.rows.length > 0 && html`<${BarChart} rows=${templates.rows} title="By template" label=${nameOf} />`}
     <label>Group the table by <select value=${groupBy} onChange=${(e) => setGroupBy(e.target.value)}>

@@ -63,6 +63,8 @@ async function loadDiff(templateId, from, to) {
   return { diff, older: older.version, newer: newer.version };
 }
 
+const VERSIONS_SHOWN = 3;  // the list's rows before "Show all"
+
 export function TemplateVersions({ templateId, refresh = 0, onRestored }) {
   const [list, error] = useLoad(() => api('GET', `/workflow/template/${encodeURIComponent(templateId)}/versions`), [templateId, refresh]);
   const [pick, setPick] = useState(null);  // {from, to} chosen; default the last two
@@ -76,15 +78,19 @@ export function TemplateVersions({ templateId, refresh = 0, onRestored }) {
     const answer = await api('POST', `/workflow/template/${encodeURIComponent(templateId)}/versions/${n}/restore`);
     onRestored(answer.template, `Version ${n} restored as version ${answer.version}.`);  // the editor shows it
   });
+  const [everyVersion, setEveryVersion] = useState(false);
+  const listed = everyVersion ? versions : versions.slice(0, VERSIONS_SHOWN);  // the newest first
   const options = versions.map((v) => [String(v.version), `version ${v.version}`]);
   return html`<section class="versions" aria-labelledby="versions-title">
     <h2 id="versions-title">Versions</h2>
     <${ErrorBox} error=${error || actionError} />
     <table class="version-list"><thead><tr><th>Version</th><th>Saved</th><th>Steps</th><th></th></tr></thead>
-      <tbody>${versions.map((v) => html`<tr key=${v.version} data-version=${v.version}>
+      <tbody>${listed.map((v) => html`<tr key=${v.version} data-version=${v.version}>
         <td>${v.version}${v.version === latest ? ' (latest)' : ''}</td><td>${when(v.created_at)}</td><td>${v.step_count}</td>
         <td>${v.version !== latest && html`<${ConfirmButton} label=${`Restore version ${v.version}`} confirm="Restore it"
               onConfirm=${() => restore(v.version)} />`}</td></tr>`)}</tbody></table>
+    ${versions.length > VERSIONS_SHOWN && html`<button type="button" class="link" aria-expanded=${everyVersion ? 'true' : 'false'}
+        onClick=${() => setEveryVersion(!everyVersion)}>${everyVersion ? `Show the newest ${VERSIONS_SHOWN}` : `Show all ${versions.length} versions`}</button>`}
     ${latest > 1 && html`<div class="grid compare">
       <${Select} label="Compare version" value=${String(chosen.from)} options=${options}
                  onChange=${(v) => setPick({ ...chosen, from: Number(v) })} />
