@@ -46,7 +46,8 @@ class Core(Shared):
         settings.ensure_home()
         secret = settings.load_secret_key()
         postgres = is_postgres_url(settings.database_url)
-        db = connect(settings.database_url, pool_size=settings.db_pool_size if postgres else 8)
+        db = connect(settings.database_url, pool_size=settings.db_pool_size if postgres else 8,
+                     busy_timeout=settings.db_busy_timeout)
         if migrate_schema:
             await migrate.upgrade(db)
         secrets = SecretBox(secret)

@@ -53,6 +53,7 @@ class Settings:
     run_max_attempts: int = 3  # claims of one run before it ends `interrupted`
     max_runs: int = 100  # runs one process executes at once; the rest wait `queued`
     db_pool_size: int = 20  # store connections per process (PostgreSQL; requests and runs share them)
+    db_busy_timeout: float = 10.0  # seconds a SQLite statement waits on another's lock before it fails
     shutdown_grace_seconds: float = 10.0  # on SIGTERM, how long in-flight steps may finish
     step_output_max_bytes: int = 1024 * 1024  # one step's output, UTF-8 bytes; past it the step fails
     prompt_max_bytes: int = 1024 * 1024  # one rendered prompt, UTF-8 bytes; past it the step fails
@@ -125,6 +126,9 @@ class Settings:
                      "expression_result_max_bytes", "expression_workers", "schema_timeout_ms"):
             if getattr(self, name) < 1:
                 raise ValueError(f"ORCHESTRA_{name.upper()} must be at least 1, got {getattr(self, name)}")
+        if not 0 < self.db_busy_timeout <= 3600:
+            raise ValueError(f"ORCHESTRA_DB_BUSY_TIMEOUT must be above 0 and at most 3600 (seconds), "
+                             f"got {self.db_busy_timeout}")
         for name in ("max_schedules_per_user", "max_subscriptions_per_user", "max_mcp_sessions_per_user"):
             if getattr(self, name) < 1:
                 raise ValueError(f"ORCHESTRA_{name.upper()} must be at least 1, got {getattr(self, name)}")
@@ -252,6 +256,10 @@ SETTING_DOCS: dict[str, SettingDoc] = {
     "db_pool_size": SettingDoc(
         "store connections per process, shared by requests and runs (PostgreSQL; leases "
         "and signals have their own). Past it a request waits, then answers 503"),
+    "db_busy_timeout": SettingDoc(
+        "seconds a SQLite statement waits for a lock another connection or program holds; "
+        "past it the statement fails and the store counts as out (writes are waited out, "
+        "SPEC §6). SQLite only"),
     "shutdown_grace_seconds": SettingDoc(
         "on SIGTERM, how long in-flight steps may finish before runs are handed back"),
     "step_output_max_bytes": SettingDoc(

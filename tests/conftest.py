@@ -16,7 +16,6 @@ import contextlib
 import itertools
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -70,20 +69,6 @@ def pytest_collection_modifyitems(config, items) -> None:
 
 
 @pytest.hookimpl(tryfirst=True)
-def pytest_cmdline_main(config) -> None:
-    """The fast loop runs on every core: `pytest -m "not e2e"` without `-n` gets one
-    pytest-xdist worker more than there are cores, since many of its tests wait on a
-    timer or a child process (`-n 0` keeps one process). A run that includes the
-    end-to-end tests (CI's plain `pytest`) stays in one process: those time real
-    processes, leases and streams, and get the machine to themselves."""
-    if ("not e2e" in (config.option.markexpr or "")
-            and config.pluginmanager.hasplugin("xdist")
-            and config.option.numprocesses is None
-            and not os.environ.get("PYTEST_XDIST_WORKER")):
-        config.option.numprocesses = (os.cpu_count() or 1) + 1
-
-
-@pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item) -> None:
     # In the environment, not a global: tests import this file as `tests.conftest`, a
     # second copy of the module pytest loaded as `conftest`.
@@ -96,14 +81,25 @@ def pytest_runtest_setup(item) -> None:
 _skipped: list[str] = []
 
 
+def _skip_reason(report) -> str:
+    return report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+
+
 def pytest_runtest_logreport(report) -> None:
     if report.skipped and not hasattr(report, "wasxfail"):
-        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
-        _skipped.append(f"{report.nodeid}: {reason}")
+        _skipped.append(f"{report.nodeid}: {_skip_reason(report)}")
+
+
+def pytest_collectreport(report) -> None:
+    """A module skipped as a whole while collected (`pytest.skip(allow_module_level=True)`,
+    `importorskip`): none of its tests is even reported, so it counts here."""
+    if report.skipped:
+        _skipped.append(f"{report.nodeid or '(collection)'}: {_skip_reason(report)} (the whole module)")
 
 
 def pytest_sessionfinish(session, exitstatus) -> None:
-    if os.environ.get("ORCHESTRA_TEST_REQUIRE_ALL") == "1" and _skipped and exitstatus == 0:
+    if os.environ.get("ORCHESTRA_TEST_REQUIRE_ALL") == "1" and _skipped and exitstatus in (
+            pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
         print("\nORCHESTRA_TEST_REQUIRE_ALL=1 and these tests were skipped:", file=sys.stderr)
         for line in _skipped[:50]:
@@ -111,9 +107,10 @@ def pytest_sessionfinish(session, exitstatus) -> None:
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A free loopback port of this worker's own range (tests/parallel.py)."""
+    from tests.parallel import free_port as of_this_worker
+
+    return of_this_worker()
 
 
 # --- stores ---------------------------------------------------------------------------
@@ -535,7 +532,9 @@ class ServerProcess:
             env=self.env, input=input, capture_output=True, text=True, timeout=60,
         )
 
-    def start(self, timeout: float = 30.0) -> ServerProcess:
+    def start(self, timeout: float = 90.0) -> ServerProcess:
+        # 90 s: importing the server takes ~3 s of CPU, and tens of seconds of wall time on a
+        # 2-core machine that runs parallel workers and other sessions' tests (load 15-20)
         current = os.environ.get("ORCHESTRA_TEST_CURRENT", "e2e (outside a test)")
         if not current.startswith("e2e "):
             raise RuntimeError(f"{current} starts a server: mark it @pytest.mark.e2e")

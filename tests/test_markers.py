@@ -11,11 +11,13 @@ from pathlib import Path
 import pytest
 
 CONFTEST = Path(__file__).with_name("conftest.py")
+PARALLEL = Path(__file__).with_name("parallel.py")  # conftest.py's free_port is there
 
 
 def run_pytest(folder: Path, body: str, **env: str) -> subprocess.CompletedProcess:
     (folder / "tests").mkdir()
     (folder / "tests" / "conftest.py").write_text(CONFTEST.read_text())
+    (folder / "tests" / "parallel.py").write_text(PARALLEL.read_text())
     (folder / "tests" / "test_it.py").write_text(body)
     (folder / "pytest.ini").write_text("[pytest]\npythonpath = .\nasyncio_default_fixture_loop_scope = function\nmarkers =\n    e2e: real servers\n")
     environ = {k: v for k, v in os.environ.items() if k != "ORCHESTRA_TEST_REQUIRE_ALL"}
@@ -35,6 +37,18 @@ def test_a_skip_is_a_failure_when_every_family_is_required(tmp_path):
     done = run_pytest(tmp_path, SKIPPING, ORCHESTRA_TEST_REQUIRE_ALL="1")
     assert done.returncode == 1, done.stdout + done.stderr
     assert "test_it.py::test_skips: Skipped: no chromium here" in done.stderr
+
+
+MODULE_SKIPPED = ("import pytest\n\npytest.importorskip('no_such_module_here', reason='no browser driver')\n\n"
+                  "def test_never_collected():\n    pass\n")
+
+
+def test_a_module_skipped_at_collection_is_a_failure_when_every_family_is_required(tmp_path):
+    """An `importorskip` at module level skips the module before any test is reported:
+    the guard counts collection reports too."""
+    done = run_pytest(tmp_path, MODULE_SKIPPED, ORCHESTRA_TEST_REQUIRE_ALL="1")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "tests/test_it.py: Skipped: no browser driver (the whole module)" in done.stderr
 
 
 def test_a_skip_is_only_reported_otherwise(tmp_path):

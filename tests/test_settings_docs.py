@@ -39,3 +39,25 @@ def test_a_bad_number_names_the_variable_in_plain_words():
         Settings.from_env(env={"ORCHESTRA_PORT": "eighty"})
     with pytest.raises(ValueError, match=r"ORCHESTRA_LLM_TIMEOUT must be a number, got 'soon'"):
         Settings.from_env(env={"ORCHESTRA_LLM_TIMEOUT": "soon"})
+
+
+async def test_the_sqlite_busy_timeout_is_the_setting_in_seconds(tmp_path):
+    """ORCHESTRA_DB_BUSY_TIMEOUT (seconds) is what a SQLite store's connections wait on a
+    lock (PRAGMA busy_timeout, milliseconds); 10 s unless set; out of range is refused."""
+    import pytest
+
+    from orchestra.core import Core
+    from tests.conftest import make_settings
+
+    assert Settings.from_env(env={}).db_busy_timeout == 10.0
+    for bad in ("0", "-1", "3601"):
+        with pytest.raises(ValueError, match="ORCHESTRA_DB_BUSY_TIMEOUT must be above 0"):
+            Settings.from_env(env={"ORCHESTRA_DB_BUSY_TIMEOUT": bad})
+    for value, expected in ((None, 10000), (0.25, 250)):
+        extra = {} if value is None else {"db_busy_timeout": value}
+        home = tmp_path / f"home-{expected}"
+        core = await Core.open(make_settings(home, f"sqlite:///{home / 'orchestra.db'}", **extra))
+        try:
+            assert (await core.db.aexecute_sql("PRAGMA busy_timeout")).fetchall() == [(expected,)]
+        finally:
+            await core.close()

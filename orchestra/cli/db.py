@@ -19,7 +19,7 @@ async def _with_db(settings, action):
     from orchestra.db.database import connect
 
     settings.ensure_home()
-    db = connect(settings.database_url)
+    db = connect(settings.database_url, busy_timeout=settings.db_busy_timeout)
     try:
         return await action(db)
     finally:
@@ -113,7 +113,8 @@ def backup(
         fail("orchestra db backup copies a SQLite store; for PostgreSQL use its own tools, "
              "e.g. pg_dump --format=custom --file=orchestra.dump DATABASE_URL", ExitCode.USAGE)
     try:
-        size = backup_sqlite(Path(sqlite_path(url)), Path(path).expanduser().absolute())
+        size = backup_sqlite(Path(sqlite_path(url)), Path(path).expanduser().absolute(),
+                             busy_timeout_ms=max(1, round(settings.db_busy_timeout * 1000)))
     except BackupError as exc:
         fail(str(exc), ExitCode.USAGE)
     success(f"copied the store to {path} ({size} bytes)")

@@ -25,7 +25,7 @@ SQLITE_PRAGMAS = {
     "journal_mode": "wal",
     "foreign_keys": 1,
     "synchronous": "normal",
-    "busy_timeout": 10000,
+    "busy_timeout": 10000,  # ms; ORCHESTRA_DB_BUSY_TIMEOUT (seconds) sets it: `connect`
 }
 
 
@@ -185,9 +185,10 @@ class DatabaseUrlError(ValueError):
     """The database URL is not one orchestra can open."""
 
 
-def connect(url: str, *, pool_size: int = 8):
-    """Build (not yet connect) the async database for `url` and bind the models to it."""
-    db = make_database(url, pool_size=pool_size)
+def connect(url: str, *, pool_size: int = 8, busy_timeout: float | None = None):
+    """Build (not yet connect) the async database for `url` and bind the models to it;
+    `busy_timeout`: seconds a SQLite statement waits on a lock (SQLITE_PRAGMAS' otherwise)."""
+    db = make_database(url, pool_size=pool_size, busy_timeout=busy_timeout)
     database_proxy.initialize(db)
     return db
 
@@ -217,14 +218,16 @@ def sqlite_path(url: str) -> str:
     return path
 
 
-def make_database(url: str, *, pool_size: int = 8):
+def make_database(url: str, *, pool_size: int = 8, busy_timeout: float | None = None):
     parsed = urlparse(url)
     scheme = parsed.scheme.split("+")[0]
     if scheme == "sqlite":
         path = sqlite_path(url)
         if path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-        return SettlingSqliteDatabase(path, pragmas=SQLITE_PRAGMAS, pool_size=pool_size)
+        pragmas = SQLITE_PRAGMAS if busy_timeout is None else \
+            {**SQLITE_PRAGMAS, "busy_timeout": max(1, round(busy_timeout * 1000))}
+        return SettlingSqliteDatabase(path, pragmas=pragmas, pool_size=pool_size)
     if scheme in ("postgres", "postgresql"):
         params = postgres_params(url)
         return CachedStatementPostgresqlDatabase(params.pop("database"), pool_size=pool_size,

@@ -13,6 +13,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
+from orchestra import redaction
 from orchestra.engine.coalescer import TokenCoalescer
 from orchestra.engine.live import LiveRun, StepFailure
 from orchestra.engine.llm import (
@@ -35,7 +36,6 @@ from orchestra.engine.spend import Spending
 from orchestra.engine.store import RunStore
 from orchestra.engine.store.events import RunGone
 from orchestra.engine.tools.base import ToolContext, ToolError, ToolRegistry
-from orchestra.engine.vocabulary import EventKind
 from orchestra.errors import OrchestraError
 from orchestra.language.policies import read_structured, repair_prompt
 from orchestra.language.sandbox import Sandbox
@@ -43,6 +43,7 @@ from orchestra.language.schemas import describe
 from orchestra.observability import metrics
 from orchestra.observability import runs as observe
 from orchestra.settings import Settings
+from orchestra.vocabulary import EventKind
 
 logger = logging.getLogger("orchestra.engine")
 
@@ -245,6 +246,7 @@ class AgentSteps:
             result = None
         data: dict[str, Any] = {"call_id": call.id, "name": name, "result": result}
         if error is not None:
+            error = redaction.scrub_text(error)  # an MCP server's header or env value it quoted (SPEC §15b)
             data["error"] = error
         self.records.event(live, at, EventKind.TOOL_RESULT, data)
         return (result, None) if error is None else (f"Error: {error}", error)

@@ -13,12 +13,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from orchestra import redaction
 from orchestra.db.models import utcnow
 from orchestra.engine.live import LiveRun, StepFailure
 from orchestra.engine.model import At
 from orchestra.engine.sizes import check_output
 from orchestra.engine.store import RunStore
-from orchestra.engine.vocabulary import EventKind, StepStatus
+from orchestra.vocabulary import EventKind, StepStatus
 
 
 def output_fields(value: Any, structured: bool = False) -> dict[str, Any]:
@@ -102,6 +103,7 @@ class Records:
         before it started, at its prompt, has no row yet); the future of that write.
         `spend`: the cost fields of a call's failed attempts."""
         live.finished.set(at.path, StepStatus.FAILED)
+        message = redaction.scrub_text(message)  # a provider key or MCP header an SDK quoted (SPEC §15b)
         return self._submit(live, at.path, at.step_id,
                             {"status": StepStatus.FAILED, "error": message, "finished_at": utcnow(),
                              **(spend or {})},
@@ -115,6 +117,7 @@ class Records:
                      [(EventKind.STEP_SKIPPED, {"reason": reason}, at)])
 
     def retrying(self, live: LiveRun, at: At, attempt: int, error: str, delay: float) -> None:
+        error = redaction.scrub_text(error)
         live.writes.submit(self.store.append_many, live.trace_id, [
             *live.carried.pop(at.path, ()),
             (EventKind.STEP_RETRYING, {"attempt": attempt, "error": error, "delay_seconds": delay}, at)])

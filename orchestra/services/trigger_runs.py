@@ -1,4 +1,4 @@
-"""Runs that a clock starts (SPEC §11): the input check of `workflows.start_run`, and a
+"""Runs that a clock starts (SPEC §11): the input check of `runs.start_run`, and a
 run stored inside the caller's transaction — a schedule's fire stores its fire record
 and its run in one commit, so a crash in between loses or doubles nothing (start_run
 commits on its own and hands the run to the engine at once). Who may run a template is
@@ -10,11 +10,11 @@ from __future__ import annotations
 from typing import Any
 
 from orchestra.db.models import WorkflowTemplate, utcnow
-from orchestra.engine.vocabulary import RunStatus, StepStatus
 from orchestra.errors import ValidationError
 from orchestra.language import schemas
 from orchestra.services.shared import Shared
 from orchestra.services.spend import run_budget
+from orchestra.vocabulary import RunStatus, StepStatus
 
 
 async def checked_input(core: Shared, template: WorkflowTemplate, value: Any, *,

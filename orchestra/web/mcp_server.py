@@ -45,8 +45,9 @@ from orchestra import __version__
 from orchestra.db.database import end_task_store_work
 from orchestra.db.models import WorkflowRun
 from orchestra.errors import ConflictError, NotFoundError, OrchestraError, PermissionDeniedError
-from orchestra.services import mcp_tools, workflows
+from orchestra.services import mcp_tools, runs
 from orchestra.services.mcp_tools import Ended, ExposedTools, Question, Tool
+from orchestra.vocabulary import RunStatus
 from orchestra.web import asgi_bridge
 from orchestra.web.auth import Principal
 
@@ -219,7 +220,7 @@ class McpEndpoint:
         if params.request_state:  # a 2026 retry: the answer to the question asked before
             trace_id, after, finished = await self._answered(principal, params)
         else:
-            run = await workflows.start_run(
+            run = await runs.start_run(
                 self.core, user_id=principal.user_id, is_admin=False, template_id=tool.template_id,
                 input=tool.run_input(params.arguments),
                 trigger={"kind": "mcp", "tool": tool.name,
@@ -306,7 +307,7 @@ def _tool(tool: Tool) -> types.Tool:
 
 
 def _answer(trace_id: str, ended: Ended, tool: Tool) -> types.CallToolResult:
-    if ended.status != "succeeded":
+    if ended.status != RunStatus.SUCCEEDED:
         return _error(f"The run {trace_id} {ended.status}: {ended.error or 'no reason was given'}")
     text, structured = mcp_tools.output_parts(ended.output)
     if structured is None and tool.output_schema is not None:

@@ -1,8 +1,10 @@
 """Browser tests of the web console: Debian's Chromium driven by Playwright for Python,
 against a real `orchestra serve` and the fake LLM.
 
-Without Playwright or without Chromium (`apt-get install chromium`; another binary can be
-named with ORCHESTRA_TEST_CHROMIUM) every browser test skips and says why. Screenshots of
+Without Chromium (`apt-get install chromium`; another binary can be named with
+ORCHESTRA_TEST_CHROMIUM) every browser test skips and says why (a failure in CI, which
+requires every family); Playwright is a test dependency, imported by the modules as any
+other (no module-level skip: a broken install is a collection error, never a silent skip). Screenshots of
 each page go to ORCHESTRA_CONSOLE_SCREENSHOTS, or to a temporary folder that is printed.
 """
 

@@ -144,8 +144,19 @@ def test_orchestra_console_0_turns_it_off():
 def test_the_stream_listens_for_every_kind_of_event():
     """An EventSource hears only the event names it listens for: a kind missing from
     stream.js's KINDS never reaches a run's page (a workflow step's child link did not)."""
-    from orchestra.engine.vocabulary import EventKind
+    from orchestra.vocabulary import EventKind
 
     text = (CONSOLE_DIR / "js" / "stream.js").read_text()
     listed = re.search(r"export const KINDS = \[(.*?)\];", text, re.DOTALL).group(1)
     assert set(re.findall(r"'([a-z_]+)'", listed)) == {kind.value for kind in EventKind}
+
+
+def test_every_module_is_preloaded():
+    """docs/console.md: every module is a `<link rel="modulepreload">` of index.html (the
+    page's own script aside), so none is found only by a waterfall of imports."""
+    page = (CONSOLE_DIR / "index.html").read_text(encoding="utf-8")
+    preloaded = set(re.findall(r'<link rel="modulepreload" href="([^"]+)">', page))
+    modules = {f"/console/{path.relative_to(CONSOLE_DIR).as_posix()}"
+               for path in CONSOLE_DIR.rglob("*.js")} - {"/console/js/app.js"}
+    assert modules - preloaded == set()
+    assert preloaded - modules == set()  # nor a file that is gone

@@ -10,13 +10,9 @@ import json
 import re
 
 import httpx
-import pytest
+from playwright.sync_api import expect
 
 from tests.console.conftest import PASSWORD, Console, start_server
-
-expect = pytest.importorskip(
-    "playwright.sync_api", reason="browser tests need Playwright for Python: pip install -e '.[test]'"
-).expect
 
 SUMMARY = "Confirmed: six times seven is forty-two, as the user agreed on reflection."
 

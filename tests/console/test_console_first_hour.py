@@ -11,13 +11,9 @@ import json
 import re
 
 import httpx
-import pytest
+from playwright.sync_api import expect
 
 from tests.console.conftest import PASSWORD, Console
-
-expect = pytest.importorskip(
-    "playwright.sync_api", reason="browser tests need Playwright for Python: pip install -e '.[test]'"
-).expect
 
 LONG_URL = "http://fake-model.internal.example.org:9999/v1/some/rather/long/path/to/the/endpoint"
 

@@ -5,13 +5,9 @@ secret shown once), listed and deleted. Each step is checked against the API."""
 from __future__ import annotations
 
 import httpx
-import pytest
+from playwright.sync_api import expect
 
 from tests.console.conftest import PASSWORD, Console
-
-expect = pytest.importorskip(
-    "playwright.sync_api", reason="browser tests need Playwright for Python: pip install -e '.[test]'"
-).expect
 
 
 def test_keys_and_hooks_pages(console: Console, served):

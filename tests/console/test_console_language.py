@@ -16,14 +16,10 @@ from __future__ import annotations
 import json
 
 import httpx
-import pytest
+from playwright.sync_api import expect
 
 from tests.console.conftest import PASSWORD, Console
 from tests.console.test_console_first_hour import OVERFLOWING
-
-expect = pytest.importorskip(
-    "playwright.sync_api", reason="browser tests need Playwright for Python: pip install -e '.[test]'"
-).expect
 
 
 def api(console: Console, user_name: str = "root") -> httpx.Client:

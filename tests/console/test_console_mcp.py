@@ -6,14 +6,10 @@ delete of a server a worker uses names the worker; a plain user reads, without c
 from __future__ import annotations
 
 import httpx
-import pytest
+from playwright.sync_api import expect
 
 from orchestra.testing.fake_mcp import FakeMcpProcess
 from tests.console.conftest import PASSWORD, Console
-
-expect = pytest.importorskip(
-    "playwright.sync_api", reason="browser tests need Playwright for Python: pip install -e '.[test]'"
-).expect
 
 
 def test_mcp_servers_page_at_390_px(chromium, served, screenshots):

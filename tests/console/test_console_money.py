@@ -6,14 +6,10 @@ from __future__ import annotations
 
 import time
 
-import pytest
+from playwright.sync_api import expect
 
 from tests.console.conftest import Console
 from tests.console.test_console_second_pass import api
-
-expect = pytest.importorskip(
-    "playwright.sync_api", reason="browser tests need Playwright for Python: pip install -e '.[test]'"
-).expect
 
 
 def test_a_paused_run_is_topped_up_in_the_console_and_its_costs_are_shown(console: Console, fake):

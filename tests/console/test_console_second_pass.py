@@ -14,14 +14,10 @@ from __future__ import annotations
 import json
 
 import httpx
-import pytest
+from playwright.sync_api import expect
 
 from tests.console.conftest import PASSWORD, Console
 from tests.console.test_console_first_hour import OVERFLOWING
-
-expect = pytest.importorskip(
-    "playwright.sync_api", reason="browser tests need Playwright for Python: pip install -e '.[test]'"
-).expect
 
 DESKTOP = {"width": 1280, "height": 800}
 PHONE = {"width": 390, "height": 844}

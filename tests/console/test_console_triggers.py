@@ -8,14 +8,10 @@ from __future__ import annotations
 import datetime as dt
 
 import httpx
-import pytest
+from playwright.sync_api import expect
 
 from tests.console.conftest import PASSWORD, Console
 from tests.fakes.webhook_receiver import WebhookReceiver
-
-expect = pytest.importorskip(
-    "playwright.sync_api", reason="browser tests need Playwright for Python: pip install -e '.[test]'"
-).expect
 
 
 def api(served) -> httpx.Client:

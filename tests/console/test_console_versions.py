@@ -8,14 +8,10 @@ from __future__ import annotations
 
 import time
 
-import pytest
+from playwright.sync_api import expect
 
 from tests.console.conftest import Console
 from tests.console.test_console_language import api, make_worker
-
-expect = pytest.importorskip(
-    "playwright.sync_api", reason="browser tests need Playwright for Python: pip install -e '.[test]'"
-).expect
 
 SCHEMA = {"type": "object", "required": ["ok", "score"],
           "properties": {"ok": {"type": "boolean"}, "score": {"type": "integer", "maximum": 10}}}

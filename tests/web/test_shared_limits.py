@@ -2,7 +2,8 @@
 
 Two apps stand for two workers: what one counts, the other refuses. Uses the Redis
 server at ORCHESTRA_TEST_REDIS_URL (e.g. redis://127.0.0.1:6379, as .ci/run sets it),
-database 7 unless the URL names one, emptied before and after. Without the variable
+database 7 unless the URL names one (7 + n in pytest-xdist worker n: tests/parallel.py),
+emptied before and after. Without the variable
 the test skips and says why; with it set, an unreachable Redis fails the test.
 """
 
@@ -13,19 +14,21 @@ from urllib.parse import urlparse
 import pytest
 
 from tests.conftest import make_settings, running_app
+from tests.parallel import redis_database
 
 TEST_DATABASE = 7  # away from database 0, which a developer's own Redis may use
 
 
 def redis_test_url() -> str | None:
-    """ORCHESTRA_TEST_REDIS_URL with a database number (7 when it names none)."""
+    """ORCHESTRA_TEST_REDIS_URL with a database number (when it names none: 7, one more
+    per pytest-xdist worker, so that workers never empty each other's)."""
     raw = os.environ.get("ORCHESTRA_TEST_REDIS_URL") or None
     if raw is None:
         return None
     parsed = urlparse(raw)
     if parsed.path.strip("/"):
         return raw
-    return parsed._replace(path=f"/{TEST_DATABASE}").geturl()
+    return parsed._replace(path=f"/{redis_database(TEST_DATABASE)}").geturl()
 
 
 @pytest.fixture

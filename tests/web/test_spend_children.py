@@ -10,19 +10,23 @@ import asyncio
 import itertools
 from decimal import Decimal
 
+import pytest
+
 from orchestra.db.models import RunStep, WorkflowRun
 from orchestra.money.amounts import from_pico
-from tests.web.test_spend_routes import (  # noqa: F401 - fixtures used by name
-    API,
-    chain,
-    database_url,
-    events,
-    expected,
-    settings_overrides,
-    wait_for,
-)
+from tests.web.test_spend_routes import API, chain, events, expected, wait_for
 
 NAMES = itertools.count()
+
+
+@pytest.fixture
+def database_url(both_stores):
+    return both_stores
+
+
+@pytest.fixture
+def settings_overrides():  # as tests/web/test_spend_routes.py's
+    return {"llm_max_tokens": 10, "llm_retries": 0}
 
 
 async def template(client, who, steps, *, name=None, limits=None) -> str:
