@@ -57,6 +57,9 @@ class Records:
         values: dict[str, Any] = {"status": StepStatus.RUNNING, "attempt": attempt}
         if attempt == 1:
             values["started_at"] = utcnow()
+        label = live.item_labels.get(at.path)
+        if label:  # a foreach item: named by its value (SPEC §8), whatever its items expression
+            data = {**data, "item": label}
         self._submit(live, at.path, at.step_id, values, [(EventKind.STEP_STARTED, live.tagged(at, data), at)])
 
     def call_succeeded(self, live: LiveRun, at: At, output: Any, usage: dict[str, int] | None,
