@@ -54,8 +54,9 @@ def _whole_suite(config) -> bool:
         [a.rstrip("/") for a in config.args] == ["tests"]
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_cmdline_main(config) -> None:
+def choose_workers(config) -> None:
+    """Called from tests/conftest.py's `pytest_cmdline_main` (tryfirst): a conftest's hook
+    runs before pytest-xdist's own, which reads `-n` and `--dist`; this plugin's would not."""
     if (not config.pluginmanager.hasplugin("xdist") or os.environ.get("PYTEST_XDIST_WORKER")
             or config.option.collectonly):
         return
@@ -106,7 +107,7 @@ def pytest_collection_modifyitems(config, items):
     return result
 
 
-@pytest.hookimpl
+@pytest.hookimpl(tryfirst=True)  # before xdist's own (the first answer is taken)
 def pytest_xdist_make_scheduler(config, log):
     if config.getvalue("dist") != "loadgroup":
         return None
