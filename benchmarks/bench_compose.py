@@ -192,7 +192,7 @@ async def http_overhead(calls: int, target: LoopbackTarget) -> None:
                                      secret_key="bench-secret-" + "z" * 32, egress_allow=f"127.0.0.1:{target.port}")
         core = await Core.open(settings)
         try:
-            await secrets.create_secret(core, name="TOKEN", value="bench-token-0123456789")
+            await secrets.create_secret(core, name="TOKEN", value="bench-token-0123456789", hosts=["127.0.0.1"])
             engine = core.engine
             live = LiveRun(trace_id="bench", owner_id="bench", input="x", files=[], steps=())
             plain, secret = step_defs([

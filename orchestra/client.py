@@ -27,8 +27,8 @@ import httpx
 from httpx_sse import EventSource, SSEError
 
 from orchestra.backoff import Backoff
-from orchestra.engine.vocabulary import TERMINAL
 from orchestra.errors import OrchestraError
+from orchestra.vocabulary import TERMINAL
 
 API = "/api/v1"
 TERMINAL_EVENTS = TERMINAL

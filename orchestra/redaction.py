@@ -1,15 +1,21 @@
-"""Secret values kept out of what a process writes or sends (SPEC §14): events, outputs,
-errors, log lines, trace spans and metric labels show `***` in their place.
+"""Secret values kept out of what a process writes or sends (SPEC §14, §15b): events,
+outputs, errors, deliveries, log lines, tracebacks, trace spans and metric labels show
+`***` in their place.
 
 Every secret value this process has loaded (an HTTP step reading the ones it names, an
-administrator storing one) is remembered here; `scrub` replaces each occurrence in a
-text or, recursively, in a JSON value, and the log filter applies it to every record.
+administrator storing one, a provider's API key or an MCP server's header and env values
+when they are stored or decrypted for use) is remembered here; `scrub` replaces each
+occurrence in a text or, recursively, in a JSON value, and the log filter applies it to
+every record. An occurrence is the value as it is or percent-encoded, wholly or in part
+(`%2F` or `%2f` for `/`, UTF-8 bytes for other characters), with `+` or `%20` for a space
+(form encoding): what a URL, a query string or an echoing server makes of it.
 Values shorter than MIN_LENGTH are refused at entry (a two-letter secret would turn
 half the words of a log into `***`). The set is bounded: the oldest values go first.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import OrderedDict
 from typing import Any
@@ -46,14 +52,49 @@ def forget(value: str) -> None:
         _pattern = None
 
 
+def _hex(digit: int) -> str:
+    shown = f"{digit:X}"
+    return shown if shown.isdigit() else f"[{shown}{shown.lower()}]"
+
+
+def _char(ch: str) -> str:
+    """A pattern for one character of a value: itself or its percent-encoding (a space
+    also as `+`); letters and digits, which no encoder changes, as themselves."""
+    if ch.isascii() and ch.isalnum():
+        return ch
+    encoded = "".join(f"%{_hex(b >> 4)}{_hex(b & 15)}" for b in ch.encode("utf-8", "surrogatepass"))
+    forms = [re.escape(ch), encoded] + (["\\+"] if ch == " " else [])
+    return "(?:" + "|".join(forms) + ")"
+
+
+@functools.lru_cache(maxsize=4096)
+def value_pattern(value: str) -> str:
+    """The pattern of every written form of `value` (see the module)."""
+    return "".join(_char(ch) for ch in value)
+
+
+def _join(values: list[str]) -> re.Pattern[str]:
+    return re.compile("|".join(value_pattern(v) for v in sorted(values, key=len, reverse=True)))
+
+
+@functools.lru_cache(maxsize=256)
+def _given(values: tuple[str, ...]) -> re.Pattern[str] | None:
+    usable = [v for v in set(values) if isinstance(v, str) and len(v) >= MIN_LENGTH]
+    return _join(usable) if usable else None
+
+
 def _compiled(values: tuple[str, ...] | None) -> re.Pattern[str] | None:
     global _pattern
     if values is not None:
-        usable = sorted({v for v in values if isinstance(v, str) and len(v) >= MIN_LENGTH}, key=len, reverse=True)
-        return re.compile("|".join(map(re.escape, usable))) if usable else None
+        return _given(tuple(values))
     if _pattern is None and _known:
-        _pattern = re.compile("|".join(map(re.escape, sorted(_known, key=len, reverse=True))))
+        _pattern = _join(list(_known))
     return _pattern
+
+
+def contains(text: str, value: str) -> bool:
+    """Whether `text` holds `value` in any written form (see the module)."""
+    return isinstance(text, str) and re.search(value_pattern(value), text) is not None
 
 
 def scrub_text(text: str, values: tuple[str, ...] | None = None) -> str:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from orchestra.cli.answer_shape import expected_answer
-from orchestra.engine.vocabulary import EventKind
+from orchestra.vocabulary import EventKind, RunStatus
 
 if TYPE_CHECKING:
     from orchestra.client import Event
@@ -104,8 +104,8 @@ class Question:
     def settled_by(self, event: Event) -> str | None:
         """Why `event` makes this question moot, or None."""
         if event.terminal:
-            status = event.data.get("status") or {"run_finished": "succeeded"}.get(event.kind, "ended")
-            return f"the run {'was ' if status == 'cancelled' else 'is '}{status}"
+            status = event.data.get("status") or {EventKind.RUN_FINISHED: RunStatus.SUCCEEDED}.get(event.kind, "ended")
+            return f"the run {'was ' if status == RunStatus.CANCELLED else 'is '}{status}"
         same_step = self.step_id is not None and event.data.get("step_id") == self.step_id
         answered = (self.request_id and event.data.get("request_id") == self.request_id) or (
             not self.request_id and same_step)

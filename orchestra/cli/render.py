@@ -15,6 +15,7 @@ import json
 import sys
 import time
 from dataclasses import dataclass, field
+from decimal import ROUND_CEILING, Decimal
 from typing import TYPE_CHECKING, Any, TextIO
 
 from rich.console import Console, Group
@@ -25,8 +26,8 @@ from rich.segment import ControlType, Segment, Segments
 from rich.style import Style
 from rich.text import Text
 
-from orchestra.engine.vocabulary import EventKind
 from orchestra.timestamps import parse_ts
+from orchestra.vocabulary import EventKind, RunStatus, StepStatus
 
 if TYPE_CHECKING:
     from orchestra.client import Event
@@ -64,7 +65,7 @@ class StepView:
     """What has been seen of one step."""
 
     step_id: str
-    status: str = "running"
+    status: str = StepStatus.RUNNING
     text: str = ""  # every streamed token
     parts: list[list[str]] = field(default_factory=list)  # [kind, text] in arrival order
     output: str | None = None
@@ -94,7 +95,7 @@ class Outcome:
 
     @property
     def ok(self) -> bool:
-        return self.status == "succeeded"
+        return self.status == RunStatus.SUCCEEDED
 
 
 class Renderer:
@@ -137,7 +138,8 @@ class Renderer:
     def _run_ended(self, kind: str, data: dict, ts) -> None:
         """A terminal event: the run's outcome, and no step left looking as if still going."""
         self.outcome.finished = ts
-        default = {"run_finished": "succeeded", "run_failed": "failed"}.get(kind, "cancelled")
+        default = {EventKind.RUN_FINISHED: RunStatus.SUCCEEDED,
+                   EventKind.RUN_FAILED: RunStatus.FAILED}.get(kind, RunStatus.CANCELLED)
         self.outcome.status = str(data.get("status") or default)
         error = _pick(data, "error", "message", "reason")
         self.outcome.error = _text(error) if error is not None else None
@@ -145,9 +147,10 @@ class Renderer:
         self.outcome.error_shown = bool(failed and failed.error)
         if kind == EventKind.RUN_FINISHED:
             self.outcome.output = data.get("output")
-        stopped = "interrupted" if self.outcome.status == "interrupted" else "cancelled"
+        stopped = (StepStatus.INTERRUPTED if self.outcome.status == RunStatus.INTERRUPTED
+                   else StepStatus.CANCELLED)
         for open_step in self.steps.values():  # a step the run left behind is not still going
-            if open_step.status in ("running", "waiting_reply"):
+            if open_step.status in (StepStatus.RUNNING, StepStatus.WAITING_REPLY):
                 open_step.status, open_step.finished = stopped, ts
 
     def show(self, event: Event) -> None:
@@ -260,12 +263,26 @@ def _cost(cost: str | None) -> str:
 
 
 def budget_line(trace_id: str, kind: str, data: dict) -> str:
-    """The budget stopped the run: what was spent of what, and how to go on if it waits."""
+    """The budget stopped the run: what was spent of what, what the next call may cost,
+    and how to go on if it waits (a top-up of at least what that call lacks)."""
     spent = f"${data.get('spent_usd')} of ${data.get('budget_usd')}"
+    add = "0.50"
+    if isinstance(data.get("next_call_usd"), str):
+        spent += f"; the next call may cost up to ${data['next_call_usd']}"
+        add = top_up_hint(data)
     if kind == EventKind.BUDGET_EXHAUSTED:
         return (f"budget exhausted ({spent}): the run waits; raise it with "
-                f"orchestra workflow budget {trace_id} --add 0.50")
+                f"orchestra workflow budget {trace_id} --add {add}")
     return f"budget exceeded ({spent}): the next model call was not made"
+
+
+def top_up_hint(data: dict) -> str:
+    """What the next call lacks (its worst case less what is left), rounded up to a cent."""
+    try:
+        lacks = Decimal(data["next_call_usd"]) - (Decimal(data["budget_usd"]) - Decimal(data["spent_usd"]))
+    except (KeyError, TypeError, ArithmeticError):
+        return "0.50"
+    return str(max(lacks, Decimal("0.01")).quantize(Decimal("0.01"), rounding=ROUND_CEILING))
 
 
 def final_line(outcome: Outcome) -> str:
@@ -277,8 +294,9 @@ def final_line(outcome: Outcome) -> str:
     return text
 
 
-_STYLE = {"running": "cyan", "waiting_reply": "yellow", "succeeded": "green", "failed": "red",
-          "cancelled": "magenta", "interrupted": "magenta", "skipped": "dim"}
+_STYLE = {StepStatus.RUNNING: "cyan", StepStatus.WAITING_REPLY: "yellow", StepStatus.SUCCEEDED: "green",
+          StepStatus.FAILED: "red", StepStatus.CANCELLED: "magenta", StepStatus.INTERRUPTED: "magenta",
+          StepStatus.SKIPPED: "dim"}
 
 
 class LiveRenderer(Renderer):
@@ -315,7 +333,7 @@ class LiveRenderer(Renderer):
             body.append(("\n" if i else "") + line, style=style)
         if step.error:
             body.append(("\n" if body.plain else "") + step.error, style="red")
-        if not body.plain and step.status == "running":
+        if not body.plain and step.status == StepStatus.RUNNING:
             since = step.started or self.opened
             body.append(f"waiting for the agent… {max(time.time() - since, 0.0):.0f}s", style="dim italic")
         title = f"[b]{step.step_id}[/] · {step.status}{_seconds(step.started, step.finished)}{_cost(step.cost)}"
@@ -335,22 +353,22 @@ class LiveRenderer(Renderer):
         noun = "iterations" if direct and "#" in direct[0].step_id else "items"
         body = Text(f"{len(direct)} {noun}: " + ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
                     if direct else "starting…", style="dim")
-        busy = [m for m in leaves if m.status in ("running", "waiting_reply")]
-        failed = [m for m in leaves if m.status == "failed"]
+        busy = [m for m in leaves if m.status in (StepStatus.RUNNING, StepStatus.WAITING_REPLY)]
+        failed = [m for m in leaves if m.status == StepStatus.FAILED]
         picked = failed[: self.SHOWN // 2]
         picked += busy[: self.SHOWN - len(picked)]
         for member in picked:
             asked = [text for kind, text in member.parts if kind == "ask"]
-            if member.status == "waiting_reply" and asked:  # the whole question: what it asks about
+            if member.status == StepStatus.WAITING_REPLY and asked:  # the whole question: what it asks about
                 line = asked[-1]
             else:
-                line = (member.error if member.status == "failed" else
+                line = (member.error if member.status == StepStatus.FAILED else
                         (member.text.strip().splitlines() or [""])[-1])
             body.append(f"\n{member.step_id} · {member.status}: ", style=_STYLE.get(member.status, ""))
-            body.append(line or "…", style="bold yellow" if member.status == "waiting_reply" else "")
+            body.append(line or "…", style="bold yellow" if member.status == StepStatus.WAITING_REPLY else "")
         if len(busy) + len(failed) > len(picked):
             body.append(f"\n… {len(busy) + len(failed) - len(picked)} more", style="dim")
-        if top.output is not None and top.status != "running":
+        if top.output is not None and top.status != StepStatus.RUNNING:
             body.append("\n" + (top.output if tail is None else top.output[-300:]))
         if top.error:
             body.append("\n" + top.error, style="red")
@@ -431,7 +449,7 @@ _STEP_EVENTS = frozenset({
 def _step_event(step: StepView, kind: str, data: dict, ts) -> None:
     """One step's event applied to what is shown of that step."""
     if kind == EventKind.STEP_STARTED:
-        step.status, step.started = "running", ts
+        step.status, step.started = StepStatus.RUNNING, ts
     elif kind == EventKind.TOKEN:
         piece = _text(_pick(data, "text", "delta", "content", "token", default=""))
         step.text += piece
@@ -441,21 +459,21 @@ def _step_event(step: StepView, kind: str, data: dict, ts) -> None:
     elif kind == EventKind.TOOL_RESULT:
         step.add("tool", f"← {tool_result_text(data)}")
     elif kind == EventKind.REPLY_REQUESTED:
-        step.status = "waiting_reply"
+        step.status = StepStatus.WAITING_REPLY
         step.add("ask", f"? {_text(data.get('prompt'))}")
     elif kind == EventKind.REPLY_RECEIVED:
-        step.status = "running"
+        step.status = StepStatus.RUNNING
         step.add("ask", f"! {_text(_pick(data, 'content', 'reply', default=''))}")
     elif kind == EventKind.STEP_FINISHED:
         _step_finished(step, data, ts)
     elif kind == EventKind.STEP_FAILED:
-        step.status, step.finished = "failed", ts
+        step.status, step.finished = StepStatus.FAILED, ts
         step.error = _text(_pick(data, "error", "message", default="failed"))
     elif kind == EventKind.STEP_SKIPPED:
-        step.status, step.started, step.finished = "skipped", None, None
+        step.status, step.started, step.finished = StepStatus.SKIPPED, None, None
         step.parts = [["note", SKIP_REASONS.get(str(data.get("reason")), "skipped")]]
     elif kind == EventKind.STEP_REUSED:  # a fork's copy: no call was made
-        step.status, step.finished = "succeeded", ts
+        step.status, step.finished = StepStatus.SUCCEEDED, ts
         output = data.get("output")
         step.output = _text(output) if output is not None else ""
         step.parts = [["note", reused_text(data)]]
@@ -464,7 +482,7 @@ def _step_event(step: StepView, kind: str, data: dict, ts) -> None:
 
 
 def _step_finished(step: StepView, data: dict, ts) -> None:
-    step.status, step.finished = "succeeded", ts
+    step.status, step.finished = StepStatus.SUCCEEDED, ts
     step.cost = data.get("cost_usd") if isinstance(data.get("cost_usd"), str) else None
     output = _pick(data, "output", "content", "text")
     step.output = _text(output) if output is not None else step.text

@@ -1,6 +1,7 @@
 """`orchestra secret …`: secrets for HTTP steps through `/api/v1/resource/secret`
-(ADMINISTRATOR and above). A value is read from a hidden prompt or, with
-`--value-stdin`, one line of standard input; never from the command line."""
+(ADMINISTRATOR and above), each with the hosts HTTP steps may send it to (`--host`,
+repeated). A value is read from a hidden prompt or, with `--value-stdin`, one line of
+standard input; never from the command line."""
 
 from __future__ import annotations
 
@@ -11,10 +12,12 @@ import typer
 from orchestra.cli.console import ExitCode, fail, handle_errors, out, print_json, success
 from orchestra.cli.remote import JSON, SERVER, TOKEN, YES, confirm, connect, without_message
 
-app = typer.Typer(help="Secrets for HTTP steps on a server: set, list, delete (values are never shown).",
+app = typer.Typer(help="Secrets for HTTP steps on a server: set, hosts, list, delete (values are never shown).",
                   no_args_is_help=True)
 
 NAME = typer.Argument(..., help="The secret's name, as templates write it: {{ secrets.NAME }}.")
+HOST_HELP = ("A host HTTP steps may send the secret to (repeat for more): api.example.com, *.example.com, "
+             "127.0.0.1:8080, [::1]; no port: any port. Compared with the host as written in the URL.")
 PATH = "/resource/secret"
 
 
@@ -38,22 +41,53 @@ def _read_value(from_stdin: bool) -> str:
 def set_secret(
     ctx: typer.Context, name: str = NAME,
     value_stdin: bool = typer.Option(False, "--value-stdin", help="Read the value from one line of stdin."),
+    host: list[str] = typer.Option([], "--host", help=HOST_HELP + " Needed for a new secret; for an "
+                                   "existing one, given hosts replace its hosts."),
     server: str | None = SERVER, token: str | None = TOKEN, json_output: bool = JSON,
 ) -> None:
-    """Store a secret, or replace the value of an existing one."""
+    """Store a secret with its hosts, or replace the value (and hosts) of an existing one."""
     from orchestra.client import APIError
 
     value = _read_value(value_stdin)
+    hosts = {"hosts": list(host)} if host else {}
     with connect(ctx, server, token) as client:
-        try:
-            stored, verb = without_message(client.post(PATH, json={"name": name, "value": value})), "stored"
-        except APIError as exc:
-            if exc.status != 409:
-                raise
-            stored, verb = without_message(client.put(f"{PATH}/{name}", json={"value": value})), "replaced"
+        if not host:  # only an existing secret may keep its hosts
+            try:
+                stored, verb = without_message(client.put(f"{PATH}/{name}", json={"value": value})), "replaced"
+            except APIError as exc:
+                if exc.status != 404:
+                    raise
+                fail(f"a new secret needs its hosts: --host api.example.com (where HTTP steps may send {name})",
+                     ExitCode.USAGE)
+        else:
+            try:
+                stored, verb = without_message(client.post(PATH, json={"name": name, "value": value, **hosts})), "stored"
+            except APIError as exc:
+                if exc.status != 409:
+                    raise
+                stored, verb = without_message(client.put(f"{PATH}/{name}", json={"value": value, **hosts})), "replaced"
     if json_output:
         print_json(stored)
-    success(f"{verb} secret {stored['name']} ({stored['hint']})")
+    success(f"{verb} secret {stored['name']} ({stored['hint']}), sent only to {_hosts(stored)}")
+
+
+def _hosts(stored: dict) -> str:
+    return ", ".join(stored.get("hosts") or []) or "no host (no step may send it: set its hosts)"
+
+
+@app.command("hosts")
+@handle_errors
+def set_hosts(
+    ctx: typer.Context, name: str = NAME,
+    host: list[str] = typer.Option(..., "--host", help=HOST_HELP),
+    server: str | None = SERVER, token: str | None = TOKEN, json_output: bool = JSON,
+) -> None:
+    """Set where a secret may be sent (a secret stored before hosts existed needs this)."""
+    with connect(ctx, server, token) as client:
+        stored = without_message(client.put(f"{PATH}/{name}", json={"hosts": list(host)}))
+    if json_output:
+        print_json(stored)
+    success(f"secret {stored['name']} is sent only to {_hosts(stored)}")
 
 
 @app.command("list")
@@ -68,9 +102,10 @@ def list_secrets(ctx: typer.Context, server: str | None = SERVER, token: str | N
     if json_output:
         print_json(rows)
         return
-    table = Table("name", "hint", "updated_at")
+    table = Table("name", "hint", "hosts", "updated_at")
     for row in rows:
-        table.add_row(row["name"], row["hint"], row.get("updated_at") or "")
+        table.add_row(row["name"], row["hint"], ", ".join(row.get("hosts") or []) or "(none: unusable)",
+                      row.get("updated_at") or "")
     out.print(table)
 
 

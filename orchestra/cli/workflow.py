@@ -22,7 +22,7 @@ from rich.markup import escape
 
 from orchestra.cli.console import ExitCode, err, fail, handle_errors, out, print_json, success
 from orchestra.cli.remote import SERVER, TOKEN, connect, read_text_arg
-from orchestra.engine.vocabulary import EventKind
+from orchestra.vocabulary import EventKind, RunStatus
 
 if TYPE_CHECKING:
     from orchestra.client import Client, Event
@@ -345,7 +345,7 @@ def _follow(client: Client, trace_id: str, events: Iterable[Event], json_output:
         record = client.get(f"/workflow/run/{trace_id}")
         outcome = Outcome(status=str(record.get("run", record).get("status")))
         outcome.error = record.get("run", record).get("error")
-    if outcome.status != "succeeded":
+    if outcome.status != RunStatus.SUCCEEDED:
         shown = not json_output and view.outcome.status is not None  # the view printed the reason
         detail = f": {outcome.error}" if outcome.error and not shown else ""
         fail(f"run {trace_id} {outcome.status}{detail}", ExitCode.ERROR)

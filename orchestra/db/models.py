@@ -315,13 +315,14 @@ class McpServer(NamedModel):
 
 
 class Secret(BaseModel):
-    """A value HTTP steps may send (SPEC §14): stored only as SecretBox ciphertext, plus
-    a masked hint (`…abcd`) for lists; never returned."""
+    """A value HTTP steps may send (SPEC §14), to its `hosts` only (§15b): stored only as
+    SecretBox ciphertext, plus a masked hint (`…abcd`) for lists; never returned."""
 
     id = CharField(primary_key=True, max_length=36, default=new_id)
     name = CharField(max_length=64, unique=True)
     value_encrypted = TextField()
     hint = CharField(max_length=16)
+    hosts = JSONField(null=True)  # where a step may send it (SPEC §15b); null: stored before hosts, unusable
     created_by = CharField(max_length=36, null=True)
     created_at = DateTimeField(default=utcnow)
     updated_at = DateTimeField(default=utcnow)

@@ -35,7 +35,6 @@ from orchestra.engine.spend import Spending
 from orchestra.engine.store import RunStore
 from orchestra.engine.store.events import RunGone
 from orchestra.engine.tools.base import ToolContext, ToolError, ToolRegistry
-from orchestra.engine.vocabulary import EventKind
 from orchestra.errors import OrchestraError
 from orchestra.language.policies import read_structured, repair_prompt
 from orchestra.language.sandbox import Sandbox
@@ -43,6 +42,7 @@ from orchestra.language.schemas import describe
 from orchestra.observability import metrics
 from orchestra.observability import runs as observe
 from orchestra.settings import Settings
+from orchestra.vocabulary import EventKind
 
 logger = logging.getLogger("orchestra.engine")
 

@@ -38,11 +38,11 @@ from orchestra.engine.records import Records
 from orchestra.engine.spend import BudgetStop, Spending
 from orchestra.engine.store import RunStore
 from orchestra.engine.store.children import MIRRORED, ChildRuns, NewChild, mirror_key
-from orchestra.engine.vocabulary import EventKind, RunStatus, StepStatus
 from orchestra.language import schemas
 from orchestra.language.expressions import ExpressionError, Scope, text_of
 from orchestra.language.model import MAX_CHAIN
 from orchestra.language.sandbox import Sandbox
+from orchestra.vocabulary import EventKind, RunStatus, StepStatus
 
 logger = logging.getLogger("orchestra.engine")
 

@@ -2,7 +2,8 @@
 
 `HttpCaller` keeps one pooled httpx2 client whose every new connection (a redirect's
 too) resolves the host once, checks each address against the egress rule and connects
-to a checked one (orchestra/egress.py). `call` answers `{status, headers, body}`:
+to a checked one (orchestra/egress.py), and whose every request (a redirect's too) is
+first checked against the hosts of the secrets it carries (http_secrets.py). `call` answers `{status, headers, body}`:
 header names in lower case (repeated ones joined by ", "), `body` the parsed JSON when
 the answer says it is JSON, else its text. It fails (`HttpFailure`, a readable message)
 for a refused address (the rule's own sentence, naming ORCHESTRA_STEP_EGRESS_ALLOW), a
@@ -24,6 +25,7 @@ import httpx2 as httpx
 
 from orchestra import redaction
 from orchestra.egress import EgressPolicy, find_refusal
+from orchestra.engine.http_secrets import EXTENSION, SecretGuard, SecretRefused, check_request
 from orchestra.tls import client_tls
 
 ANSWER_MAX_BYTES = 1024 * 1024  # an answer over this fails the step (SPEC §14)
@@ -48,6 +50,7 @@ class HttpRequest:
     url: str
     headers: dict[str, str]
     content: bytes | None = None
+    guard: SecretGuard | None = None  # the secrets it carries and where they may go
 
 
 class HttpCaller:
@@ -62,6 +65,7 @@ class HttpCaller:
             follow_redirects=True,
             max_redirects=MAX_REDIRECTS,
             trust_env=False,
+            event_hooks={"request": [check_request]},  # before each request of an exchange is sent
         )
 
     async def aclose(self) -> None:
@@ -73,8 +77,9 @@ class HttpCaller:
         hide = (lambda text: redaction.scrub_text(text, secrets)) if secrets else (lambda text: text)
         shown_url = hide(request.url)
         try:
-            built = self._client.build_request(request.method, request.url, headers=request.headers,
-                                               content=request.content, timeout=timeout)
+            built = self._client.build_request(
+                request.method, request.url, headers=request.headers, content=request.content, timeout=timeout,
+                extensions={EXTENSION: request.guard} if request.guard is not None else None)
         except (httpx.InvalidURL, httpx.UnsupportedProtocol, ValueError, TypeError) as exc:
             raise HttpFailure(f"{request.method} {shown_url}: not a usable http(s) URL ({hide(str(exc))}).") from None
         if built.url.scheme not in ("http", "https"):
@@ -97,6 +102,8 @@ class HttpCaller:
             raise  # `call` says so
         except httpx.TooManyRedirects:
             raise HttpFailure(f"{request.method} {shown_url}: more than {MAX_REDIRECTS} redirects.") from None
+        except SecretRefused as refused:
+            raise HttpFailure(f"{request.method} {shown_url}: {hide(refused.message)}") from None
         except (httpx.HTTPError, OSError) as exc:
             refused = find_refusal(exc)
             if refused is not None:

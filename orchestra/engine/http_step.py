@@ -2,7 +2,8 @@
 step's secrets out of everything it writes.
 
 `url` and header values may hold `{{ secrets.NAME }}` (read from the store when the step
-runs, decrypted with the server's key) and `{{ expr }}`; `body` is a string rendered as
+runs, decrypted with the server's key, sent only to the secret's hosts: http_secrets.py)
+and `{{ expr }}`; `body` is a string rendered as
 a prompt is (sent as text) or a JSON value whose strings are rendered (sent as JSON; a
 string that is exactly one `{{ expr }}` becomes the expression's value). The answer is
 the step's output `{status, headers, body}` with every secret value the step used
@@ -19,6 +20,7 @@ from orchestra import redaction
 from orchestra.db.database import release_connection
 from orchestra.db.models import Secret
 from orchestra.engine.http_call import HttpCaller, HttpFailure, HttpRequest
+from orchestra.engine.http_secrets import SecretGuard
 from orchestra.engine.live import LiveRun, StepFailure
 from orchestra.engine.model import At, StepDef
 from orchestra.engine.sizes import prompt_too_large, utf8_size
@@ -64,14 +66,18 @@ class HttpSteps:
             self._caller = HttpCaller(self.settings.step_egress)
         return self._caller
 
-    async def secret_values(self, names: set[str]) -> dict[str, str]:
-        """The plain values of `names`; StepFailure for one that no longer exists."""
+    async def secrets_of(self, names: set[str]) -> tuple[dict[str, str], dict[str, list[str] | None]]:
+        """The plain values and the hosts of `names`. A name no secret has gets `***` (what
+        a value shows as; no stored value is that short) and no hosts: its step then fails
+        at the request with the sentence, and the URL as shown, that a secret which may not
+        go there gets (SPEC §15b: nothing tells a user which names exist)."""
         if not names:
-            return {}
-        rows = await self.db.list(Secret.select(Secret.name, Secret.value_encrypted)
+            return {}, {}
+        rows = await self.db.list(Secret.select(Secret.name, Secret.value_encrypted, Secret.hosts)
                                   .where(Secret.name.in_(sorted(names))))
         await release_connection(self.db)
-        values = {}
+        values: dict[str, str] = dict.fromkeys(names, redaction.MASK)
+        hosts: dict[str, list[str] | None] = dict.fromkeys(names)
         for row in rows:
             try:
                 if self.decrypt is None:
@@ -80,17 +86,14 @@ class HttpSteps:
             except ValueError:
                 raise StepFailure(f"The secret '{row.name}' cannot be decrypted with this server's key "
                                   "(ORCHESTRA_SECRET_KEY changed since it was stored).") from None
-        redaction.remember(values.values())
-        missing = sorted(names - set(values))
-        if missing:
-            raise StepFailure(f"The secret '{missing[0]}' no longer exists (an administrator stores it "
-                              "under /api/v1/resource/secret).")
-        return values
+            hosts[row.name] = row.hosts
+        redaction.remember(v for v in values.values() if v != redaction.MASK)
+        return values, hosts
 
     async def request(self, step: StepDef, at: At, scope: Scope) -> tuple[HttpRequest, dict[str, str]]:
         """The request an http step sends, and the secret values it holds."""
         http, where = step.http, at.path
-        values = await self.secret_values(secret_names(http))
+        values, hosts = await self.secrets_of(secret_names(http))
         limit = self.settings.prompt_max_bytes
         try:
             url = await _render(http["url"], scope, values, limit, where)
@@ -103,7 +106,9 @@ class HttpSteps:
             if not value.isascii() or "\r" in value or "\n" in value or "\x00" in value:
                 raise StepFailure(f"The header {name} of step '{where}' renders to a value with line breaks or "
                                   "characters outside ASCII; encode what you insert.")
-        return HttpRequest(http["method"], url, headers, content), values
+        guard = SecretGuard(values, hosts) if values else None
+        real = {k: v for k, v in values.items() if v != redaction.MASK}
+        return HttpRequest(http["method"], url, headers, content, guard), real
 
     async def attempt(self, live: LiveRun, step: StepDef, at: At, scope: Scope) -> dict[str, Any]:
         """Send the request; its answer, or StepRequestFailure (secrets hidden)."""

@@ -22,6 +22,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from orchestra.vocabulary import StepStatus
+
 _SEGMENT = re.compile(r"(?P<id>[A-Za-z0-9_-]{1,64})(?:\[(?P<item>\d+)\]|#(?P<iteration>\d+))?")
 
 
@@ -83,7 +85,7 @@ class Finished:
 
     def succeeded(self, path: str) -> bool:
         record = self.records.get(path)
-        return record is not None and record.status == "succeeded"
+        return record is not None and record.status == StepStatus.SUCCEEDED
 
     def output(self, path: str) -> Any:
         return self.records[path].output

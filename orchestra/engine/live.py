@@ -91,7 +91,11 @@ class LiveRun:
     ancestors: list[Any] | None = None  # the runs above it (store/ledger.Ancestor), read at its first call
     spends: dict[str, Any] = field(default_factory=dict)
     reserved_calls: int = 0
-    settled: asyncio.Event = field(default_factory=asyncio.Event)  # set (and renewed) at each settle
+    # One reservation decision of the run at a time (engine/spend.py), and the budget
+    # stop once decided: a call that has not reserved yet reserves nothing after it.
+    reserving: asyncio.Lock = field(default_factory=asyncio.Lock)
+    budget_stop: Any = None
+    paused_for_budget: bool = False  # claimed again after a top-up (its last event: budget_exhausted)
 
     def mcp_sessions(self, allowed: frozenset[str], egress: EgressPolicy) -> RunSessions:
         """The run's MCP sessions (none is opened until a tool of a server is called)."""

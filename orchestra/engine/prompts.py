@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from orchestra.language.expressions import PLACEHOLDER, Scope, render
+from orchestra.vocabulary import StepStatus
 
 __all__ = ["PLACEHOLDER", "render_prompt"]
 
@@ -19,6 +20,6 @@ async def render_prompt(template: str, *, input: Any, outputs: dict[str, Any] | 
     engine's sandbox) is shared with the step's other expressions; `outputs` ({id:
     output}) builds one without a sandbox (expressions that must run bounded then fail)."""
     if scope is None:
-        states = {sid: {"output": out, "status": "succeeded"} for sid, out in (outputs or {}).items()}
+        states = {sid: {"output": out, "status": StepStatus.SUCCEEDED} for sid, out in (outputs or {}).items()}
         scope = Scope({"input": input, "steps": states})
     return await render(template, scope)

@@ -18,11 +18,11 @@ from orchestra.db.signals import Signals
 from orchestra.engine.live import LiveRun, LiveRuns
 from orchestra.engine.model import At, Question, find_step, step_defs
 from orchestra.engine.store import RunStore
-from orchestra.engine.vocabulary import FINISHED, EventKind, RunStatus, StepStatus
 from orchestra.errors import ConflictError, NotFoundError, ValidationError
 from orchestra.language import schemas
 from orchestra.language.sandbox import Sandbox
 from orchestra.language.schemas import describe, violations
+from orchestra.vocabulary import FINISHED, EventKind, RunStatus, StepStatus
 
 
 class CheckOutside(Exception):

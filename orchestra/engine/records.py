@@ -18,7 +18,7 @@ from orchestra.engine.live import LiveRun, StepFailure
 from orchestra.engine.model import At
 from orchestra.engine.sizes import check_output
 from orchestra.engine.store import RunStore
-from orchestra.engine.vocabulary import EventKind, StepStatus
+from orchestra.vocabulary import EventKind, StepStatus
 
 
 def output_fields(value: Any, structured: bool = False) -> dict[str, Any]:

@@ -39,7 +39,7 @@ from orchestra.engine import instances
 from orchestra.engine.live import LiveRun
 from orchestra.engine.model import At, StepDef
 from orchestra.engine.records import Records
-from orchestra.engine.vocabulary import EventKind, StepStatus
+from orchestra.vocabulary import EventKind, StepStatus
 
 KEY_VERSION = 1  # a new way of keying makes earlier keys never match (they are re-run)
 # What of a worker's or node's configuration an answer depends on (not its key, name, prices).

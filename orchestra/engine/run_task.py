@@ -32,16 +32,16 @@ from orchestra.engine.model import StepDef, StopReason
 from orchestra.engine.reuse import reused_events
 from orchestra.engine.scheduler import Scheduler
 from orchestra.engine.sizes import check_output
-from orchestra.engine.spend import BudgetStop
+from orchestra.engine.spend import BudgetStop, Spending
 from orchestra.engine.store import RunStore
 from orchestra.engine.store.events import RunGone
-from orchestra.engine.vocabulary import EventKind, RunStatus, StepStatus
 from orchestra.language import policies, schemas
 from orchestra.language.expressions import ExpressionError
 from orchestra.language.sandbox import Sandbox
 from orchestra.observability import runs as observe
 from orchestra.observability.metrics import budget_exhausted
 from orchestra.settings import Settings
+from orchestra.vocabulary import EventKind, RunStatus, StepStatus
 
 logger = logging.getLogger("orchestra.engine")
 
@@ -185,6 +185,8 @@ class RunTasks:
                           [(EventKind.RUN_STARTED, started_data(live), None), *reused_events(live)])
         else:
             resumed = {"status": RunStatus.RUNNING, "attempt": live.attempt, "restarted_steps": restarted}
+            if live.paused_for_budget:  # a top-up let it go on: not a take-over (SPEC §15b)
+                resumed["reason"] = "budget"
             writes.submit(self.store.store_run, trace_id, {"status": RunStatus.RUNNING},
                           [(EventKind.RUN_RESUMED, resumed, None)])
 
@@ -217,6 +219,7 @@ class RunTasks:
         """A run whose terminal event is stored but whose row was not updated (its owner
         died in between): bring the row in line, nothing else."""
         last = await self.store.last_event(live.trace_id)
+        live.paused_for_budget = last is not None and last.kind == EventKind.BUDGET_EXHAUSTED
         if last is None or not last.terminal:
             return False
         status = last.data.get("status") or {EventKind.RUN_FINISHED: RunStatus.SUCCEEDED,
@@ -257,6 +260,8 @@ class RunTasks:
         for row in rows:
             path = row.path or row.step_id
             live.finished.set(path, row.status, step_output(row))  # every instance (SPEC §8)
+            if row.status in (StepStatus.PENDING, StepStatus.RUNNING, StepStatus.WAITING_REPLY):
+                Spending.resumed(live, path, row)  # paused with a cost so far: it adds to it
             live.executions += row.attempt if row.status != StepStatus.PENDING and not row.reused else 0
             step = top.get(path)
             if step is None:
@@ -292,7 +297,8 @@ class RunTasks:
                 last = await self.store.last_event(trace_id)
                 if last is None or not last.terminal:
                     live.ending = True
-                    await self.store.end(trace_id, kind, data, status=status, error=message)
+                    await self.store.end(trace_id, kind, data, status=status, error=message,
+                                         spends=Spending.unfinished(live))
                     observe.run_ended(trace_id, status)
                     if self.on_unhappy_end is not None:
                         self.on_unhappy_end(trace_id, f"Its parent run {trace_id} ended ({status}).")
@@ -318,14 +324,13 @@ class RunTasks:
         whose = "The run's budget" if stop.trace_id == live.trace_id else f"The budget of run {stop.trace_id} above it"
         if stop.on_budget != "pause":
             live.writes.submit(self.store.append, live.trace_id, EventKind.BUDGET_EXCEEDED, data)
-            await self.end(live, RunStatus.FAILED, EventKind.RUN_FAILED,
-                           f"{whose} of ${data['budget_usd']} cannot pay for its next "
-                           f"model call (${data['spent_usd']} spent or reserved).")
+            await self.end(live, RunStatus.FAILED, EventKind.RUN_FAILED, stop.message(whose))
             return
         live.past_stopping()
         await live.writes.settle()
         with contextlib.suppress(RunGone):  # another process holds it now
-            await self.store.pause_for_budget(live.trace_id, {"status": RunStatus.WAITING_BUDGET, **data})
+            await self.store.pause_for_budget(live.trace_id, {"status": RunStatus.WAITING_BUDGET, **data},
+                                              spends=Spending.unfinished(live))
 
     async def _hand_back(self, live: LiveRun) -> None:
         live.past_stopping()

@@ -32,11 +32,11 @@ from orchestra.engine.live import (
 from orchestra.engine.model import At, StepDef, StepKind
 from orchestra.engine.records import Records
 from orchestra.engine.store import RunStore
-from orchestra.engine.vocabulary import StepStatus
 from orchestra.language import policies
 from orchestra.language.expressions import ExpressionError, Scope
 from orchestra.language.sandbox import Sandbox
 from orchestra.observability import runs as observe
+from orchestra.vocabulary import StepStatus
 
 #: Runs one step instance of a kind: (live, step, at, variables, scope) → its output;
 #: StepFailure when it failed (its row and `step_failed` stored).

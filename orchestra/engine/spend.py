@@ -23,7 +23,6 @@ budget add their calls' costs to the ledger the same way, without reserving.
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import json
 import time
@@ -47,19 +46,37 @@ SCHEMA_MARGIN_BYTES = 1024  # the words a client wraps an output schema in
 
 class BudgetStop(Exception):
     """A call's reservation does not fit in a budget of the run's chain (its own, or an
-    ancestor's: `trace_id`): the run stops (`fail`) or waits for a top-up (`pause`), as
-    that budget's run says."""
+    ancestor's: `trace_id`), and no call of the run is in flight to give room back: the
+    run stops (`fail`) or waits for a top-up (`pause`), as that budget's run says.
+    `next_call`: the worst case of the call that did not fit (None: not known here)."""
 
     def __init__(self, budget: Decimal | None, spent: Decimal | None, *, trace_id: str,
-                 on_budget: str) -> None:
+                 on_budget: str, next_call: Decimal | None = None) -> None:
         super().__init__("budget exhausted")
-        self.budget, self.spent = budget, spent
+        self.budget, self.spent, self.next_call = budget, spent, next_call
         self.trace_id, self.on_budget = trace_id, on_budget
 
+    def again(self) -> BudgetStop:
+        """The same stop, for another call of the run that asks after it was decided."""
+        return BudgetStop(self.budget, self.spent, trace_id=self.trace_id, on_budget=self.on_budget,
+                          next_call=self.next_call)
+
     def data(self) -> dict[str, Any]:
-        """`budget_exceeded` / `budget_exhausted` data: the budget, what is spent, whose."""
+        """`budget_exceeded` / `budget_exhausted` data: the budget, what is spent, whose,
+        and the next call's worst case."""
         return {"budget_usd": usd_text(self.budget), "spent_usd": usd_text(self.spent),
-                "budget_trace_id": self.trace_id}
+                "budget_trace_id": self.trace_id, "next_call_usd": usd_text(self.next_call)}
+
+    def message(self, whose: str) -> str:
+        """What the run's error says: the budget, what is left, what the next call may cost."""
+        if self.budget is None or self.spent is None:
+            return f"{whose} cannot pay for its next model call."
+        left = max(self.budget - self.spent, Decimal(0))
+        text = f"{whose} of ${usd_text(self.budget)} cannot pay for its next model call: ${usd_text(left)} left"
+        if self.next_call is None:
+            return text + "."
+        return (text + f"; the next call may cost up to ${usd_text(self.next_call)} (its prompt's "
+                "bound and ORCHESTRA_LLM_MAX_TOKENS answer tokens, at its prices).")
 
 
 @dataclass
@@ -135,10 +152,12 @@ class Spending:
 
     async def reserve(self, live: LiveRun, path: str, config: Any, messages: list, tools: list,
                       output_schema: Any) -> Reservation:
-        """Price the call and, under a budget, reserve its worst case (BudgetStop when it
-        cannot fit; StepFailure when its model has no known price). A reservation that
-        does not fit while other calls of the run are in flight here waits for them to
-        settle: they give back what they did not use."""
+        """Price the call and, under a budget, reserve its worst case (StepFailure when its
+        model has no known price). A reservation that does not fit while other calls of
+        the run are in flight here (or a write carries a settled change) waits for them,
+        holding no store connection: they give back what they did not use. BudgetStop
+        only when it does not fit with nothing in flight (SPEC §15b); from then on no
+        other call of the run reserves."""
         when = dt.datetime.now(dt.UTC)
         bound = prompt_upper_bound(messages, tools, output_schema)
         price = find_price(kind=config.provider_kind, model=config.model,
@@ -156,21 +175,34 @@ class Spending:
                 f"(PUT /api/v1/provider/{config.provider_id} with prices).")
         pico = to_pico(price.cost(bound, self.max_tokens))
         ledger = self.store.ledger
-        while not await ledger.reserve(live.trace_id, pico):
-            if live.reserved_calls:  # calls in flight here will give back most of theirs
-                await live.settled.wait()
-                continue
-            await self.records.stored(live)  # settled calls still queued may free room
-            if await ledger.reserve(live.trace_id, pico):
-                break
-            short = await ledger.shortfall(live.trace_id, pico)
-            on_budget = live.options.on_budget if short.trace_id == live.trace_id else next(
-                (a.on_budget for a in live.ancestors or () if a.trace_id == short.trace_id), "fail")
-            raise BudgetStop(from_pico(short.budget_pusd), from_pico(short.spent_pusd),
-                             trace_id=short.trace_id, on_budget=on_budget)
-        live.reserved_calls += 1
+        while True:
+            await self.store.release()  # nothing held while waiting for the run's turn
+            async with live.reserving:  # one decision at a time: none sees another's half
+                if live.budget_stop is not None:
+                    raise live.budget_stop.again()
+                change = ledger.changed(live.trace_id)  # a call settles, a write lands
+                if await ledger.reserve(live.trace_id, pico):
+                    live.reserved_calls += 1
+                    break
+                if change.done():  # something settled meanwhile: look again at once
+                    continue
+                if not live.reserved_calls and not ledger.in_transit(live.trace_id):
+                    live.budget_stop = await self._stop(live, pico)
+                    ledger.wake(live.trace_id)  # the run's other waiting calls stop too
+                    raise live.budget_stop.again()
+            await self.store.release()  # no pooled connection held through the wait
+            await change
         await self.store.release()  # no connection held through the call
         return Reservation(price, pico, when)
+
+    async def _stop(self, live: LiveRun, pico: int) -> BudgetStop:
+        """The budget the reservation `pico` does not fit under, with nothing in flight
+        that could give room back: the run's stop."""
+        short = await self.store.ledger.shortfall(live.trace_id, pico)
+        on_budget = live.options.on_budget if short.trace_id == live.trace_id else next(
+            (a.on_budget for a in live.ancestors or () if a.trace_id == short.trace_id), "fail")
+        return BudgetStop(from_pico(short.budget_pusd), from_pico(short.spent_pusd),
+                          trace_id=short.trace_id, on_budget=on_budget, next_call=from_pico(pico))
 
     async def _budgeted(self, live: LiveRun) -> bool:
         """Whether the run's calls reserve: it has a budget, or a run above it has one
@@ -191,8 +223,7 @@ class Spending:
         spend.calls += 1
         if reservation.pico:  # a reservation less: calls waiting for room look again
             live.reserved_calls -= 1
-            live.settled.set()
-            live.settled = asyncio.Event()
+            self.store.ledger.wake(live.trace_id)
         if usage is None:
             if not billed:
                 self.store.ledger.spend(live.trace_id, -reservation.pico)
@@ -214,6 +245,21 @@ class Spending:
             return
         spend = live.spends.setdefault(path, StepSpend())
         spend.cost = from_pico(spent_pusd) + (spend.cost or Decimal(0))
+
+    @staticmethod
+    def unfinished(live: LiveRun) -> dict[str, dict[str, Any]]:
+        """The cost fields of instances the run leaves unfinished (a pause, an unhappy
+        end), by path: what their calls cost so far is stored on their rows, so a run's
+        cost stays its steps' sum (SPEC §15b). A resumed instance goes on from it."""
+        return {path: spend.fields() for path, spend in live.spends.items()
+                if spend.calls or spend.cost is not None}
+
+    @staticmethod
+    def resumed(live: LiveRun, path: str, row: Any) -> None:
+        """An unfinished instance's stored cost, for its calls to add to (a resumed run)."""
+        if row.calls or row.cost_usd is not None:
+            live.spends[path] = StepSpend(provider_id=row.provider_id, model=row.model, calls=row.calls or 0,
+                                          cost=None if row.cost_usd is None else Decimal(row.cost_usd))
 
     @staticmethod
     def fields(live: LiveRun, path: str) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from typing import Any
 
 from orchestra.language import schemas
 from orchestra.language.expressions import ExpressionError, Scope
+from orchestra.vocabulary import StepStatus
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +42,7 @@ async def should_run(depends_on: Sequence[str], when: str | None,
     """Skip propagation, then `when`. A step whose dependencies were all skipped is
     skipped; with some skipped and the rest succeeded (or failed under on_error
     continue) it runs; `when` false skips it. ExpressionError propagates (the step fails)."""
-    if depends_on and all(states.get(d, {}).get("status") == "skipped" for d in depends_on):
+    if depends_on and all(states.get(d, {}).get("status") == StepStatus.SKIPPED for d in depends_on):
         return Decision(False, "dependencies")
     if when and not await scope.truth(when):
         return Decision(False, "when")

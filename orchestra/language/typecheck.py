@@ -27,6 +27,7 @@ from orchestra.language.expressions import (
     placeholders,
 )
 from orchestra.language.shape import walk
+from orchestra.vocabulary import StepStatus
 
 MISFIT = ("its operands do not fit the operation for values of the declared schemas (CEL "
           "converts nothing: compare a number with a number, e.g. 4 not '4')")
@@ -64,7 +65,7 @@ def type_problems(steps: list[dict[str, Any]], options: dict[str, Any]) -> list[
     schema = options.get("input_schema")
     values = {
         "input": schema_example(schema) if schema is not None else "text",
-        "steps": {s["id"]: {"output": _output_example(s), "status": "succeeded"}
+        "steps": {s["id"]: {"output": _output_example(s), "status": StepStatus.SUCCEEDED}
                   for s, _depth, _where in walk(steps) if isinstance(s.get("id"), str)},
     }
     # A child run's output (SPEC §14) has no declared type here: expressions naming one

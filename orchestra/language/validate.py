@@ -51,8 +51,9 @@ class Checked:
     # (field, worker id or name, the step's agent dict): looked up by the caller, which
     # writes the worker's id into the agent when the template named it
     workers: list[tuple[str, str, dict[str, str]]] = field(default_factory=list)
-    # (field, secret name) of every `{{ secrets.NAME }}`: the caller checks they exist
-    secrets: list[tuple[str, str]] = field(default_factory=list)
+    # (field, secret name, the step's URL template) of every `{{ secrets.NAME }}`: the
+    # caller checks each may go to the host that URL writes (services/secrets.py)
+    secrets: list[tuple[str, str, str]] = field(default_factory=list)
     # (field, template id or name, the step's workflow dict): the caller resolves each to
     # a template the owner may run, writes its id, and checks depth and self-calls
     children: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
@@ -483,7 +484,7 @@ def _check_http_language(where: str, http: dict[str, Any], ancestors: set[str], 
         for source in expressions.placeholders(text):
             named = SECRET_REF.match(source.strip())
             if named and secrets_ok:
-                checked.secrets.append((field_path, named.group(1)))
+                checked.secrets.append((field_path, named.group(1), http.get("url") or ""))
                 continue
             _check_expression(source, field_path, ancestors, ids, checked, placeholder=True, allowed=allowed)
 

@@ -19,6 +19,7 @@ from collections.abc import Awaitable
 from typing import Any, TypeVar
 
 from orchestra.observability import context, metrics, tracing
+from orchestra.vocabulary import StepStatus
 
 T = TypeVar("T")
 
@@ -65,7 +66,7 @@ async def observed_step(step_id: str, work: Awaitable[T]) -> T:
     """A step instance's task (`research[3]` too): its span, and
     `orchestra_steps_total{status}` by how it ended (a failure a policy lets the run
     survive is returned as the step's state, not raised)."""
-    status = "succeeded"
+    status: str = StepStatus.SUCCEEDED
     with tracing.span(f"step {step_id}", attributes={"orchestra.step_id": step_id}) as span:
         try:
             result = await work
@@ -73,10 +74,10 @@ async def observed_step(step_id: str, work: Awaitable[T]) -> T:
                 status = str(result["status"])
             return result
         except asyncio.CancelledError:
-            status = "cancelled"
+            status = StepStatus.CANCELLED
             raise
         except Exception:
-            status = "failed"
+            status = StepStatus.FAILED
             raise
         finally:
             metrics.step_ended(status)

@@ -1,5 +1,5 @@
-"""Save-time checks of what a template calls (SPEC §14): the secrets its HTTP steps name
-exist, and each `workflow` step names a template the owner may run, which does not call
+"""Save-time checks of what a template calls (SPEC §14, §15b): the secrets its HTTP steps
+name may go to the host each step's URL writes (services/secrets.py), and each `workflow` step names a template the owner may run, which does not call
 the template being saved (directly or not) and keeps every chain within MAX_CHAIN runs.
 
 A template's child templates are stored by id (a name is resolved here, once), so the
@@ -38,14 +38,12 @@ def calls_of(steps: list[dict[str, Any]]) -> set[tuple[str, int | None]]:
 
 
 async def check_calls(core: Shared, checked: Checked, *, owner_id: str, template_id: str | None) -> None:
-    """Add to `checked.problems` every unknown secret and every child template that is
+    """Add to `checked.problems` every secret a step may not send where its URL says and
+    every child template that is
     unknown, the template itself (or calls it), or makes a chain too deep; a child named
     by name is rewritten to its id."""
-    missing = await secret_service.missing_names(core, {name for _f, name in checked.secrets})
-    for field, name in checked.secrets:
-        if name in missing:
-            checked.add(field, f"unknown secret '{name}' (an administrator stores it under "
-                               "/api/v1/resource/secret)")
+    for field, problem in await secret_service.save_refusals(core, checked.secrets):
+        checked.add(field, problem)
     if not checked.children:
         return
     refs = {ref for _f, ref, _flow in checked.children}

@@ -45,6 +45,7 @@ from orchestra.db.trigger_models import EventSubscription, WebhookDelivery
 from orchestra.egress import STEP_SETTING, find_refusal
 from orchestra.services.shared import Shared
 from orchestra.tls import client_tls
+from orchestra.vocabulary import DeliveryStatus
 
 logger = logging.getLogger("orchestra.deliveries")
 
@@ -158,7 +159,7 @@ class DeliveryLoop:
     async def _seconds_to_next(self) -> float:
         rows = await self.core.db.list(
             WebhookDelivery.select(fn.MIN(WebhookDelivery.next_attempt_at).alias("due"))
-            .where(WebhookDelivery.status == "pending").dicts())
+            .where(WebhookDelivery.status == DeliveryStatus.PENDING).dicts())
         due = rows[0]["due"] if rows else None
         if due is None:
             return IDLE_SECONDS
@@ -174,7 +175,7 @@ class DeliveryLoop:
         token = new_id()
         async with core.write_transaction():
             query = (WebhookDelivery.select()
-                     .where((WebhookDelivery.status == "pending") & (WebhookDelivery.next_attempt_at <= now)
+                     .where((WebhookDelivery.status == DeliveryStatus.PENDING) & (WebhookDelivery.next_attempt_at <= now)
                             & (WebhookDelivery.claim_until.is_null() | (WebhookDelivery.claim_until < now)))
                      .order_by(WebhookDelivery.next_attempt_at).limit(BATCH))
             if core.is_postgres:
@@ -255,13 +256,13 @@ class DeliveryLoop:
         now = utcnow()
         values: dict[str, Any] = {"attempts": attempts, "claim_token": None, "claim_until": None}
         if attempt["error"] is None:
-            values.update(status="delivered", next_attempt_at=None)
+            values.update(status=DeliveryStatus.DELIVERED, next_attempt_at=None)
         else:
             failures = sum(1 for a in attempts if a["error"] is not None)
             following = now + dt.timedelta(seconds=retry_delay(failures))
             give_up = row.created_at + dt.timedelta(hours=self.core.settings.webhook_retry_hours)
             if following > give_up:
-                values.update(status="failed", next_attempt_at=None)
+                values.update(status=DeliveryStatus.FAILED, next_attempt_at=None)
             else:
                 values.update(next_attempt_at=following)
         for tries in range(1, 1000):

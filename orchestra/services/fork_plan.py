@@ -39,8 +39,9 @@ from orchestra.engine.reuse import agent_fingerprint, call_key, keyed
 from orchestra.language import expressions, shape
 from orchestra.language.expressions import Scope
 from orchestra.services.template_diff import own_keys
+from orchestra.vocabulary import StepStatus
 
-SUCCEEDED = "succeeded"
+SUCCEEDED = StepStatus.SUCCEEDED
 _DIFFERENT = object()  # what an expression that fails gives: never equal to anything
 
 

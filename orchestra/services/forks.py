@@ -19,14 +19,14 @@ from orchestra.db.models import RunStep, WorkflowRun, WorkflowTemplate
 from orchestra.engine.records import output_fields
 from orchestra.engine.run_task import step_output
 from orchestra.engine.sizes import check_reply_size
-from orchestra.engine.vocabulary import RunStatus, StepStatus
 from orchestra.errors import NotFoundError, PermissionDeniedError, ValidationError
 from orchestra.language import schemas, shape
 from orchestra.services import fork_outputs, version_store, workflows
 from orchestra.services.fork_plan import ForkKeys, Planner, Record, Source, run_again
 from orchestra.services.shared import Shared
-from orchestra.services.spend import run_budget
+from orchestra.services.spend import carried_budget
 from orchestra.services.template_diff import steps_by_id
+from orchestra.vocabulary import RunStatus, StepStatus
 
 UNSET: Any = object()  # `input` not sent: the source's input
 PROBLEMS_MAX = 50  # problems listed for one fork's outputs
@@ -170,7 +170,8 @@ async def fork_run(
             files=source.files, status=RunStatus.QUEUED, trace_parent=trace_parent,
             forked_from={"trace_id": source.trace_id, "from_step": from_step, "outputs": list(outputs),
                          "again": sorted(again)},
-            budget_pusd=run_budget(spec, None),  # the template's limits.budget_usd (SPEC §12)
+            # the source's budget; onto another version, that version's if smaller (SPEC §15b)
+            budget_pusd=carried_budget(source, None if number == source.template_version else spec),
         )
         reused = {path: _copied(run.trace_id, by_path[path]) for path in plan.reused}
         new_rows = []

@@ -19,11 +19,11 @@ from typing import Any
 from orchestra.db.database import release_connection
 from orchestra.db.models import WorkflowTemplate
 from orchestra.engine import reads
-from orchestra.engine.vocabulary import EventKind
 from orchestra.errors import ConflictError, NotFoundError, ValidationError
 from orchestra.services import workflows
 from orchestra.services.api_keys import KeyGrant
 from orchestra.services.shared import Shared
+from orchestra.vocabulary import EventKind
 
 NAME_MAX = 64
 TOOLS_MAX = 1000  # tools one caller is offered (the oldest first)

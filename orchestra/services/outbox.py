@@ -17,7 +17,7 @@ from typing import Any
 from orchestra.db.models import WorkflowRun, new_id, utcnow
 from orchestra.db.trigger_models import EventSubscription, WebhookDelivery
 from orchestra.engine.store.events import Event
-from orchestra.engine.vocabulary import EventKind
+from orchestra.vocabulary import DeliveryStatus, EventKind, RunStatus
 
 #: The engine's event kinds that subscribers may hear of, by their subscription name.
 EVENT_TYPES: dict[str, str] = {
@@ -34,7 +34,7 @@ def payload(event_type: str, run: WorkflowRun, event: Event) -> str:
     """The delivery's JSON body: `{type, trace_id, template_id, status, output?,
     request_id?, prompt?, ts}`."""
     data = event.data
-    status = data.get("status") or ("waiting_reply" if event_type == "run.waiting_reply" else None)
+    status = data.get("status") or (RunStatus.WAITING_REPLY if event_type == "run.waiting_reply" else None)
     body: dict[str, Any] = {"type": event_type, "trace_id": run.trace_id, "template_id": run.template_id,
                             "status": status}
     if event_type == "run.succeeded" and "output" in data:
@@ -80,7 +80,7 @@ class EventOutbox:
                     continue
                 body = body or payload(event_type, run, event)
                 rows.append({"subscription": sub.id, "event": event_type, "trace_id": trace_id,
-                             "payload": body, "status": "pending", "attempts": [],
+                             "payload": body, "status": DeliveryStatus.PENDING, "attempts": [],
                              "next_attempt_at": now, "created_at": now})
         if not rows:
             return

@@ -37,12 +37,12 @@ from peewee import Case, fn
 from orchestra.db.models import RunStep, WorkflowRun, new_id, utcnow
 from orchestra.db.outage import StoreOutage, keep_going, release_quietly
 from orchestra.db.trigger_models import ScheduleFire, WorkflowSchedule
-from orchestra.engine.vocabulary import ACTIVE
 from orchestra.errors import ValidationError
 from orchestra.services import cron
 from orchestra.services.run_access import runnable_template
 from orchestra.services.shared import Shared
 from orchestra.services.trigger_runs import checked_input, run_row, step_rows
+from orchestra.vocabulary import ACTIVE, FireOutcome
 
 logger = logging.getLogger("orchestra.schedules")
 
@@ -223,11 +223,11 @@ class FireLoop:
                 if (row.id, due_at) in handled:
                     continue
                 if due_at not in chosen:
-                    plan.fire(row, due_at, "missed", error=f"missed while no process could fire it (catchup: {row.catchup})")
+                    plan.fire(row, due_at, FireOutcome.MISSED, error=f"missed while no process could fire it (catchup: {row.catchup})")
                     continue
                 previous = last if row.overlap != "allow" and last in active else None
                 if previous is not None and row.overlap == "skip":
-                    plan.fire(row, due_at, "skipped", error=f"run {previous} was still active (overlap: skip)")
+                    plan.fire(row, due_at, FireOutcome.SKIPPED, error=f"run {previous} was still active (overlap: skip)")
                     continue
                 trace_id = await self._start(plan, row, tz, due_at)
                 if trace_id is None:
@@ -244,19 +244,19 @@ class FireLoop:
         """Plan the run of one due time; None (recorded `failed`) when it cannot start."""
         template = await self._template(row)
         if template is None:
-            plan.fire(row, due_at, "failed", error="the schedule's owner may not run its template")
+            plan.fire(row, due_at, FireOutcome.FAILED, error="the schedule's owner may not run its template")
             return None
         try:
             input_text, input_value = await checked_input(self.core, template, row.input)
         except ValidationError as exc:
-            plan.fire(row, due_at, "failed", error=exc.message[:1000])
+            plan.fire(row, due_at, FireOutcome.FAILED, error=exc.message[:1000])
             return None
         trace_id = new_id()
         trigger = {"kind": "schedule", "schedule_id": row.id, "due_at": cron.iso_in(due_at, tz)}
         plan.runs.append(run_row(trace_id=trace_id, owner_id=row.owner_id, template=template,
                                  input_text=input_text, input_value=input_value, trigger=trigger))
         plan.steps += step_rows(trace_id, template)
-        plan.fire(row, due_at, "started", trace_id=trace_id)
+        plan.fire(row, due_at, FireOutcome.STARTED, trace_id=trace_id)
         plan.started.append(trace_id)
         return trace_id
 
@@ -272,7 +272,7 @@ class Plan:
     cancels: list[str] = field(default_factory=list)
     started: list[str] = field(default_factory=list)
 
-    def fire(self, row: WorkflowSchedule, due_at: dt.datetime, outcome: str, *,
+    def fire(self, row: WorkflowSchedule, due_at: dt.datetime, outcome: FireOutcome, *,
              trace_id: str | None = None, error: str | None = None) -> None:
         self.fires.append({"schedule": row.id, "due_at": due_at, "outcome": outcome,
                            "trace_id": trace_id, "error": error, "fired_at": utcnow()})

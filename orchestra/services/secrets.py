@@ -1,8 +1,11 @@
-"""Secrets (SPEC §14): values HTTP steps send, kept encrypted, never returned.
+"""Secrets (SPEC §14, §15b): values HTTP steps send, kept encrypted, never returned, sent
+only to the hosts they were entered for.
 
-Administrators store a secret by name; templates name it as `{{ secrets.NAME }}` in an
-HTTP step's URL and header values only (the template checks are in
-language/validate.py and `missing_names` below). A value is stored as SecretBox
+Administrators store a secret by name with its `hosts` (orchestra/secret_hosts.py);
+templates name it as `{{ secrets.NAME }}` in an HTTP step's URL and header values only
+(the template checks are in language/validate.py and `save_refusals` below). A
+secret stored before hosts existed has none and goes nowhere until an administrator
+sets them. A value is stored as SecretBox
 ciphertext (Fernet, the key derived from the server secret, as provider keys are) plus
 a hint (`…abcd`, the last four characters of a value of 8 or more, else `…`); no route
 returns it. A run reads the values its step names when the step runs, and the values
@@ -16,7 +19,7 @@ from typing import Any
 
 from peewee import IntegrityError
 
-from orchestra import redaction
+from orchestra import redaction, secret_hosts
 from orchestra.db.models import Secret, iso, storable, utcnow
 from orchestra.errors import ConflictError, NotFoundError, ValidationError
 from orchestra.services.shared import Shared
@@ -47,21 +50,31 @@ def clean_value(value: str) -> str:
     return value
 
 
+def clean_hosts(hosts: Any) -> list[str]:
+    try:
+        return secret_hosts.clean_hosts(hosts)
+    except ValueError as exc:
+        raise ValidationError.field("hosts", str(exc)) from None
+
+
 def secret_view(secret: Secret) -> dict[str, Any]:
-    """What a client sees of a secret: never its value."""
+    """What a client sees of a secret: never its value. `hosts` is null for a secret
+    stored before hosts existed (no step may send it until they are set)."""
     return {
         "name": secret.name,
         "hint": secret.hint,
+        "hosts": secret.hosts,
         "created_at": iso(secret.created_at),
         "updated_at": iso(secret.updated_at),
     }
 
 
-async def create_secret(core: Shared, *, name: str, value: str, created_by: str | None = None) -> Secret:
-    """Store a new secret; 422 for a bad name or value, 409 for a name in use."""
-    name, value = clean_name(name), clean_value(value)
+async def create_secret(core: Shared, *, name: str, value: str, hosts: list[str],
+                        created_by: str | None = None) -> Secret:
+    """Store a new secret; 422 for a bad name, value or hosts, 409 for a name in use."""
+    name, value, hosts = clean_name(name), clean_value(value), clean_hosts(hosts)
     secret = Secret(name=name, value_encrypted=core.secrets.encrypt(value), hint=hint(value),
-                    created_by=created_by)
+                    hosts=hosts, created_by=created_by)
     if await Secret.aget_or_none(Secret.name == name) is not None:
         raise _taken(name)
     try:
@@ -72,13 +85,25 @@ async def create_secret(core: Shared, *, name: str, value: str, created_by: str 
     return secret
 
 
-async def update_secret(core: Shared, *, name: str, value: str) -> Secret:
-    """Replace a secret's value; 404 for an unknown name."""
+async def update_secret(core: Shared, *, name: str, value: str | None = None,
+                        hosts: list[str] | None = None) -> Secret:
+    """Replace a secret's value, its hosts, or both; 404 for an unknown name."""
+    if value is None and hosts is None:
+        raise ValidationError("Send the secret's new value, its hosts, or both.", detail=[
+            {"field": "value", "problem": "value or hosts is required"}])
     secret = await get_secret(name)
-    value = clean_value(value)
-    secret.value_encrypted, secret.hint, secret.updated_at = core.secrets.encrypt(value), hint(value), utcnow()
-    await secret.asave(only=[Secret.value_encrypted, Secret.hint, Secret.updated_at])
-    redaction.remember([value])
+    changed = [Secret.updated_at]
+    if value is not None:
+        value = clean_value(value)
+        secret.value_encrypted, secret.hint = core.secrets.encrypt(value), hint(value)
+        changed += [Secret.value_encrypted, Secret.hint]
+    if hosts is not None:
+        secret.hosts = clean_hosts(hosts)
+        changed.append(Secret.hosts)
+    secret.updated_at = utcnow()
+    await secret.asave(only=changed)
+    if value is not None:
+        redaction.remember([value])
     return secret
 
 
@@ -99,12 +124,21 @@ async def delete_secret(core: Shared, *, name: str) -> None:
     await core.db.aexecute(Secret.delete().where(Secret.id == secret.id))
 
 
-async def missing_names(core: Shared, names: set[str]) -> set[str]:
-    """Of `names`, those no secret has (a template naming one is a 422 at save)."""
-    if not names:
-        return set()
-    rows = await core.db.list(Secret.select(Secret.name).where(Secret.name.in_(sorted(names))))
-    return names - {row.name for row in rows}
+async def save_refusals(core: Shared, uses: list[tuple[str, str, str]]) -> list[tuple[str, str]]:
+    """(field, problem) of each `{{ secrets.NAME }}` (field, name, the step's URL template)
+    that a save refuses: where the URL writes its host literally, a secret that does not
+    exist and one whose hosts do not list that host get the same sentence (no answer
+    tells which names exist). Where the host comes from an expression nothing is
+    refused here, exists or not: the run checks at every connection."""
+    literal = [(field, name, found) for field, name, url in uses
+               if (found := secret_hosts.literal_destination(url)) is not None]
+    if not literal:
+        return []
+    rows = await core.db.list(Secret.select(Secret.name, Secret.hosts)
+                              .where(Secret.name.in_(sorted({name for _f, name, _d in literal}))))
+    hosts = {row.name: row.hosts for row in rows}
+    return [(field, secret_hosts.refusal(name, *where)) for field, name, where in literal
+            if not secret_hosts.allows(hosts.get(name), *where)]
 
 
 async def values(core: Shared, names: set[str]) -> dict[str, str]:

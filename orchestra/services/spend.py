@@ -15,10 +15,10 @@ from decimal import Decimal
 from typing import Any
 
 from orchestra.db.models import RunEvent, RunStep, WorkflowRun
-from orchestra.engine.vocabulary import EventKind, RunStatus
 from orchestra.errors import ConflictError, ValidationError
 from orchestra.money.amounts import from_pico, parse_usd, read_usd, to_pico, usd_text
 from orchestra.services.shared import Shared
+from orchestra.vocabulary import EventKind, RunStatus
 
 GROUPS = ("user", "template", "provider", "model", "day")
 USAGE_ROWS_MAX = 200_000  # step instances one report reads at most (a bounded query)
@@ -31,6 +31,15 @@ def run_budget(spec: dict[str, Any] | None, budget_usd: Any) -> int | None:
     template = ((spec or {}).get("limits") or {}).get("budget_usd")
     amounts = [a for a in (given, read_usd(template)) if a is not None]
     return to_pico(min(amounts), up=False) if amounts else None
+
+
+def carried_budget(source: WorkflowRun, spec: dict[str, Any] | None) -> int | None:
+    """The budget of a retry or a fork of `source` (SPEC §15b), in pico-dollars: the
+    source's whole budget (its top-ups included; the new run's ledger starts at zero and
+    reuses what the source paid for), or the `limits.budget_usd` of `spec` when that is
+    smaller (a fork onto another version: that version's template); None: neither has one."""
+    amounts = [a for a in (source.budget_pusd, run_budget(spec, None)) if a is not None]
+    return min(amounts) if amounts else None
 
 
 def money_fields(run: WorkflowRun) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from orchestra.services.paging import Page, keyset_page
 from orchestra.services.providers import BASE_URL
 from orchestra.services.run_access import require_runnable
 from orchestra.services.shared import Shared
+from orchestra.vocabulary import DeliveryStatus
 
 URL_MAX = 2048
 DELIVERIES_MAX = 200
@@ -114,7 +115,7 @@ async def retry_delivery(core: Shared, *, user_id: str, subscription_id: str, de
     where = (WebhookDelivery.id == delivery_id) & (WebhookDelivery.subscription == row.id)
     if not _known_id(delivery_id) or await WebhookDelivery.aget_or_none(where) is None:
         raise NotFoundError(f"No delivery has the id '{delivery_id}'.")
-    await core.db.aexecute(WebhookDelivery.update(status="pending", next_attempt_at=utcnow()).where(where))
+    await core.db.aexecute(WebhookDelivery.update(status=DeliveryStatus.PENDING, next_attempt_at=utcnow()).where(where))
     loop = core.delivery_loop
     if loop is not None:
         loop.wake()

@@ -11,6 +11,7 @@ import datetime as dt
 from orchestra.db.database import release_connection
 from orchestra.db.trigger_models import ScheduleFire, WebhookDelivery
 from orchestra.services.shared import Shared
+from orchestra.vocabulary import DeliveryStatus
 
 BATCH = 1000
 
@@ -20,7 +21,7 @@ async def prune(core: Shared, *, cutoff: dt.datetime) -> int:
     total = 0
     for model, old in (
         (ScheduleFire, ScheduleFire.due_at < cutoff),
-        (WebhookDelivery, (WebhookDelivery.created_at < cutoff) & (WebhookDelivery.status != "pending")),
+        (WebhookDelivery, (WebhookDelivery.created_at < cutoff) & (WebhookDelivery.status != DeliveryStatus.PENDING)),
     ):
         while True:
             ids = [row.id for row in await core.db.list(model.select(model.id).where(old).limit(BATCH))]

@@ -10,11 +10,11 @@ from __future__ import annotations
 from typing import Any
 
 from orchestra.db.models import WorkflowTemplate, utcnow
-from orchestra.engine.vocabulary import RunStatus, StepStatus
 from orchestra.errors import ValidationError
 from orchestra.language import schemas
 from orchestra.services.shared import Shared
 from orchestra.services.spend import run_budget
+from orchestra.vocabulary import RunStatus, StepStatus
 
 
 async def checked_input(core: Shared, template: WorkflowTemplate, value: Any, *,

@@ -28,7 +28,6 @@ from orchestra.engine import instances, reads
 from orchestra.engine.run_task import step_output
 from orchestra.engine.sizes import check_reply_size
 from orchestra.engine.store.events import Event
-from orchestra.engine.vocabulary import FINISHED, EventKind, RunStatus, StepStatus
 from orchestra.errors import ConflictError, NotFoundError, PermissionDeniedError, ValidationError
 from orchestra.language import schemas, shape
 from orchestra.language.model import NAME_MAX, PROMPT_MAX
@@ -39,6 +38,7 @@ from orchestra.services import composition, run_starts, spend, version_store
 from orchestra.services.paging import DEFAULT_LIMIT, Page, keyset_page
 from orchestra.services.run_starts import StartKey
 from orchestra.services.shared import Shared
+from orchestra.vocabulary import FINISHED, EventKind, RunStatus, StepStatus
 
 EVENTS_MAX = 1000  # events in one page of GET /run/{id}/events
 OPTION_FIELDS = ("input_schema", "limits", "output", "output_schema", "expose")  # template-level language options
@@ -536,7 +536,7 @@ async def retry_run(
             steps=old.steps, spec=old.spec, input=old.input, input_value=old.input_value,
             files=old.files, retry_of=old.trace_id, status=RunStatus.QUEUED,
             template_version=old.template_version,
-            budget_pusd=spend.run_budget(old.spec, None),  # the template's budget, afresh
+            budget_pusd=spend.carried_budget(old, None),  # the source's budget (SPEC §15b)
         )
         new_rows = []
         for sid in ids:

@@ -47,6 +47,7 @@ from orchestra.db.models import WorkflowRun
 from orchestra.errors import ConflictError, NotFoundError, OrchestraError, PermissionDeniedError
 from orchestra.services import mcp_tools, workflows
 from orchestra.services.mcp_tools import Ended, ExposedTools, Question, Tool
+from orchestra.vocabulary import RunStatus
 from orchestra.web import asgi_bridge
 from orchestra.web.auth import Principal
 
@@ -306,7 +307,7 @@ def _tool(tool: Tool) -> types.Tool:
 
 
 def _answer(trace_id: str, ended: Ended, tool: Tool) -> types.CallToolResult:
-    if ended.status != "succeeded":
+    if ended.status != RunStatus.SUCCEEDED:
         return _error(f"The run {trace_id} {ended.status}: {ended.error or 'no reason was given'}")
     text, structured = mcp_tools.output_parts(ended.output)
     if structured is None and tool.output_schema is not None:

@@ -26,6 +26,7 @@ from orchestra.db.database import release_connection
 from orchestra.db.models import WorkflowRun, utcnow
 from orchestra.errors import AuthenticationRequiredError, TokenInvalidError
 from orchestra.observability import context, metrics, tracing
+from orchestra.vocabulary import RunStatus
 
 _PARAM = re.compile(r"<([^:>]+)(?::[^>]*)?>")
 STORE_GAUGES_TIMEOUT = 2.0  # seconds a scrape waits for the store-wide gauges
@@ -123,7 +124,7 @@ def _check_token(request: Request, token: str) -> None:
 async def _store_gauges(core) -> metrics.StoreGauges:
     """How many runs wait to be claimed, and how long the oldest has waited."""
     query = WorkflowRun.select(fn.COUNT(WorkflowRun.trace_id), fn.MIN(WorkflowRun.created_at)).where(
-        WorkflowRun.status == "queued")
+        WorkflowRun.status == RunStatus.QUEUED)
     try:
         rows = await core.db.list(query.tuples())
     finally:

@@ -94,8 +94,9 @@ def test_a_paused_run_is_topped_up_from_the_cli_and_shows_what_it_cost(world):
     watched = cli("workflow", "watch", trace_id)
     assert watched.returncode == 0, watched.stderr
     lines = watched.stdout.splitlines()
-    assert (f"budget exhausted ($0.01 of $0.125): the run waits; raise it with "
-            f"orchestra workflow budget {trace_id} --add 0.50") in lines
+    # what the next call may cost ($0.12) and the least top-up that pays for it
+    assert (f"budget exhausted ($0.01 of $0.125; the next call may cost up to $0.12): the run "
+            f"waits; raise it with orchestra workflow budget {trace_id} --add 0.01") in lines
     assert sum(1 for line in lines if line.startswith("[s") and " finished in " in line
                and line.endswith(" · $0.01")) == 3, lines
 

@@ -144,7 +144,7 @@ def test_orchestra_console_0_turns_it_off():
 def test_the_stream_listens_for_every_kind_of_event():
     """An EventSource hears only the event names it listens for: a kind missing from
     stream.js's KINDS never reaches a run's page (a workflow step's child link did not)."""
-    from orchestra.engine.vocabulary import EventKind
+    from orchestra.vocabulary import EventKind
 
     text = (CONSOLE_DIR / "js" / "stream.js").read_text()
     listed = re.search(r"export const KINDS = \[(.*?)\];", text, re.DOTALL).group(1)

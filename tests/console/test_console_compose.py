@@ -25,9 +25,12 @@ def test_secrets_http_steps_and_child_runs_in_the_console(console):
         page.get_by_role("heading", name="Secrets", exact=True).wait_for()
         page.get_by_label("Name", exact=True).fill("CRM")
         page.get_by_label("Value", exact=True).fill(VALUE)
+        page.get_by_label("Hosts", exact=True).fill("127.0.0.1, *.example.com")
         page.get_by_role("button", name="Store secret").click()
-        page.get_by_text("Secret 'CRM' stored (…abcd).").wait_for()
+        page.get_by_text("Secret 'CRM' stored (…abcd), sent only to 127.0.0.1, *.example.com.", exact=False).wait_for()
         expect(page.locator('tr[data-secret="CRM"]')).to_contain_text("…abcd")
+        expect(page.locator('tr[data-secret="CRM"]')).to_contain_text("127.0.0.1, *.example.com")
+        assert http.get("/resource/secret").json()["secrets"][0]["hosts"] == ["127.0.0.1", "*.example.com"]
         assert VALUE not in page.content()
 
         # the child: one HTTP step, built in the step editor

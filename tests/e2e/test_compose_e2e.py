@@ -139,7 +139,7 @@ def test_a_secret_in_a_header_never_surfaces_anywhere(tmp_path, target):
         try:
             admin = httpx.Client(base_url=server.base_url + "/api/v1", timeout=15,
                                  headers=login(server, "root", "ADMINISTRATOR"))
-            made = admin.post("/resource/secret", json={"name": "CRM", "value": SECRET})
+            made = admin.post("/resource/secret", json={"name": "CRM", "value": SECRET, "hosts": ["127.0.0.1"]})
             assert made.status_code == 201 and SECRET not in made.text
             steps = [
                 {"id": "echo", "http": {"method": "POST", "url": target.url + "/echo?key={{ secrets.CRM }}",

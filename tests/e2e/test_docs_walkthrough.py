@@ -180,3 +180,16 @@ kill %1
     assert "! less sugar" in text  # the answer typed at the prompt was taken
     assert re.search(r'\{"id": 1, "event": "run_started"', text)  # --json | head -3
     assert re.search(r"^\s*\d+ run_finished ", text, flags=re.M)  # follow_run.py
+    # examples/README's budget story, as written: it pauses after some topics (not before
+    # the first), says what is spent of what, shows no item `running` for a run no process
+    # holds, and goes on after the top-up to the end
+    story = text[text.index("waiting_budget · cost $"):]
+    shown = story[:story.index("budget now $")]
+    assert re.match(r"waiting_budget · cost \$0\.00\d+ · budget \$0\.888", shown), shown[:200]
+    assert re.search(r"^research\[0\] · succeeded · \$0\.00\d+", shown, flags=re.M), shown[:2000]
+    assert re.search(r"^research\[\d\] · pending", shown, flags=re.M), shown[:2000]
+    assert not re.search(r"^research.* · running", shown, flags=re.M), shown[:2000]
+    assert "budget now $1.388 (spent $0.00" in story and "it is queued again" in story
+    watched = story[story.index("budget now $1.388"):]
+    assert "the next call may cost up to $0.88" in watched and "research[5]" in watched
+    assert re.search(r"run succeeded in ", watched), watched[:4000]

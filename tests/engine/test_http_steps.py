@@ -36,7 +36,9 @@ def database_url(request) -> str:
 
 async def owner(core) -> dict:
     user = await auth.register(core, user_name="alice", password="password-123")
-    await secrets.create_secret(core, name="API_TOKEN", value=SECRET)
+    # every host the refused-address cases name: the egress rule, not the secret's hosts, refuses them
+    await secrets.create_secret(core, name="API_TOKEN", value=SECRET, hosts=[
+        "127.0.0.1", "127.0.0.2", "::1", "10.1.2.3", "169.254.169.254", "localhost"])
     return {"user_id": user.id}
 
 

@@ -1,5 +1,7 @@
-"""`/api/v1/resource/secret` (SPEC §14): administrators store secrets; no route returns a
-value; templates may name them only in an HTTP step's url and header values."""
+"""`/api/v1/resource/secret` (SPEC §14, §15b): administrators store secrets with their
+hosts; no route returns a value; templates may name them only in an HTTP step's url and
+header values, and a URL that writes its host is refused at save when the secret may not
+go there, with the sentence a secret that does not exist gets."""
 
 from __future__ import annotations
 
@@ -18,21 +20,34 @@ def database_url(request) -> str:
 
 
 async def test_secret_crud_never_returns_the_value(client, admin, core):
-    created = await client.post(SECRETS, json={"name": "CRM_KEY", "value": VALUE}, headers=admin["headers"])
+    created = await client.post(SECRETS, json={"name": "CRM_KEY", "value": VALUE, "hosts": ["CRM.example:443"]},
+                                headers=admin["headers"])
     assert created.status_code == 201, created.text
     assert created.json()["name"] == "CRM_KEY" and created.json()["hint"] == "…abcd"
+    assert created.json()["hosts"] == ["crm.example:443"]
     assert VALUE not in created.text
     listed = await client.get(SECRETS, headers=admin["headers"])
     assert listed.status_code == 200 and VALUE not in listed.text
-    assert [(s["name"], s["hint"]) for s in listed.json()["secrets"]] == [("CRM_KEY", "…abcd")]
+    assert [(s["name"], s["hint"], s["hosts"]) for s in listed.json()["secrets"]] == [
+        ("CRM_KEY", "…abcd", ["crm.example:443"])]
     stored = await Secret.aget(Secret.name == "CRM_KEY")
     assert VALUE not in stored.value_encrypted and core.secrets.decrypt(stored.value_encrypted) == VALUE
-    again = await client.post(SECRETS, json={"name": "CRM_KEY", "value": "other-value-1"}, headers=admin["headers"])
+    again = await client.post(SECRETS, json={"name": "CRM_KEY", "value": "other-value-1", "hosts": ["x.example"]},
+                              headers=admin["headers"])
     assert again.status_code == 409 and again.json()["error"] == "ConflictError"
     replaced = await client.put(f"{SECRETS}/CRM_KEY", json={"value": "short"}, headers=admin["headers"])
     assert replaced.status_code == 200 and replaced.json()["hint"] == "…"
+    assert replaced.json()["hosts"] == ["crm.example:443"]  # a new value keeps the hosts
     stored = await Secret.aget(Secret.name == "CRM_KEY")
     assert core.secrets.decrypt(stored.value_encrypted) == "short"
+    moved = await client.put(f"{SECRETS}/CRM_KEY", json={"hosts": ["*.crm.example", "::1", "[::1]", "10.0.0.5:8443"]},
+                             headers=admin["headers"])
+    assert moved.status_code == 200 and moved.json()["hosts"] == ["*.crm.example", "[::1]", "10.0.0.5:8443"]
+    stored = await Secret.aget(Secret.name == "CRM_KEY")
+    assert stored.hosts == ["*.crm.example", "[::1]", "10.0.0.5:8443"]
+    assert core.secrets.decrypt(stored.value_encrypted) == "short"  # new hosts keep the value
+    empty = await client.put(f"{SECRETS}/CRM_KEY", json={}, headers=admin["headers"])
+    assert empty.status_code == 422, empty.text
     gone = await client.delete(f"{SECRETS}/CRM_KEY", headers=admin["headers"])
     assert gone.status_code == 200 and await Secret.aget_or_none(Secret.name == "CRM_KEY") is None
     missing = await client.delete(f"{SECRETS}/CRM_KEY", headers=admin["headers"])
@@ -50,21 +65,31 @@ async def test_secrets_need_an_administrator(client, user):
 
 
 @pytest.mark.parametrize("body, field", [
-    ({"name": "1BAD", "value": VALUE}, "name"),
-    ({"name": "has-dash", "value": VALUE}, "name"),
-    ({"name": "OK", "value": "ab"}, "value"),
-    ({"name": "OK", "value": "line\nbreak"}, "value"),
-    ({"name": "OK"}, "value"),
+    ({"name": "1BAD", "value": VALUE, "hosts": ["a.example"]}, "name"),
+    ({"name": "has-dash", "value": VALUE, "hosts": ["a.example"]}, "name"),
+    ({"name": "OK", "value": "ab", "hosts": ["a.example"]}, "value"),
+    ({"name": "OK", "value": "line\nbreak", "hosts": ["a.example"]}, "value"),
+    ({"name": "OK", "hosts": ["a.example"]}, "value"),
+    ({"name": "OK", "value": VALUE}, "hosts"),  # required on create
+    ({"name": "OK", "value": VALUE, "hosts": []}, "hosts"),
+    ({"name": "OK", "value": VALUE, "hosts": ["has space.example"]}, "hosts"),
+    ({"name": "OK", "value": VALUE, "hosts": ["*.com"]}, "hosts"),  # a wildcard needs a domain
+    ({"name": "OK", "value": VALUE, "hosts": ["a.example:0"]}, "hosts"),
+    ({"name": "OK", "value": VALUE, "hosts": ["a.example:65536"]}, "hosts"),
+    ({"name": "OK", "value": VALUE, "hosts": ["https://a.example/"]}, "hosts"),
+    ({"name": "OK", "value": VALUE, "hosts": ["a.example\n"]}, "hosts"),
+    ({"name": "OK", "value": VALUE, "hosts": [f"h{i}.example" for i in range(51)]}, "hosts"),
 ])
 async def test_bad_secrets_are_422(client, admin, core, body, field):
     response = await client.post(SECRETS, json=body, headers=admin["headers"])
     assert response.status_code == 422, response.text
-    assert any(d["field"] == field for d in response.json()["detail"])
+    assert any(d["field"].split(".")[0] == field for d in response.json()["detail"]), response.text
     assert await core.db.list(Secret.select()) == []
 
 
 async def test_templates_name_secrets_only_in_http_urls_and_headers(client, admin, alice):
-    await client.post(SECRETS, json={"name": "CRM_KEY", "value": VALUE}, headers=admin["headers"])
+    await client.post(SECRETS, json={"name": "CRM_KEY", "value": VALUE, "hosts": ["crm.example", "x.example"]},
+                      headers=admin["headers"])
     good = {"name": "crm", "steps": [{"id": "call", "http": {
         "method": "POST", "url": "https://crm.example/api?key={{ secrets.CRM_KEY }}",
         "headers": {"Authorization": "Bearer {{ secrets.CRM_KEY }}"}, "body": {"q": "{{ input }}"}}}]}

@@ -19,7 +19,7 @@ from orchestra.db.models import (
 from orchestra.engine.model import At
 from orchestra.engine.store.events import Event, Item
 from orchestra.engine.store.runs import RunStore
-from orchestra.engine.vocabulary import ACTIVE, EventKind, RunStatus, StepStatus
+from orchestra.vocabulary import ACTIVE, EventKind, RunStatus, StepStatus
 
 #: A child's events its waiting parent shows too (with `child_trace_id`): its questions
 #: and answers, and its pauses for budget (SPEC §12).

@@ -21,8 +21,8 @@ from orchestra.backoff import Backoff
 from orchestra.db.database import release_connection
 from orchestra.db.models import RunEvent, WorkflowRun, iso, utcnow
 from orchestra.engine.model import At, Question
-from orchestra.engine.vocabulary import KINDS, TERMINAL, EventKind
 from orchestra.timestamps import parse_ts
+from orchestra.vocabulary import KINDS, TERMINAL, EventKind
 
 APPEND_DEADLINE_SECONDS = 30.0  # how long appends retry through seq conflicts
 SEQ_RACE = Backoff(base=0.005, cap=0.2)  # the wait before writing again after losing a seq race

@@ -13,11 +13,14 @@ on up): every transaction that locks several runs' rows goes in that order (the 
 renewal included, `Ownership.renew`), so two of them never wait for each other.
 
 Changes settled here and not yet stored ride along with the run's next fenced write or
-reservation (at most one extra store transaction per call).
+reservation (at most one extra store transaction per call). A change taken by a write
+that has not committed yet is *in transit*: a reservation that does not fit waits for it
+to land (`in_transit`, `changed`) before it may say the budget is spent (SPEC §15b).
 """
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,6 +57,8 @@ class Ledger:
         self.store = store  # the RunStore: its fence, transactions, row locks and claims
         self.db = store.db
         self._unstored: dict[str, int] = {}
+        self._transit: dict[str, int] = {}  # writes carrying a change, not committed yet
+        self._wakes: dict[str, asyncio.Future] = {}  # a reservation waiting for a change
         self._chains: dict[str, tuple[str, ...]] = {}  # a child's ancestors, nearest first
 
     # -- a run's chain ---------------------------------------------------------------
@@ -74,7 +79,27 @@ class Ledger:
 
     def forget(self, trace_id: str) -> None:
         self._unstored.pop(trace_id, None)
+        self._transit.pop(trace_id, None)
         self._chains.pop(trace_id, None)
+        self.wake(trace_id)
+
+    # -- waiting for a change (engine/spend.py: a reservation that did not fit) ---------
+    def changed(self, trace_id: str) -> asyncio.Future:
+        """A future done at the run's next ledger change here: a call settled, or a write
+        carrying a change landed (committed or not)."""
+        wake = self._wakes.get(trace_id)
+        if wake is None or wake.done():
+            wake = self._wakes[trace_id] = asyncio.get_running_loop().create_future()
+        return wake
+
+    def wake(self, trace_id: str) -> None:
+        wake = self._wakes.pop(trace_id, None)
+        if wake is not None and not wake.done():
+            wake.set_result(None)
+
+    def in_transit(self, trace_id: str) -> bool:
+        """A write carrying a change of the run's ledger has not landed yet."""
+        return self._transit.get(trace_id, 0) > 0
 
     # -- unstored changes ------------------------------------------------------------
     def spend(self, trace_id: str, pico: int) -> None:
@@ -82,14 +107,40 @@ class Ledger:
         kept until the run's next fenced write or reservation stores it."""
         if pico:
             self._unstored[trace_id] = self._unstored.get(trace_id, 0) + pico
+        self.wake(trace_id)
 
     def take(self, trace_id: str) -> int:
-        """The unstored change, for a write about to store it."""
-        return self._unstored.pop(trace_id, 0)
+        """The unstored change, for a write about to store it (in transit until `landed`
+        or `keep`)."""
+        pico = self._unstored.pop(trace_id, 0)
+        if pico:
+            self._transit[trace_id] = self._transit.get(trace_id, 0) + 1
+        return pico
+
+    def landed(self, trace_id: str, pico: int) -> None:
+        """The write that took `pico` committed it (or gave it back)."""
+        if pico:
+            self._arrived(trace_id)
+            self.wake(trace_id)
+
+    def _arrived(self, trace_id: str) -> None:
+        left = self._transit.get(trace_id, 0) - 1
+        if left > 0:
+            self._transit[trace_id] = left
+        else:
+            self._transit.pop(trace_id, None)
+
+    def _put_back(self, trace_id: str, pico: int) -> None:
+        """A reservation that did not fit stored nothing: its unstored change is as it
+        was (no change for a waiting reservation to look at)."""
+        if pico:
+            self._arrived(trace_id)
+            self._unstored[trace_id] = self._unstored.get(trace_id, 0) + pico
 
     def keep(self, trace_id: str, pico: int, *, known_failed: bool) -> None:
         """A write that carried `pico` failed: keep it for the next one, unless it may have
         been stored (then a release is dropped: counted twice, it could overspend)."""
+        self.landed(trace_id, pico)
         if pico and (known_failed or pico > 0):
             self.spend(trace_id, pico)
 
@@ -128,8 +179,9 @@ class Ledger:
             self.keep(trace_id, pending, known_failed=False)
             raise
         if changed:
+            self.landed(trace_id, pending)
             return True
-        self.spend(trace_id, pending)
+        self._put_back(trace_id, pending)
         if await WorkflowRun.aget_or_none(self.store.ownership.holds(trace_id, token)) is None:
             raise Fenced(f"run {trace_id}: this process no longer holds its claim")
         return False
@@ -148,6 +200,7 @@ class Ledger:
         except BaseException:
             self.keep(trace_id, pending, known_failed=False)
             raise
+        self.landed(trace_id, pending)
         return fits
 
     async def _chain_rows(self, trace_id: str, *, lock: bool = False) -> list[WorkflowRun]:

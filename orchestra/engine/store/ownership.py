@@ -31,7 +31,7 @@ from typing import Any
 from peewee import Case
 
 from orchestra.db.models import WorkflowRun
-from orchestra.engine.vocabulary import ACTIVE
+from orchestra.vocabulary import ACTIVE
 
 
 def process_identity() -> str:

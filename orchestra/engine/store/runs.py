@@ -30,7 +30,7 @@ from orchestra.engine.store.events import (
 )
 from orchestra.engine.store.ledger import Ledger
 from orchestra.engine.store.ownership import Ownership, process_identity
-from orchestra.engine.vocabulary import ACTIVE, EventKind, RunStatus, StepStatus
+from orchestra.vocabulary import ACTIVE, EventKind, RunStatus, StepStatus
 
 #: One instance's change in a group write: (path, step id to create its row or None to
 #: update it, column values, events to append after it).
@@ -194,6 +194,7 @@ class RunStore:
                     if fenced:  # an owner's write: its claim still holds, or Fenced
                         await self.fence(trace_id, spent=spent)
                     events = await store()
+                self.ledger.landed(trace_id, spent)
                 break
             except BaseException as exc:
                 self.ledger.keep(trace_id, spent, known_failed=isinstance(exc, IntegrityError))
@@ -210,16 +211,33 @@ class RunStore:
         return events
 
     # -- spend (SPEC §12; the ledger is store/ledger.py) -----------------------------------
-    async def pause_for_budget(self, trace_id: str, data: dict[str, Any]) -> None:
+    async def pause_for_budget(self, trace_id: str, data: dict[str, Any], *,
+                               spends: dict[str, dict[str, Any]] | None = None) -> None:
         """The run waits for a top-up: `waiting_budget`, held by nobody, with its
-        `budget_exhausted` event, in one fenced write."""
+        `budget_exhausted` event, in one fenced write. Its unfinished instances' costs so
+        far (`spends`, by path) are stored on their rows, and those that were running
+        are `pending` again (nothing runs them until the run goes on); the event names
+        them (`paused_steps`)."""
 
         async def store() -> list[Event]:
             await self.set_run(trace_id, status=RunStatus.WAITING_BUDGET,
                                owner_process=None, lease_until=None)
-            return await self.events.insert(trace_id, [(EventKind.BUDGET_EXHAUSTED, data, None)])
+            await self._store_spends(trace_id, spends)
+            running = RunStep.status == StepStatus.RUNNING
+            paused = [path for (path,) in await self.db.list(RunStep.select(RunStep.path).where(
+                (RunStep.run == trace_id) & running).order_by(RunStep.path).tuples())]
+            if paused:
+                await self.db.aexecute(RunStep.update(status=StepStatus.PENDING).where(
+                    (RunStep.run == trace_id) & running))
+            return await self.events.insert(trace_id, [(EventKind.BUDGET_EXHAUSTED,
+                                                        {**data, "paused_steps": paused}, None)])
 
         await self.write(trace_id, store)
+
+    async def _store_spends(self, trace_id: str, spends: dict[str, dict[str, Any]] | None) -> None:
+        for path, fields in (spends or {}).items():
+            await self.db.aexecute(RunStep.update(**fields).where(
+                (RunStep.run == trace_id) & (RunStep.path == path)))
 
     async def store_instances(self, changes: list[InstanceChange], trace_id: str) -> None:
         """Instances' row changes (a row created when a step id is given, else updated)
@@ -258,17 +276,21 @@ class RunStore:
         await self.write(trace_id, store)
 
     async def end(self, trace_id: str, kind: str, data: dict[str, Any], *, status: str,
-                  error: str | None = None) -> None:
+                  error: str | None = None, spends: dict[str, dict[str, Any]] | None = None) -> None:
         """Store a run's terminal event together with its final rows, in one transaction,
-        and only then publish it: whoever sees the event reads the final state."""
+        and only then publish it: whoever sees the event reads the final state.
+        `spends`: the cost so far of instances left unfinished, by path."""
         now = utcnow()
         step_status = StepStatus.CANCELLED if status == RunStatus.FAILED else status
 
         async def store() -> list[Event]:
+            await self._store_spends(trace_id, spends)
             if status != RunStatus.SUCCEEDED:
-                await self.db.aexecute(
+                paused = (RunStep.status == StepStatus.PENDING) & RunStep.started_at.is_null(False)
+                await self.db.aexecute(  # paused for budget (pending again, once started) included
                     RunStep.update(status=step_status, finished_at=now).where(
-                        (RunStep.run == trace_id) & RunStep.status.in_([StepStatus.RUNNING, StepStatus.WAITING_REPLY])
+                        (RunStep.run == trace_id)
+                        & (RunStep.status.in_([StepStatus.RUNNING, StepStatus.WAITING_REPLY]) | paused)
                     )
                 )
                 await self.db.aexecute(

@@ -31,7 +31,7 @@ EVENT_FIELDS: dict[str, str] = {
                    "its provider not called (announced at the start, or when reached for a call decided at "
                    "run time); `overridden: true` when the fork's `outputs` set it; `source_path` when the "
                    "source's call was at another path (an item that moved in the mapped list)",
-    "run_resumed": "`attempt`, `restarted_steps`: another server process took the run over",
+    "run_resumed": "`attempt`, `restarted_steps`: another server process took the run over; `reason: \"budget\"`: it goes on after a top-up (SPEC §15b)",
     "run_finished": '`status: "succeeded"`, `output` (the template\'s `output`, else the last step\'s)',
     "run_failed": '`status: "failed"`, `error`, `failed_step`; or `status: "interrupted"`, `reason`',
     "run_cancelled": '`status: "cancelled"`, `reason`',

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from orchestra.engine import vocabulary
+from orchestra import vocabulary
 from orchestra.engine.llm.factory import SUPPORTED_KINDS
 from orchestra.language.model import Expose, Step, TemplateLimits
 from orchestra.services.roles import ROLE_NAMES
@@ -186,6 +186,9 @@ class SkillList(Success):
 class SecretView(Shape):
     name: str
     hint: str = Field(description="'…' and the value's last four characters (none of a value under 8).")
+    hosts: list[str] | None = Field(description="Where HTTP steps may send it, each entry in its canonical "
+                                    "spelling; null for a secret stored before hosts existed, which no "
+                                    "step may send until an administrator sets them.")
     created_at: Timestamp
     updated_at: Timestamp
 

@@ -6,10 +6,11 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from orchestra import vocabulary
 from orchestra.web.apidoc.models import NextCursor, Shape, Success, Timestamp
 
-Outcome = Literal["started", "skipped", "missed", "failed"]
-DeliveryStatus = Literal["pending", "delivered", "failed"]
+Outcome = Literal[tuple(o.value for o in vocabulary.FireOutcome)]  # type: ignore[valid-type]
+DeliveryStatus = Literal[tuple(s.value for s in vocabulary.DeliveryStatus)]  # type: ignore[valid-type]
 EventType = Literal["run.succeeded", "run.failed", "run.cancelled", "run.waiting_reply"]
 Offset = Field(description="ISO 8601 with the offset of the schedule's zone at that instant.")
 

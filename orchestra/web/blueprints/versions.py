@@ -8,12 +8,12 @@ from pydantic import Field
 from sanic import Blueprint, Request
 from sanic.response import json
 
-from orchestra.engine.vocabulary import RunStatus
 from orchestra.errors import NotFoundError, PermissionDeniedError
 from orchestra.observability import tracing
 from orchestra.services import forks, versions
 from orchestra.services import workflows as templates
 from orchestra.services.roles import Role
+from orchestra.vocabulary import RunStatus
 from orchestra.web.apidoc import version_models as out
 from orchestra.web.apidoc.operation import Link, documented, header, query
 from orchestra.web.apidoc.rules import rule

@@ -8,7 +8,6 @@ from pydantic import Field
 from sanic import Blueprint, Request
 from sanic.response import HTTPResponse, json
 
-from orchestra.engine.vocabulary import RunStatus
 from orchestra.errors import PermissionDeniedError, ValidationError
 from orchestra.language.model import EXPRESSION_MAX, MAX_STEPS, Expose, Step, TemplateLimits
 from orchestra.money.amounts import POSITIVE_USD_JSON_SCHEMA, USD_JSON_SCHEMA
@@ -17,6 +16,7 @@ from orchestra.services import run_starts
 from orchestra.services import spend as spend_service
 from orchestra.services import workflows as service
 from orchestra.services.roles import Role
+from orchestra.vocabulary import RunStatus
 from orchestra.web.apidoc import models as out
 from orchestra.web.apidoc.events import event_schema, stream_description
 from orchestra.web.apidoc.operation import Link, documented, header, query

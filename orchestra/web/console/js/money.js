@@ -22,19 +22,48 @@ export function usd(value) {
   return value == null ? 'unknown' : `$${value}`;
 }
 
-/** A run waiting for budget: how much to add, sent to POST /run/{id}/budget. */
-export function TopUp({ traceId }) {
-  const [amount, setAmount] = useState('0.50');
+/** a − b for decimal strings, exactly; null when either is missing. */
+export function subUsd(a, b) {
+  if (a == null || b == null) return null;
+  const neg = String(b).startsWith('-') ? String(b).slice(1) : `-${b}`;
+  const [ai, af = ''] = String(a).split('.');
+  const [bi, bf = ''] = neg.split('.');
+  const n = Math.max(af.length, bf.length);
+  const value = BigInt(ai + af.padEnd(n, '0')) + BigInt(bi + bf.padEnd(n, '0'));
+  const sign = value < 0n ? '-' : '';
+  const digits = (value < 0n ? -value : value).toString().padStart(n + 1, '0');
+  const frac = digits.slice(digits.length - n).replace(/0+$/, '');
+  return `${sign}${digits.slice(0, digits.length - n)}${frac ? `.${frac}` : ''}`;
+}
+
+/** What the next call lacks (its worst case less what is left), up to a cent: the least top-up. */
+function lacking(budget) {
+  if (!budget || budget.next == null) return '0.50';
+  const lacks = subUsd(budget.next, subUsd(budget.budget, budget.spent));
+  if (lacks == null || lacks.startsWith('-')) return '0.01';
+  const [whole, frac = ''] = lacks.split('.');
+  const cents = BigInt(whole + frac.slice(0, 2).padEnd(2, '0')) + (/[1-9]/.test(frac.slice(2)) ? 1n : 0n);
+  const text = (cents > 0n ? cents : 1n).toString().padStart(3, '0');
+  return `${text.slice(0, -2)}.${text.slice(-2)}`;
+}
+
+/** A run waiting for budget: what it spent of what, what its next call may cost, and how
+ * much to add, sent to POST /run/{id}/budget (`onRaised` gets the answer). */
+export function TopUp({ traceId, budget = null, onRaised = () => {} }) {
+  const [amount, setAmount] = useState(() => lacking(budget));
   const [error, setError] = useState(null);
   const [busy, setBusy] = useState(false);
   const submit = (e) => {
     e.preventDefault();
     setBusy(true);
-    attempt(setError, () => api('POST', `/workflow/run/${encodeURIComponent(traceId)}/budget`, { add_usd: amount }))
+    attempt(setError, () => api('POST', `/workflow/run/${encodeURIComponent(traceId)}/budget`, { add_usd: amount }).then(onRaised))
       .finally(() => setBusy(false));
   };
+  const left = budget ? subUsd(budget.budget, budget.spent) : null;
   return html`<form class="card top-up" onSubmit=${submit}>
     <p><strong>The run's budget cannot pay for its next model call.</strong> It waits, held by no server, until the budget is raised.</p>
+    ${budget && budget.spent != null && html`<p class="budget-spent">Spent <strong>$${budget.spent}</strong> of $${budget.budget}${
+      left != null ? ` ($${left} left)` : ''}${budget.next != null ? `; the next call may cost up to $${budget.next}` : ''}.</p>`}
     <label>Add (USD) <input name="add_usd" inputmode="decimal" value=${amount} onInput=${(e) => setAmount(e.target.value)} /></label>
     <button type="submit" class="primary" disabled=${busy}>Raise the budget</button>
     <${ErrorBox} error=${error} />

@@ -56,7 +56,8 @@ function initialState(run) {
   const top = run.steps.filter((s) => parentOf(s.path || s.step_id) === null);
   for (const s of top) steps[s.step_id] = freshStep(s.step_id, { agent: s.agent, depends_on: s.depends_on, child: s.child_trace_id || null });
   return { status: 'queued', input: run.input, order: top.map((s) => s.step_id), steps, questions: [],
-    output: null, error: null, notices: [], log: [], count: 0, lastSeq: 0, startedTs: null, endedTs: null };
+    output: null, error: null, notices: [], log: [], count: 0, lastSeq: 0, startedTs: null, endedTs: null,
+    budgetUsd: run.budget_usd ?? null, budget: null, continuing: false };
 }
 
 /** `id` is an instance path (`research[3]`; a top-level step's path is its id). */
@@ -75,7 +76,11 @@ function apply(state, { kind, data, seq }) {
       return { ...state, status: 'running', startedTs: state.startedTs || data.ts };
     case 'run_resumed': {  // questions of the restarted steps died with the old process; the others stay open
       const questions = state.questions.filter((q) => !(data.restarted_steps || []).some((r) => r === q.step_id || r === q.path));
-      return { ...state, status: questions.length ? 'waiting_reply' : 'running', questions,
+      if (data.reason === 'budget') {  // a top-up let it go on: no server stopped, no attempt used
+        return { ...state, status: questions.length ? 'waiting_reply' : 'running', questions, continuing: true,
+          notices: [...state.notices, `The budget was raised${state.budgetUsd != null ? ` to $${state.budgetUsd}` : ''}: the run goes on from where it paused.`] };
+      }
+      return { ...state, status: questions.length ? 'waiting_reply' : 'running', questions, continuing: false,
         notices: [...state.notices,
         `The run was taken over after its server stopped (attempt ${data.attempt}); ${(data.restarted_steps || []).length
           ? `started again: ${data.restarted_steps.join(', ')}.` : 'no step had to start again.'}${
@@ -84,7 +89,9 @@ function apply(state, { kind, data, seq }) {
     case 'step_started': {  // also after a resume: the step runs again, so its text starts again
       const questions = state.questions.filter((q) => q.path !== id);  // another step's open question keeps the run waiting
       return withStep({ ...state, status: questions.length ? 'waiting_reply' : 'running', questions }, id, (s) => ({ status: 'running', text: '', tools: [], output: null,
-        error: null, usage: null, prompt: data.prompt, agent: data.agent || s.agent, attempt: Math.max(s.attempt + 1, data.attempt || 0),
+        error: null, usage: null, prompt: data.prompt, agent: data.agent || s.agent,
+        // after a budget pause a paused step goes on: the same run of it, not another one
+        attempt: state.continuing && s.attempt ? Math.max(s.attempt, data.attempt || 0) : Math.max(s.attempt + 1, data.attempt || 0),
         request: data.http || s.request || null, workflow: data.workflow || s.workflow || null,
         container: data.items !== undefined ? 'foreach' : data.max_iterations !== undefined ? 'loop' : s.container,
         retrying: null, skipped: null }));
@@ -131,10 +138,18 @@ function apply(state, { kind, data, seq }) {
       return withStep(state, id, () => ({ retrying: `Attempt ${data.attempt} failed (${data.error}); trying again in ${data.delay_seconds} s.` }));
     case 'step_failed':
       return withStep(state, id, () => ({ status: 'failed', error: data.error }));
-    case 'budget_exhausted':  // on_budget pause: the run waits for a top-up, held by no server
-      return { ...state, status: 'waiting_budget', budget: { budget: data.budget_usd, spent: data.spent_usd } };
+    case 'budget_exhausted': {  // on_budget pause: the run waits for a top-up, held by no server
+      if (data.child_trace_id) return state;  // a run below waits: its own page raises it
+      const steps = { ...state.steps };  // what was running is paused: nothing runs it now
+      for (const path of data.paused_steps || []) if (steps[path]) steps[path] = { ...steps[path], status: 'pending' };
+      return { ...state, steps, status: 'waiting_budget', budgetUsd: data.budget_usd ?? state.budgetUsd,
+        budget: { budget: data.budget_usd, spent: data.spent_usd, next: data.next_call_usd ?? null } };
+    }
+    case 'budget_raised':  // the page's own top-up answered (not an event of the stream)
+      return { ...state, budgetUsd: data.budget_usd };
     case 'budget_exceeded':
-      return { ...state, notices: [...state.notices, `The budget of $${data.budget_usd} cannot pay for the next model call ($${data.spent_usd} spent or reserved): the run stops.`] };
+      return { ...state, notices: [...state.notices, `The budget of $${data.budget_usd} cannot pay for the next model call: $${data.spent_usd} spent${
+        data.next_call_usd ? `, and the next call may cost up to $${data.next_call_usd}` : ''}. The run stops.`] };
     case 'run_finished':
       return { ...state, status: data.status || 'succeeded', output: data.output, questions: [], endedTs: data.ts };
     case 'run_failed':
@@ -301,14 +316,15 @@ function Run({ run, traceId }) {
         run.forked_from.from_step ? ` at ${run.forked_from.from_step}` : ''}</span>`}
       <span>started ${when(state.startedTs || run.created_at)}</span>
       <span>${ended ? `took ${duration(state.startedTs || run.started_at, state.endedTs)}` : ''}</span>
-      ${run.budget_usd != null && html`<span>budget $${run.budget_usd}</span>`}
+      ${state.budgetUsd != null && html`<span class="budget">budget $${state.budgetUsd}</span>`}
       <span class=${`connection ${connection.state}`} role="status">${run.finished_at ? 'replay · ' : ''}${CONNECTION_TEXT[connection.state]}</span>
       ${!ended && html`<button type="button" class="danger" onClick=${cancel}>Cancel run</button>`}
     </p>
     <${ErrorBox} error=${actionError || (connection.state === 'failed' ? connection.error : null)} />
     ${connection.state === 'reconnecting' && connection.error && html`<p class="notice">${connection.error.shown || connection.error.message}</p>`}
     ${state.notices.map((n) => html`<p class="notice resumed" role="status">${n}</p>`)}
-    ${state.status === 'waiting_budget' && html`<${TopUp} traceId=${traceId} />`}
+    ${state.status === 'waiting_budget' && html`<${TopUp} traceId=${traceId} budget=${state.budget}
+        onRaised=${(answer) => dispatch({ kind: 'budget_raised', data: { budget_usd: answer.budget_usd }, seq: state.lastSeq })} />`}
     ${state.input !== null && state.input !== undefined && state.input !== '' && (shown(state.input).length > 600
       ? html`<${LongValue} value=${state.input} label="Input" cls="run-input" />`
       : html`<p><strong>Input:</strong> ${shown(state.input)}</p>`)}

@@ -1,8 +1,10 @@
-"""The engine's words: run and step statuses and event kinds, as string enums.
+"""The words of the API as string enums: run and step statuses and event kinds (SPEC §4),
+a schedule fire's outcome and a webhook delivery's status (SPEC §11).
 
 Each member *is* its string (StrEnum), so it is stored, compared and sent as JSON
 exactly as the bare literal was; the enums give those strings one home and a name a
-reader (and a type checker) can follow. SPEC §4 lists them.
+reader (and a type checker) can follow. A leaf module: the engine, the services, the
+web layer, the CLI and its HTTP client all read it.
 """
 
 from __future__ import annotations
@@ -55,6 +57,23 @@ class EventKind(StrEnum):
     RUN_CANCELLED = "run_cancelled"
     BUDGET_EXCEEDED = "budget_exceeded"  # SPEC §12: on_budget fail, just before run_failed
     BUDGET_EXHAUSTED = "budget_exhausted"  # SPEC §12: on_budget pause, the run waits
+
+
+class FireOutcome(StrEnum):
+    """What one due time of a schedule came to (`schedule_fire.outcome`)."""
+
+    STARTED = "started"  # its run was started
+    SKIPPED = "skipped"  # overlap: skip, the previous run still active
+    MISSED = "missed"  # catch-up policy: not fired late
+    FAILED = "failed"  # the run could not be started (the fire's error says why)
+
+
+class DeliveryStatus(StrEnum):
+    """A webhook delivery (`webhook_delivery.status`)."""
+
+    PENDING = "pending"  # queued or between attempts
+    DELIVERED = "delivered"  # a 2xx answer
+    FAILED = "failed"  # retried for the whole retry window, never a 2xx
 
 
 #: A run that is not over: someone holds it, or will claim it.
