@@ -29,8 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.common import free_port, median, report  # noqa: E402
 from orchestra.core import Core  # noqa: E402
 from orchestra.db.models import WorkflowRun  # noqa: E402
-from orchestra.services import agents, auth, providers  # noqa: E402
-from orchestra.services import workflows as wf  # noqa: E402
+from orchestra.services import agents, auth, providers, runs, templates  # noqa: E402
 from orchestra.settings import Settings  # noqa: E402
 
 
@@ -100,7 +99,7 @@ async def bench(steps: int, repeat: int) -> None:
                  "depends_on": [f"s{i - 1}"]}
                 for i in range(1, steps)
             ]
-            template = await wf.create_template(core, owner_id=user.id, is_admin=False, name="chain", steps=chain)
+            template = await templates.create_template(core, owner_id=user.id, is_admin=False, name="chain", steps=chain)
             engine = core.engine
             config = await core.agent_cache.worker(worker.id)
             key = (config.provider_kind, config.provider_base_url, config.provider_api_key)
@@ -110,7 +109,7 @@ async def bench(steps: int, repeat: int) -> None:
             for _ in range(repeat):
                 timed.seconds = 0.0
                 began, cpu_began = time.perf_counter(), time.process_time()
-                run = await wf.start_run(core, user_id=user.id, is_admin=False, template_id=template.id, input="go")
+                run = await runs.start_run(core, user_id=user.id, is_admin=False, template_id=template.id, input="go")
                 await engine.runs[run.trace_id].task
                 wall = time.perf_counter() - began
                 cpus.append((time.process_time() - cpu_began) / steps)

@@ -69,9 +69,8 @@ async def sessions_per_run(first: FakeMcpProcess, second: FakeMcpProcess) -> tup
     and for a run that calls no tool."""
     from orchestra.core import Core
     from orchestra.db.models import WorkflowRun
-    from orchestra.services import agents, auth, providers
+    from orchestra.services import agents, auth, providers, runs, templates
     from orchestra.services import mcp as mcp_service
-    from orchestra.services import workflows as wf
     from orchestra.settings import Settings
 
     with tempfile.TemporaryDirectory() as home, FakeLLM() as llm:
@@ -89,13 +88,13 @@ async def sessions_per_run(first: FakeMcpProcess, second: FakeMcpProcess) -> tup
             worker = await agents.create_worker(core, owner_id=user.id, name="w", provider_id=provider.id,
                                                 tools=["one.echo", "two.echo"])
             step = {"agent": {"worker": worker.id}, "prompt": "go"}
-            template = await wf.create_template(core, owner_id=user.id, is_admin=False, name="t", steps=[
+            template = await templates.create_template(core, owner_id=user.id, is_admin=False, name="t", steps=[
                 {"id": "a", **step}, {"id": "b", **step, "depends_on": ["a"]}])
 
             async def run(script) -> None:
                 script()
                 before = (first.stats()["connects"], second.stats()["connects"])
-                started = await wf.start_run(core, user_id=user.id, is_admin=False, template_id=template.id)
+                started = await runs.start_run(core, user_id=user.id, is_admin=False, template_id=template.id)
                 for _ in range(1500):
                     row = await WorkflowRun.aget(WorkflowRun.trace_id == started.trace_id)
                     if row.status in ("succeeded", "failed", "cancelled", "interrupted"):

@@ -34,7 +34,7 @@ from orchestra.engine.model import step_defs  # noqa: E402
 from orchestra.engine.reuse import agent_fingerprint, call_key  # noqa: E402
 from orchestra.engine.sizes import render_bounded  # noqa: E402
 from orchestra.language.expressions import Scope  # noqa: E402
-from orchestra.services import auth, versions, workflows  # noqa: E402
+from orchestra.services import auth, templates, versions
 from orchestra.services.agent_cache import AgentConfig  # noqa: E402
 from orchestra.services.roles import Role  # noqa: E402
 from orchestra.settings import Settings  # noqa: E402
@@ -51,11 +51,11 @@ def steps_of(count: int, version: int) -> list[dict]:
 
 async def fill(core: Core, owner: str, name: str, count: int, steps: int) -> tuple[dict, float]:
     """A template saved `count` times through the real save path; (ids, seconds per save)."""
-    template = await workflows.create_template(core, owner_id=owner, is_admin=False, name=name,
+    template = await templates.create_template(core, owner_id=owner, is_admin=False, name=name,
                                                steps=steps_of(steps, 1))
     started = time.perf_counter()
     for version in range(2, count + 1):
-        await workflows.update_template(core, user_id=owner, is_admin=False, template_id=template.id,
+        await templates.update_template(core, user_id=owner, is_admin=False, template_id=template.id,
                                         name=name, steps=steps_of(steps, version))
     return ({"user_id": owner, "is_admin": False, "template_id": template.id},
             (time.perf_counter() - started) / max(1, count - 1))

@@ -67,7 +67,7 @@ def orchestra_server(env: dict[str, str] | None = None, *, home: Path | None = N
         )
         base = f"http://127.0.0.1:{port}"
         try:
-            wait_until_up(f"{base}/api/v1/auth/list", proc)
+            wait_until_up(f"{base}/api/v1/auth/list", proc, timeout=90)  # a busy machine starts slowly
             yield base, proc, full_env
         finally:
             stop(proc)

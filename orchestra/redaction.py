@@ -10,7 +10,9 @@ every record. An occurrence is the value as it is or percent-encoded, wholly or 
 (`%2F` or `%2f` for `/`, UTF-8 bytes for other characters), with `+` or `%20` for a space
 (form encoding): what a URL, a query string or an echoing server makes of it.
 Values shorter than MIN_LENGTH are refused at entry (a two-letter secret would turn
-half the words of a log into `***`). The set is bounded: the oldest values go first.
+half the words of a log into `***`); credentials that nobody checked at entry (an MCP
+server's `env`, which also holds plain settings such as `info` or `true`) are
+remembered from CREDENTIAL_MIN_LENGTH characters on. The set is bounded: the oldest values go first.
 """
 
 from __future__ import annotations
@@ -22,18 +24,33 @@ from typing import Any
 
 MASK = "***"
 MIN_LENGTH = 4
+CREDENTIAL_MIN_LENGTH = 8  # MCP header and env values, provider keys: shorter ones are not hidden
+
+
+def remember_credentials(values: Any) -> None:
+    """Provider API keys, MCP servers' header and env values (SPEC §15b), from the moment
+    they are stored or read for use: hidden in every event, error, delivery and log line."""
+    found = []
+    for value in values:
+        if isinstance(value, str):
+            found.append(value)
+            scheme, _, credential = value.partition(" ")
+            if credential and scheme.isalpha():  # `Bearer <token>`: the token is quoted alone too
+                found.append(credential.strip())
+    remember(found, min_length=CREDENTIAL_MIN_LENGTH)
 _KEPT = 10_000  # values remembered at most, per process
 
 _known: OrderedDict[str, None] = OrderedDict()
 _pattern: re.Pattern[str] | None = None
 
 
-def remember(values: Any) -> None:
-    """Add secret values (an iterable of strings) to what this process redacts."""
+def remember(values: Any, *, min_length: int = MIN_LENGTH) -> None:
+    """Add secret values (an iterable of strings) to what this process redacts; values
+    shorter than `min_length` (never below MIN_LENGTH) are left out."""
     global _pattern
     changed = False
     for value in values:
-        if isinstance(value, str) and len(value) >= MIN_LENGTH:
+        if isinstance(value, str) and len(value) >= max(min_length, MIN_LENGTH):
             if value in _known:
                 _known.move_to_end(value)
                 continue

@@ -10,10 +10,10 @@ from typing import Any
 
 import typer
 
-from orchestra.cli.console import ExitCode, fail, handle_errors, out, print_json, success
+from orchestra.cli.console import ExitCode, err, fail, handle_errors, out, print_json, success
 from orchestra.cli.remote import JSON, SERVER, TOKEN, YES, confirm, connect, show_fields
 
-app = typer.Typer(help="Schedules: add, list, show, update, enable, disable, remove.", no_args_is_help=True)
+app = typer.Typer(help="Schedules: add, list, show, fires, update, enable, disable, remove.", no_args_is_help=True)
 
 PATH = "/workflow/schedule"
 SCHEDULE = typer.Argument(..., help="A schedule_id.")
@@ -38,8 +38,25 @@ def _input(text: str | None, as_json: bool) -> Any:
         fail(f"--input is not valid JSON: {exc}", ExitCode.USAGE)
 
 
+def fire_line(fire: dict[str, Any] | None) -> str:
+    """A fire as one line: `2026-03-06T09:00:00-05:00 · started · run 9c41…` (the whole
+    trace_id, to copy), or its outcome and why no run started."""
+    if not fire:
+        return "none yet"
+    parts = [str(fire.get("due_at") or ""), str(fire.get("outcome") or "")]
+    if fire.get("trace_id"):
+        status = f" ({fire['run_status']})" if fire.get("run_status") else ""
+        parts.append(f"run {fire['trace_id']}{status}")
+    if fire.get("error"):
+        parts.append(str(fire["error"]))
+    return " · ".join(p for p in parts if p)
+
+
 def _show(view: dict[str, Any], json_output: bool) -> None:
-    show_fields(view, FIELDS, json_output)
+    if json_output:
+        print_json(view)
+        return
+    show_fields({**view, "last_fire": fire_line(view.get("last_fire"))}, FIELDS)
 
 
 @app.command()
@@ -99,9 +116,39 @@ def list_schedules(ctx: typer.Context, server: str | None = SERVER, token: str |
 @handle_errors
 def show(ctx: typer.Context, schedule: str = SCHEDULE, server: str | None = SERVER,
          token: str | None = TOKEN, json_output: bool = JSON) -> None:
-    """Show a schedule: its next 5 fires (in its zone) and its last fire."""
+    """Show a schedule: its next 5 fires (in its zone) and its last fire (all: `fires`)."""
     with connect(ctx, server, token) as client:
         _show(client.get(f"{PATH}/{schedule}")["schedule"], json_output)
+
+
+@app.command()
+@handle_errors
+def fires(
+    ctx: typer.Context, schedule: str = SCHEDULE,
+    limit: int = typer.Option(20, "--limit", min=1, max=1000, help="At most this many fires (newest first)."),
+    cursor: str | None = typer.Option(None, "--cursor", help="Older fires: an earlier list's 'more' cursor."),
+    server: str | None = SERVER, token: str | None = TOKEN, json_output: bool = JSON,
+) -> None:
+    """List a schedule's fires, newest first: each due time's outcome and its run."""
+    from rich.table import Table
+
+    params: dict[str, Any] = {"limit": limit, **({"cursor": cursor} if cursor else {})}
+    with connect(ctx, server, token) as client:
+        page = client.get(f"{PATH}/{schedule}/fires", params=params)
+    if json_output:
+        print_json(page["fires"])
+    else:
+        table = Table("due", "fired", "outcome", "run status", "error", title=f"fires ({page['timezone']})")
+        table.add_column("trace_id", no_wrap=True, min_width=36)
+        for f in page["fires"]:
+            table.add_row(f["due_at"], f["fired_at"], f["outcome"], f.get("run_status") or "",
+                          f.get("error") or "", f.get("trace_id") or "")
+        out.print(table)
+        if not page["fires"]:
+            err.print("no fires yet: the first due time has not come", highlight=False, markup=False)
+    if page.get("next_cursor"):
+        err.print(f"more fires: orchestra schedule fires {schedule} --cursor {page['next_cursor']}",
+                  highlight=False, markup=False)
 
 
 def _change(ctx: typer.Context, schedule: str, server: str | None, token: str | None,

@@ -21,6 +21,7 @@ import typer
 from rich.markup import escape
 
 from orchestra.cli.console import ExitCode, err, fail, handle_errors, out, print_json, success
+from orchestra.cli.origin import started_by
 from orchestra.cli.remote import SERVER, TOKEN, connect, read_text_arg
 from orchestra.vocabulary import EventKind, RunStatus
 
@@ -79,10 +80,10 @@ def list_(
                           str(len(t.get("steps") or [])), str(t.get("description") or ""))
         out.print(table)
     if "runs" in result:
-        table = Table("trace_id", "template", "status", "created_at", title="runs")
+        table = Table("trace_id", "template", "status", "started by", "created_at", title="runs")
         for r in result["runs"]:
             table.add_row(_id(r, "trace_id", "id"), str(r.get("template_name") or r.get("template_id") or ""),
-                          str(r.get("status", "")), str(r.get("created_at") or ""))
+                          str(r.get("status", "")), started_by(r), str(r.get("created_at") or ""))
         out.print(table)
     if result.get("next_cursor"):
         err.print(f"more runs: orchestra workflow list runs --cursor {result['next_cursor']}",
@@ -111,6 +112,7 @@ def show(
     money = "".join(f" · {label} ${body[key]}" for key, label in (("cost_usd", "cost"), ("budget_usd", "budget"))
                     if body.get(key) is not None)
     out.print(f"[b]run {trace_id}[/]: {body.get('status')}{money}", highlight=False)
+    out.print(f"started by: {started_by(body, full=True)}", markup=False, highlight=False)
     for step in body.get("steps") or []:
         if isinstance(step, dict):
             name = step.get("path") or step.get("step_id") or step.get("id")  # research[2].facts

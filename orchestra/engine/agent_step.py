@@ -13,6 +13,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
+from orchestra import redaction
 from orchestra.engine.coalescer import TokenCoalescer
 from orchestra.engine.live import LiveRun, StepFailure
 from orchestra.engine.llm import (
@@ -245,6 +246,7 @@ class AgentSteps:
             result = None
         data: dict[str, Any] = {"call_id": call.id, "name": name, "result": result}
         if error is not None:
+            error = redaction.scrub_text(error)  # an MCP server's header or env value it quoted (SPEC §15b)
             data["error"] = error
         self.records.event(live, at, EventKind.TOOL_RESULT, data)
         return (result, None) if error is None else (f"Error: {error}", error)

@@ -16,7 +16,7 @@ import asyncio
 from typing import Any
 
 from orchestra.engine.calls import Calls
-from orchestra.engine.instances import inside, item_path, iteration_path
+from orchestra.engine.instances import inside, item_label, item_path, iteration_path
 from orchestra.engine.live import HandBack, LiveRun, LiveRuns, StepFailure
 from orchestra.engine.model import At, ForeachDef, StepDef
 from orchestra.engine.records import Records
@@ -88,6 +88,7 @@ class Containers:
                 results[index] = live.finished.output(item.path)
                 return
             scope_vars = {**variables, "item": items[index], "index": index}
+            live.item_labels[item.path] = item_label(items[index])
             try:
                 if step.steps:
                     results[index] = await self._workflow_instance(live, step, item, scope_vars)
@@ -179,7 +180,8 @@ class Containers:
                                  scope_vars: dict[str, Any]) -> Any:
         """One foreach item's small workflow, and its output (`output`, or the last
         inner step's)."""
-        self.records.started(live, item, {"index": scope_vars["index"]})
+        label = live.item_labels.get(item.path)
+        self.records.started(live, item, {"index": scope_vars["index"], **({"item": label} if label else {})})
         try:
             inner = await self.scheduler.run_steps(live, step.steps, inside(item.path), scope_vars)
             if step.output:

@@ -17,6 +17,7 @@ the plan of a run is a pure function of its template and these records.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -30,6 +31,36 @@ _SEGMENT = re.compile(r"(?P<id>[A-Za-z0-9_-]{1,64})(?:\[(?P<item>\d+)\]|#(?P<ite
 def item_path(container: str, index: int) -> str:
     """`research[3]`: item `index` (from 0) of the foreach at path `container`."""
     return f"{container}[{index}]"
+
+
+LABEL_MAX = 40  # characters of an item's label (its `step_started` `item`)
+_LABEL_KEYS = ("name", "title", "topic", "label", "id")
+
+
+def item_label(value: Any) -> str:
+    """A short text naming a foreach item by its value, for its `step_started` (`item`):
+    a string as it is; of an object, its name, title, topic, label or id, else its first
+    text; anything else as compact JSON. Blanks collapsed, at most LABEL_MAX characters."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        text = value
+    elif isinstance(value, dict):
+        named = next((value[k] for k in _LABEL_KEYS
+                      if isinstance(value.get(k), (str, int, float)) and not isinstance(value.get(k), bool)), None)
+        first = next((v for v in value.values() if isinstance(v, str) and v.strip()), None)
+        text = str(named) if named is not None else first if first is not None else _compact(value)
+    else:
+        text = _compact(value)
+    text = " ".join(text.split())
+    return text if len(text) <= LABEL_MAX else text[:LABEL_MAX - 1] + "…"
+
+
+def _compact(value: Any) -> str:
+    try:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)[:1000]
+    except (TypeError, ValueError):
+        return str(value)[:1000]
 
 
 def iteration_path(container: str, iteration: int) -> str:

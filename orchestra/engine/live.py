@@ -62,6 +62,7 @@ class LiveRun:
     # Steps that have ended: {id: {output, status}} — what expressions see as `steps`.
     states: dict[str, dict[str, Any]] = field(default_factory=dict)
     step_attempts: dict[str, int] = field(default_factory=dict)  # attempt now running, per instance path
+    item_labels: dict[str, str] = field(default_factory=dict)  # a foreach item's label, by path (its step_started's `item`)
     executions: int = 0  # step executions so far (limits.max_steps): attempts included
     finished: Finished = field(default_factory=Finished)  # stored instances, by path (SPEC §8)
     waiting: set[str] = field(default_factory=set)  # instance paths waiting for a reply

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from orchestra import redaction
 from orchestra.db.models import utcnow
 from orchestra.engine.live import LiveRun, StepFailure
 from orchestra.engine.model import At
@@ -56,6 +57,9 @@ class Records:
         values: dict[str, Any] = {"status": StepStatus.RUNNING, "attempt": attempt}
         if attempt == 1:
             values["started_at"] = utcnow()
+        label = live.item_labels.get(at.path)
+        if label:  # a foreach item: named by its value (SPEC §8), whatever its items expression
+            data = {**data, "item": label}
         self._submit(live, at.path, at.step_id, values, [(EventKind.STEP_STARTED, live.tagged(at, data), at)])
 
     def call_succeeded(self, live: LiveRun, at: At, output: Any, usage: dict[str, int] | None,
@@ -102,6 +106,7 @@ class Records:
         before it started, at its prompt, has no row yet); the future of that write.
         `spend`: the cost fields of a call's failed attempts."""
         live.finished.set(at.path, StepStatus.FAILED)
+        message = redaction.scrub_text(message)  # a provider key or MCP header an SDK quoted (SPEC §15b)
         return self._submit(live, at.path, at.step_id,
                             {"status": StepStatus.FAILED, "error": message, "finished_at": utcnow(),
                              **(spend or {})},
@@ -115,6 +120,7 @@ class Records:
                      [(EventKind.STEP_SKIPPED, {"reason": reason}, at)])
 
     def retrying(self, live: LiveRun, at: At, attempt: int, error: str, delay: float) -> None:
+        error = redaction.scrub_text(error)
         live.writes.submit(self.store.append_many, live.trace_id, [
             *live.carried.pop(at.path, ()),
             (EventKind.STEP_RETRYING, {"attempt": attempt, "error": error, "delay_seconds": delay}, at)])

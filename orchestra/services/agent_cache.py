@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from orchestra import redaction
 from orchestra.db.models import Provider, Skill, SystemNode, Worker, storable
 from orchestra.db.signals import Signals
 from orchestra.db.snapshot import StoreSnapshot
@@ -110,6 +111,7 @@ class AgentCache:
             try:
                 keys[provider.id] = (None if provider.api_key_encrypted is None
                                      else self._decrypt(provider.api_key_encrypted))
+                redaction.remember_credentials([keys[provider.id]])
             except ValueError:
                 logger.warning("API key of provider %s cannot be decrypted", provider.name)
                 keys[provider.id] = None

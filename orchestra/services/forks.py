@@ -21,7 +21,7 @@ from orchestra.engine.run_task import step_output
 from orchestra.engine.sizes import check_reply_size
 from orchestra.errors import NotFoundError, PermissionDeniedError, ValidationError
 from orchestra.language import schemas, shape
-from orchestra.services import fork_outputs, version_store, workflows
+from orchestra.services import fork_outputs, runs, templates, version_store
 from orchestra.services.fork_plan import ForkKeys, Planner, Record, Source, run_again
 from orchestra.services.shared import Shared
 from orchestra.services.spend import carried_budget
@@ -64,7 +64,7 @@ async def _fork_steps(core: Shared, source: WorkflowRun, version: int | None
         raise NotFoundError("The run's template was deleted, and its versions with it: a fork can "
                             "only run the run's own steps (leave out `version`).")
     # the fork is the source owner's run: the version must be one that owner may run
-    template = await workflows.get_template(core, user_id=source.owner_id, is_admin=False, template_id=template.id)
+    template = await templates.get_template(core, user_id=source.owner_id, is_admin=False, template_id=template.id)
     pinned = await version_store.for_run(core, template, version)
     return pinned.steps, pinned.spec or {}, pinned.name, pinned.version
 
@@ -129,7 +129,7 @@ async def fork_run(
 ) -> WorkflowRun:
     """A new run of the source's owner that reuses every source instance the plan allows
     (the source may still be active: what has succeeded so far counts)."""
-    source = await workflows.get_run(core, user_id=user_id, is_admin=is_admin, trace_id=trace_id)
+    source = await runs.get_run(core, user_id=user_id, is_admin=is_admin, trace_id=trace_id)
     if source.owner_id != user_id:
         # an administrator may fork anyone's run (it stays the owner's), but not choose
         # what it runs or reads (SPEC §15b): only the owner sets these
@@ -145,7 +145,7 @@ async def fork_run(
         listed = ", ".join(list(ids)[:50])
         raise ValidationError.field("from_step", f"unknown step {from_step[:64]!r}; steps: {listed}")
     outputs = dict(outputs or {})
-    new_input = workflows.run_input(source) if input is UNSET else input
+    new_input = runs.run_input(source) if input is UNSET else input
     again = downstream(steps, from_step) if from_step is not None else set()
     problems = await _check_input(core, new_input, spec)
     problems += await _check_outputs(core, steps, outputs, again)
@@ -156,7 +156,7 @@ async def fork_run(
     again = run_again(steps, from_step)
     records = {path: Record(row.status, step_output(row), row.reuse_key) for path, row in by_path.items()}
     planner = Planner(
-        Source(records, steps_by_id(source.steps), workflows.run_input(source), source.files or []),
+        Source(records, steps_by_id(source.steps), runs.run_input(source), source.files or []),
         forced=again, overrides=outputs, keys=ForkKeys(source.files or [], _agent_lookup(core)),
         sandbox=core.engine.request_sandbox,
     )

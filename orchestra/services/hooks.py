@@ -206,7 +206,7 @@ async def accept(core: Shared, hook: WebhookHook, call: Call, *, trace_parent: s
                  webhook_id: str | None = None) -> Started:
     """Start the hook's run for a verified call, once per `webhook-id` (24 h);
     `webhook_id`: what `verify` answered already (else it is verified here)."""
-    from orchestra.services import workflows  # workflows imports run_starts; no cycle here
+    from orchestra.services import runs
 
     if webhook_id is None:
         webhook_id = verify(core, hook, call)
@@ -215,7 +215,7 @@ async def accept(core: Shared, hook: WebhookHook, call: Call, *, trace_parent: s
     start = StartKey(scope=f"hook:{hook.id}", key=webhook_id, field="webhook-id")
 
     async def begin():
-        return await workflows.start_run(
+        return await runs.start_run(
             core, user_id=hook.owner_id, is_admin=False, template_id=hook.template_id,
             input=await run_input(core, hook, call), template=hook.template,
             trigger={"kind": "webhook", "hook_id": hook.id, "webhook_id": webhook_id},

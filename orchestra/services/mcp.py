@@ -22,6 +22,7 @@ from typing import Any
 
 from peewee import OP, Expression, IntegrityError, Value
 
+from orchestra import redaction
 from orchestra.db.database import release_connection
 from orchestra.db.models import McpServer, Worker, iso, name_key, storable, utcnow
 from orchestra.egress import SETTING as EGRESS_SETTING
@@ -167,6 +168,7 @@ def _clean_secrets(
 def _seal(core: Shared, secrets: dict[str, str]) -> tuple[str | None, dict[str, str]]:
     if not secrets:
         return None, {}
+    redaction.remember_credentials(secrets.values())
     return (core.secrets.encrypt(json.dumps(secrets)),
             {key: mask_secret(value) for key, value in secrets.items()})
 
@@ -175,12 +177,14 @@ def _open(core: Shared, ciphertext: str | None, what: str, server: McpServer) ->
     if not ciphertext:
         return {}
     try:
-        return json.loads(core.secrets.decrypt(ciphertext))
+        opened = json.loads(core.secrets.decrypt(ciphertext))
     except ValueError:
         raise ValidationError.field(
             what, f"the stored {what} of '{server.name}' cannot be decrypted (the server secret "
             "changed); send the values themselves",
         ) from None
+    redaction.remember_credentials(opened.values())
+    return opened
 
 
 # --- views ------------------------------------------------------------------------------------

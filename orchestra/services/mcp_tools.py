@@ -20,7 +20,7 @@ from orchestra.db.database import release_connection
 from orchestra.db.models import WorkflowTemplate
 from orchestra.engine import reads
 from orchestra.errors import ConflictError, NotFoundError, ValidationError
-from orchestra.services import workflows
+from orchestra.services import runs
 from orchestra.services.api_keys import KeyGrant
 from orchestra.services.shared import Shared
 from orchestra.vocabulary import EventKind
@@ -227,7 +227,7 @@ async def _still_open(core: Shared, trace_id: str, seq: int, data: dict[str, Any
 async def answer(core: Shared, *, user_id: str, question: Question, content: Any) -> None:
     """Reply to `question` as the caller; a question answered meanwhile is let be."""
     try:
-        await workflows.reply(core, user_id=user_id, is_admin=False, trace_id=question.trace_id,
+        await runs.reply(core, user_id=user_id, is_admin=False, trace_id=question.trace_id,
                               content=content, request_id=question.request_id)
     except ConflictError:
         pass  # answered (or withdrawn) elsewhere: the run goes on either way

@@ -13,6 +13,7 @@ from typing import Any
 
 from peewee import IntegrityError
 
+from orchestra import redaction
 from orchestra.db.database import release_connection
 from orchestra.db.models import Provider, SystemNode, Worker, iso, name_key, storable
 from orchestra.egress import SETTING as EGRESS_SETTING
@@ -154,7 +155,9 @@ def decrypt_api_key(core: Shared, provider: Provider) -> str | None:
     """The plain key, or None; ValueError when the server secret changed since storing it."""
     if provider.api_key_encrypted is None:
         return None
-    return core.secrets.decrypt(provider.api_key_encrypted)
+    key = core.secrets.decrypt(provider.api_key_encrypted)
+    redaction.remember_credentials([key])
+    return key
 
 
 async def providers_by_id(core: Shared, ids: set[str]) -> dict[str, Provider]:
@@ -229,6 +232,8 @@ async def create_provider(
     _check_shape(kind, base_url)
     await _check_egress(core, kind, base_url)
     await _ensure_name_free(core, name)
+    if api_key:
+        redaction.remember_credentials([api_key])
     try:
         provider = await Provider.acreate(
             name=name,
@@ -303,6 +308,8 @@ async def update_provider(
         provider.base_url = base_url
     if not kept:
         key = clean_api_key(api_key)
+        if key:
+            redaction.remember_credentials([key])
         provider.api_key_encrypted = core.secrets.encrypt(key) if key else None
         provider.api_key_hint = mask(key) if key else None
     _check_shape(provider.kind, provider.base_url)

@@ -15,11 +15,11 @@ import datetime as dt
 import logging
 from typing import Any
 
-from orchestra.db.models import iso, utcnow
+from orchestra.db.models import WorkflowRun, iso, utcnow
 from orchestra.db.trigger_models import ScheduleFire, WorkflowSchedule
 from orchestra.errors import NotFoundError, ValidationError
 from orchestra.services import caps, cron
-from orchestra.services.paging import Page, keyset_page
+from orchestra.services.paging import Page, decode_cursor, encode_cursor, keyset_page
 from orchestra.services.run_access import require_runnable
 from orchestra.services.shared import Shared
 from orchestra.services.trigger_runs import checked_input
@@ -149,12 +149,54 @@ async def last_fires(core: Shared, schedule_ids: list[str]) -> dict[str, Schedul
     return found
 
 
+async def list_fires(core: Shared, *, user_id: str, schedule_id: str, limit: int,
+                     cursor: str | None) -> tuple[WorkflowSchedule, Page[ScheduleFire], dict[str, str]]:
+    """A page of the caller's schedule's fires, newest due time first, and the status of
+    each started run still stored ({trace_id: status}). A due time is handled once per
+    schedule (the unique index on (schedule, due_at)), so the due time alone is the page's
+    position; the cursor carries the fire's id only to keep the published cursor form."""
+    row = await get_schedule(core, user_id=user_id, schedule_id=schedule_id)
+    query = ScheduleFire.select().where(ScheduleFire.schedule == row.id)
+    if cursor is not None:
+        position, _ = decode_cursor("fire", cursor)
+        query = query.where(ScheduleFire.due_at < position)
+    rows = await core.db.list(query.order_by(ScheduleFire.due_at.desc()).limit(limit + 1))
+    page = Page(rows, None)
+    if len(rows) > limit:
+        rows = rows[:limit]
+        page = Page(rows, encode_cursor("fire", rows[-1].due_at, str(rows[-1].id)))
+    traces = [f.trace_id for f in rows if f.trace_id]
+    statuses = {}
+    if traces:
+        statuses = dict(await core.db.list(
+            WorkflowRun.select(WorkflowRun.trace_id, WorkflowRun.status)
+            .where(WorkflowRun.trace_id.in_(traces)).tuples()))
+    return row, page, statuses
+
+
+def fire_view(fire: ScheduleFire, tz: Any, run_status: str | None) -> dict[str, Any]:
+    """One handled due time as the API shows it (times in the schedule's zone)."""
+    return {
+        "due_at": cron.iso_in(fire.due_at, tz),
+        "fired_at": cron.iso_in(fire.fired_at, tz),
+        "outcome": fire.outcome,
+        "trace_id": fire.trace_id,
+        "run_status": run_status,
+        "error": fire.error,
+    }
+
+
+def zone_of(row: WorkflowSchedule) -> Any:
+    """The schedule's zone (UTC for one this server's zone database no longer knows)."""
+    try:
+        return cron.zone(row.timezone)
+    except cron.CronProblem:  # stored before this server's zone database lost it
+        return cron.zone("UTC")
+
+
 def schedule_view(row: WorkflowSchedule, last: ScheduleFire | None, *, now: dt.datetime | None = None) -> dict[str, Any]:
     """A schedule as the API shows it: `next_fires` and `last_fire` in its own zone."""
-    try:
-        tz = cron.zone(row.timezone)
-    except cron.CronProblem:  # stored before this server's zone database lost it
-        tz = cron.zone("UTC")
+    tz = zone_of(row)
     upcoming: list[str] = []
     if row.enabled:
         start = row.next_due_at or now or utcnow()

@@ -1,4 +1,4 @@
-"""Runs that a clock starts (SPEC §11): the input check of `workflows.start_run`, and a
+"""Runs that a clock starts (SPEC §11): the input check of `runs.start_run`, and a
 run stored inside the caller's transaction — a schedule's fire stores its fire record
 and its run in one commit, so a crash in between loses or doubles nothing (start_run
 commits on its own and hands the run to the engine at once). Who may run a template is

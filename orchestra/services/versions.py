@@ -11,8 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from orchestra.db.models import TemplateVersion, WorkflowTemplate, iso
-from orchestra.services import template_diff, version_store
-from orchestra.services import workflows as templates
+from orchestra.services import template_diff, templates, version_store
 from orchestra.services.shared import Shared
 
 

@@ -45,7 +45,7 @@ from orchestra import __version__
 from orchestra.db.database import end_task_store_work
 from orchestra.db.models import WorkflowRun
 from orchestra.errors import ConflictError, NotFoundError, OrchestraError, PermissionDeniedError
-from orchestra.services import mcp_tools, workflows
+from orchestra.services import mcp_tools, runs
 from orchestra.services.mcp_tools import Ended, ExposedTools, Question, Tool
 from orchestra.vocabulary import RunStatus
 from orchestra.web import asgi_bridge
@@ -220,7 +220,7 @@ class McpEndpoint:
         if params.request_state:  # a 2026 retry: the answer to the question asked before
             trace_id, after, finished = await self._answered(principal, params)
         else:
-            run = await workflows.start_run(
+            run = await runs.start_run(
                 self.core, user_id=principal.user_id, is_admin=False, template_id=tool.template_id,
                 input=tool.run_input(params.arguments),
                 trigger={"kind": "mcp", "tool": tool.name,

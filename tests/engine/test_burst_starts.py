@@ -13,8 +13,7 @@ import pytest
 
 from orchestra.db.models import RunEvent, RunStep, WorkflowRun, new_id
 from orchestra.engine.store.events import Fenced
-from orchestra.services import auth
-from orchestra.services import workflows as wf
+from orchestra.services import auth, templates
 from orchestra.services.trigger_runs import run_row, step_rows
 from tests.engine.test_engine import events, kinds, wait_status
 
@@ -30,7 +29,7 @@ async def queued(core, count: int, *, steps=HUMAN) -> list[str]:
     """`count` queued runs of one template, stored as the fire loop stores them (nobody
     told the engine)."""
     user = await auth.register(core, user_name=f"u{time.monotonic_ns()}", password="password-123")
-    template = await wf.create_template(core, owner_id=user.id, is_admin=False,
+    template = await templates.create_template(core, owner_id=user.id, is_admin=False,
                                         name=f"t{time.monotonic_ns()}", steps=steps)
     ids = [new_id() for _ in range(count)]
     await core.db.aexecute(WorkflowRun.insert_many([

@@ -11,8 +11,7 @@ import time
 import pytest
 
 from orchestra.db.models import RunStep, WorkflowRun
-from orchestra.services import auth
-from orchestra.services import workflows as wf
+from orchestra.services import auth, runs, templates
 from orchestra.testing.fake_http import FakeHttp
 from tests.engine.test_engine import events, kinds, wait_status
 
@@ -34,13 +33,13 @@ def database_url(request) -> str:
 
 
 async def template(core, owner: str, name: str, steps: list[dict], **options) -> str:
-    made = await wf.create_template(core, owner_id=owner, is_admin=False, name=name, steps=steps,
+    made = await templates.create_template(core, owner_id=owner, is_admin=False, name=name, steps=steps,
                                     options=options or None)
     return made.id
 
 
 async def run(core, owner: str, template_id: str, input="hello") -> str:
-    started = await wf.start_run(core, user_id=owner, is_admin=False, template_id=template_id, input=input)
+    started = await runs.start_run(core, user_id=owner, is_admin=False, template_id=template_id, input=input)
     return started.trace_id
 
 
@@ -76,7 +75,7 @@ async def test_a_child_run_is_linked_both_ways_and_its_output_is_the_steps(core,
     assert sorted(d["path"] for d in started) == ["each[0]", "each[1]", "find"]
     assert {d["child_trace_id"] for d in finished} == {k.trace_id for k in kids}
     assert all(d["status"] == "succeeded" for d in finished)
-    detail = await wf.run_detail(core, kids[0])
+    detail = await runs.run_detail(core, kids[0])
     assert detail["parent"] == {"trace_id": trace_id, "path": kids[0].parent_path}
 
 
@@ -94,11 +93,11 @@ async def test_a_childs_question_is_answered_on_the_childs_trace(core):
     assert len(asked) == 1 and asked[0]["prompt"] == "Approve the plan?", asked
     child = asked[0]["child_trace_id"]
     assert (await children_of(core, trace_id))[0].trace_id == child
-    assert await wf.pending_replies(core, await WorkflowRun.aget(WorkflowRun.trace_id == trace_id)) == []
-    await wf.reply(core, user_id=owner, is_admin=False, trace_id=child, content="yes",
+    assert await runs.pending_replies(core, await WorkflowRun.aget(WorkflowRun.trace_id == trace_id)) == []
+    await runs.reply(core, user_id=owner, is_admin=False, trace_id=child, content="yes",
                    request_id=asked[0]["request_id"])
     done = await wait_status(core, trace_id, "succeeded", "failed", timeout=10)
-    assert done.status == "succeeded" and (await wf.run_detail(core, done))["output"] == "yes"
+    assert done.status == "succeeded" and (await runs.run_detail(core, done))["output"] == "yes"
     assert "reply_received" in kinds(await events(core, trace_id))
 
 
@@ -115,7 +114,7 @@ async def test_cancelling_a_parent_cancels_every_descendant(core):
             break
         await asyncio.sleep(0.05)
     began = time.monotonic()
-    await wf.cancel_run(core, user_id=owner, is_admin=False, trace_id=trace_id)
+    await runs.cancel_run(core, user_id=owner, is_admin=False, trace_id=trace_id)
     while time.monotonic() - began < 2:
         statuses = [r.status for r in await core.db.list(WorkflowRun.select())]
         if statuses == ["cancelled"] * 3:
@@ -133,7 +132,7 @@ async def test_a_deleted_child_template_fails_the_waiting_step(core):
     deadline = time.monotonic() + 10
     while not await children_of(core, trace_id) and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
-    await wf.delete_template(core, user_id=owner, is_admin=False, template_id=leaf)
+    await templates.delete_template(core, user_id=owner, is_admin=False, template_id=leaf)
     done = await wait_status(core, trace_id, "succeeded", "failed", timeout=10)
     assert done.status == "failed" and "was deleted" in done.error, done.error
     child = (await children_of(core, trace_id))[0]
@@ -144,7 +143,7 @@ async def test_a_workflow_step_runs_the_version_it_names(core, target):
     owner = (await auth.register(core, user_name="alice", password="password-123")).id
     leaf = await template(core, owner, "leaf", [{"id": "get", "http": {"method": "GET", "url": target.url + "/echo?v=1"}}],
                           output="steps.get.output.body.query.v")
-    await wf.update_template(core, user_id=owner, is_admin=False, template_id=leaf, name="leaf", steps=[
+    await templates.update_template(core, user_id=owner, is_admin=False, template_id=leaf, name="leaf", steps=[
         {"id": "get", "http": {"method": "GET", "url": target.url + "/echo?v=2"}}],
         options={"output": "steps.get.output.body.query.v"})
     parent = await template(core, owner, "top", [

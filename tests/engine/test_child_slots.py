@@ -6,8 +6,7 @@ from __future__ import annotations
 import pytest
 
 from orchestra.db.models import WorkflowRun
-from orchestra.services import auth
-from orchestra.services import workflows as wf
+from orchestra.services import auth, runs, templates
 from tests.engine.test_engine import wait_status
 
 
@@ -20,23 +19,23 @@ async def test_a_chain_runs_with_one_run_slot(core):
     owner = (await auth.register(core, user_name="alice", password="password-123")).id
 
     async def template(name, steps):
-        return (await wf.create_template(core, owner_id=owner, is_admin=False, name=name, steps=steps)).id
+        return (await templates.create_template(core, owner_id=owner, is_admin=False, name=name, steps=steps)).id
 
     await template("leaf", [{"id": "q", "http": {"method": "GET", "url": "http://127.0.0.1:1/"}, "on_error": "continue"}])
     await template("middle", [{"id": "m", "workflow": {"template": "leaf", "input": "input"}}])
     top = await template("top", [{"id": "t", "workflow": {"template": "middle", "input": "input"}}])
-    run = await wf.start_run(core, user_id=owner, is_admin=False, template_id=top, input="x")
+    run = await runs.start_run(core, user_id=owner, is_admin=False, template_id=top, input="x")
     done = await wait_status(core, run.trace_id, "succeeded", "failed", timeout=20)
     assert done.status == "succeeded", done.error
 
 
 async def test_children_past_the_room_wait_for_a_claim_and_run_once(core):
     owner = (await auth.register(core, user_name="alice", password="password-123")).id
-    await wf.create_template(core, owner_id=owner, is_admin=False, name="leaf", steps=[
+    await templates.create_template(core, owner_id=owner, is_admin=False, name="leaf", steps=[
         {"id": "q", "http": {"method": "GET", "url": "http://127.0.0.1:1/"}, "on_error": "continue"}])
-    top = (await wf.create_template(core, owner_id=owner, is_admin=False, name="top", steps=[
+    top = (await templates.create_template(core, owner_id=owner, is_admin=False, name="top", steps=[
         {"id": "each", "foreach": {"items": "['a', 'b', 'c']"}, "workflow": {"template": "leaf", "input": "item"}}])).id
-    run = await wf.start_run(core, user_id=owner, is_admin=False, template_id=top, input="x")
+    run = await runs.start_run(core, user_id=owner, is_admin=False, template_id=top, input="x")
     done = await wait_status(core, run.trace_id, "succeeded", "failed", timeout=20)
     assert done.status == "succeeded", done.error
     kids = await core.db.list(WorkflowRun.select().where(WorkflowRun.parent_trace_id == run.trace_id))

@@ -12,8 +12,7 @@ from orchestra.db.models import RunEvent, RunStep, WorkflowRun
 from orchestra.engine.prompts import render_prompt
 from orchestra.engine.tools import Tool, ToolContext
 from orchestra.errors import ConflictError
-from orchestra.services import agents, auth, providers
-from orchestra.services import workflows as wf
+from orchestra.services import agents, auth, providers, runs, templates
 from tests.fakes.fake_llm import FakeLLM
 
 
@@ -35,10 +34,10 @@ async def setup_agent(core, fake: FakeLLM, *, name: str = "alice", api_key: str 
 
 
 async def start(core, who: dict, steps: list[dict], *, input: str = "hello") -> str:
-    template = await wf.create_template(
+    template = await templates.create_template(
         core, owner_id=who["user_id"], is_admin=False, name=f"t{time.monotonic_ns()}", steps=steps
     )
-    run = await wf.start_run(
+    run = await runs.start_run(
         core, user_id=who["user_id"], is_admin=False, template_id=template.id, input=input
     )
     return run.trace_id
@@ -234,19 +233,19 @@ async def test_human_step_and_ask_user_wait_for_replies(core, fake_llm):
     trace_id = await start(core, who, steps, input="cat")
     kw = {"user_id": who["user_id"], "is_admin": False, "trace_id": trace_id}
     await wait_status(core, trace_id, "waiting_reply")
-    run = await wf.get_run(core, **kw)
-    pending = await wf.pending_replies(core, run)
+    run = await runs.get_run(core, **kw)
+    pending = await runs.pending_replies(core, run)
     assert pending[0]["prompt"] == "Name for cat?" and pending[0]["step_id"] == "h"
     with pytest.raises(ConflictError):
-        await wf.reply(core, **kw, content="x", request_id="stale")
-    await wf.reply(core, **kw, content="Tom", request_id=pending[0]["request_id"])
+        await runs.reply(core, **kw, content="x", request_id="stale")
+    await runs.reply(core, **kw, content="Tom", request_id=pending[0]["request_id"])
     await wait_status(core, trace_id, "waiting_reply", "succeeded")
     await wait_status(core, trace_id, "waiting_reply")
-    answered = await wf.reply(core, **kw, content="blue")
+    answered = await runs.reply(core, **kw, content="blue")
     assert answered["step_id"] == "w"
     await wait_status(core, trace_id, "succeeded")
     with pytest.raises(ConflictError):
-        await wf.reply(core, **kw, content="too late")
+        await runs.reply(core, **kw, content="too late")
     evs = await events(core, trace_id)
     assert kinds(evs).count("reply_requested") == 2 and kinds(evs).count("reply_received") == 2
     asked = [e for e in evs if e.kind == "reply_requested"][1]
@@ -261,13 +260,13 @@ async def test_cancel_ends_a_waiting_run(core, fake_llm):
     trace_id = await start(core, who, steps)
     await wait_status(core, trace_id, "waiting_reply")
     kw = {"user_id": who["user_id"], "is_admin": False, "trace_id": trace_id}
-    run = await wf.cancel_run(core, **kw)
+    run = await runs.cancel_run(core, **kw)
     assert run.status == "cancelled"
     evs = await events(core, trace_id)
     assert evs[-1].kind == "run_cancelled" and evs[-1].data["status"] == "cancelled"
     assert (await steps_of(core, trace_id))["h"].status == "cancelled"
     with pytest.raises(ConflictError):
-        await wf.cancel_run(core, **kw)
+        await runs.cancel_run(core, **kw)
     assert not core.engine.is_live(trace_id)
 
 
@@ -299,11 +298,11 @@ async def test_deleting_the_user_cancels_their_runs(core, fake_llm):
 
 async def test_deleted_worker_fails_the_step(core, fake_llm):
     who = await setup_agent(core, fake_llm)
-    template = await wf.create_template(
+    template = await templates.create_template(
         core, owner_id=who["user_id"], is_admin=False, name="t", steps=[worker_step(who)]
     )
     await agents.delete_worker(core, owner_id=who["user_id"], worker_id=who["worker_id"])
-    run = await wf.start_run(core, user_id=who["user_id"], is_admin=False, template_id=template.id)
+    run = await runs.start_run(core, user_id=who["user_id"], is_admin=False, template_id=template.id)
     run = await wait_status(core, run.trace_id, "failed", "succeeded")
     assert "no longer exists" in run.error
 
@@ -352,7 +351,7 @@ async def test_an_orphaned_run_is_resumed_and_its_question_stays_open(core):
     resumed = (await events(core, run.trace_id))[-1]
     assert resumed.data["attempt"] == 2 and resumed.data["restarted_steps"] == []
     kw = {"user_id": user.id, "is_admin": False, "trace_id": run.trace_id}
-    assert await wf.reply(core, content="yes", request_id="r1", **kw) == {
+    assert await runs.reply(core, content="yes", request_id="r1", **kw) == {
         "request_id": "r1", "step_id": "h"}
     finished = await wait_status(core, run.trace_id, "succeeded", "failed")
     assert finished.status == "succeeded" and finished.owner_process is None

@@ -15,8 +15,7 @@ from orchestra.engine.model import At, StepDef, StepKind, step_defs
 from orchestra.engine.store import PostgresRunStore, RunStore
 from orchestra.engine.store import events as events_module
 from orchestra.engine.store.events import EventLog, StoreContention
-from orchestra.services import auth
-from orchestra.services import workflows as wf
+from orchestra.services import auth, runs
 from tests.engine.test_engine import events, kinds, setup_agent, start, wait_status
 
 ENGINE = Path(__file__).resolve().parents[2] / "orchestra" / "engine"
@@ -74,8 +73,8 @@ async def test_a_run_detail_needs_no_engine(core, fake_llm):  # noqa: F811
     reader = await Core.open(core.settings, migrate_schema=False)
     try:
         run = await WorkflowRun.aget(WorkflowRun.trace_id == trace_id)
-        detail = await wf.run_detail(reader, run)
-        page, _ = await wf.list_events(reader, user_id=run.owner_id, is_admin=False, trace_id=trace_id)
+        detail = await runs.run_detail(reader, run)
+        page, _ = await runs.list_events(reader, user_id=run.owner_id, is_admin=False, trace_id=trace_id)
         assert detail["last_seq"] == page[-1].seq >= 3
         assert [q["prompt"] for q in detail["pending_replies"]] == ["Your name?"]
         assert reader.built_engine() is None

@@ -11,7 +11,7 @@ import pytest
 from orchestra.core import build_engine
 from orchestra.db.models import WorkflowRun
 from orchestra.errors import ConflictError, ValidationError
-from orchestra.services import workflows as wf
+from orchestra.services import runs, templates
 from tests.engine.test_engine import events, kinds, setup_agent, steps_of, wait_status, worker_step
 
 
@@ -26,11 +26,11 @@ VERDICT = {"type": "object", "required": ["approved"],
 
 
 async def start(core, who, steps, *, input="hello", **options):
-    template = await wf.create_template(
+    template = await templates.create_template(
         core, owner_id=who["user_id"], is_admin=False, name=f"t{time.monotonic_ns()}", steps=steps,
         options=options,
     )
-    run = await wf.start_run(core, user_id=who["user_id"], is_admin=False,
+    run = await runs.start_run(core, user_id=who["user_id"], is_admin=False,
                              template_id=template.id, input=input)
     return run.trace_id
 
@@ -77,7 +77,7 @@ async def test_json_outputs_flow_field_by_field_into_when_and_prompts(core, fake
     rows = await steps_of(core, trace_id)
     assert rows["review"].output_value == {"approved": False, "notes": "too short"}
     assert (rows["publish"].status, rows["after"].status) == ("skipped", "skipped")
-    detail = await wf.run_detail(core, await WorkflowRun.aget(WorkflowRun.trace_id == trace_id))
+    detail = await runs.run_detail(core, await WorkflowRun.aget(WorkflowRun.trace_id == trace_id))
     review = detail["steps"][0]
     assert (review["path"], review["attempt"], review["reused"], review["output"]) == (
         "review", 1, False, {"approved": False, "notes": "too short"})
@@ -159,13 +159,13 @@ async def test_human_reply_is_validated_and_a_timeout_takes_the_default(core, fa
     evs = await events(core, trace_id)
     assert data_of(evs, "reply_requested")[0]["schema"] == schema
     with pytest.raises(ValidationError) as caught:
-        await wf.reply(core, **kw, content={"approved": "yes"})
+        await runs.reply(core, **kw, content={"approved": "yes"})
     assert caught.value.detail == [{"field": "content.approved", "problem": '"yes" is not of type "boolean"'}]
     with pytest.raises(ValidationError):
-        await wf.reply(core, **kw, content="yes")
-    run = await wf.get_run(core, **kw)
-    assert len(await wf.pending_replies(core, run)) == 1  # still open
-    await wf.reply(core, **kw, content={"approved": True})
+        await runs.reply(core, **kw, content="yes")
+    run = await runs.get_run(core, **kw)
+    assert len(await runs.pending_replies(core, run)) == 1  # still open
+    await runs.reply(core, **kw, content={"approved": True})
     run = await wait_status(core, trace_id, "succeeded", "failed")
     assert (await steps_of(core, trace_id))["approve"].output_value == {"approved": True}
 
@@ -178,7 +178,7 @@ async def test_human_reply_is_validated_and_a_timeout_takes_the_default(core, fa
     assert data_of(evs, "reply_timed_out")[0]["request_id"] == asked["request_id"]
     assert data_of(evs, "step_finished")[0]["output"] == "nobody answered"
     with pytest.raises(ConflictError):
-        await wf.reply(core, user_id=who["user_id"], is_admin=False, trace_id=trace_id, content="late")
+        await runs.reply(core, user_id=who["user_id"], is_admin=False, trace_id=trace_id, content="late")
 
     trace_id = await start(core, who, [human("h", timeout_seconds=1)])
     run = await wait_status(core, trace_id, "succeeded", "failed", timeout=15)
@@ -212,7 +212,7 @@ async def test_retry_of_a_failed_run_reuses_what_succeeded(core, fake_llm):
     assert run.status == "failed"
     kw = {"user_id": who["user_id"], "is_admin": False}
     fake_llm.script_text("fixed")
-    again = await wf.retry_run(core, **kw, trace_id=trace_id)
+    again = await runs.retry_run(core, **kw, trace_id=trace_id)
     assert again.retry_of == trace_id
     run = await wait_status(core, again.trace_id, "succeeded", "failed")
     assert run.status == "succeeded"
@@ -229,14 +229,14 @@ async def test_retry_of_a_failed_run_reuses_what_succeeded(core, fake_llm):
     assert len(reused) == 1 and reused[0].data["output"] == "first output"
     assert "step_started" not in [e.kind for e in evs if e.data.get("step_id") == "a"]
     with pytest.raises(ConflictError):
-        await wf.retry_run(core, **kw, trace_id=again.trace_id)  # it succeeded
+        await runs.retry_run(core, **kw, trace_id=again.trace_id)  # it succeeded
     fake_llm.script_text("a again")
     fake_llm.script_text("b again")
-    third = await wf.retry_run(core, **kw, trace_id=trace_id, from_step="a")
+    third = await runs.retry_run(core, **kw, trace_id=trace_id, from_step="a")
     await wait_status(core, third.trace_id, "succeeded")
     assert len(fake_llm.chat_requests) == 5
     with pytest.raises(ValidationError):
-        await wf.retry_run(core, **kw, trace_id=trace_id, from_step="zz")
+        await runs.retry_run(core, **kw, trace_id=trace_id, from_step="zz")
 
 
 async def test_on_tool_error_fail_fails_the_step_at_the_first_tool_error(core, fake_llm):
@@ -258,7 +258,7 @@ async def test_on_tool_error_fail_fails_the_step_at_the_first_tool_error(core, f
     (failed,) = data_of(await events(core, strict), "step_failed")
     assert "The tool calculator failed (tools.on_tool_error is 'fail')" in failed["error"]
     assert len(fake_llm.chat_requests) == 3  # the strict step never asked the model again
-    stored = (await wf.get_template(core, user_id=who["user_id"], is_admin=False,
+    stored = (await templates.get_template(core, user_id=who["user_id"], is_admin=False,
                                     template_id=(await WorkflowRun.aget_by_id(strict)).template_id)).steps
     assert stored[0]["tools"] == {"on_tool_error": "fail"}
 
@@ -274,13 +274,13 @@ async def test_a_null_structured_output_reads_null_after_a_take_over(core, fake_
     trace_id = await start(core, who, steps)
     kw = {"user_id": who["user_id"], "is_admin": False, "trace_id": trace_id}
     await wait_status(core, trace_id, "waiting_reply")
-    await wf.reply(core, **kw, content=None)
+    await runs.reply(core, **kw, content=None)
     await wait_for_question(core, trace_id, "c")
     await core.engine.stop(grace=0.2)  # handed back: the next engine resumes from the rows
     core.engine = build_engine(core)  # the next process's engine
     await core.engine.start()
     await wait_for_question(core, trace_id, "c")
-    await wf.reply(core, **kw, content="go")
+    await runs.reply(core, **kw, content="go")
     await wait_for_question(core, trace_id, "b")
     asked = [e.data for e in await events(core, trace_id) if e.kind == "reply_requested"]
     assert asked[-1]["step_id"] == "b" and asked[-1]["prompt"] == "a was null"
@@ -290,7 +290,7 @@ async def wait_for_question(core, trace_id: str, step_id: str, timeout: float = 
     """Until the run's newest open question is `step_id`'s."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        pending = (await wf.run_detail(core, await WorkflowRun.aget(WorkflowRun.trace_id == trace_id)))["pending_replies"]
+        pending = (await runs.run_detail(core, await WorkflowRun.aget(WorkflowRun.trace_id == trace_id)))["pending_replies"]
         if pending and pending[-1]["step_id"] == step_id:
             return
         await asyncio.sleep(0.05)

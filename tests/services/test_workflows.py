@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 
 from orchestra.errors import ConflictError, NotFoundError, PermissionDeniedError, ValidationError
-from orchestra.services import agents, auth, providers
-from orchestra.services import workflows as wf
+from orchestra.services import agents, auth, providers, runs, templates
 
 
 @pytest.fixture
@@ -27,13 +26,13 @@ def step(sid, agent, prompt="do {{input}}", depends_on=()):
 
 async def problems_of(core, owner, steps) -> list[dict]:
     with pytest.raises(ValidationError) as caught:
-        await wf.validate_steps(core, owner_id=owner, steps=steps)
+        await templates.validate_steps(core, owner_id=owner, steps=steps)
     assert caught.value.status == 422
     return caught.value.detail
 
 
 async def test_valid_steps_are_normalised(core, world):
-    steps = await wf.validate_steps(core, owner_id=world["alice"], steps=[
+    steps = await templates.validate_steps(core, owner_id=world["alice"], steps=[
         step("a", {"worker": world["wa"]}),
         step("b", {"node": "reviewer"}, "check {{steps.a.output}}", ["a", "a"]),
         step("c", {"human": True}, "ok? {{ steps.a.output }} {{steps.b.output}}", ["b"]),
@@ -78,7 +77,7 @@ async def test_unknown_and_foreign_workers_are_refused(core, world):
 async def test_empty_or_huge_step_lists_are_refused(core, world):
     for steps in ([], [step(f"s{i}", {"human": True}) for i in range(51)]):
         with pytest.raises(ValidationError):
-            await wf.validate_steps(core, owner_id=world["alice"], steps=steps)
+            await templates.validate_steps(core, owner_id=world["alice"], steps=steps)
 
 
 async def test_every_problem_is_reported_in_one_422(core, world):
@@ -112,46 +111,46 @@ async def test_sharing_and_visibility(core, world):
     admin = await auth.register(core, user_name="root", password="password-123")
     human = [step("a", {"human": True})]
     with pytest.raises(PermissionDeniedError):
-        await wf.create_template(core, owner_id=world["alice"], is_admin=False, name="s", steps=human, shared=True)
-    shared = await wf.create_template(core, owner_id=admin.id, is_admin=True, name="s", steps=human, shared=True)
-    private = await wf.create_template(core, owner_id=world["alice"], is_admin=False, name="p", steps=human)
+        await templates.create_template(core, owner_id=world["alice"], is_admin=False, name="s", steps=human, shared=True)
+    shared = await templates.create_template(core, owner_id=admin.id, is_admin=True, name="s", steps=human, shared=True)
+    private = await templates.create_template(core, owner_id=world["alice"], is_admin=False, name="p", steps=human)
     bob = {"user_id": world["bob"], "is_admin": False}
-    assert (await wf.get_template(core, template_id=shared.id, **bob)).id == shared.id
+    assert (await templates.get_template(core, template_id=shared.id, **bob)).id == shared.id
     with pytest.raises(NotFoundError):
-        await wf.get_template(core, template_id=private.id, **bob)
+        await templates.get_template(core, template_id=private.id, **bob)
     with pytest.raises(PermissionDeniedError):
-        await wf.delete_template(core, template_id=shared.id, **bob)
-    listed = {t.id for t in (await wf.list_templates(core, user_id=world["bob"])).rows}
+        await templates.delete_template(core, template_id=shared.id, **bob)
+    listed = {t.id for t in (await templates.list_templates(core, user_id=world["bob"])).rows}
     assert listed == {shared.id}
     with pytest.raises(ConflictError):
-        await wf.create_template(core, owner_id=world["alice"], is_admin=False, name="P", steps=human)
+        await templates.create_template(core, owner_id=world["alice"], is_admin=False, name="P", steps=human)
     with pytest.raises(PermissionDeniedError):
-        await wf.update_template(core, user_id=world["alice"], is_admin=False, template_id=private.id,
+        await templates.update_template(core, user_id=world["alice"], is_admin=False, template_id=private.id,
                                  name="p", steps=human, shared=True)
-    updated = await wf.update_template(core, user_id=world["alice"], is_admin=False,
+    updated = await templates.update_template(core, user_id=world["alice"], is_admin=False,
                                        template_id=private.id, name="p2", steps=human * 1)
     assert updated.name == "p2"
-    await wf.delete_template(core, user_id=world["alice"], is_admin=False, template_id=private.id)
+    await templates.delete_template(core, user_id=world["alice"], is_admin=False, template_id=private.id)
     with pytest.raises(NotFoundError):
-        await wf.get_template(core, user_id=world["alice"], is_admin=False, template_id=private.id)
+        await templates.get_template(core, user_id=world["alice"], is_admin=False, template_id=private.id)
 
 
 async def test_runs_are_private_to_owner_and_admins(core, world):
-    template = await wf.create_template(
+    template = await templates.create_template(
         core, owner_id=world["alice"], is_admin=False, name="t", steps=[step("a", {"human": True})]
     )
-    run = await wf.start_run(core, user_id=world["alice"], is_admin=False, template_id=template.id)
+    run = await runs.start_run(core, user_id=world["alice"], is_admin=False, template_id=template.id)
     with pytest.raises(NotFoundError):
-        await wf.get_run(core, user_id=world["bob"], is_admin=False, trace_id=run.trace_id)
+        await runs.get_run(core, user_id=world["bob"], is_admin=False, trace_id=run.trace_id)
     with pytest.raises(NotFoundError):
-        await wf.reply(core, user_id=world["bob"], is_admin=False, trace_id=run.trace_id, content="x")
-    assert (await wf.get_run(core, user_id=world["bob"], is_admin=True, trace_id=run.trace_id)).trace_id
+        await runs.reply(core, user_id=world["bob"], is_admin=False, trace_id=run.trace_id, content="x")
+    assert (await runs.get_run(core, user_id=world["bob"], is_admin=True, trace_id=run.trace_id)).trace_id
     with pytest.raises(NotFoundError):  # bob cannot run alice's private template
-        await wf.start_run(core, user_id=world["bob"], is_admin=False, template_id=template.id)
+        await runs.start_run(core, user_id=world["bob"], is_admin=False, template_id=template.id)
     with pytest.raises(ValidationError):
-        await wf.start_run(core, user_id=world["alice"], is_admin=False, template_id=template.id,
+        await runs.start_run(core, user_id=world["alice"], is_admin=False, template_id=template.id,
                            files=["not-an-upload"])
     with pytest.raises(PermissionDeniedError):
-        await wf.list_runs(core, user_id=world["bob"], is_admin=False, all_users=True)
-    assert [r.trace_id for r in (await wf.list_runs(core, user_id=world["alice"], is_admin=False)).rows] == [run.trace_id]
-    await wf.cancel_run(core, user_id=world["alice"], is_admin=False, trace_id=run.trace_id)
+        await runs.list_runs(core, user_id=world["bob"], is_admin=False, all_users=True)
+    assert [r.trace_id for r in (await runs.list_runs(core, user_id=world["alice"], is_admin=False)).rows] == [run.trace_id]
+    await runs.cancel_run(core, user_id=world["alice"], is_admin=False, trace_id=run.trace_id)

@@ -262,3 +262,47 @@ async def test_retention_prunes_old_fire_records_and_ended_deliveries(client, al
     assert [f.due_at for f in left] == [due + dt.timedelta(minutes=2), due + dt.timedelta(minutes=3)]
     statuses = [d.status for d in await core.db.list(WebhookDelivery.select())]
     assert statuses == ["pending"]
+
+
+async def test_fire_history_pages_newest_first_with_outcomes_and_runs(client, alice, user, template, loop):
+    made = await create(client, alice, template_id=template, cron="* * * * *", timezone="Asia/Kolkata",
+                        overlap="allow", catchup="none")
+    sid = made["schedule_id"]
+    # Four due times, the oldest three missed (more than a minute late), the newest on time.
+    due = await make_due(client, sid, dt.timedelta(minutes=3, seconds=1))
+    await loop.fire_due(now=due + dt.timedelta(minutes=3, seconds=1))
+    stored = await fires_of(sid, 4)
+    started = next(f for f in stored if f.outcome == "started")
+    for _ in range(200):  # its run ends (whatever its step does): its status then stays
+        run = await WorkflowRun.aget(WorkflowRun.trace_id == started.trace_id)
+        if run.finished_at is not None:
+            break
+        await asyncio.sleep(0.05)
+    assert run.finished_at is not None
+    url = f"{API}/schedule/{sid}/fires"
+    first = await client.get(url, headers=alice["headers"], params={"limit": 3})
+    assert first.status_code == 200, first.text
+    body = first.json()
+    assert body["schedule_id"] == sid and body["timezone"] == "Asia/Kolkata" and body["next_cursor"]
+    zone = ZoneInfo("Asia/Kolkata")
+    expected = [due + dt.timedelta(minutes=i) for i in (3, 2, 1, 0)]
+    assert [dt.datetime.fromisoformat(f["due_at"]) for f in body["fires"]] == [
+        d.replace(tzinfo=dt.UTC).astimezone(zone) for d in expected[:3]]
+    assert all(f["due_at"].endswith("+05:30") and f["fired_at"].endswith("+05:30") for f in body["fires"])
+    newest, *older = body["fires"]
+    assert newest["outcome"] == "started" and newest["trace_id"] == started.trace_id
+    assert newest["run_status"] == run.status and newest["error"] is None
+    assert [f["outcome"] for f in older] == ["missed", "missed"]
+    assert all(f["trace_id"] is None and f["run_status"] is None and "catchup" in f["error"] for f in older)
+    second = (await client.get(url, headers=alice["headers"],
+                               params={"limit": 3, "cursor": body["next_cursor"]})).json()
+    assert [dt.datetime.fromisoformat(f["due_at"]) for f in second["fires"]] == [
+        expected[3].replace(tzinfo=dt.UTC)]
+    assert second["fires"][0]["outcome"] == "missed" and second["next_cursor"] is None
+    assert (await client.get(url, headers=alice["headers"])).json()["fires"] == body["fires"] + second["fires"]
+    # someone else's schedule is not found; a cursor of another list is refused at `cursor`
+    assert_error(await client.get(url, headers=user["headers"]), 404, "NotFoundError")
+    refused = assert_error(await client.get(url, headers=alice["headers"], params={"cursor": "run.1.x"}),
+                           422, "ValidationError")
+    assert refused["detail"][0]["field"] == "cursor"
+    assert_error(await client.get(url, headers=alice["headers"], params={"limit": 0}), 422, "ValidationError")

@@ -50,6 +50,24 @@ class ScheduleList(Success):
     next_cursor: str | None = NextCursor()
 
 
+class FireView(Shape):
+    due_at: str = Field(description="The due time handled, ISO 8601 with the offset of the schedule's zone.")
+    fired_at: str = Field(description="When a process handled it (same zone).")
+    outcome: Outcome = Field(description="started (a run), skipped (overlap), missed (catch-up policy) "
+                             "or failed (the run could not start: error).")
+    trace_id: str | None = Field(description="The run it started (outcome started).")
+    run_status: str | None = Field(description="That run's status now; null without a run, or once "
+                                   "the run was deleted.")
+    error: str | None = Field(description="Why it did not start a run (skipped, missed, failed).")
+
+
+class FireList(Success):
+    schedule_id: str
+    timezone: str
+    fires: list[FireView] = Field(description="Newest due time first.")
+    next_cursor: str | None = NextCursor()
+
+
 class SubscriptionView(Shape):
     subscription_id: str
     url: str

@@ -99,6 +99,20 @@ async def read(request: Request, schedule_id: str):
     return await _answer(request, row)
 
 
+@bp.get("/<schedule_id:str>/fires")
+@documented("A schedule's fires, newest due time first: each handled due time's outcome and run",
+            response=out.FireList, params=page_params("fires", 50), errors={422: PAGE_ERRORS})
+@protected(Role.USER)
+async def fires(request: Request, schedule_id: str):
+    limit, cursor = page_args(request, default=50)
+    row, page, statuses = await service.list_fires(
+        request.app.ctx.core, user_id=request.ctx.principal.user_id, schedule_id=schedule_id,
+        limit=limit, cursor=cursor)
+    tz = service.zone_of(row)
+    items = [service.fire_view(f, tz, statuses.get(f.trace_id)) for f in page.rows]
+    return json({**page_body("fires", items, page), "schedule_id": row.id, "timezone": row.timezone})
+
+
 @bp.put("/<schedule_id:str>")
 @documented("Replace a schedule (every field; a changed cron, zone or enabled counts from now)",
             body=ScheduleBody, response=out.Schedule, errors={422: _UNKNOWN})

@@ -10,8 +10,7 @@ from sanic.response import json
 
 from orchestra.errors import NotFoundError, PermissionDeniedError
 from orchestra.observability import tracing
-from orchestra.services import forks, versions
-from orchestra.services import workflows as templates
+from orchestra.services import forks, runs, templates, versions
 from orchestra.services.roles import Role
 from orchestra.vocabulary import RunStatus
 from orchestra.web.apidoc import version_models as out
@@ -145,7 +144,7 @@ async def fork(request: Request, trace_id: str):
     sent = body.model_fields_set
     key = request.ctx.principal.key
     if key is not None and key.templates is not None:  # a key limited to some templates
-        source = await templates.get_run(request.app.ctx.core, trace_id=trace_id, **_who(request))
+        source = await runs.get_run(request.app.ctx.core, trace_id=trace_id, **_who(request))
         if not key.allows_template(source.template_id):
             raise PermissionDeniedError("This API key may not start runs of that template.")
     run = await forks.fork_run(

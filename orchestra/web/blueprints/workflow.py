@@ -12,9 +12,8 @@ from orchestra.errors import PermissionDeniedError, ValidationError
 from orchestra.language.model import EXPRESSION_MAX, MAX_STEPS, Expose, Step, TemplateLimits
 from orchestra.money.amounts import POSITIVE_USD_JSON_SCHEMA, USD_JSON_SCHEMA
 from orchestra.observability import tracing
-from orchestra.services import run_starts
+from orchestra.services import run_starts, runs, templates
 from orchestra.services import spend as spend_service
-from orchestra.services import workflows as service
 from orchestra.services.roles import Role
 from orchestra.vocabulary import RunStatus
 from orchestra.web.apidoc import models as out
@@ -78,7 +77,7 @@ class TemplateDraft(Body):
 
     def options(self) -> dict[str, Any]:
         """The language's template-level fields that were sent."""
-        sent = {k: getattr(self, k) for k in service.OPTION_FIELDS if getattr(self, k) is not None}
+        sent = {k: getattr(self, k) for k in templates.OPTION_FIELDS if getattr(self, k) is not None}
         for name in ("limits", "expose"):
             if name in sent:
                 sent[name] = sent[name].model_dump(exclude_none=True)
@@ -87,10 +86,10 @@ class TemplateDraft(Body):
 
 class TemplateBody(TemplateDraft):
     name: str = rule(
-        description=f"1-{service.NAME_MAX} characters (stripped); unique among your templates.",
-        pattern=stripped(service.NAME_MAX, controls=False),
+        description=f"1-{templates.NAME_MAX} characters (stripped); unique among your templates.",
+        pattern=stripped(templates.NAME_MAX, controls=False),
     )
-    description: str = rule("", **free_text(service.PROMPT_MAX))
+    description: str = rule("", **free_text(templates.PROMPT_MAX))
     steps: list[Any] = rule(
         description="The steps; checked by the template service with the Step model, so that "
         "one 422 lists every problem with its path (steps.2.when).",
@@ -202,7 +201,7 @@ def _flag(request: Request, name: str) -> bool:
 async def create_template(request: Request):
     body = parse_body(request, TemplateBody)
     principal = request.ctx.principal
-    template = await service.create_template(
+    template = await templates.create_template(
         request.app.ctx.core,
         owner_id=principal.user_id,
         is_admin=principal.is_admin,
@@ -212,7 +211,7 @@ async def create_template(request: Request):
         shared=bool(body.shared),
         options=body.options(),
     )
-    view = service.template_view(template)
+    view = templates.template_view(template)
     return json({"message": SUCCESS, "template_id": template.id, "template": view}, status=201)
 
 
@@ -226,7 +225,7 @@ async def create_template(request: Request):
 @protected(Role.USER, scope="template:read")
 async def check_template(request: Request):
     body = parse_body(request, TemplateDraft)
-    checked = await service.check_template(
+    checked = await templates.check_template(
         request.app.ctx.core, owner_id=request.ctx.principal.user_id, steps=body.steps,
         options=body.options(),
     )
@@ -241,21 +240,21 @@ async def check_template(request: Request):
 @protected(Role.USER, scope="template:read")
 async def list_templates(request: Request):
     limit, cursor = page_args(request)
-    page = await service.list_templates(
+    page = await templates.list_templates(
         request.app.ctx.core, user_id=request.ctx.principal.user_id, limit=limit, cursor=cursor
     )
-    return json(page_body("templates", [service.template_view(t) for t in page.rows], page))
+    return json(page_body("templates", [templates.template_view(t) for t in page.rows], page))
 
 
 @bp.get("/template/<template_id:str>")
 @documented("Read a template", response=out.Template)
 @protected(Role.USER, scope="template:read")
 async def get_template(request: Request, template_id: str):
-    template = await service.get_template(
+    template = await templates.get_template(
         request.app.ctx.core, template_id=template_id, **_who(request)
     )
     return json(
-        {"message": SUCCESS, "template_id": template.id, "template": service.template_view(template)}
+        {"message": SUCCESS, "template_id": template.id, "template": templates.template_view(template)}
     )
 
 
@@ -270,7 +269,7 @@ async def get_template(request: Request, template_id: str):
 @protected(Role.USER, scope="template:write")
 async def update_template(request: Request, template_id: str):
     body = parse_body(request, TemplateBody)
-    template = await service.update_template(
+    template = await templates.update_template(
         request.app.ctx.core,
         template_id=template_id,
         name=body.name,
@@ -281,7 +280,7 @@ async def update_template(request: Request, template_id: str):
         **_who(request),
     )
     return json(
-        {"message": SUCCESS, "template_id": template.id, "template": service.template_view(template)}
+        {"message": SUCCESS, "template_id": template.id, "template": templates.template_view(template)}
     )
 
 
@@ -292,7 +291,7 @@ async def update_template(request: Request, template_id: str):
 )
 @protected(Role.USER, scope="template:write")
 async def delete_template(request: Request, template_id: str):
-    await service.delete_template(request.app.ctx.core, template_id=template_id, **_who(request))
+    await templates.delete_template(request.app.ctx.core, template_id=template_id, **_who(request))
     return json({"message": SUCCESS, "template_id": template_id})
 
 
@@ -333,7 +332,7 @@ async def start_run(request: Request):
             fingerprint=run_starts.fingerprint(body.model_dump(mode="json")))
 
     async def begin():
-        return await service.start_run(
+        return await runs.start_run(
             core, template_id=body.template_id, input=body.input, files=body.files,
             trace_parent=tracing.parent_for_run(request.headers), remember=remember,
             version=body.version, budget_usd=body.budget_usd, **_who(request),
@@ -366,11 +365,11 @@ async def start_run(request: Request):
 @protected(Role.USER, scope="run:read")
 async def list_runs(request: Request):
     limit, cursor = page_args(request)
-    page = await service.list_runs(
+    page = await runs.list_runs(
         request.app.ctx.core, all_users=_flag(request, "all"), limit=limit, cursor=cursor,
         **_who(request),
     )
-    return json(page_body("runs", [service.run_summary(r) for r in page.rows], page))
+    return json(page_body("runs", [runs.run_summary(r) for r in page.rows], page))
 
 
 @bp.get("/run/<trace_id:str>")
@@ -378,8 +377,8 @@ async def list_runs(request: Request):
 @protected(Role.USER, scope="run:read")
 async def get_run(request: Request, trace_id: str):
     core = request.app.ctx.core
-    run = await service.get_run(core, trace_id=trace_id, **_who(request))
-    detail = await service.run_detail(core, run)
+    run = await runs.get_run(core, trace_id=trace_id, **_who(request))
+    detail = await runs.run_detail(core, run)
     return json({"message": SUCCESS, **detail, "run": detail})
 
 
@@ -390,15 +389,15 @@ async def get_run(request: Request, trace_id: str):
     params=(
         query("after", "Only events with a greater seq (default 0): the next_after of the previous page.",
               **_AFTER),
-        query("limit", f"At most this many events (default and maximum {service.EVENTS_MAX}).",
-              type="integer", minimum=1, maximum=service.EVENTS_MAX),
+        query("limit", f"At most this many events (default and maximum {runs.EVENTS_MAX}).",
+              type="integer", minimum=1, maximum=runs.EVENTS_MAX),
     ),
 )
 @protected(Role.USER, scope="run:read")
 async def list_events(request: Request, trace_id: str):
     after = count_arg(request, "after", default=0, low=0, high=10**18 - 1)
-    limit = count_arg(request, "limit", default=service.EVENTS_MAX, low=1, high=service.EVENTS_MAX)
-    events, next_after = await service.list_events(
+    limit = count_arg(request, "limit", default=runs.EVENTS_MAX, low=1, high=runs.EVENTS_MAX)
+    events, next_after = await runs.list_events(
         request.app.ctx.core, trace_id=trace_id, after=min(after, SEQ_MAX), limit=limit,
         **_who(request),
     )
@@ -421,10 +420,10 @@ async def retry_run(request: Request, trace_id: str):
     body = parse_body(request, RetryBody) if (request.body or b"").strip() else RetryBody()
     key = request.ctx.principal.key
     if key is not None and key.templates is not None:
-        earlier = await service.get_run(request.app.ctx.core, trace_id=trace_id, **_who(request))
+        earlier = await runs.get_run(request.app.ctx.core, trace_id=trace_id, **_who(request))
         if not key.allows_template(earlier.template_id):
             raise PermissionDeniedError("This API key may not start runs of that template.")
-    run = await service.retry_run(
+    run = await runs.retry_run(
         request.app.ctx.core, trace_id=trace_id, from_step=body.from_step, **_who(request)
     )
     return json({"message": SUCCESS, "trace_id": run.trace_id, "status": RunStatus.QUEUED,
@@ -444,7 +443,7 @@ async def retry_run(request: Request, trace_id: str):
 async def raise_budget(request: Request, trace_id: str):
     body = parse_body(request, BudgetBody)
     core = request.app.ctx.core
-    run = await service.get_run(core, trace_id=trace_id, **_who(request))
+    run = await runs.get_run(core, trace_id=trace_id, **_who(request))
     run, raised = await spend_service.top_up(core, run, body.add_usd)
     return json({"message": SUCCESS, "trace_id": run.trace_id, "status": run.status,
                  "cost_usd": spend_service.money_fields(run)["cost_usd"],
@@ -460,7 +459,7 @@ async def raise_budget(request: Request, trace_id: str):
 )
 @protected(Role.USER, scope="run:cancel")
 async def cancel_run(request: Request, trace_id: str):
-    run = await service.cancel_run(request.app.ctx.core, trace_id=trace_id, **_who(request))
+    run = await runs.cancel_run(request.app.ctx.core, trace_id=trace_id, **_who(request))
     return json({"message": SUCCESS, "trace_id": run.trace_id, "status": run.status})
 
 
@@ -475,7 +474,7 @@ async def cancel_run(request: Request, trace_id: str):
 @protected(Role.USER, scope="run:reply")
 async def reply(request: Request, trace_id: str):
     body = parse_body(request, ReplyBody)
-    answered = await service.reply(
+    answered = await runs.reply(
         request.app.ctx.core,
         trace_id=trace_id,
         content=body.content,
@@ -505,7 +504,7 @@ async def reply(request: Request, trace_id: str):
 async def stream(request: Request, trace_id: str):
     core = request.app.ctx.core
     after = min(parse_last_event_id(request), SEQ_MAX)
-    run = await service.open_stream(core, trace_id=trace_id, last_event_id=after, **_who(request))
+    run = await runs.open_stream(core, trace_id=trace_id, last_event_id=after, **_who(request))
     if run is None:
         return HTTPResponse(status=204, headers={"Cache-Control": "no-cache"})
     events = core.engine.follow(

@@ -8,6 +8,7 @@ import json
 import logging
 from typing import Any
 
+from orchestra import redaction
 from orchestra.db.models import McpServer, utcnow
 from orchestra.db.snapshot import StoreSnapshot
 from orchestra.engine.tools.base import Tool, ToolContext, ToolError
@@ -47,7 +48,9 @@ def server_config(row: McpServer, decrypt: Any) -> McpServerConfig:
     """The engine's view of a stored server; `decrypt` is the SecretBox's decrypt."""
 
     def secrets(ciphertext: str | None) -> dict[str, str]:
-        return json.loads(decrypt(ciphertext)) if ciphertext else {}
+        opened = json.loads(decrypt(ciphertext)) if ciphertext else {}
+        redaction.remember_credentials(opened.values())  # SPEC §15b: never in a log line or event
+        return opened
 
     return McpServerConfig(
         server_id=row.id,

@@ -1,0 +1,265 @@
+"""Workflow templates (SPEC §4): validation, access rules, create, read, update, delete.
+
+A template is a list of steps `{id, agent, prompt, depends_on}`. Its owner manages it;
+a `shared` template (only administrators may share) is readable and runnable by every
+user and managed by administrators; another user's private template is not found.
+Its runs are services/runs.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from peewee import IntegrityError
+
+from orchestra.db.models import (
+    Worker,
+    WorkflowTemplate,
+    iso,
+    name_key,
+    utcnow,
+)
+from orchestra.errors import ConflictError, NotFoundError, PermissionDeniedError, ValidationError
+from orchestra.language.model import NAME_MAX, PROMPT_MAX
+from orchestra.language.typecheck import type_problems
+from orchestra.language.validate import Checked
+from orchestra.language.validate import check_template as check_template_language
+from orchestra.services import composition, version_store
+from orchestra.services.paging import DEFAULT_LIMIT, Page, keyset_page
+from orchestra.services.shared import Shared
+
+OPTION_FIELDS = ("input_schema", "limits", "output", "output_schema", "expose")  # template-level language options
+
+
+# --- template validation ----------------------------------------------------------------
+
+
+def add_problem(problems: list[dict[str, str]], field: str, problem: str) -> None:
+    problems.append({"field": field, "problem": problem})
+
+
+def _raise(problems: list[dict[str, str]]) -> None:
+    summary = "; ".join(f"{p['field']}: {p['problem']}" for p in problems[:5])
+    more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
+    raise ValidationError(f"Invalid template: {summary}{more}.", detail=problems)
+
+
+def _clean_name(name: str) -> str:
+    name = name.strip()
+    if not 1 <= len(name) <= NAME_MAX:
+        raise ValidationError.field("name", f"must be 1 to {NAME_MAX} characters long")
+    return name
+
+
+async def check_template(
+    core: Shared, *, owner_id: str, steps: Any, options: dict[str, Any] | None = None,
+    template_id: str | None = None,
+) -> Checked:
+    """Every problem of a template (language.validate, plus whether each worker is
+    the owner's, each secret exists and each child template may be called: see
+    composition.py), without storing anything: `POST /template/check` and saves use it.
+    `template_id`: the template being replaced (a child must not call it back)."""
+    checked = check_template_language(steps, options)
+    if not checked.problems:  # a template otherwise sound: do its expressions fit its types?
+        for field, problem in type_problems(checked.steps, checked.options):
+            add_problem(checked.problems, field, problem)
+    await composition.check_calls(core, checked, owner_id=owner_id, template_id=template_id)
+    if not checked.workers:
+        return checked
+    refs = {ref for _field, ref, _agent in checked.workers}
+    named = await core.db.list(Worker.select(Worker.id, Worker.name_key).where(
+        (Worker.owner == owner_id) & (Worker.id.in_(refs) | Worker.name_key.in_({name_key(r) for r in refs}))))
+    by_id = {w.id: w for w in named}
+    by_name = {w.name_key: w for w in named}
+    names: str | None = None  # the owner's worker names, read only for an error
+    for field, ref, agent in checked.workers:
+        worker = by_id.get(ref) or by_name.get(name_key(ref))
+        if worker is None:
+            if names is None:
+                names = ", ".join(await _worker_names(core, owner_id)) or "none yet"
+            add_problem(checked.problems, field,
+                     f"unknown worker {ref!r}: not the id or name of one of your workers (yours: {names})")
+        else:
+            agent["worker"] = worker.id  # a name is resolved once, here: runs use the id
+    return checked
+
+
+async def _worker_names(core: Shared, owner_id: str, most: int = 20) -> list[str]:
+    """The owner's first `most` worker names (by name), then "…" when there are more."""
+    rows = await core.db.list(Worker.select(Worker.name).where(Worker.owner == owner_id)
+                              .order_by(Worker.name_key).limit(most + 1))
+    names = [w.name for w in rows[:most]]
+    return names + (["…"] if len(rows) > most else [])
+
+
+async def validate_steps(core: Shared, *, owner_id: str, steps: list[Any],
+                         options: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Normalised steps, or one 422 listing every problem (shape, ids, agents, references,
+    cycles, expressions, schemas)."""
+    checked = await check_template(core, owner_id=owner_id, steps=steps, options=options)
+    if checked.problems:
+        _raise(checked.problems)
+    return checked.steps
+
+
+# --- templates ---------------------------------------------------------------------------
+
+
+def template_view(template: WorkflowTemplate) -> dict[str, Any]:
+    return {
+        "template_id": template.id,
+        "name": template.name,
+        "description": template.description,
+        "shared": bool(template.shared),
+        "owner_id": template.owner_id,
+        "steps": template.steps,
+        **(template.spec or {}),
+        "version": template.version,
+        "created_at": iso(template.created_at),
+        "updated_at": iso(template.updated_at),
+    }
+
+
+def _name_taken(name: str) -> ConflictError:
+    return ConflictError(f"You already have a template named '{name}' (names ignore case).")
+
+
+async def _ensure_name_free(core: Shared, owner_id: str, name: str, except_id: str | None = None) -> None:
+    """A friendly early 409; the unique (owner, name_key) index decides under races."""
+    query = WorkflowTemplate.select(WorkflowTemplate.id).where(
+        (WorkflowTemplate.owner == owner_id) & (WorkflowTemplate.name_key == name_key(name))
+    )
+    if except_id:
+        query = query.where(WorkflowTemplate.id != except_id)
+    if await core.db.exists(query):
+        raise _name_taken(name)
+
+
+async def _save_template(template: WorkflowTemplate, *, create: bool) -> WorkflowTemplate:
+    try:
+        await template.asave(force_insert=create)
+    except IntegrityError:  # the unique (owner, name_key) index: a concurrent write took the name
+        raise _name_taken(template.name) from None
+    return template
+
+
+def _check_share(shared: bool, is_admin: bool) -> None:
+    if shared and not is_admin:
+        raise PermissionDeniedError("Only an ADMINISTRATOR or above may mark a template shared.")
+
+
+async def create_template(
+    core: Shared,
+    *,
+    owner_id: str,
+    is_admin: bool,
+    name: str,
+    steps: list[Any],
+    description: str = "",
+    shared: bool = False,
+    options: dict[str, Any] | None = None,
+) -> WorkflowTemplate:
+    """Validate and store a template; 422 names every problem, 409 a duplicate name.
+    `options`: the language's template-level fields (input_schema, limits, output)."""
+    _check_share(shared, is_admin)
+    name = _clean_name(name)
+    if len(description) > PROMPT_MAX:
+        raise ValidationError.field("description", f"must be at most {PROMPT_MAX} characters long")
+    checked = await check_template(core, owner_id=owner_id, steps=steps, options=options)
+    if checked.problems:
+        _raise(checked.problems)
+    await _ensure_name_free(core, owner_id, name)
+    template = WorkflowTemplate(
+        owner=owner_id, name=name, description=description, steps=checked.steps,
+        spec=checked.options or None, shared=shared, version=1,
+    )
+    return await _save_version(core, template, create=True, author_id=owner_id)
+
+
+async def _save_version(core: Shared, template: WorkflowTemplate, *, create: bool,
+                        author_id: str) -> WorkflowTemplate:
+    """Save the template and its new immutable version in one transaction (SPEC §13):
+    a refused save makes no version."""
+    async with core.db.atomic():
+        template.version = await version_store.next_number(core, template, create=create)
+        await _save_template(template, create=create)
+        await version_store.record(core, template, author_id=author_id)
+    await templates_changed(core)
+    return template
+
+
+async def templates_changed(core: Shared) -> None:
+    """Tell every process that templates changed: MCP tool lists follow (SPEC §14)."""
+    await core.signals.notify("cache", "workflow_template")
+
+
+async def list_templates(
+    core: Shared, *, user_id: str, limit: int = DEFAULT_LIMIT, cursor: str | None = None
+) -> Page[WorkflowTemplate]:
+    """A page of the caller's templates and every shared one, oldest first."""
+    query = WorkflowTemplate.select().where(
+        (WorkflowTemplate.owner == user_id) | (WorkflowTemplate.shared == True)  # noqa: E712
+    )
+    return await keyset_page(
+        core.db, query, kind="template", at=WorkflowTemplate.created_at, key=WorkflowTemplate.id,
+        limit=limit, cursor=cursor,
+    )
+
+
+async def get_template(
+    core: Shared, *, user_id: str, is_admin: bool, template_id: str, write: bool = False
+) -> WorkflowTemplate:
+    """A template the caller may read (own or shared), or may change (`write`). A shared
+    template is changed, restored or deleted by ADMINISTRATOR+ only, its owner included:
+    `is_admin` is the caller's role at the moment of the call (SPEC §15b), so an owner
+    demoted since sharing it can no longer change what other users run."""
+    template = await WorkflowTemplate.aget_or_none(WorkflowTemplate.id == template_id)
+    if template is None or (template.owner_id != user_id and not template.shared):
+        raise NotFoundError(f"No template has the id '{template_id}'.")
+    if write and template.shared and not is_admin:
+        raise PermissionDeniedError("Only an ADMINISTRATOR or above may change a shared template.")
+    return template
+
+
+async def update_template(
+    core: Shared,
+    *,
+    user_id: str,
+    is_admin: bool,
+    template_id: str,
+    name: str,
+    steps: list[Any],
+    description: str = "",
+    shared: bool | None = None,
+    options: dict[str, Any] | None = None,
+) -> WorkflowTemplate:
+    """Replace a template's name, description, steps, options (and `shared`,
+    administrators only)."""
+    template = await get_template(
+        core, user_id=user_id, is_admin=is_admin, template_id=template_id, write=True
+    )
+    if shared is not None and shared != template.shared:
+        if not is_admin:
+            raise PermissionDeniedError("Only an ADMINISTRATOR or above may change `shared`.")
+        template.shared = shared
+    template.name = _clean_name(name)
+    if len(description) > PROMPT_MAX:
+        raise ValidationError.field("description", f"must be at most {PROMPT_MAX} characters long")
+    template.description = description
+    checked = await check_template(core, owner_id=template.owner_id, steps=steps, options=options,
+                                   template_id=template.id)
+    if checked.problems:
+        _raise(checked.problems)
+    template.steps, template.spec = checked.steps, checked.options or None
+    await _ensure_name_free(core, template.owner_id, template.name, except_id=template.id)
+    template.updated_at = utcnow()
+    return await _save_version(core, template, create=False, author_id=user_id)
+
+
+async def delete_template(core: Shared, *, user_id: str, is_admin: bool, template_id: str) -> None:
+    """Delete a template; its runs keep their own copy of the steps."""
+    template = await get_template(
+        core, user_id=user_id, is_admin=is_admin, template_id=template_id, write=True
+    )
+    await core.db.aexecute(WorkflowTemplate.delete().where(WorkflowTemplate.id == template.id))
+    await templates_changed(core)
