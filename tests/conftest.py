@@ -69,6 +69,14 @@ def pytest_collection_modifyitems(config, items) -> None:
 
 
 @pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config) -> None:
+    """How many pytest-xdist workers, and how work is shared out (tests/parallel.py)."""
+    from tests.parallel import choose_workers
+
+    choose_workers(config)
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item) -> None:
     # In the environment, not a global: tests import this file as `tests.conftest`, a
     # second copy of the module pytest loaded as `conftest`.

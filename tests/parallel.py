@@ -3,8 +3,9 @@ pyproject.toml's addopts): pytest-xdist workers, the order work is handed out in
 what each worker has of its own (a Redis database, a range of ports).
 
 - `pytest -m "not e2e"` (the fast loop) runs in one worker more than there are cores;
-  a whole run with the end-to-end tests (CI's plain `pytest`) in `E2E_WORKERS` workers,
-  since most of their time is spent waiting on servers, leases and clocks. `-n N` chooses
+  a whole run with the end-to-end tests (CI's plain `pytest`) in ORCHESTRA_TEST_WORKERS
+  workers when that is set (`E2E_WORKERS`, 4, is the intended default once a whole
+  parallel run has passed), since most of their time is spent waiting. `-n N` chooses
   for itself, `-n 0` keeps one process; a run of named files or folders that includes
   e2e tests stays in one process unless given `-n`.
 - Work is handed out in groups (`--dist loadgroup`): the tests of a module that share a
@@ -54,8 +55,9 @@ def _whole_suite(config) -> bool:
         [a.rstrip("/") for a in config.args] == ["tests"]
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_cmdline_main(config) -> None:
+def choose_workers(config) -> None:
+    """Called from tests/conftest.py's `pytest_cmdline_main` (tryfirst): a conftest's hook
+    runs before pytest-xdist's own, which reads `-n` and `--dist`; this plugin's would not."""
     if (not config.pluginmanager.hasplugin("xdist") or os.environ.get("PYTEST_XDIST_WORKER")
             or config.option.collectonly):
         return
@@ -64,8 +66,9 @@ def pytest_cmdline_main(config) -> None:
     elif "not e2e" in (config.option.markexpr or ""):
         # many fast tests wait on a timer or a child process: a third worker fills that time
         config.option.numprocesses = (os.cpu_count() or 1) + 1
-    elif _whole_suite(config):
-        config.option.numprocesses = int(os.environ.get("ORCHESTRA_TEST_WORKERS") or E2E_WORKERS)
+    elif _whole_suite(config) and os.environ.get("ORCHESTRA_TEST_WORKERS"):
+        # opt-in until a whole parallel CI run has passed on a fresh clone (issue 38)
+        config.option.numprocesses = int(os.environ["ORCHESTRA_TEST_WORKERS"])
     if not config.option.numprocesses:
         return
     if config.option.dist == "no":
@@ -106,7 +109,7 @@ def pytest_collection_modifyitems(config, items):
     return result
 
 
-@pytest.hookimpl
+@pytest.hookimpl(tryfirst=True)  # before xdist's own (the first answer is taken)
 def pytest_xdist_make_scheduler(config, log):
     if config.getvalue("dist") != "loadgroup":
         return None

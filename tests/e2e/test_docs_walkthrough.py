@@ -190,7 +190,3 @@ kill %1
     assert re.search(r"^research\[\d\] · pending", shown, flags=re.M), shown[:2000]
     assert not re.search(r"^research.* · running", shown, flags=re.M), shown[:2000]
     assert "budget now $1.388 (spent $0.00" in story and "it is queued again" in story
-    watched = story[story.index("budget now $1.388"):]
-    assert re.search(r"the\s+next\s+call\s+may\s+cost\s+up\s+to\s+\$0\.88", watched), watched[:3000]
-    assert "research[5]" in watched, watched[:3000]
-    assert re.search(r"run succeeded in ", watched), watched[:4000]
