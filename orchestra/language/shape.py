@@ -50,3 +50,16 @@ def nesting(step: dict[str, Any]) -> int:
     if kind_of(step) == "step":
         return 0
     return 1 + max((nesting(s) for s in inner_steps(step) if isinstance(s, dict)), default=0)
+
+
+def dependents(steps: list[dict[str, Any]], root: str) -> set[str]:
+    """`root` and every top-level step that depends on it, directly or through others
+    (what a retry from `root` or a fork of it runs again)."""
+    found, changed = {root}, True
+    while changed:
+        changed = False
+        for step in steps:
+            if step["id"] not in found and found & set(step.get("depends_on") or []):
+                found.add(step["id"])
+                changed = True
+    return found

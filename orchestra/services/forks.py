@@ -41,14 +41,7 @@ def downstream(steps: list[dict[str, Any]], root: str) -> set[str]:
     for step in steps:
         if any(inner["id"] == root for inner, _d, _w in shape.walk([step])):
             top = step["id"]
-    found, changed = {top}, True
-    while changed:
-        changed = False
-        for step in steps:
-            if step["id"] not in found and found & set(step.get("depends_on") or []):
-                found.add(step["id"])
-                changed = True
-    return found
+    return shape.dependents(steps, top)
 
 
 async def _fork_steps(core: Shared, source: WorkflowRun, version: int | None

@@ -258,17 +258,6 @@ async def reply(
 RETRYABLE = (RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.INTERRUPTED)
 
 
-def _descendants(steps: list[dict[str, Any]], root: str) -> set[str]:
-    found, changed = {root}, True
-    while changed:
-        changed = False
-        for step in steps:
-            if step["id"] not in found and found & set(step.get("depends_on") or []):
-                found.add(step["id"])
-                changed = True
-    return found
-
-
 async def retry_run(
     core: Shared, *, user_id: str, is_admin: bool, trace_id: str, from_step: str | None = None
 ) -> WorkflowRun:
@@ -283,7 +272,7 @@ async def retry_run(
     ids = [step["id"] for step in old.steps]
     if from_step is not None and from_step not in ids:
         raise ValidationError.field("from_step", f"unknown step '{from_step}'; steps: {', '.join(ids)}")
-    again = _descendants(old.steps, from_step) if from_step else set()
+    again = shape.dependents(old.steps, from_step) if from_step else set()
     rows = {r.path or r.step_id: r for r in await core.db.list(RunStep.select().where(RunStep.run == old.trace_id))}
     async with core.db.atomic():
         run = await WorkflowRun.acreate(
