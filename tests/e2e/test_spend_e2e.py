@@ -100,8 +100,14 @@ def test_200_items_under_a_budget_with_the_owner_killed_twice_never_overspend(mo
     wait_for(lambda: any(e[1] == "run_resumed" for e in stored(pair.http_b, trace_id)), 60)
     pair.restart("a")
     wait_for(lambda: finished_items(pair.http_b, trace_id) >= 25, 60)
+    # slow the calls B makes from now on, so that the run is surely mid-way when B dies
+    # (at half a second an item, 16 at a time, it could spend the rest of its budget in
+    # the moment between that count and the kill)
+    pair.fake.chunk_delay = 1.0
+    wait_for(lambda: pair.http_b.get(f"/workflow/run/{trace_id}").json()["status"] == "running", 10)
     pair.b.kill()  # the owner now: B took the run over
     wait_for(lambda: len([e for e in stored(pair.http_a, trace_id) if e[1] == "run_resumed"]) >= 2, 60)
+    pair.fake.chunk_delay = 0.1
     run = ended(pair.http_a, trace_id)
     kinds = [e[1] for e in stored(pair.http_a, trace_id)]
     assert run["status"] == "failed" and kinds[-2:] == ["budget_exceeded", "run_failed"], kinds[-3:]
