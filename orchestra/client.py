@@ -316,12 +316,17 @@ class Client:
         return body
 
     # -- workflows ----------------------------------------------------------------------
-    def start_run(self, template_id: str, input: Any = None, files: list[str] | None = None) -> str:
+    def start_run(self, template_id: str, input: Any = None, files: list[str] | None = None,
+                  *, version: int | None = None, budget_usd: str | None = None) -> str:
         body: dict[str, Any] = {"template_id": template_id}
         if input is not None:
             body["input"] = input
         if files:
             body["files"] = files
+        if version is not None:
+            body["version"] = version
+        if budget_usd is not None:
+            body["budget_usd"] = budget_usd
         return self.post("/workflow/run", json=body)["trace_id"]
 
     def reply(self, trace_id: str, content: Any, request_id: str | None = None) -> dict[str, Any]:

@@ -69,8 +69,11 @@ def list_keys(ctx: typer.Context, server: str | None = SERVER, token: str | None
     """List your keys (never their secrets), with their last use."""
     from rich.table import Table
 
+    from orchestra.cli.template import template_names
+
     with connect(ctx, server, token) as client:
         keys = client.get(PATH).get("keys", [])
+        names = template_names(client) if not json_output and any(k.get("templates") for k in keys) else {}
     if json_output:
         print_json(keys)
         return
@@ -78,7 +81,7 @@ def list_keys(ctx: typer.Context, server: str | None = SERVER, token: str | None
     table.add_column("key_id", no_wrap=True, min_width=36)
     for k in keys:
         table.add_row(k["name"], f"orc_{k['prefix']}…", " ".join(k["scopes"]),
-                      "any" if k["templates"] is None else " ".join(k["templates"]),
+                      "any" if k["templates"] is None else ", ".join(names.get(t, t) for t in k["templates"]),
                       k["last_used_at"] or "never", k["expires_at"] or "never", k["key_id"])
     out.print(table)
 

@@ -53,18 +53,23 @@ def add(
 @handle_errors
 def list_subscriptions(ctx: typer.Context, server: str | None = SERVER, token: str | None = TOKEN,
                        json_output: bool = JSON) -> None:
-    """List your subscriptions (never their secrets)."""
+    """List your subscriptions (never their secrets), each template by its name."""
     from rich.table import Table
+
+    from orchestra.cli.template import template_names
 
     with connect(ctx, server, token) as client:
         rows = client.get_all(PATH, "subscriptions")
+        names = template_names(client) if not json_output and any(r.get("template_id") for r in rows) else {}
     if json_output:
         print_json(rows)
         return
-    table = Table("url", "events", "template_id")
+    table = Table("url", "events", "template")
     table.add_column("subscription_id", no_wrap=True, min_width=36)
     for s in rows:
-        table.add_row(s["url"], ", ".join(s["events"]), s.get("template_id") or "", s["subscription_id"])
+        template = s.get("template_id") or ""
+        table.add_row(s["url"], ", ".join(s["events"]), names.get(template, template) if template else "any",
+                      s["subscription_id"])
     out.print(table)
 
 

@@ -62,6 +62,19 @@ def template_id(client, ref: str) -> str:
         raise
 
 
+def template_names(client) -> dict[str, str]:
+    """{template_id: name} of the templates the caller may read; {} when it may not list
+    them (an API key without template:read): lists then show ids."""
+    from orchestra.client import APIError
+
+    try:
+        return {str(t.get("template_id")): str(t.get("name")) for t in client.get_all(PATH, "templates")}
+    except APIError as exc:
+        if exc.status == 403:
+            return {}
+        raise
+
+
 def _object(body: Any, file: str) -> dict[str, Any]:
     if not isinstance(body, dict):
         fail(f"{file} must hold a JSON object {{name, description?, steps, shared?}}", ExitCode.USAGE)

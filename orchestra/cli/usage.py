@@ -30,7 +30,7 @@ def usage(
     table = Table(by, "runs", "calls", "input tokens", "output tokens", "cost (USD)")
     for row in rows:
         cost = row.get("cost_usd")
-        table.add_row(str(row.get("key")), str(row.get("runs")), str(row.get("calls")),
+        table.add_row(str(row.get("name") or row.get("key")), str(row.get("runs")), str(row.get("calls")),
                       str(row.get("input_tokens")), str(row.get("output_tokens")),
                       cost if cost is not None else "unknown")
     out.print(table)

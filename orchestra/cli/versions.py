@@ -44,7 +44,7 @@ def versions(ctx: typer.Context, template: str = templates.TEMPLATE, server: str
         return
     table = Table("version", "saved", "author", "steps")
     for row in rows:
-        table.add_row(str(row["version"]), row["created_at"], row.get("author_id") or "-", str(row["step_count"]))
+        table.add_row(str(row["version"]), row["created_at"], row.get("author_name") or row.get("author_id") or "-", str(row["step_count"]))
     out.print(table)
 
 

@@ -105,10 +105,11 @@ def show(
     """Show a run: status, step outputs, timestamps."""
     with connect(ctx, server, token) as client:
         run = client.get(f"/workflow/run/{trace_id}")
+        body = run.get("run", run)
+        children = {} if json_output else _waiting_children(client, body)
     if json_output:
         print_json(run)
         return
-    body = run.get("run", run)
     money = "".join(f" · {label} ${body[key]}" for key, label in (("cost_usd", "cost"), ("budget_usd", "budget"))
                     if body.get(key) is not None)
     out.print(f"[b]run {trace_id}[/]: {body.get('status')}{money}", highlight=False)
@@ -122,9 +123,37 @@ def show(
                 out.print(_shown(step["output"]), markup=False, highlight=False)
             if step.get("error"):
                 out.print(str(step["error"]), style="red", markup=False, highlight=False)
+            child = children.get(str(step.get("child_trace_id")))
+            if child is not None:
+                out.print(f"  child run {step['child_trace_id']}: {child.get('status')}", markup=False, highlight=False)
+                _print_questions(str(step["child_trace_id"]), child.get("pending_replies") or [])
+    _print_questions(trace_id, body.get("pending_replies") or [])
     if body.get("output") is not None:
         out.print("[b]output[/]", highlight=False)
         out.print(_shown(body["output"]), markup=False, highlight=False)
+
+
+_ENDED_STEPS = {"succeeded", "failed", "cancelled", "skipped", "interrupted"}
+
+
+def _waiting_children(client: Client, body: dict[str, Any], most: int = 10) -> dict[str, dict[str, Any]]:
+    """The records of the run's child runs still going (its first `most`), by trace id."""
+    ids = [str(s["child_trace_id"]) for s in body.get("steps") or []
+           if isinstance(s, dict) and s.get("child_trace_id") and s.get("status") not in _ENDED_STEPS]
+    found = {}
+    for child in ids[:most]:
+        record = client.get(f"/workflow/run/{child}")
+        found[child] = record.get("run", record)
+    return found
+
+
+def _print_questions(trace_id: str, pending: list[dict[str, Any]]) -> None:
+    """A run's open questions, each with the command that answers it."""
+    for question in pending:
+        out.print(f"  waiting for a reply at {question.get('step_id')}: {question.get('prompt')}",
+                  style="yellow", markup=False, highlight=False)
+        out.print(f"    answer with: orchestra workflow reply {trace_id} 'YOUR ANSWER' "
+                  f"--request-id {question.get('request_id')}", markup=False, highlight=False)
 
 
 @app.command()
@@ -152,6 +181,10 @@ def run(
     input_json: bool = typer.Option(False, "--input-json", "-I",
                                     help="Send --input as a JSON value (a template with input_schema)."),
     files: list[str] = typer.Option([], "--file", "-f", help="An uploaded file_id (repeatable)."),
+    version: int | None = typer.Option(None, "--version", min=1,
+                                       help="Run this version of the template (default: the latest)."),
+    budget: str | None = typer.Option(None, "--budget", metavar="USD",
+                                      help="The run's budget in USD, e.g. 0.50 (instead of the template's limits.budget_usd)."),
     watch_: bool = typer.Option(False, "--watch", "-w", help="Follow the run until it ends."),
     server: str | None = SERVER, token: str | None = TOKEN, json_output: bool = JSON,
 ) -> None:
@@ -165,7 +198,7 @@ def run(
         except ValueError as exc:
             fail(f"--input is not JSON: {exc}", ExitCode.USAGE)
     with connect(ctx, server, token) as client:
-        trace_id = client.start_run(template_id(client, template), text, files)
+        trace_id = client.start_run(template_id(client, template), text, files, version=version, budget_usd=budget)
         if not watch_:
             if json_output:
                 print_json({"trace_id": trace_id})

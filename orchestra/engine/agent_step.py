@@ -85,6 +85,14 @@ async def _streamed(stream: Any, coalescer: TokenCoalescer, limit: int) -> ChatR
     return result
 
 
+def provider_said(config: Any, message: str) -> str:
+    """A provider's error as a step's: which provider (and model) it came from first."""
+    name = getattr(config, "provider_name", None)
+    if not name:
+        return message
+    return f"Provider '{name}' (model {config.model}): {message}"
+
+
 class AgentResolver(Protocol):
     """What the engine asks for an agent step's configuration (services' AgentCache)."""
 
@@ -204,10 +212,10 @@ class AgentSteps:
     async def _tool_message(self, live: LiveRun, at: At, step: StepDef, ctx: ToolContext,
                             call: Any, name: str) -> ChatMessage:
         """Run one tool call; the message the model reads about it. A failed call fails
-        the step under `tools.on_tool_error: fail`."""
+        the step under `on_tool_error: fail`."""
         content, error = await self._tool(live, at, self.registry, call, ctx, name)
         if error is not None and step.fail_on_tool_error:
-            raise StepFailure(f"The tool {name} failed (tools.on_tool_error is 'fail'): {error}")
+            raise StepFailure(f"The tool {name} failed ({step.fail_on_tool_error} is 'fail'): {error}")
         return ChatMessage("tool", content, tool_call_id=call.id, name=call.name)
 
     async def _ask_bounded(self, live: LiveRun, at: At, question: str) -> Any:
@@ -300,7 +308,7 @@ class AgentSteps:
             )
         except LLMError as exc:
             await coalescer.flush()
-            raise StepFailure(exc.message) from None
+            raise StepFailure(provider_said(config, exc.message)) from None
         except StepFailure:
             await coalescer.flush()
             raise

@@ -81,7 +81,8 @@ class StepDef:
     max_attempts: int = 1
     backoff_seconds: float = 0.0
     continue_on_error: bool = False  # on_error: continue
-    fail_on_tool_error: bool = False  # tools.on_tool_error: fail
+    #: "on_tool_error" or its alias "tools.on_tool_error" (the field that says `fail`); "": continue
+    fail_on_tool_error: str = ""
     has_default: bool = False
     default: Any = None
     foreach: ForeachDef | None = None
@@ -125,7 +126,8 @@ class StepDef:
             max_attempts=step.retry.max_attempts if step.retry else 1,
             backoff_seconds=float(step.retry.backoff_seconds) if step.retry else 0.0,
             continue_on_error=step.on_error == "continue",
-            fail_on_tool_error=step.tools is not None and step.tools.on_tool_error == "fail",
+            fail_on_tool_error="on_tool_error" if step.on_tool_error == "fail" else (
+                "tools.on_tool_error" if step.tools is not None and step.tools.on_tool_error == "fail" else ""),
             has_default="default" in step.model_fields_set, default=step.default,
             foreach=foreach, steps=tuple(cls.from_step(s) for s in step.steps or ()),
             output=step.output, loop=loop,

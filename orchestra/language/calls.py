@@ -30,7 +30,7 @@ def action_of(raw: dict[str, Any], where: str, checked: Any) -> str | None:
         return None
     kind = given[0] if given else "agent"
     if kind != "agent":
-        bad = [name for name in ("prompt", "tools", "default") if name in raw]
+        bad = [name for name in ("prompt", "tools", "on_tool_error", "default") if name in raw]
         for name in bad:
             checked.add(f"{where}.{name}", f"is not a field of {'an' if kind == 'http' else 'a'} {kind} step")
         if bad:

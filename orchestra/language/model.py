@@ -171,7 +171,11 @@ class Step(Closed):
     on_error: Literal["fail", "continue"] = Field(
         "fail", description="'continue': a failed step ends with a null output and the run goes on."
     )
-    tools: StepTools | None = Field(None, description="Agent steps: what a failing tool call does.")
+    on_tool_error: Literal["continue", "fail"] | None = Field(
+        None, description="Agent steps: 'continue' (default): the model reads a tool's error and goes on; "
+        "'fail': the first tool error fails the attempt (then retry and on_error apply).")
+    tools: StepTools | None = Field(
+        None, description="Agent steps: `{on_tool_error}`, an alias of the step's own on_tool_error.")
     default: Any = Field(
         None,
         description="Human steps with timeout_seconds: the output when no reply came in time "

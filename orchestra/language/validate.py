@@ -276,8 +276,10 @@ def _policies(step: Step, clean: dict[str, Any]) -> None:
             clean[name] = getattr(step, name)
     if step.retry is not None:
         clean["retry"] = step.retry.model_dump()
+    if step.on_tool_error is not None and step.on_tool_error != "continue":
+        clean["on_tool_error"] = step.on_tool_error  # only what differs from the default is stored
     if step.tools is not None and step.tools.on_tool_error != "continue":
-        clean["tools"] = step.tools.model_dump()  # only what differs from the default is stored
+        clean["tools"] = step.tools.model_dump()  # the alias, stored as it was given
     if "default" in step.model_fields_set:
         clean["default"] = step.default
     if clean.get("on_error") == "fail":

@@ -72,7 +72,7 @@ async def _check_input(core: Shared, value: Any, spec: dict[str, Any]) -> list[d
 
 
 async def _check_outputs(core: Shared, steps: list[dict[str, Any]], outputs: dict[str, Any],
-                         again: set[str]) -> list[dict[str, str]]:
+                         again: set[str], from_step: str | None = None) -> list[dict[str, str]]:
     """Each overridden output: a top-level step not run again, its value of the step's
     kind (fork_outputs.py), no larger than a step's output may be."""
     top = {step["id"]: step for step in steps}
@@ -87,6 +87,9 @@ async def _check_outputs(core: Shared, steps: list[dict[str, Any]], outputs: dic
             problem = ("is inside a foreach or loop: only a top-level step's output can be set"
                        if sid in inner else f"unknown step {sid[:64]!r}")
             problems.append({"field": field, "problem": problem})
+        elif sid == from_step:
+            problems.append({"field": field, "problem": "is from_step, which runs again: to set its output "
+                             "instead, leave from_step out (the CLI's --from); what reads it runs again then"})
         elif sid in again:
             problems.append({"field": field, "problem": "is from_step or downstream of it: it runs again"})
         else:
@@ -141,7 +144,7 @@ async def fork_run(
     new_input = runs.run_input(source) if input is UNSET else input
     again = downstream(steps, from_step) if from_step is not None else set()
     problems = await _check_input(core, new_input, spec)
-    problems += await _check_outputs(core, steps, outputs, again)
+    problems += await _check_outputs(core, steps, outputs, again, from_step)
     if problems:
         raise ValidationError(f"The fork cannot start: {schemas.describe(problems)}.", detail=problems)
     rows = await core.db.list(RunStep.select().where(RunStep.run == source.trace_id))

@@ -14,7 +14,7 @@ from collections import defaultdict
 from decimal import Decimal
 from typing import Any
 
-from orchestra.db.models import RunEvent, RunStep, WorkflowRun
+from orchestra.db.models import Provider, RunEvent, RunStep, User, WorkflowRun, WorkflowTemplate
 from orchestra.errors import ConflictError, ValidationError
 from orchestra.money.amounts import from_pico, parse_usd, read_usd, to_pico, usd_text
 from orchestra.services.shared import Shared
@@ -158,9 +158,27 @@ async def usage(core: Shared, *, user_id: str, is_admin: bool, group_by: str,
         group["output_tokens"] += int(counts.get("completion_tokens") or 0)
         if row["cost_usd"] is not None:
             group["cost"] = (group["cost"] or Decimal(0)) + Decimal(row["cost_usd"])
-    return [{"key": key, "runs": len(g["runs"]), "calls": g["calls"],
+    names = await _names(core, group_by, [key for key in groups if key is not None], rows)
+    return [{"key": key, "name": names.get(key), "runs": len(g["runs"]), "calls": g["calls"],
              "input_tokens": g["input_tokens"], "output_tokens": g["output_tokens"],
              "cost_usd": usd_text(g["cost"])}
             for key, g in sorted(groups.items(), key=lambda kv: (kv[0] is None, str(kv[0])))]
+
+
+async def _names(core: Shared, group_by: str, keys: list[Any], rows: list[dict[str, Any]]) -> dict[Any, str]:
+    """What a usage group's key is called: a template's, user's or provider's current name
+    (a deleted template: the name its runs recorded); none for a model or a day."""
+    if not keys or group_by in ("model", "day"):
+        return {}
+    if group_by == "template":
+        recorded = {row["template"]: row["template_name"] for row in rows if row["template_name"]}
+        found = await core.db.list(WorkflowTemplate.select(WorkflowTemplate.id, WorkflowTemplate.name)
+                                   .where(WorkflowTemplate.id.in_(keys)))
+        return {**recorded, **{t.id: t.name for t in found}}
+    if group_by == "user":
+        users = await core.db.list(User.select(User.id, User.user_name).where(User.id.in_(keys)))
+        return {u.id: u.user_name for u in users}
+    providers = await core.db.list(Provider.select(Provider.id, Provider.name).where(Provider.id.in_(keys)))
+    return {p.id: p.name for p in providers}
 
 

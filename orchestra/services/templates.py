@@ -120,6 +120,71 @@ def template_view(template: WorkflowTemplate) -> dict[str, Any]:
     }
 
 
+def _steps_of(step: Any) -> list[Any]:
+    """A step's inner steps: a foreach's small workflow, a loop's."""
+    inner = list(step.get("steps") or [])
+    if isinstance(step.get("loop"), dict):
+        inner += step["loop"].get("steps") or []
+    return inner
+
+
+def _worker_ids(steps: Any, found: set[str]) -> set[str]:
+    for step in steps or []:
+        if not isinstance(step, dict):
+            continue
+        agent = step.get("agent")
+        if isinstance(agent, dict) and isinstance(agent.get("worker"), str):
+            found.add(agent["worker"])
+        _worker_ids(_steps_of(step), found)
+    return found
+
+
+def _named(steps: Any, names: dict[str, str]) -> Any:
+    """`steps` with each `agent.worker` id replaced by that worker's current name (SPEC §7:
+    a template reads back portable); a worker no longer there keeps its id."""
+    shown = []
+    for step in steps or []:
+        if not isinstance(step, dict):
+            shown.append(step)
+            continue
+        step = dict(step)
+        agent = step.get("agent")
+        if isinstance(agent, dict) and agent.get("worker") in names:
+            step["agent"] = {**agent, "worker": names[agent["worker"]]}
+        if step.get("steps"):
+            step["steps"] = _named(step["steps"], names)
+        if isinstance(step.get("loop"), dict) and step["loop"].get("steps"):
+            step["loop"] = {**step["loop"], "steps": _named(step["loop"]["steps"], names)}
+        shown.append(step)
+    return shown
+
+
+async def worker_names(core: Shared, *step_lists: Any) -> dict[str, str]:
+    """{worker_id: name} of every worker the step lists name, in one read."""
+    ids: set[str] = set()
+    for steps in step_lists:
+        _worker_ids(steps, ids)
+    if not ids:
+        return {}
+    rows = await core.db.list(Worker.select(Worker.id, Worker.name).where(Worker.id.in_(ids)))
+    return {w.id: w.name for w in rows}
+
+
+def with_worker_names(view: dict[str, Any], names: dict[str, str]) -> dict[str, Any]:
+    """A template (or version) view whose steps name workers by name."""
+    return {**view, "steps": _named(view.get("steps"), names)} if names else view
+
+
+async def template_views(core: Shared, templates: list[WorkflowTemplate]) -> list[dict[str, Any]]:
+    """Templates as the API reads them back: `agent.worker` holds the worker's name."""
+    names = await worker_names(core, *(t.steps for t in templates))
+    return [with_worker_names(template_view(t), names) for t in templates]
+
+
+async def named_view(core: Shared, template: WorkflowTemplate) -> dict[str, Any]:
+    return (await template_views(core, [template]))[0]
+
+
 def _name_taken(name: str) -> ConflictError:
     return ConflictError(f"You already have a template named '{name}' (names ignore case).")
 

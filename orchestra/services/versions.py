@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestra.db.models import TemplateVersion, WorkflowTemplate, iso
+from peewee import JOIN
+
+from orchestra.db.models import TemplateVersion, User, WorkflowTemplate, iso
 from orchestra.services import template_diff, templates, version_store
 from orchestra.services.shared import Shared
 
@@ -22,8 +24,9 @@ def summary(row: TemplateVersion) -> dict[str, Any]:
 
 def summaries(rows: list[tuple]) -> list[dict[str, Any]]:
     """`list_versions`' rows (plain tuples: a thousand need no model objects) as answers."""
-    return [{"version": version, "created_at": iso(created_at), "author_id": author_id, "step_count": steps}
-            for version, created_at, author_id, steps in rows]
+    return [{"version": version, "created_at": iso(created_at), "author_id": author_id,
+             "author_name": author_name, "step_count": steps}
+            for version, created_at, author_id, steps, author_name in rows]
 
 
 def version_view(template: WorkflowTemplate, row: TemplateVersion) -> dict[str, Any]:
@@ -36,8 +39,9 @@ async def list_versions(core: Shared, *, user_id: str, is_admin: bool, template_
     """Every version of a template the caller may read, newest first (no content)."""
     template = await templates.get_template(core, user_id=user_id, is_admin=is_admin, template_id=template_id)
     fields = (TemplateVersion.version, TemplateVersion.created_at, TemplateVersion.author,
-              TemplateVersion.step_count)
+              TemplateVersion.step_count, User.user_name)
     return summaries(await core.db.list(TemplateVersion.select(*fields)
+                                        .join(User, JOIN.LEFT_OUTER, on=(TemplateVersion.author == User.id))
                                         .where(TemplateVersion.template == template.id)
                                         .order_by(TemplateVersion.version.desc()).tuples()))
 

@@ -69,3 +69,35 @@ def test_fork_from_a_step_with_a_set_output(world):
     assert {s["step_id"] for s in run["steps"] if s["reused"]} == {"facts"}
     bad = cli("workflow", "fork", trace_id, "--from", "nope")
     assert bad.returncode == 2 and "from_step" in bad.stderr
+
+
+def test_run_a_pinned_version_with_a_budget_and_fork_says_drop_from(world, tmp_path):
+    """Issue 39, point 5: `workflow run --version N --budget USD` reach the API's `version`
+    and `budget_usd`; `fork --from S --set S=…` says that dropping --from sets S."""
+    from orchestra.cli.console import ExitCode
+    from tests.cli.cli_harness import one_error_line
+
+    cli = world["cli"]
+    created = cli("template", "create", "-", input=json.dumps({"name": "pinned", "steps": [
+        {"id": "say", "agent": {"worker": "helper"}, "prompt": "first {{input}}"}]}))
+    assert created.returncode == 0, created.stderr
+    edited = tmp_path / "v2.json"
+    edited.write_text(json.dumps({"steps": [{"id": "say", "agent": {"worker": "helper"}, "prompt": "second {{input}}"}]}))
+    assert cli("template", "update", "pinned", str(edited)).returncode == 0
+    ran = cli("workflow", "run", "pinned", "--input", "x", "--version", "1", "--watch")
+    assert ran.returncode == 0, ran.stderr
+    assert "Echo: first x" in ran.stdout, ran.stdout
+    trace_id = ran.stdout.split()[1]
+    assert world["api"].get(f"/workflow/run/{trace_id}").json()["template_version"] == 1
+    budgeted = cli("workflow", "run", "pinned", "--version", "1", "--budget", "0.25")
+    assert budgeted.returncode == 0, budgeted.stderr
+    run = world["api"].get(f"/workflow/run/{budgeted.stdout.strip()}").json()
+    assert run["template_version"] == 1 and run["budget_usd"] == "0.25", run  # (its provider has no prices)
+    latest = cli("workflow", "run", "pinned", "--input", "y", "--watch")
+    assert latest.returncode == 0 and "Echo: second y" in latest.stdout
+    missing = cli("workflow", "run", "pinned", "--version", "9")
+    assert missing.returncode == ExitCode.NOT_FOUND, missing.stderr
+    both = cli("workflow", "fork", trace_id, "--from", "say", "--set", 'say="given"')
+    assert both.returncode == ExitCode.USAGE
+    line = one_error_line(both)
+    assert "is from_step, which runs again" in line and "leave from_step out (the CLI's --from)" in line, line

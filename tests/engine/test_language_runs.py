@@ -295,3 +295,16 @@ async def wait_for_question(core, trace_id: str, step_id: str, timeout: float = 
             return
         await asyncio.sleep(0.05)
     raise AssertionError(f"{step_id} never asked")
+
+
+async def test_on_tool_error_as_a_step_field_fails_the_step(core, fake_llm):
+    """Issue 39, point 8: `on_tool_error: "fail"` beside `retry` and `on_error` (SPEC §7)
+    does what its alias `tools.on_tool_error` does, and the error names the field."""
+    who = await setup_agent(core, fake_llm)
+    fake_llm.script_tool_call("calculator", {"expression": "1 / 0"})
+    strict = await start(core, who, [{**worker_step(who), "on_tool_error": "fail"}])
+    run = await wait_status(core, strict, "succeeded", "failed")
+    assert run.status == "failed"
+    (failed,) = data_of(await events(core, strict), "step_failed")
+    assert "The tool calculator failed (on_tool_error is 'fail')" in failed["error"]
+    assert len(fake_llm.chat_requests) == 1

@@ -44,7 +44,8 @@ async def test_every_save_makes_a_version_and_a_refused_one_none(client, alice, 
     listed = (await client.get(f"{API}/template/{tid}/versions", headers=h)).json()
     assert [v["version"] for v in listed["versions"]] == [2, 1]
     assert listed["versions"][0]["author_id"] == alice["user_id"] and listed["versions"][0]["step_count"] == 1
-    assert set(listed["versions"][0]) == {"version", "created_at", "author_id", "step_count"}
+    assert set(listed["versions"][0]) == {"version", "created_at", "author_id", "author_name", "step_count"}
+    assert listed["versions"][0]["author_name"] == "alice"
     one = (await client.get(f"{API}/template/{tid}/versions/1", headers=h)).json()["version"]
     assert one["version"] == 1 and one["steps"][0]["prompt"] == "one {{input}}" and one["description"] == ""
     for bad in ("3", "0", "x", "99999999999"):
@@ -80,7 +81,8 @@ async def test_concurrent_saves_get_consecutive_numbers(client, alice, worker):
         TemplateVersion.version).aexecute()
     assert [r.version for r in rows] == list(range(1, 10))
     latest = (await client.get(f"{API}/template/{tid}", headers=alice["headers"])).json()["template"]
-    assert latest["version"] == 9 and latest["steps"] == rows[-1].steps  # the template is its latest version
+    by_name = [{**s, "agent": {"worker": "w"}} for s in rows[-1].steps]  # read back by name (SPEC §7)
+    assert latest["version"] == 9 and latest["steps"] == by_name  # the template is its latest version
 
 
 async def test_a_run_pinned_to_a_version_and_a_deleted_template(client, alice, worker, fake_llm):

@@ -51,8 +51,10 @@ async def test_template_crud(client, alice, worker):
     template = created["template"]
     assert created["template_id"] == template["template_id"]
     assert template["name"] == "t" and template["shared"] is False and template["description"] == "d"
-    assert template["steps"] == [{**steps[0], "depends_on": []}]
+    # SPEC §7: it reads back with the worker's name, and stores the id (issue 39, point 8)
+    assert template["steps"] == [{**steps[0], "agent": {"worker": "w"}, "depends_on": []}]
     tid = template["template_id"]
+    assert (await WorkflowTemplate.aget_by_id(tid)).steps == [{**steps[0], "depends_on": []}]
     listed = (await client.get(f"{API}/template", headers=alice["headers"])).json()
     assert [t["template_id"] for t in listed["templates"]] == [tid]
     got = (await client.get(f"{API}/template/{tid}", headers=alice["headers"])).json()
@@ -317,7 +319,8 @@ async def test_a_template_names_a_worker_by_name(client, alice, users, worker):
              {"id": "each", "foreach": {"items": "['x', 'y']"}, "depends_on": ["a"],
               "agent": {"worker": "w"}, "prompt": "{{item}}"}]
     saved = await make_template(client, alice, steps)
-    assert [s["agent"] for s in saved["template"]["steps"]] == [{"worker": worker}, {"worker": worker}]
+    # read back by the worker's own name (SPEC §7), stored by its id
+    assert [s["agent"] for s in saved["template"]["steps"]] == [{"worker": "w"}, {"worker": "w"}]
     stored = await WorkflowTemplate.aget_by_id(saved["template_id"])
     assert [s["agent"] for s in stored.steps] == [{"worker": worker}, {"worker": worker}]
     wrong = await client.post(f"{API}/template", headers=alice["headers"], json={

@@ -13,6 +13,7 @@ class VersionSummary(Shape):
     version: int = Field(ge=1)
     created_at: Timestamp
     author_id: str | None = Field(description="Who saved it (null once that user is deleted).")
+    author_name: str | None = Field(None, description="That user's name now (in the list; null once deleted).")
     step_count: int = Field(ge=0, description="Every step with an id, inner steps of foreach and loop included.")
 
 
@@ -25,7 +26,7 @@ class VersionView(VersionSummary):
     template_id: str
     name: str
     description: str
-    steps: list[dict[str, Any]] = Field(description="The steps as that save stored them.")
+    steps: list[dict[str, Any]] = Field(description="The steps as that save stored them, each worker by its current name.")
     input_schema: dict[str, Any] | None = Field(None, description="Only when that version has one.")
     limits: dict[str, Any] | None = Field(None, description="Only when that version has them.")
     output: str | None = Field(None, description="Only when that version has one.")

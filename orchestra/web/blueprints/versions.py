@@ -71,7 +71,9 @@ async def list_versions(request: Request, template_id: str):
 async def get_version(request: Request, template_id: str, number: str):
     template, row = await versions.read_version(
         request.app.ctx.core, template_id=template_id, number=_number(number), **_who(request))
-    return json({"message": SUCCESS, "template_id": template.id, "version": versions.version_view(template, row)})
+    core = request.app.ctx.core
+    view = templates.with_worker_names(versions.version_view(template, row), await templates.worker_names(core, row.steps))
+    return json({"message": SUCCESS, "template_id": template.id, "version": view})
 
 
 @bp.get("/template/<template_id:str>/diff")
@@ -114,7 +116,8 @@ async def restore(request: Request, template_id: str, number: str):
     template = await versions.restore(request.app.ctx.core, template_id=template_id, number=restored,
                                       **_who(request))
     return json({"message": SUCCESS, "template_id": template.id, "version": template.version,
-                 "restored_from": restored, "template": templates.template_view(template)}, status=201)
+                 "restored_from": restored,
+                 "template": await templates.named_view(request.app.ctx.core, template)}, status=201)
 
 
 @bp.post("/run/<trace_id:str>/fork")

@@ -211,7 +211,7 @@ async def create_template(request: Request):
         shared=bool(body.shared),
         options=body.options(),
     )
-    view = templates.template_view(template)
+    view = await templates.named_view(request.app.ctx.core, template)
     return json({"message": SUCCESS, "template_id": template.id, "template": view}, status=201)
 
 
@@ -243,7 +243,8 @@ async def list_templates(request: Request):
     page = await templates.list_templates(
         request.app.ctx.core, user_id=request.ctx.principal.user_id, limit=limit, cursor=cursor
     )
-    return json(page_body("templates", [templates.template_view(t) for t in page.rows], page))
+    views = await templates.template_views(request.app.ctx.core, list(page.rows))
+    return json(page_body("templates", views, page))
 
 
 @bp.get("/template/<template_id:str>")
@@ -253,9 +254,8 @@ async def get_template(request: Request, template_id: str):
     template = await templates.get_template(
         request.app.ctx.core, template_id=template_id, **_who(request)
     )
-    return json(
-        {"message": SUCCESS, "template_id": template.id, "template": templates.template_view(template)}
-    )
+    view = await templates.named_view(request.app.ctx.core, template)
+    return json({"message": SUCCESS, "template_id": template.id, "template": view})
 
 
 @bp.put("/template/<template_id:str>")
@@ -279,9 +279,8 @@ async def update_template(request: Request, template_id: str):
         options=body.options(),
         **_who(request),
     )
-    return json(
-        {"message": SUCCESS, "template_id": template.id, "template": templates.template_view(template)}
-    )
+    view = await templates.named_view(request.app.ctx.core, template)
+    return json({"message": SUCCESS, "template_id": template.id, "template": view})
 
 
 @bp.delete("/template/<template_id:str>")
