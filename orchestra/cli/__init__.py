@@ -84,11 +84,16 @@ _register_commands()
 
 
 def hide_flag_types(command, quick=None) -> None:
-    """Flags take no value, so `--help` shows no `<bool>` type next to them; options left
+    """Flags take no value, so `--help` shows no `<bool>` type next to them, arguments no
+    `<str>` (their name says what they are), other options a word (TEXT, N); options left
     unset or given as text skip typer's pydantic coercion (see `_quick_coercion`)."""
     for param in getattr(command, "params", []):
         if getattr(param, "is_flag", False) and param.metavar is None:
             param.metavar = ""
+        elif type(param).__name__.endswith("Argument"):  # its name says it: no `<str>` beside it
+            param.display_type_rich = lambda ctx: None
+        elif param.metavar is None:  # not typer's `<str>`, `<int range>`: a word, as Click's own
+            param.metavar = _metavar(param)
         if quick and getattr(param, "_runtime_param", "absent") is None:
             param._runtime_param = quick(param.type_descriptor)
     make_help = command.get_help_option
@@ -104,6 +109,14 @@ def hide_flag_types(command, quick=None) -> None:
     command.get_help_option = help_option  # Click builds `--help` anew for each context
     for sub in getattr(command, "commands", {}).values():
         hide_flag_types(sub, quick)
+
+
+def _metavar(param) -> str:
+    """What `--help` shows for an option's value: its kind (N, NUMBER, TEXT)."""
+    descriptor = getattr(param, "type_descriptor", None)
+    annotation = getattr(descriptor, "annotation", None)
+    kinds = {int: "N", int | None: "N", float: "NUMBER", float | None: "NUMBER"}
+    return kinds.get(annotation, "TEXT")
 
 
 def _quick_coercion():

@@ -159,7 +159,8 @@ async def usage(core: Shared, *, user_id: str, is_admin: bool, group_by: str,
         if row["cost_usd"] is not None:
             group["cost"] = (group["cost"] or Decimal(0)) + Decimal(row["cost_usd"])
     names = await _names(core, group_by, [key for key in groups if key is not None], rows)
-    return [{"key": key, "name": names.get(key), "runs": len(g["runs"]), "calls": g["calls"],
+    named = group_by in ("template", "user", "provider")  # a model or a day is its own name
+    return [{"key": key, **({"name": names.get(key)} if named else {}), "runs": len(g["runs"]), "calls": g["calls"],
              "input_tokens": g["input_tokens"], "output_tokens": g["output_tokens"],
              "cost_usd": usd_text(g["cost"])}
             for key, g in sorted(groups.items(), key=lambda kv: (kv[0] is None, str(kv[0])))]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -57,3 +58,13 @@ def test_every_api_area_has_a_command_group():
     for name in ("account", "provider", "node", "tool", "skill", "worker", "template", "file", "workflow", "reload",
                  "login", "logout", "serve", "user", "db"):
         assert f" {name} " in text, name
+
+
+@pytest.mark.parametrize("args", [("workflow", "run"), ("workflow", "reply"), ("key", "create"), ("schedule", "add"),
+                                  ("workflow", "fork"), ("usage",), ("user", "create"), ("db", "prune")])
+def test_help_shows_no_python_types(args):
+    """Issue 39, point 10: no `<str>`, `<int range>` or `<list[str]>` in --help; a value is a
+    word (TEXT, N) and an argument shows its name only."""
+    done = orchestra(*args, "--help")
+    assert done.returncode == 0, done.stderr
+    assert not re.search(r"<(str|int|float|list)", done.stdout), done.stdout

@@ -90,7 +90,7 @@ async def test_a_childs_cost_rolls_up_into_every_run_above_it(client, alice, pri
     assert finished[0]["data"]["cost_usd"] == run["steps"][0]["cost_usd"]
     # the usage report counts model calls once: not again on the workflow steps
     usage = (await client.get("/api/v1/usage?group_by=user", headers=alice["headers"])).json()["rows"]
-    assert usage == [{"key": alice["user_id"], "runs": 2, "calls": 3,
+    assert usage == [{"key": alice["user_id"], "name": "alice", "runs": 2, "calls": 3,
                       "input_tokens": usage[0]["input_tokens"], "output_tokens": usage[0]["output_tokens"],
                       "cost_usd": run["cost_usd"]}]
 

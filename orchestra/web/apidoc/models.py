@@ -463,7 +463,7 @@ class BudgetRaised(Success):
 
 class UsageRow(Shape):
     key: str | None = Field(description="The user, template, provider id or model; the UTC date for day.")
-    name: str | None = Field(description="The user's, template's or provider's name; null for a model or a day.")
+    name: str | None = Field(None, description="The user's, template's or provider's name (only grouped by those).")
     runs: int = Field(ge=0)
     calls: int = Field(ge=0)
     input_tokens: int = Field(ge=0, description="Prompt tokens, cached ones included.")
