@@ -263,3 +263,39 @@ async def test_reading_the_log(client, root, alice):
             response = await client.request(method, path, headers=root["headers"])
             assert response.status_code in (404, 405), (method, path, response.status_code)
     assert len(await entries(client, root, action="template.create")) == 3
+
+
+async def test_hooks_and_schedules_start_runs_for_their_owner(client, root, alice):
+    import datetime as dt
+    import time
+
+    from standardwebhooks import Webhook
+
+    from orchestra.db.trigger_models import WorkflowSchedule
+    from orchestra.services.schedule_fires import FireLoop
+
+    tid = (await client.post(f"{API}/template", headers=alice["headers"],
+                             json={"name": "t", "steps": [human()]})).json()["template_id"]
+    hook = (await client.post(f"{API}/hook", headers=alice["headers"], json={"template_id": tid})).json()
+    body = '{"a":1}'
+    when = dt.datetime.fromtimestamp(time.time(), dt.UTC)
+    headers = {"webhook-id": "msg_audit_1", "webhook-timestamp": str(int(when.timestamp())),
+               "webhook-signature": Webhook(hook["secret"]).sign("msg_audit_1", when, body),
+               "content-type": "application/json"}
+    called = await client.post(f"/api/v1/hooks/{hook['hook_id']}", content=body, headers=headers)
+    assert called.status_code == 202, called.text
+    by_hook = await only(client, root, "run.start")
+    assert by_hook["actor"] == {"user_id": alice["user_id"], "user_name": "alice", "via": "hook"}
+    assert by_hook["target"]["id"] == called.json()["trace_id"]
+    assert by_hook["changes"]["trigger"]["to"]["hook_id"] == hook["hook_id"]
+    made = await client.post(f"{API}/schedule", headers=alice["headers"],
+                             json={"template_id": tid, "cron": "* * * * *"})
+    assert made.status_code == 201, made.text
+    row = await WorkflowSchedule.aget(WorkflowSchedule.id == made.json()["schedule_id"])
+    await FireLoop(client.app.ctx.core).fire_due(now=row.next_due_at + dt.timedelta(seconds=5))
+    starts = await entries(client, root, action="run.start")
+    assert len(starts) == 2, starts
+    fired = starts[0]
+    assert fired["actor"] == {"user_id": alice["user_id"], "user_name": "alice", "via": "schedule"}
+    assert fired["changes"]["trigger"]["to"]["schedule_id"] == made.json()["schedule_id"]
+    await chain_ok(list(reversed(await entries(client, root))))
