@@ -21,7 +21,7 @@ from orchestra.engine.run_task import step_output
 from orchestra.engine.sizes import check_reply_size
 from orchestra.errors import NotFoundError, PermissionDeniedError, ValidationError
 from orchestra.language import schemas, shape
-from orchestra.services import fork_outputs, runs, templates, version_store
+from orchestra.services import audit, fork_outputs, runs, templates, version_store
 from orchestra.services.fork_plan import ForkKeys, Planner, Record, Source, run_again
 from orchestra.services.shared import Shared
 from orchestra.services.spend import carried_budget
@@ -184,5 +184,8 @@ async def fork_run(
         new_rows += reused.values()
         for start in range(0, len(new_rows), 500):  # bounded statements for large maps
             await core.db.aexecute(RunStep.insert_many(new_rows[start:start + 500]))
+        await audit.record(core, action="run.fork", target=runs.run_target(run),
+                           changes=runs.run_changes(run, forked_from=source.trace_id, from_step=from_step),
+                           workspace_id=audit.workspace_of(run))
     await core.engine.submit(run.trace_id)
     return run

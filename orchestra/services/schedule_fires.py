@@ -34,11 +34,11 @@ from typing import Any
 
 from peewee import Case, fn
 
-from orchestra.db.models import RunStep, WorkflowRun, new_id, utcnow
+from orchestra.db.models import RunStep, User, WorkflowRun, new_id, utcnow
 from orchestra.db.outage import StoreOutage, keep_going, release_quietly
 from orchestra.db.trigger_models import ScheduleFire, WorkflowSchedule
 from orchestra.errors import ValidationError
-from orchestra.services import cron
+from orchestra.services import audit, cron
 from orchestra.services.run_access import runnable_template
 from orchestra.services.shared import Shared
 from orchestra.services.trigger_runs import checked_input, run_row, step_rows
@@ -138,6 +138,7 @@ class FireLoop:
             rows = await core.db.list(query)
             plan = await self._plan(rows, now) if rows else Plan()
             await plan.write(core.db, postgres=core.is_postgres)
+            await _audit_starts(core, plan.runs)
         await release_quietly(core.db)
         if rows:
             logger.debug("fired %d schedule(s): %d run(s) started", len(rows), len(plan.started))
@@ -259,6 +260,21 @@ class FireLoop:
         plan.fire(row, due_at, FireOutcome.STARTED, trace_id=trace_id)
         plan.started.append(trace_id)
         return trace_id
+
+
+async def _audit_starts(core: Shared, started: list[dict[str, Any]]) -> None:
+    """Each started run's `run.start` entry (SPEC §16), by its schedule for its owner, in
+    the fire's transaction: a few statements for the whole batch."""
+    if not started:
+        return
+    owners = {row["owner"] for row in started}
+    names = dict(await core.db.list(User.select(User.id, User.user_name).where(User.id.in_(sorted(owners))).tuples()))
+    await audit.record_many(core, [audit.Pending(
+        action="run.start", target=audit.target("run", row["trace_id"], row["template_name"]),
+        changes=audit.diff({}, {"status": row["status"], "template_id": row["template"],
+                                "template_version": row["template_version"], "trigger": row["trigger"]}),
+        workspace_id=audit.workspace_of(row),
+        actor=audit.Actor(row["owner"], names.get(row["owner"]), via="schedule")) for row in started])
 
 
 @dataclass
