@@ -88,7 +88,7 @@ async def start_run(
             attached.append({"file_id": upload.id, "filename": upload.filename})
     if problems:
         raise ValidationError(f"Invalid files: {problems[0]['problem']}.", detail=problems)
-    claim = core.engine.claim_now()  # with room here, stored claimed: it starts at once
+    claim = core.engine.claim_now(user_id)  # with room here, stored claimed: it starts at once
     async with core.db.atomic():
         run = await WorkflowRun.acreate(
             **claim,

@@ -75,8 +75,12 @@ class RunStore:
     def me(self) -> str:
         return self.ownership.me
 
-    async def candidates(self, limit: int) -> list[str]:
-        return await self.ownership.candidates(limit)
+    async def candidates(self, limit: int, *, per_user: int = 0,
+                         busy: dict[str, int] | None = None) -> list[tuple[str, str]]:
+        return await self.ownership.candidates(limit, per_user=per_user, busy=busy)
+
+    async def owners(self, trace_ids: list[str]) -> dict[str, str]:
+        return await self.ownership.owners(trace_ids)
 
     async def claim(self, trace_id: str, *, attempt: bool = True) -> WorkflowRun | None:
         return await self.ownership.claim(trace_id, attempt=attempt)
