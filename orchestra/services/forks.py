@@ -26,6 +26,7 @@ from orchestra.services.fork_plan import ForkKeys, Planner, Record, Source, run_
 from orchestra.services.shared import Shared
 from orchestra.services.spend import carried_budget
 from orchestra.services.template_diff import steps_by_id
+from orchestra.services.workspace_rights import Action
 from orchestra.vocabulary import RunStatus, StepStatus
 
 UNSET: Any = object()  # `input` not sent: the source's input
@@ -125,7 +126,8 @@ async def fork_run(
 ) -> WorkflowRun:
     """A new run of the source's owner that reuses every source instance the plan allows
     (the source may still be active: what has succeeded so far counts)."""
-    source = await runs.get_run(core, user_id=user_id, is_admin=is_admin, trace_id=trace_id)
+    source = await runs.get_run(core, user_id=user_id, is_admin=is_admin, trace_id=trace_id,
+                                action=Action.RUN)
     if source.owner_id != user_id:
         # an administrator may fork anyone's run (it stays the owner's), but not choose
         # what it runs or reads (SPEC §15b): only the owner sets these
@@ -164,6 +166,7 @@ async def fork_run(
             template_version=number, steps=steps, spec=spec or None,
             input="" if structured else new_input, input_value=new_input if structured else None,
             files=source.files, status=RunStatus.QUEUED, trace_parent=trace_parent,
+            workspace_id=source.workspace_id,
             forked_from={"trace_id": source.trace_id, "from_step": from_step, "outputs": list(outputs),
                          "again": sorted(again)},
             # the source's budget; onto another version, that version's if smaller (SPEC §15b)

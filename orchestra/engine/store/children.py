@@ -85,7 +85,7 @@ class ChildRuns:
             template_name=template.name, steps=child.steps, spec=child.spec, template_version=child.version,
             input=child.input_text, input_value=child.input_value, files=[], status=RunStatus.QUEUED,
             parent_trace_id=parent, parent_path=at.path, depth=child.depth, created_at=utcnow(),
-            cancel_requested=False, **claim)
+            cancel_requested=False, workspace_id=template.workspace_id, **claim)
 
         async def store() -> list[Event]:
             await self.db.aexecute(WorkflowRun.insert(**fields))
