@@ -63,7 +63,7 @@ def child_id(parent_trace_id: str, path: str, attempt: int) -> str:
 
 class ChildSteps:
     """Engine part: one attempt of a `workflow` step, and the cancel of descendants.
-    `submit` and `cancel` are the engine's (set by it once built)."""
+    `claim_now`, `begin` and `cancel` are the engine's (set by it once built)."""
 
     def __init__(self, *, store: RunStore, records: Records, feeds: Feeds, sandbox: Sandbox,
                  stopping: Callable[[], bool]) -> None:
@@ -73,11 +73,10 @@ class ChildSteps:
         self.feeds = feeds
         self.sandbox = sandbox
         self.stopping = stopping
-        self.submit: Callable[[str], Awaitable[None]] | None = None
         # A claim's columns when this process has room to run a child at once (else {}),
-        # and the start of a run stored claimed that way.
+        # and the start of a run just stored (adopted when claimed, else submitted).
         self.claim_now: Callable[[], dict[str, Any]] | None = None
-        self.adopt: Callable[[WorkflowRun], Awaitable[None]] | None = None
+        self.begin: Callable[[WorkflowRun], Awaitable[None]] | None = None
         self.cancel: Callable[..., Awaitable[None]] | None = None
         self._tasks: set[asyncio.Task] = set()
 
@@ -146,10 +145,10 @@ class ChildSteps:
         that same write when this process has room (it starts here at once), else queued
         for whoever claims it. One write of the parent's writer, so a cancel of the
         waiting step cannot come between the two."""
-        run = await self.children.start(parent, at, new, values, items, claim=self.claim_now())
+        run = await self.children.start(parent, at, new, values, items, claim=self.claim_now)
         await self.store.release()
         try:  # never raised into the writer: it would store the child again
-            await (self.adopt(run) if run.owner_process else self.submit(run.trace_id))
+            await self.begin(run)
         except Exception:  # noqa: BLE001 - the child is stored: a claim round (or its lease's end) starts it
             logger.warning("child run %s stored but not started here", run.trace_id, exc_info=True)
 

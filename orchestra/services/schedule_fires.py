@@ -34,14 +34,16 @@ from typing import Any
 
 from peewee import Case, fn
 
-from orchestra.db.models import RunStep, WorkflowRun, new_id, utcnow
+from orchestra.db.models import WorkflowRun, utcnow
 from orchestra.db.outage import StoreOutage, keep_going, release_quietly
 from orchestra.db.trigger_models import ScheduleFire, WorkflowSchedule
+from orchestra.engine.store import RunStore
+from orchestra.engine.store.creation import NewRun
 from orchestra.errors import ValidationError
 from orchestra.services import cron
 from orchestra.services.run_access import runnable_template
 from orchestra.services.shared import Shared
-from orchestra.services.trigger_runs import checked_input, run_row, step_rows
+from orchestra.services.trigger_runs import checked_input, new_run
 from orchestra.vocabulary import ACTIVE, FireOutcome
 
 logger = logging.getLogger("orchestra.schedules")
@@ -137,7 +139,7 @@ class FireLoop:
                 query = query.for_update(skip_locked=True)
             rows = await core.db.list(query)
             plan = await self._plan(rows, now) if rows else Plan()
-            await plan.write(core.db, postgres=core.is_postgres)
+            await plan.write(core.db, core.engine.store, postgres=core.is_postgres)
         await release_quietly(core.db)
         if rows:
             logger.debug("fired %d schedule(s): %d run(s) started", len(rows), len(plan.started))
@@ -251,11 +253,11 @@ class FireLoop:
         except ValidationError as exc:
             plan.fire(row, due_at, FireOutcome.FAILED, error=exc.message[:1000])
             return None
-        trace_id = new_id()
         trigger = {"kind": "schedule", "schedule_id": row.id, "due_at": cron.iso_in(due_at, tz)}
-        plan.runs.append(run_row(trace_id=trace_id, owner_id=row.owner_id, template=template,
-                                 input_text=input_text, input_value=input_value, trigger=trigger))
-        plan.steps += step_rows(trace_id, template)
+        new = new_run(owner_id=row.owner_id, template=template, input_text=input_text,
+                      input_value=input_value, trigger=trigger)
+        trace_id = new.trace_id
+        plan.runs.append(new)
         plan.fire(row, due_at, FireOutcome.STARTED, trace_id=trace_id)
         plan.started.append(trace_id)
         return trace_id
@@ -265,8 +267,7 @@ class FireLoop:
 class Plan:
     """What one look decided, written by `write` in a few statements."""
 
-    runs: list[dict[str, Any]] = field(default_factory=list)
-    steps: list[dict[str, Any]] = field(default_factory=list)
+    runs: list[NewRun] = field(default_factory=list)
     fires: list[dict[str, Any]] = field(default_factory=list)
     schedules: dict[str, tuple[dt.datetime | None, str | None]] = field(default_factory=dict)
     cancels: list[str] = field(default_factory=list)
@@ -277,10 +278,11 @@ class Plan:
         self.fires.append({"schedule": row.id, "due_at": due_at, "outcome": outcome,
                            "trace_id": trace_id, "error": error, "fired_at": utcnow()})
 
-    async def write(self, db: Any, *, postgres: bool) -> None:
-        for model, rows in ((WorkflowRun, self.runs), (RunStep, self.steps), (ScheduleFire, self.fires)):
-            for at in range(0, len(rows), WRITE_CHUNK):
-                await db.aexecute(model.insert_many(rows[at:at + WRITE_CHUNK]))
+    async def write(self, db: Any, store: RunStore, *, postgres: bool) -> None:
+        # a burst: stored queued, then claimed and started together (Engine.submit_many)
+        await store.create(self.runs)
+        for at in range(0, len(self.fires), WRITE_CHUNK):
+            await db.aexecute(ScheduleFire.insert_many(self.fires[at:at + WRITE_CHUNK]))
         if self.cancels:
             await db.aexecute(WorkflowRun.update(cancel_requested=True).where(
                 WorkflowRun.trace_id.in_(self.cancels)))
