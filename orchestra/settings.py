@@ -73,6 +73,7 @@ class Settings:
     metrics: bool = False  # GET /metrics (Prometheus)
     metrics_token: str = ""  # when set, GET /metrics needs it as a bearer token
     run_retention_days: int = 0  # ended runs older than this are deleted hourly (0: keep all)
+    audit_retention_days: int = 365  # audit entries older than this are pruned hourly (0: keep all)
     mcp_stdio_commands: str = ""  # comma-separated bare names of commands a stdio MCP server may run
     egress_allow: str = ""  # CIDRs, addresses or host names (optional :port) providers and MCP servers may reach
     step_egress_allow: str = ""  # the same, for users' destinations: HTTP steps and subscriptions
@@ -251,6 +252,10 @@ SETTING_DOCS: dict[str, SettingDoc] = {
         "(and schedules' fire records and ended webhook deliveries of that age), "
         "at start and hourly, by one process at a time (`0` keeps every run; "
         "`orchestra db prune` does it by hand)"),
+    "audit_retention_days": SettingDoc(
+        "audit log entries older than this many days are deleted, each chain's oldest whole "
+        "prefix, at start and hourly (the chain stays verifiable from its new first entry; "
+        "`0` keeps every entry)"),
     "run_max_attempts": SettingDoc("claims of one run before it ends `interrupted`"),
     "max_runs": SettingDoc("runs one process executes at once; the rest wait `queued`"),
     "db_pool_size": SettingDoc(

@@ -1,6 +1,6 @@
-"""The `orchestra` command: serve, db, user (straight against the store), and login,
+"""The `orchestra` command: serve, db, user, audit verify (straight against the store), and login,
 account, key, hook, provider, node, tool, mcp, secret, skill, worker, template, file, workflow,
-versions, schedule, subscription, reload (through
+versions, schedule, subscription, audit list|export, reload (through
 a server).
 
 Command modules import their heavy dependencies (the store, the HTTP client, the
@@ -50,6 +50,7 @@ def root(
 def _register_commands() -> None:
     from orchestra.cli import (
         account,
+        audit,
         db,
         files,
         hook,
@@ -76,7 +77,7 @@ def _register_commands() -> None:
     app.add_typer(db.app, name="db")
     app.add_typer(user.app, name="user")
     for area in (login, account, key, provider, node, tool, mcp, secret, skill, worker, template, files,
-                 workflow, versions, schedule, subscription, hook, usage):
+                 workflow, versions, schedule, subscription, hook, usage, audit):
         area.register(app)
 
 

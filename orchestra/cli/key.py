@@ -40,18 +40,20 @@ def create(
     name: str = typer.Argument(..., help="A name to tell the key apart."),
     scope: list[str] = typer.Option(..., "--scope", "-s", help=f"What the key may do (repeat): {SCOPES}."),
     template: list[str] = typer.Option(None, "--template", "-t",
-                                       help="Limit run:start to this template id (repeat)."),
+                                       help="Limit run:start to this template: a template_id or exact name (repeat)."),
     expires_at: str | None = typer.Option(None, "--expires-at",
                                           help="ISO 8601 time the key stops working (no offset: UTC)."),
     server: str | None = SERVER, token: str | None = TOKEN, json_output: bool = JSON,
 ) -> None:
     """Create a key; prints its secret (orc_…) once — it is never shown again."""
+    from orchestra.cli.template import template_id
+
     body = {"name": name, "scopes": list(scope)}
-    if template:
-        body["templates"] = list(template)
     if expires_at:
         body["expires_at"] = expires_at
     with connect(ctx, server, token) as client:
+        if template:
+            body["templates"] = [template_id(client, ref) for ref in template]
         created = without_message(client.post(PATH, json=body))
     if json_output:
         print_json(created)

@@ -88,18 +88,28 @@ class EventPump:
         return arrived
 
 
+class Unanswerable(Exception):
+    """Raised by `ask`'s `send` when no answer would be taken (nothing waits for one)."""
+
+
 @dataclass
 class Question:
     request_id: str | None
     step_id: str | None
     prompt: str
     schema: Any = None  # the answer's JSON Schema; None: plain text
+    asked_on: str | None = None  # the run that asks it: the watched one, or its child run
 
     @classmethod
-    def of(cls, event: Event) -> Question:
+    def of(cls, event: Event, trace_id: str | None = None) -> Question:
         data = event.data
         return cls(data.get("request_id"), data.get("step_id"), str(data.get("prompt") or ""),
-                   data.get("schema"))
+                   data.get("schema"), data.get("child_trace_id") or trace_id)
+
+    def reply_hint(self) -> str:
+        """The command that answers it later, from any terminal."""
+        request = f" --request-id {self.request_id}" if self.request_id else ""
+        return f"orchestra workflow reply {self.asked_on or 'TRACE_ID'} 'YOUR ANSWER'{request}"
 
     def settled_by(self, event: Event) -> str | None:
         """Why `event` makes this question moot, or None."""
@@ -126,6 +136,26 @@ def read_line(fd: int, timeout: float) -> str | None:
     if not data:
         return ""
     return data.decode("utf-8", "replace").rstrip("\r\n") or "\n"
+
+
+def _entered(line: str, send: Callable[[str], str | None], say: Callable[..., None],
+             refused: list[str], left_open: str) -> tuple[bool, str | None]:
+    """One entered line at the prompt: (whether the prompt ends, the note it leaves)."""
+    if line == "\n" and refused:  # Enter alone after a refusal: leave it open
+        return True, left_open
+    if line == "\n":  # an empty line: ask again rather than send nothing
+        say("your answer (empty lines are not sent): ", end="")
+        return False, None
+    try:
+        refusal = send(line)
+    except Unanswerable as exc:
+        return True, f"not taken: {exc}; {left_open}"
+    if not refusal:
+        return True, None
+    refused.append(refusal)
+    say(f"not taken: {refusal}")
+    say("type another answer, or Enter alone to leave the question open; your answer: ", end="")
+    return False, None
 
 
 def discard_typed(fd: int) -> None:
@@ -174,7 +204,9 @@ def ask(question: Question, pump: EventPump, send: Callable[[str], str | None], 
     The question itself is already on screen (the live view's panel shows it), so the
     prompt only asks for the answer, after the expected shape when the answer is JSON. A
     refused answer is said in one line and the prompt asks again at once: the terminal
-    is never left without a prompt while the question is open. Returns the line worth
+    is never left without a prompt while the question is open. After a refusal an empty
+    line (as Ctrl-D always) leaves the question open and the prompt; when `send` raises
+    `Unanswerable` (nothing waits for an answer) the prompt is left at once. Returns the line worth
     keeping on screen once the prompt is gone (a withdrawal, no answer), or None when
     the answer was sent.
     """
@@ -184,20 +216,17 @@ def ask(question: Question, pump: EventPump, send: Callable[[str], str | None], 
     for line in expected_answer(question.schema):
         say(line)
     say(f"{question.step_id or 'run'} asks the question above; your answer: ", end="")
+    left_open = f"no answer sent; the question stays open: answer with {question.reply_hint()}"
+    refused: list[str] = []  # the refusals so far: after one, Enter alone leaves
     while True:
         line = read_line(fd, poll)
         if line == "":  # Ctrl-D: leave the question open
-            return "no answer sent; the question stays open: answer with 'orchestra workflow reply'"
+            return left_open
         if line is not None:
             typed("" if line == "\n" else line)
-            if line == "\n":  # an empty line: ask again rather than send nothing
-                say("your answer (empty lines are not sent): ", end="")
-                continue
-            refused = send(line)
-            if not refused:
-                return None
-            say(f"not taken: {refused}")
-            say("your answer: ", end="")
+            done, note = _entered(line, send, say, refused, left_open)
+            if done:
+                return note
             continue
         for event in pump.peek_new():
             reason = question.settled_by(event)

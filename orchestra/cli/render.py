@@ -244,7 +244,8 @@ class PlainRenderer(Renderer):
         request_id = data.get("request_id")
         self._line(f"[{sid}] question: {_text(data.get('prompt'))}")
         if self.hint:
-            hint = f"orchestra workflow reply {self.trace_id} 'YOUR ANSWER'"
+            asked_on = data.get("child_trace_id") or self.trace_id  # a child's question: on its trace
+            hint = f"orchestra workflow reply {asked_on} 'YOUR ANSWER'"
             self._line(f"[{sid}]   answer with: {hint}" + (f" --request-id {request_id}" if request_id else ""))
 
     def _step_ended(self, kind: str, sid: str, step: StepView) -> None:

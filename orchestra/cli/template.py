@@ -44,7 +44,22 @@ def register(root: typer.Typer) -> None:
 
 
 def template_id(client, ref: str) -> str:
-    return resolve_named(client, PATH, "templates", "template_id", ref, "template")
+    """The template_id `ref` names: an id-looking `ref` is sent as it is (the server
+    decides, and a key needs no `template:read` for it); a name is looked up in the
+    templates list, which an API key may read only with `template:read`."""
+    from orchestra.cli.remote import UUID
+    from orchestra.client import APIError
+
+    if UUID.fullmatch(ref):
+        return ref
+    try:
+        return resolve_named(client, PATH, "templates", "template_id", ref, "template")
+    except APIError as exc:
+        if exc.status == 403 and "template:read" in exc.message:
+            fail(f"{ref!r} is a template name, and finding a template by name needs the scope "
+                 "'template:read', which this API key lacks: pass the template's template_id "
+                 "instead, or use a key with template:read", ExitCode.AUTH)
+        raise
 
 
 def _object(body: Any, file: str) -> dict[str, Any]:

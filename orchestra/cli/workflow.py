@@ -234,7 +234,10 @@ def reply(
                                  help="Send the answer as a JSON value (a question with a schema)."),
     server: str | None = SERVER, token: str | None = TOKEN,
 ) -> None:
-    """Answer a run that waits for a reply."""
+    """Answer a run that waits for a reply (a child run's question shown on its parent is
+    answered on the child run that asks it)."""
+    from orchestra.cli.replies import send_reply
+
     content: Any = read_text_arg(text)
     if as_json:
         try:
@@ -242,8 +245,9 @@ def reply(
         except ValueError as exc:
             fail(f"the answer is not JSON: {exc}", ExitCode.USAGE)
     with connect(ctx, server, token) as client:
-        client.reply(trace_id, content, request_id)
-    success(f"replied to run {trace_id}")
+        answered = send_reply(client, trace_id, content, request_id)
+    below = "" if answered == trace_id else f" (asked by its child run {answered})"
+    success(f"replied to run {trace_id}{below}")
 
 
 @app.command()
@@ -356,12 +360,14 @@ def _follow(client: Client, trace_id: str, events: Iterable[Event], json_output:
 def _follow_answering(client: Client, trace_id: str, events: Iterable[Event], view) -> None:
     """The live view with questions answered at the prompt (see orchestra.cli.prompt)."""
     from orchestra.cli.answer_shape import example as answer_example
-    from orchestra.cli.prompt import EventPump, PromptArea, Question, ask
+    from orchestra.cli.prompt import EventPump, PromptArea, Question, Unanswerable, ask
+    from orchestra.cli.replies import send_reply
     from orchestra.client import APIError
 
     schemas: dict[str | None, Any] = {}  # request_id -> the question's schema (a JSON answer)
 
-    def send(request_id: str | None, answer: str) -> str | None:
+    def send(question: Question, answer: str) -> str | None:
+        request_id = question.request_id
         content: Any = answer
         if schemas.get(request_id) is not None:
             try:
@@ -370,8 +376,10 @@ def _follow_answering(client: Client, trace_id: str, events: Iterable[Event], vi
                 example = json.dumps(answer_example(schemas[request_id]), ensure_ascii=False)[:200]
                 return f"that is not JSON; the answer is JSON such as {example}"
         try:
-            client.reply(trace_id, content, request_id)
+            send_reply(client, trace_id, content, request_id, asked_on=question.asked_on)
         except APIError as exc:
+            if exc.status == 409:  # nothing waits for this answer: another will not help
+                raise Unanswerable(exc.message) from None
             return exc.message
         return None
 
@@ -380,13 +388,13 @@ def _follow_answering(client: Client, trace_id: str, events: Iterable[Event], vi
         view.handle(event)
         if event.kind == EventKind.REPLY_REQUESTED:
             schemas[event.data.get("request_id")] = event.data.get("schema")
-            question = Question.of(event)
+            question = Question.of(event, trace_id)
             view.pause()
             area = PromptArea(lambda text: err.print(text, end="", highlight=False, markup=False, soft_wrap=True),
                               width=view.console.width)
             note = None
             try:
-                note = ask(question, pump, lambda answer, asked=question: send(asked.request_id, answer), area.say,
+                note = ask(question, pump, lambda answer, asked=question: send(asked, answer), area.say,
                            typed=area.typed)
             finally:
                 view.resume(area.rows, note)  # one copy of the view on screen, live again

@@ -267,9 +267,11 @@ class Engine:
         await self.request_sandbox.close()
 
     # -- commands from any process ----------------------------------------------------------
-    async def cancel(self, trace_id: str, *, reason: str = CANCELLED_BY_REQUEST) -> None:
-        """Cancel an unfinished run wherever it executes, and wait (a little) for its end."""
-        await self.store.request_cancel(trace_id)
+    async def cancel(self, trace_id: str, *, reason: str = CANCELLED_BY_REQUEST,
+                     audit: Callable[[], Awaitable[None]] | None = None) -> None:
+        """Cancel an unfinished run wherever it executes, and wait (a little) for its end.
+        `audit`: written in the transaction that marks the run (SPEC §16)."""
+        await self.store.request_cancel(trace_id, also=audit)
         live = self.runs.get(trace_id)
         if live is None and not self.runs.stopping:
             run = await self.store.claim(trace_id)  # nobody holds it: end it here
@@ -303,6 +305,8 @@ class Engine:
         if lives:
             await asyncio.wait([live.task for live in lives], timeout=10)
 
-    async def reply(self, trace_id: str, *, content: Any, request_id: str | None) -> Question:
-        """Store the answer to an open question of the run and deliver it to its owner."""
-        return await self.questions.reply(trace_id, content=content, request_id=request_id)
+    async def reply(self, trace_id: str, *, content: Any, request_id: str | None,
+                    audit: Callable[[Question], Awaitable[None]] | None = None) -> Question:
+        """Store the answer to an open question of the run and deliver it to its owner;
+        `audit(question)` is written in the answer's transaction (SPEC §16)."""
+        return await self.questions.reply(trace_id, content=content, request_id=request_id, audit=audit)

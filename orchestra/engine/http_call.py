@@ -19,6 +19,7 @@ import email.utils
 import json
 import time
 from dataclasses import dataclass
+from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import Any
 
 import httpx2 as httpx
@@ -31,6 +32,10 @@ from orchestra.tls import client_tls
 ANSWER_MAX_BYTES = 1024 * 1024  # an answer over this fails the step (SPEC §14)
 MAX_REDIRECTS = 5
 RETRY_AFTER_MAX = 3600.0  # a longer Retry-After is waited for this long at most
+# HTTP steps keep no cookies: the client is shared by every user's steps, and a cookie one
+# step was given would go with another user's call to the same host. A step sends the
+# Cookie header it names, nothing else (a policy that allows no domain stores nothing).
+_NO_COOKIES = CookieJar(policy=DefaultCookiePolicy(allowed_domains=[]))
 _SHOWN_BODY = 300  # characters of an error answer's body quoted in the step's error
 
 
@@ -65,6 +70,7 @@ class HttpCaller:
             follow_redirects=True,
             max_redirects=MAX_REDIRECTS,
             trust_env=False,
+            cookies=_NO_COOKIES,  # one pool for every user's steps: it must remember nothing
             event_hooks={"request": [check_request]},  # before each request of an exchange is sent
         )
 

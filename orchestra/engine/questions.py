@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from orchestra.db.models import WorkflowRun
@@ -77,7 +78,8 @@ class Questions:
         """The questions the run waits on, oldest first (from the store)."""
         return open_questions(await self.store.questions(trace_id))
 
-    async def reply(self, trace_id: str, *, content: Any, request_id: str | None) -> Question:
+    async def reply(self, trace_id: str, *, content: Any, request_id: str | None,
+                    audit: Callable[[Question], Awaitable[None]] | None = None) -> Question:
         """Store the answer to an open question of the run (the oldest unless `request_id`)
         and deliver it to the run's owner, here or in another process. Exactly one answer
         is stored per question, whichever processes receive replies at once."""
@@ -100,7 +102,7 @@ class Questions:
 
         while True:
             try:
-                chosen = await self.store.store_answer(trace_id, content, choose)  # any process
+                chosen = await self.store.store_answer(trace_id, content, choose, audit)  # any process
                 break
             except CheckOutside as outside:  # bounded, in the sandbox, outside the transaction
                 found = await schemas.check(content, outside.schema, root="content",

@@ -25,6 +25,7 @@ from orchestra.db.access_models import ApiKey
 from orchestra.db.database import release_connection
 from orchestra.db.models import iso, storable, utcnow
 from orchestra.errors import NotFoundError, TokenInvalidError, ValidationError
+from orchestra.services import audit
 from orchestra.services.key_cache import KeyEntry
 from orchestra.services.providers import clean_name
 from orchestra.services.run_access import require_runnable
@@ -126,10 +127,16 @@ async def create_key(
     if active >= KEYS_MAX:
         raise ValidationError.field("name", f"you have {KEYS_MAX} keys, the limit; revoke one first")
     secret = PREFIX + secrets.token_urlsafe(SECRET_BYTES)
-    key = await ApiKey.acreate(
-        user=user_id, name=name, key_hash=key_hash(secret), prefix=secret[len(PREFIX):][:8],
-        scopes=scopes, templates=templates, expires_at=expiry,
-    )
+    async with core.write_transaction():
+        key = await ApiKey.acreate(
+            user=user_id, name=name, key_hash=key_hash(secret), prefix=secret[len(PREFIX):][:8],
+            scopes=scopes, templates=templates, expires_at=expiry,
+        )
+        await audit.record(core, action="key.create", target=audit.target("key", key.id, name),
+                           changes={"key": audit.change(None, secret, secret=True),
+                                    **audit.diff({}, {"name": name, "scopes": scopes, "templates": templates,
+                                                      "expires_at": iso(expiry)})},
+                           workspace_id=audit.workspace_of(key))
     core.key_cache.changed()
     return key, secret
 
@@ -161,8 +168,15 @@ async def revoke_key(core: Shared, *, user_id: str, key_id: str) -> None:
     changes; on PostgreSQL a trigger signals it); 404 for an unknown or revoked key."""
     revoked = 0
     if len(key_id) <= 36 and storable(key_id):
-        revoked = await core.db.aexecute(ApiKey.update(revoked_at=utcnow()).where(
-            (ApiKey.id == key_id) & (ApiKey.user == user_id) & ApiKey.revoked_at.is_null()))
+        async with core.write_transaction():
+            now = utcnow()
+            key = await ApiKey.aget_or_none((ApiKey.id == key_id) & (ApiKey.user == user_id))
+            revoked = await core.db.aexecute(ApiKey.update(revoked_at=now).where(
+                (ApiKey.id == key_id) & (ApiKey.user == user_id) & ApiKey.revoked_at.is_null()))
+            if revoked and key is not None:
+                await audit.record(core, action="key.revoke", target=audit.target("key", key.id, key.name),
+                                   changes={"revoked_at": audit.change(None, iso(now))},
+                                   workspace_id=audit.workspace_of(key))
     core.key_cache.changed()
     if not revoked:
         raise NotFoundError(f"No key of yours has the id '{key_id[:80]}'.")

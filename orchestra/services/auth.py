@@ -23,6 +23,7 @@ from orchestra.errors import (
     UserNotExistError,
     ValidationError,
 )
+from orchestra.services import audit
 from orchestra.services.roles import ROLE_NAMES, Role
 from orchestra.services.shared import Shared
 from orchestra.services.tokens import ACCESS, REFRESH
@@ -129,8 +130,10 @@ async def set_role(core: Shared, *, user_id: str, new_role: Role) -> User:
         user = await get_user(core, user_id)
         if user.role == Role.SUPER_ADMINISTRATOR and new_role != Role.SUPER_ADMINISTRATOR:
             await _ensure_not_last_super_administrator(core, "demote")
-        user.role = new_role.value
+        before, user.role = user.role, new_role.value
         await user.asave(only=[User.role])
+        await audit.record(core, action="user.authority", target=audit.target("user", user.id, user.user_name),
+                           changes={"role": audit.change(before, user.role)})
     core.user_snapshot.changed()
     await revoke_all_tokens(core, user.id)
     return user
@@ -143,6 +146,9 @@ async def delete_user(core: Shared, *, user_id: str) -> User:
         if user.role == Role.SUPER_ADMINISTRATOR:
             await _ensure_not_last_super_administrator(core, "delete")
         await core.db.aexecute(User.delete().where(User.id == user.id))
+        await audit.record(core, action="user.delete", target=audit.target("user", user.id, user.user_name),
+                           changes={"user_name": audit.change(user.user_name, None),
+                                    "role": audit.change(user.role, None)})
     core.user_snapshot.changed()
     await release_connection(core.db)  # removing the files may take a while
     await asyncio.to_thread(shutil.rmtree, core.settings.uploads_dir / user.id, ignore_errors=True)
@@ -238,14 +244,30 @@ async def _user_and_revocation(
 async def login(core: Shared, *, user_name: str, password: str) -> TokenPair:
     """Verify the password and issue a token pair in a new refresh family."""
     core.passwords.ensure_capacity()  # overloaded: 503 before any store work
-    user = await find_user(core, user_name)
+    try:
+        user = await find_user(core, user_name)
+    except UserNotExistError:
+        await _login_failed(core, None, user_name, "no such user")
+        raise
     await release_connection(core.db)  # argon2 may queue for seconds: free the pooled connection
     if not await core.passwords.verify(user.password_hash, password):
+        await _login_failed(core, user.id, user.user_name, "wrong password")
         raise InvalidCredentialsError("The password is wrong.")
     if core.passwords.needs_rehash(user.password_hash):
         user.password_hash = await core.passwords.hash(password)
         await user.asave(only=[User.password_hash])
-    return await _issue_pair(core, user, family=uuid.uuid4().hex)
+    async with core.write_transaction():
+        pair = await _issue_pair(core, user, family=uuid.uuid4().hex)
+        await audit.record(core, action="auth.login", target=audit.target("user", user.id, user.user_name),
+                           actor=audit.Actor(user.id, user.user_name))
+    return pair
+
+
+async def _login_failed(core: Shared, user_id: str | None, user_name: str, reason: str) -> None:
+    """The instance-level entry of a refused login (it changes nothing else)."""
+    name = user_name.strip()[:128] if isinstance(user_name, str) and storable(user_name) else None
+    await audit.record(core, action="auth.login_failed", target=audit.target("user", user_id, name),
+                       actor=audit.Actor(user_id, name), changes={"reason": audit.change(None, reason)})
 
 
 async def refresh(core: Shared, *, refresh_token: str) -> TokenPair:

@@ -22,7 +22,7 @@ from orchestra.engine.sizes import check_reply_size
 from orchestra.engine.store.creation import NewRun, carried_budget
 from orchestra.errors import NotFoundError, PermissionDeniedError, ValidationError
 from orchestra.language import schemas, shape
-from orchestra.services import fork_outputs, runs, templates, version_store
+from orchestra.services import audit, fork_outputs, runs, templates, version_store
 from orchestra.services.fork_plan import ForkKeys, Planner, Record, Source, run_again
 from orchestra.services.shared import Shared
 from orchestra.services.template_diff import steps_by_id
@@ -177,5 +177,8 @@ async def fork_run(
     )
     async with core.db.atomic():
         [run] = await core.engine.store.create([new], claim=core.engine.claim_now)
+        await audit.record(core, action="run.fork", target=runs.run_target(run),
+                           changes=runs.run_changes(run, forked_from=source.trace_id, from_step=from_step),
+                           workspace_id=audit.workspace_of(run))
     await core.engine.begin(run)
     return run

@@ -23,7 +23,7 @@ from standardwebhooks import Webhook
 
 from orchestra import json_body  # strict RFC 8259 parsing, as for every request body
 from orchestra.db.access_models import WebhookHook
-from orchestra.db.models import WorkflowTemplate, iso, storable
+from orchestra.db.models import User, WorkflowTemplate, iso, storable
 from orchestra.errors import (
     AuthenticationRequiredError,
     BadRequestError,
@@ -33,7 +33,7 @@ from orchestra.errors import (
     ValidationError,
 )
 from orchestra.language import expressions
-from orchestra.services import run_starts
+from orchestra.services import audit, run_starts
 from orchestra.services.run_access import may_run, require_runnable
 from orchestra.services.run_starts import Started, StartKey
 from orchestra.services.shared import Shared
@@ -215,6 +215,11 @@ async def accept(core: Shared, hook: WebhookHook, call: Call, *, trace_parent: s
     start = StartKey(scope=f"hook:{hook.id}", key=webhook_id, field="webhook-id")
 
     async def begin():
+        owner = await User.aget_or_none(User.id == hook.owner_id)
+        with audit.acting_as(audit.Actor(hook.owner_id, owner.user_name if owner else None, via="hook")):
+            return await start_run()
+
+    async def start_run():
         return await runs.start_run(
             core, user_id=hook.owner_id, is_admin=False, template_id=hook.template_id,
             input=await run_input(core, hook, call), template=hook.template,

@@ -1,5 +1,6 @@
 """Retention (SPEC §10): runs that ended long ago, with everything stored under them,
-and refresh tokens past their expiry, are deleted — by a timer in the server
+and refresh tokens past their expiry, are deleted (and audit entries past
+`ORCHESTRA_AUDIT_RETENTION_DAYS`, services/audit_chain.py) — by a timer in the server
 (`ORCHESTRA_RUN_RETENTION_DAYS`, at start and then hourly) or by `orchestra db prune`.
 
 Deletes go in small batches, each its own short write transaction, so a prune of a
@@ -23,7 +24,7 @@ from peewee import ModelSelect
 
 from orchestra.db.database import release_connection
 from orchestra.db.models import WorkflowRun, utcnow
-from orchestra.services import run_starts, trigger_retention
+from orchestra.services import audit_chain, run_starts, trigger_retention
 from orchestra.services.auth import prune_expired_tokens
 from orchestra.services.shared import Shared
 
@@ -114,6 +115,8 @@ async def prune(
         await trigger_retention.prune(core, cutoff=(now or utcnow()) - older_than)
     tokens = await prune_expired_tokens(core, now=now)
     await run_starts.prune(core, now=now)  # idempotency keys and webhook ids past 24 h
+    if core.settings.audit_retention_days > 0:  # SPEC §16: whole old prefixes of each chain
+        await audit_chain.prune(core, older_than=dt.timedelta(days=core.settings.audit_retention_days), now=now)
     await release_connection(core.db)
     return Pruned(runs=runs or 0, tokens=tokens, skipped=runs is None)
 

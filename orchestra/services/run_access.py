@@ -44,7 +44,8 @@ async def require_runnable(
         if template is None:
             shown = str(template_id)[:80]
             problems.append({"field": field if single else f"{field}.{i}",
-                             "problem": f"'{shown}' is not a template you may run"})
+                             "problem": f"no template you may run has the template_id '{shown}' "
+                                        "(templates are named here by their template_id)"})
         else:
             found.append(template)
     if problems:

@@ -24,7 +24,7 @@ from orchestra.engine.store.creation import NewRun, carried_budget, start_budget
 from orchestra.engine.store.events import Event
 from orchestra.errors import ConflictError, NotFoundError, PermissionDeniedError, ValidationError
 from orchestra.language import schemas, shape
-from orchestra.services import run_starts, spend, version_store
+from orchestra.services import audit, run_starts, spend, version_store
 from orchestra.services.paging import DEFAULT_LIMIT, Page, keyset_page
 from orchestra.services.run_starts import StartKey
 from orchestra.services.shared import Shared
@@ -96,8 +96,20 @@ async def start_run(
         [run] = await core.engine.store.create([new], claim=core.engine.claim_now)
         if remember is not None:
             await run_starts.remember(core, remember, run.trace_id)
+        await audit.record(core, action="run.start", target=run_target(run),
+                           changes=run_changes(run), workspace_id=audit.workspace_of(run))
     await core.engine.begin(run)
     return run
+
+
+def run_target(run: WorkflowRun) -> dict[str, Any]:
+    return audit.target("run", run.trace_id, run.template_name)
+
+
+def run_changes(run: WorkflowRun, **more: Any) -> dict[str, Any]:
+    """A new run's entry: its status, template and version (and what `more` adds)."""
+    return audit.diff({}, {"status": run.status, "template_id": run.template_id,
+                           "template_version": run.template_version, "trigger": run.trigger, **more})
 
 
 async def list_runs(
@@ -217,7 +229,13 @@ async def cancel_run(core: Shared, *, user_id: str, is_admin: bool, trace_id: st
     run = await get_run(core, user_id=user_id, is_admin=is_admin, trace_id=trace_id)
     if run.status in FINISHED:
         raise ConflictError(f"The run has already ended ({run.status}).")
-    await core.engine.cancel(trace_id, reason="The run was cancelled by request.")
+
+    async def entry() -> None:
+        await audit.record(core, action="run.cancel", target=run_target(run),
+                           changes={"cancel_requested": audit.change(False, True)},
+                           workspace_id=audit.workspace_of(run))
+
+    await core.engine.cancel(trace_id, reason="The run was cancelled by request.", audit=entry)
     # its child runs (SPEC §14) at once, wherever they run, rather than level by level
     await asyncio.gather(core.engine.cancel(trace_id, reason="The run was cancelled by request."),
                          core.engine.cancel_descendants(trace_id, f"Its parent run {trace_id} was cancelled."))
@@ -230,9 +248,16 @@ async def reply(
     """Answer the question a waiting run asked; 409 when it waits for none (or not this one),
     422 when the answer does not fit the step's output_schema, 413 when it is larger than
     a step's output may be (the question stays open)."""
-    await get_run(core, user_id=user_id, is_admin=is_admin, trace_id=trace_id)
+    run = await get_run(core, user_id=user_id, is_admin=is_admin, trace_id=trace_id)
     check_reply_size(content, limit=core.settings.step_output_max_bytes)
-    answered = await core.engine.reply(trace_id, content=content, request_id=request_id)
+
+    async def entry(question) -> None:  # in the transaction that stores the answer
+        await audit.record(core, action="run.reply", target=run_target(run),
+                           changes={"reply": audit.change(None, {"request_id": question.request_id,
+                                                                 "step_id": question.step_id})},
+                           workspace_id=audit.workspace_of(run))
+
+    answered = await core.engine.reply(trace_id, content=content, request_id=request_id, audit=entry)
     return {"request_id": answered.request_id, "step_id": answered.step_id}
 
 
@@ -279,6 +304,9 @@ async def retry_run(
                  budget_pusd=carried_budget(old, None))  # the source's budget (SPEC §15b)
     async with core.db.atomic():
         [run] = await core.engine.store.create([new], claim=core.engine.claim_now)
+        await audit.record(core, action="run.retry", target=run_target(run),
+                           changes=run_changes(run, retry_of=old.trace_id, from_step=from_step),
+                           workspace_id=audit.workspace_of(run))
     await core.engine.begin(run)
     return run
 

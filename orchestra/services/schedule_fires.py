@@ -34,13 +34,13 @@ from typing import Any
 
 from peewee import Case, fn
 
-from orchestra.db.models import WorkflowRun, utcnow
+from orchestra.db.models import User, WorkflowRun, utcnow
 from orchestra.db.outage import StoreOutage, keep_going, release_quietly
 from orchestra.db.trigger_models import ScheduleFire, WorkflowSchedule
 from orchestra.engine.store import RunStore
 from orchestra.engine.store.creation import NewRun
 from orchestra.errors import ValidationError
-from orchestra.services import cron
+from orchestra.services import audit, cron
 from orchestra.services.run_access import runnable_template
 from orchestra.services.shared import Shared
 from orchestra.services.trigger_runs import checked_input, new_run
@@ -139,7 +139,8 @@ class FireLoop:
                 query = query.for_update(skip_locked=True)
             rows = await core.db.list(query)
             plan = await self._plan(rows, now) if rows else Plan()
-            await plan.write(core.db, core.engine.store, postgres=core.is_postgres)
+            stored = await plan.write(core.db, core.engine.store, postgres=core.is_postgres)
+            await _audit_starts(core, stored)
         await release_quietly(core.db)
         if rows:
             logger.debug("fired %d schedule(s): %d run(s) started", len(rows), len(plan.started))
@@ -263,6 +264,21 @@ class FireLoop:
         return trace_id
 
 
+async def _audit_starts(core: Shared, started: list[WorkflowRun]) -> None:
+    """Each started run's `run.start` entry (SPEC §16), by its schedule for its owner, in
+    the fire's transaction: a few statements for the whole batch."""
+    if not started:
+        return
+    owners = {run.owner_id for run in started}
+    names = dict(await core.db.list(User.select(User.id, User.user_name).where(User.id.in_(sorted(owners))).tuples()))
+    await audit.record_many(core, [audit.Pending(
+        action="run.start", target=audit.target("run", run.trace_id, run.template_name),
+        changes=audit.diff({}, {"status": run.status, "template_id": run.template_id,
+                                "template_version": run.template_version, "trigger": run.trigger}),
+        workspace_id=audit.workspace_of(run),
+        actor=audit.Actor(run.owner_id, names.get(run.owner_id), via="schedule")) for run in started])
+
+
 @dataclass
 class Plan:
     """What one look decided, written by `write` in a few statements."""
@@ -278,9 +294,10 @@ class Plan:
         self.fires.append({"schedule": row.id, "due_at": due_at, "outcome": outcome,
                            "trace_id": trace_id, "error": error, "fired_at": utcnow()})
 
-    async def write(self, db: Any, store: RunStore, *, postgres: bool) -> None:
+    async def write(self, db: Any, store: RunStore, *, postgres: bool) -> list[WorkflowRun]:
+        """Every row the look decided; the runs as stored."""
         # a burst: stored queued, then claimed and started together (Engine.submit_many)
-        await store.create(self.runs)
+        stored = await store.create(self.runs)
         for at in range(0, len(self.fires), WRITE_CHUNK):
             await db.aexecute(ScheduleFire.insert_many(self.fires[at:at + WRITE_CHUNK]))
         if self.cancels:
@@ -297,6 +314,7 @@ class Plan:
                 next_due_at=next_due,
                 last_trace_id=Case(WorkflowSchedule.id, [(i, self.schedules[i][1]) for i in ids]),
             ).where(WorkflowSchedule.id.in_(ids)))
+        return stored
 
 
 def _iso(moment: dt.datetime | None) -> str | None:

@@ -22,6 +22,7 @@ from peewee import IntegrityError
 from orchestra import redaction, secret_hosts
 from orchestra.db.models import Secret, iso, storable, utcnow
 from orchestra.errors import ConflictError, NotFoundError, ValidationError
+from orchestra.services import audit
 from orchestra.services.shared import Shared
 
 NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
@@ -78,7 +79,12 @@ async def create_secret(core: Shared, *, name: str, value: str, hosts: list[str]
     if await Secret.aget_or_none(Secret.name == name) is not None:
         raise _taken(name)
     try:
-        await secret.asave(force_insert=True)
+        async with core.write_transaction():
+            await secret.asave(force_insert=True)
+            await audit.record(core, action="secret.create", target=audit.target("secret", secret.id, name),
+                               changes={"value": audit.change(None, value, secret=True),
+                                        "hosts": audit.change(None, hosts)},
+                               workspace_id=audit.workspace_of(secret))
     except IntegrityError:  # a concurrent create took the name
         raise _taken(name) from None
     redaction.remember([value])
@@ -93,15 +99,22 @@ async def update_secret(core: Shared, *, name: str, value: str | None = None,
             {"field": "value", "problem": "value or hosts is required"}])
     secret = await get_secret(name)
     changed = [Secret.updated_at]
+    changes = {}
     if value is not None:
         value = clean_value(value)
         secret.value_encrypted, secret.hint = core.secrets.encrypt(value), hint(value)
         changed += [Secret.value_encrypted, Secret.hint]
+        changes["value"] = audit.change(value, value, secret=True)
     if hosts is not None:
-        secret.hosts = clean_hosts(hosts)
+        before, secret.hosts = secret.hosts, clean_hosts(hosts)
         changed.append(Secret.hosts)
+        changes["hosts"] = audit.change(before, secret.hosts)
     secret.updated_at = utcnow()
-    await secret.asave(only=changed)
+    async with core.write_transaction():
+        if not await secret.asave(only=changed):
+            raise NotFoundError(f"No secret is named '{name}'.")  # deleted meanwhile
+        await audit.record(core, action="secret.update", target=audit.target("secret", secret.id, secret.name),
+                           changes=changes, workspace_id=audit.workspace_of(secret))
     if value is not None:
         redaction.remember([value])
     return secret
@@ -121,7 +134,12 @@ async def get_secret(name: str) -> Secret:
 async def delete_secret(core: Shared, *, name: str) -> None:
     """Delete a secret; a template that names it fails that step when it runs."""
     secret = await get_secret(name)
-    await core.db.aexecute(Secret.delete().where(Secret.id == secret.id))
+    async with core.write_transaction():
+        if await core.db.aexecute(Secret.delete().where(Secret.id == secret.id)):
+            await audit.record(core, action="secret.delete", target=audit.target("secret", secret.id, secret.name),
+                               changes={"value": audit.change(secret.value_encrypted, None, secret=True),
+                                        "hosts": audit.change(secret.hosts, None)},
+                               workspace_id=audit.workspace_of(secret))
 
 
 async def save_refusals(core: Shared, uses: list[tuple[str, str, str]]) -> list[tuple[str, str]]:

@@ -18,6 +18,7 @@ from typing import Any
 from orchestra.db.models import RunEvent, RunStep, WorkflowRun
 from orchestra.errors import ConflictError, ValidationError
 from orchestra.money.amounts import from_pico, parse_usd, to_pico, usd_text
+from orchestra.services import audit
 from orchestra.services.shared import Shared
 from orchestra.vocabulary import EventKind, RunStatus
 
@@ -54,6 +55,12 @@ async def top_up(core: Shared, run: WorkflowRun, add_usd: Any) -> tuple[Workflow
             .where((WorkflowRun.trace_id == owner.trace_id) & WorkflowRun.budget_pusd.is_null(False)))
         if not requeued or not raised:
             raise ConflictError(f"The run is not waiting for budget ({run.status}).")
+        raised_to = (await WorkflowRun.aget(WorkflowRun.trace_id == owner.trace_id)).budget_pusd
+        before, after = from_pico(raised_to - to_pico(amount, up=False)), from_pico(raised_to)
+        await audit.record(core, action="run.top_up", target=audit.target("run", owner.trace_id, owner.template_name),
+                           changes={"budget_usd": audit.change(usd_text(before), usd_text(after)),
+                                    "requeued": audit.change(None, waiting)},
+                           workspace_id=audit.workspace_of(owner))
     for trace_id in waiting:
         await core.engine.submit(trace_id)
     return (await WorkflowRun.aget(WorkflowRun.trace_id == run.trace_id),

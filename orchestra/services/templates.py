@@ -24,7 +24,7 @@ from orchestra.language.model import NAME_MAX, PROMPT_MAX
 from orchestra.language.typecheck import type_problems
 from orchestra.language.validate import Checked
 from orchestra.language.validate import check_template as check_template_language
-from orchestra.services import composition, version_store
+from orchestra.services import audit, composition, version_store
 from orchestra.services.paging import DEFAULT_LIMIT, Page, keyset_page
 from orchestra.services.shared import Shared
 
@@ -173,17 +173,31 @@ async def create_template(
         owner=owner_id, name=name, description=description, steps=checked.steps,
         spec=checked.options or None, shared=shared, version=1,
     )
-    return await _save_version(core, template, create=True, author_id=owner_id)
+    return await _save_version(core, template, create=True, author_id=owner_id, before={})
 
 
-async def _save_version(core: Shared, template: WorkflowTemplate, *, create: bool,
-                        author_id: str) -> WorkflowTemplate:
-    """Save the template and its new immutable version in one transaction (SPEC §13):
-    a refused save makes no version."""
-    async with core.db.atomic():
+def audited_fields(template: WorkflowTemplate) -> dict[str, Any]:
+    """What an audit entry shows of a template's change (SPEC §16): its content is in
+    its versions (GET …/versions/diff), so steps appear by their ids."""
+    return {"name": template.name, "description": template.description, "shared": bool(template.shared),
+            "steps": [step.get("id") for step in template.steps or [] if isinstance(step, dict)],
+            "options": sorted(template.spec or {}), "version": template.version}
+
+
+async def _save_version(core: Shared, template: WorkflowTemplate, *, create: bool, author_id: str,
+                        before: dict[str, Any], action: str | None = None,
+                        also: dict[str, Any] | None = None) -> WorkflowTemplate:
+    """Save the template, its new immutable version and its audit entry in one
+    transaction (SPEC §13, §16): a refused save makes no version and no entry."""
+    async with core.write_transaction():
         template.version = await version_store.next_number(core, template, create=create)
         await _save_template(template, create=create)
         await version_store.record(core, template, author_id=author_id)
+        await audit.record(
+            core, action=action or ("template.create" if create else "template.update"),
+            target=audit.target("template", template.id, template.name),
+            changes={**audit.diff(before, audited_fields(template)), **(also or {})},
+            workspace_id=audit.workspace_of(template))
     await templates_changed(core)
     return template
 
@@ -232,12 +246,15 @@ async def update_template(
     description: str = "",
     shared: bool | None = None,
     options: dict[str, Any] | None = None,
+    restored_from: int | None = None,
 ) -> WorkflowTemplate:
     """Replace a template's name, description, steps, options (and `shared`,
-    administrators only)."""
+    administrators only). `restored_from`: the version this save restores (its entry is
+    `template.restore`)."""
     template = await get_template(
         core, user_id=user_id, is_admin=is_admin, template_id=template_id, write=True
     )
+    before = audited_fields(template)
     if shared is not None and shared != template.shared:
         if not is_admin:
             raise PermissionDeniedError("Only an ADMINISTRATOR or above may change `shared`.")
@@ -253,7 +270,11 @@ async def update_template(
     template.steps, template.spec = checked.steps, checked.options or None
     await _ensure_name_free(core, template.owner_id, template.name, except_id=template.id)
     template.updated_at = utcnow()
-    return await _save_version(core, template, create=False, author_id=user_id)
+    if restored_from is None:
+        return await _save_version(core, template, create=False, author_id=user_id, before=before)
+    return await _save_version(core, template, create=False, author_id=user_id, before=before,
+                               action="template.restore",
+                               also={"restored_from": audit.change(None, restored_from)})
 
 
 async def delete_template(core: Shared, *, user_id: str, is_admin: bool, template_id: str) -> None:
@@ -261,5 +282,11 @@ async def delete_template(core: Shared, *, user_id: str, is_admin: bool, templat
     template = await get_template(
         core, user_id=user_id, is_admin=is_admin, template_id=template_id, write=True
     )
-    await core.db.aexecute(WorkflowTemplate.delete().where(WorkflowTemplate.id == template.id))
+    async with core.write_transaction():
+        deleted = await core.db.aexecute(WorkflowTemplate.delete().where(WorkflowTemplate.id == template.id))
+        if deleted:
+            await audit.record(core, action="template.delete",
+                               target=audit.target("template", template.id, template.name),
+                               changes=audit.diff(audited_fields(template), {}),
+                               workspace_id=audit.workspace_of(template))
     await templates_changed(core)

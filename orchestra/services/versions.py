@@ -71,4 +71,5 @@ async def restore(core: Shared, *, user_id: str, is_admin: bool, template_id: st
     return await templates.update_template(
         core, user_id=user_id, is_admin=is_admin, template_id=template.id, name=row.name,
         description=row.description or "", steps=row.steps, options=dict(row.spec or {}),
+        restored_from=number,
     )

@@ -5,6 +5,7 @@ lower case) and echoes every request header back as `x-echo-<name>`; `/status/<c
 answers that status (`?retry_after=N` adds `Retry-After`); `/big/<n>` answers n bytes
 (`?chunked=1`: in 64 KiB chunks, no Content-Length);
 `/redirect?to=<url>` answers 302 to it; `/slow/<seconds>` waits, then answers;
+`/cookie?set=<name=value>` answers 200 with that `Set-Cookie`;
 `/drip/<n>?every=<seconds>` sends its head at once, then one body byte every `every`
 seconds (0.5 by default), n bytes in all (a reader that bounds each read, not the whole
 exchange, waits n × every); `/text` answers plain text. Every request is counted per path (`hits`).
@@ -100,6 +101,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._answer(200, b'{"slow": true}')
         elif segments[0] == "drip" and len(segments) > 1 and segments[1].isdigit():
             self._drip(int(segments[1]), float(query.get("every", 0.5)))
+        elif segments[0] == "cookie":
+            self._answer(200, b'{"cookie": true}', extra={"Set-Cookie": query.get("set", "session=1") + "; Path=/"})
         elif segments[0] == "text":
             self._answer(200, "plain text ✓".encode(), "text/plain; charset=utf-8")
         else:

@@ -23,7 +23,7 @@ from orchestra.web import errors, head, observe
 from orchestra.web.apidoc import ui as apidoc_ui
 from orchestra.web.blueprints import all_blueprints, mcp_endpoint
 from orchestra.web.limits import RateLimits
-from orchestra.web.mcp_server import McpEndpoint
+from orchestra.web.mcp_host import McpHost
 from orchestra.web.protocol import HEAD_MAX_BYTES
 
 _app_numbers = itertools.count(1)
@@ -163,9 +163,9 @@ def create_app(settings: Settings | None = None, *, name: str | None = None) -> 
         # by one process at a time (services/deliveries.py).
         app.ctx.delivery_loop = DeliveryLoop(app.ctx.core)
         app.ctx.delivery_loop.start()
-        # /mcp: the MCP server's sessions live in this process (web/mcp_server.py).
-        app.ctx.mcp = McpEndpoint(app.ctx.core)
-        await app.ctx.mcp.start()
+        # /mcp: the MCP server's sessions live in this process (web/mcp_server.py), built
+        # on the first /mcp request (web/mcp_host.py: its SDK is slow to import).
+        app.ctx.mcp = McpHost(app.ctx.core)
 
     @app.before_server_stop
     async def hand_back_runs(app: Sanic) -> None:

@@ -14,7 +14,7 @@ from sanic import Request
 
 from orchestra.db.database import release_connection
 from orchestra.errors import AuthenticationRequiredError, PermissionDeniedError, TokenInvalidError
-from orchestra.services import api_keys
+from orchestra.services import api_keys, audit
 from orchestra.services import auth as auth_service
 from orchestra.services.api_keys import KeyGrant
 from orchestra.services.roles import Role
@@ -38,6 +38,13 @@ class Principal:
     @property
     def is_admin(self) -> bool:
         return self.role.at_least(Role.ADMINISTRATOR)
+
+
+def actor_of(principal: Principal) -> audit.Actor:
+    """The caller as the audit log names it (SPEC §16)."""
+    if principal.key is not None:
+        return audit.Actor(principal.user_id, principal.name, via="key", key_id=principal.key.key_id)
+    return audit.Actor(principal.user_id, principal.name)
 
 
 def bearer_token(request: Request, *, allow_query: bool = False) -> str | None:
@@ -127,6 +134,7 @@ def protected(minimum: Role = Role.USER, *, allow_query: bool = False, scope: st
                 # (there is no request middleware), so there is nothing to hand back.
                 await release_connection(core.db)
             request.ctx.principal = principal
+            audit.bind_actor(actor_of(principal))
             return await handler(request, *args, **kwargs)
 
         wrapper.required_role = minimum  # read by the OpenAPI document (security, 401/403)

@@ -26,6 +26,7 @@ from orchestra.db.database import release_connection
 from orchestra.db.models import WorkflowRun, utcnow
 from orchestra.errors import AuthenticationRequiredError, TokenInvalidError
 from orchestra.observability import context, metrics, tracing
+from orchestra.services import audit
 from orchestra.vocabulary import RunStatus
 
 _PARAM = re.compile(r"<([^:>]+)(?::[^>]*)?>")
@@ -64,6 +65,8 @@ def begin(request: Request) -> None:
         request.headers.get(context.REQUEST_ID_HEADER))
     context.request_id.set(request_id)
     context.run_id.set(None)
+    # who acts is bound once the request is authenticated (web/auth.py); until then no one
+    audit.bind(None, request.remote_addr or request.ip or None)
     tracing.begin_request(ctx, request.method, request.path, request.headers)
 
 

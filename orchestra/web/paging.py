@@ -18,7 +18,7 @@ from orchestra.web.responses import SUCCESS
 # The list each parameter name pages, as the services name it in their cursors.
 _KINDS = {"runs": "run", "templates": "template", "workers": "worker", "files": "file",
           "schedules": "schedule", "subscriptions": "subscription",
-          "fires": "fire"}
+          "fires": "fire", "entries": "audit"}
 
 
 def raw_arg(request: Request, name: str) -> str | None:

@@ -70,3 +70,39 @@ def test_hook_create_list_show_delete(world):
     assert cli("hook", "delete", hook["hook_id"], "--yes").returncode == 0
     assert api.get("/workflow/hook").json()["hooks"] == []
     assert httpx.post(url, content=body, headers=headers).status_code == 404
+
+
+def test_a_run_start_and_run_read_key_runs_a_template_by_id(world):
+    """Issue 39, point 3: the docs' key (run:start, run:read) starts a run by template id
+    from the CLI (no template list read first); a name says it needs template:read;
+    `key create --template NAME` resolves the name, and an unknown one is said rightly."""
+    from orchestra.cli.console import ExitCode
+    from tests.cli.cli_harness import one_error_line
+
+    cli, api = world["cli"], world["api"]
+    template_id = world["templates"]["three_step"]["template_id"]
+    done = cli("key", "create", "nightly report", "-s", "run:start", "-s", "run:read", "--template", "three_step")
+    assert done.returncode == 0, done.stderr
+    key = done.stdout.strip()
+    try:
+        [info] = [k for k in api.get("/auth/key").json()["keys"] if k["name"] == "nightly report"]
+        assert info["templates"] == [template_id]  # the name was resolved to the id
+        as_key = {"ORCHESTRA_TOKEN": key}
+        ran = cli("workflow", "run", template_id, "--input", "tea", "--watch", env=as_key)
+        assert ran.returncode == 0, ran.stderr
+        assert "run succeeded" in ran.stdout
+        by_name = cli("workflow", "run", "three_step", "--input", "tea", env=as_key)
+        assert by_name.returncode == ExitCode.AUTH
+        line = one_error_line(by_name)
+        assert "'three_step' is a template name" in line and "'template:read'" in line, line
+        assert "template_id" in line, line
+        unknown = cli("key", "create", "other", "-s", "run:start", "--template", "nightly report")
+        assert unknown.returncode == ExitCode.NOT_FOUND
+        assert "unknown template 'nightly report'" in one_error_line(unknown)
+        refused = api.post("/auth/key", json={"name": "other", "scopes": ["run:start"],
+                                              "templates": ["nightly report"]})
+        assert refused.status_code == 422
+        assert "no template you may run has the template_id 'nightly report'" in refused.json()["message"]
+    finally:
+        for made in api.get("/auth/key").json()["keys"]:
+            api.delete(f"/auth/key/{made['key_id']}")

@@ -132,3 +132,24 @@ async def test_refused_addresses_fail_the_step_naming_the_rule(core, target, url
     assert "egress rule" in run.error and SETTING in run.error and shown in run.error, run.error
     stored = await everything_stored(core, trace_id)
     assert SECRET not in stored and "k=***" in stored
+
+
+async def test_a_cookie_one_users_step_was_given_never_goes_with_another_users_call(core, target):
+    alice = await owner(core)
+    bob = {"user_id": (await auth.register(core, user_name="bob", password="password-123")).id}
+    given = await start(core, alice, [{"id": "a", "http": {
+        "method": "GET", "url": target.url + "/cookie?set=session%3Dalice-only"}}])
+    assert (await wait_status(core, given, "succeeded", "failed")).status == "succeeded"
+    assert target.requests[-1]["path"] == "/cookie"
+    # bob's call to the same host, and alice's own next call, carry no cookie
+    for who in (bob, alice):
+        sent = await start(core, who, [{"id": "b", "http": {"method": "GET", "url": target.url + "/echo"}}])
+        run = await wait_status(core, sent, "succeeded", "failed")
+        assert run.status == "succeeded", run.error
+        assert target.requests[-1]["path"] == "/echo"
+        assert "cookie" not in target.requests[-1]["headers"]
+    # a Cookie header the step names is sent as written
+    named = await start(core, bob, [{"id": "c", "http": {"method": "GET", "url": target.url + "/echo",
+                                                          "headers": {"Cookie": "mine=1"}}}])
+    assert (await wait_status(core, named, "succeeded", "failed")).status == "succeeded"
+    assert target.requests[-1]["headers"]["cookie"] == "mine=1"

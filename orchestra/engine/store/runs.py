@@ -102,17 +102,21 @@ class RunStore:
     async def hand_back_many(self, tokens: list[str]) -> int:
         return await self.ownership.hand_back_many(tokens, db=self.lease_db)
 
-    async def request_cancel(self, trace_id: str) -> None:
+    async def request_cancel(self, trace_id: str, *, also: Callable[[], Awaitable[None]] | None = None) -> None:
         """Mark an unfinished run to be cancelled (its owner sees it on its next lease
-        tick); one waiting for budget, which nobody holds, is queued to be ended."""
+        tick); one waiting for budget, which nobody holds, is queued to be ended. `also`:
+        written in the same transaction when the run was marked (the request's audit
+        entry, SPEC §16)."""
         waiting = WorkflowRun.status == RunStatus.WAITING_BUDGET
-        await self.db.aexecute(
-            WorkflowRun.update(cancel_requested=True,
-                               status=Case(None, [(waiting, RunStatus.QUEUED)], WorkflowRun.status)).where(
-                (WorkflowRun.trace_id == trace_id)
-                & WorkflowRun.status.in_([*ACTIVE, RunStatus.WAITING_BUDGET])
-            )
-        )
+        mark = WorkflowRun.update(
+            cancel_requested=True, status=Case(None, [(waiting, RunStatus.QUEUED)], WorkflowRun.status)).where(
+            (WorkflowRun.trace_id == trace_id) & WorkflowRun.status.in_([*ACTIVE, RunStatus.WAITING_BUDGET]))
+        if also is None:
+            await self.db.aexecute(mark)
+            return
+        async with self.write_transaction():
+            if await self.db.aexecute(mark):
+                await also()
 
     # -- fencing --------------------------------------------------------------------------
     def hold(self, trace_id: str, token: str) -> None:
@@ -352,9 +356,10 @@ class RunStore:
                            owner_process=None, lease_until=None)
 
     async def store_answer(self, trace_id: str, content: Any,
-                           choose: Callable[[WorkflowRun | None, list[Question]], Question]) -> Question:
+                           choose: Callable[[WorkflowRun | None, list[Question]], Question],
+                           also: Callable[[Question], Awaitable[None]] | None = None) -> Question:
         """Store `content` as the answer to the question `choose(run, open questions)`
-        picks (it raises to refuse), with
+        picks (it raises to refuse), `also(question)` (an audit entry) too, with
         the step and run back to `running`, in one transaction any process may write: the
         run's row is locked, so replies to one run are taken one at a time."""
         chosen: list[Question] = []
@@ -374,6 +379,8 @@ class RunStore:
             if len(open_) == 1:
                 await self.db.aexecute(WorkflowRun.update(status=RunStatus.RUNNING).where(
                     (WorkflowRun.trace_id == trace_id) & (WorkflowRun.status == RunStatus.WAITING_REPLY)))
+            if also is not None:
+                await also(question)
             return events
 
         await self.write(trace_id, store, fenced=False)

@@ -10,6 +10,7 @@ def all_blueprints() -> Blueprint:
     from orchestra.web.blueprints import (
         adapter,
         agent,
+        audit,
         auth,
         hook_intake,
         hooks,
@@ -26,5 +27,5 @@ def all_blueprints() -> Blueprint:
     )
 
     areas = [auth, keys, provider, agent, resource, mcp, secret, schedule, subscription, workflow, versions,
-             hooks, hook_intake, usage, adapter]
+             hooks, hook_intake, usage, audit, adapter]
     return Blueprint.group(*(area.bp for area in areas), url_prefix="/api/v1")
