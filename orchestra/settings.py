@@ -52,6 +52,7 @@ class Settings:
     run_lease_seconds: float = 15.0  # a run's owner renews its lease; past it, others take over
     run_max_attempts: int = 3  # claims of one run before it ends `interrupted`
     max_runs: int = 100  # runs one process executes at once; the rest wait `queued`
+    max_runs_per_user: int = 0  # runs of one owner one process executes at once (0: ORCHESTRA_MAX_RUNS alone)
     db_pool_size: int = 20  # store connections per process (PostgreSQL; requests and runs share them)
     db_busy_timeout: float = 10.0  # seconds a SQLite statement waits on another's lock before it fails
     shutdown_grace_seconds: float = 10.0  # on SIGTERM, how long in-flight steps may finish
@@ -81,6 +82,7 @@ class Settings:
     # Caps per user and pacing (SPEC §15b): what one user may hold of what all share.
     max_schedules_per_user: int = 100  # schedules one user may have (422 past it)
     max_subscriptions_per_user: int = 100  # event subscriptions one user may have (422 past it)
+    child_tree_max_active: int = 256  # active runs in one tree of child runs (a step starting more fails)
     max_mcp_sessions_per_user: int = 50  # open /mcp sessions of one user per process; the oldest closes
     rate_limit_hook_unverified: str = "60/minute"  # hook calls that do not verify, per client address
     delivery_host_rate: float = 10.0  # event deliveries a second one process sends to one host
@@ -130,7 +132,10 @@ class Settings:
         if not 0 < self.db_busy_timeout <= 3600:
             raise ValueError(f"ORCHESTRA_DB_BUSY_TIMEOUT must be above 0 and at most 3600 (seconds), "
                              f"got {self.db_busy_timeout}")
-        for name in ("max_schedules_per_user", "max_subscriptions_per_user", "max_mcp_sessions_per_user"):
+        if self.max_runs_per_user < 0:
+            raise ValueError(f"ORCHESTRA_MAX_RUNS_PER_USER must be 0 (no cap) or more, got {self.max_runs_per_user}")
+        for name in ("max_schedules_per_user", "max_subscriptions_per_user", "max_mcp_sessions_per_user",
+                     "child_tree_max_active"):
             if getattr(self, name) < 1:
                 raise ValueError(f"ORCHESTRA_{name.upper()} must be at least 1, got {getattr(self, name)}")
         if not self.delivery_host_rate > 0:
@@ -257,7 +262,11 @@ SETTING_DOCS: dict[str, SettingDoc] = {
         "prefix, at start and hourly (the chain stays verifiable from its new first entry; "
         "`0` keeps every entry)"),
     "run_max_attempts": SettingDoc("claims of one run before it ends `interrupted`"),
-    "max_runs": SettingDoc("runs one process executes at once; the rest wait `queued`"),
+    "max_runs": SettingDoc("runs one process executes at once; the rest wait `queued`. A run waiting "
+                           "(for a reply, a child run, a retry delay) holds no slot"),
+    "max_runs_per_user": SettingDoc(
+        "runs of one owner one process executes at once (counted as `ORCHESTRA_MAX_RUNS` is); the owner's "
+        "other runs stay `queued`, never refused", "`0` (no cap but `ORCHESTRA_MAX_RUNS`)"),
     "db_pool_size": SettingDoc(
         "store connections per process, shared by requests and runs (PostgreSQL; leases "
         "and signals have their own). Past it a request waits, then answers 503"),
@@ -329,6 +338,9 @@ SETTING_DOCS: dict[str, SettingDoc] = {
         "schedules one user may have; one more is 422 naming this setting"),
     "max_subscriptions_per_user": SettingDoc(
         "outbound event subscriptions one user may have; one more is 422 naming this setting"),
+    "child_tree_max_active": SettingDoc(
+        "active runs (queued, running, waiting) in one tree of child runs: a root run and all its "
+        "descendants; a workflow step that would start one more fails naming this setting"),
     "max_mcp_sessions_per_user": SettingDoc(
         "open handshake-era `/mcp` sessions of one user in one process; opening one more closes "
         "that user's oldest (the newest stays open; others' sessions are untouched)"),

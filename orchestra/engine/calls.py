@@ -68,6 +68,10 @@ class Calls:
         once its end is stored (a foreach item: what a crash must not redo). A fork's call
         that its source already made with the same reuse key is copied instead
         (engine/reuse.py)."""
+        with live.calling():  # its waits hold no run slot (LiveRun.holds_slot)
+            return await self._call(live, step, at, scope, durable=durable)
+
+    async def _call(self, live: LiveRun, step: StepDef, at: At, scope: Scope, *, durable: bool) -> Any:
         attempt = live.step_attempts.get(at.path, 1)
         prompt, key = await self._prompt_and_key(live, step, at, scope)
         if key is not None and attempt == 1 and self.reuse.applies(live, step):
@@ -88,7 +92,8 @@ class Calls:
                     self.records.retrying(live, at, attempt, failure.message, delay)
                     await self.store.release()
                     if delay:
-                        await asyncio.sleep(delay)
+                        with live.waiting_for():  # no run slot held through the delay
+                            await asyncio.sleep(delay)
                     attempt += 1
                     continue
                 stored = self.records.failed(live, at, failure.message,

@@ -12,7 +12,7 @@ resume). The wait follows the child's event feed (signals across processes; no p
 connection held): a child's `reply_requested` / `reply_received` are shown on the parent
 with `child_trace_id` (answered on the child's trace), and its terminal event ends the
 wait; `child_finished` is stored with the step's end (or retry) in one transaction.
-While it waits the parent holds no run slot (`LiveRun.child_waits`).
+While it waits the parent holds no run slot (`LiveRun.waiting_for`).
 
 A parent that ends other than succeeded cancels its active descendants (all levels at
 once, `cancel_descendants`); a step that ends without its child (a timeout, a failed
@@ -66,8 +66,9 @@ class ChildSteps:
     `claim_now`, `begin` and `cancel` are the engine's (set by it once built)."""
 
     def __init__(self, *, store: RunStore, records: Records, feeds: Feeds, sandbox: Sandbox,
-                 stopping: Callable[[], bool]) -> None:
+                 stopping: Callable[[], bool], tree_max_active: int = 256) -> None:
         self.store = store
+        self.tree_max_active = tree_max_active  # ORCHESTRA_CHILD_TREE_MAX_ACTIVE
         self.children = ChildRuns(store)
         self.records = records
         self.feeds = feeds
@@ -75,7 +76,7 @@ class ChildSteps:
         self.stopping = stopping
         # A claim's columns when this process has room to run a child at once (else {}),
         # and the start of a run just stored (adopted when claimed, else submitted).
-        self.claim_now: Callable[[], dict[str, Any]] | None = None
+        self.claim_now: Callable[[str], dict[str, Any]] | None = None
         self.begin: Callable[[WorkflowRun], Awaitable[None]] | None = None
         self.cancel: Callable[..., Awaitable[None]] | None = None
         self._tasks: set[asyncio.Task] = set()
@@ -86,7 +87,7 @@ class ChildSteps:
         `started`: the attempt's `step_started` data, stored with the child (one write)."""
         flow = step.workflow
         child = child_id(live.trace_id, at.path, attempt)
-        live.child_waits += 1  # from now on this run holds no slot: the child may take it
+        live.waits += 1  # from now on this run holds no slot: the child may take it
         live.waiting.add(at.path)
         try:
             exists, depth = await self.children.lookup(live.trace_id, child)
@@ -103,7 +104,7 @@ class ChildSteps:
                 self.in_background(self._cancel_tree(child, "Its parent step ended."))
             raise
         finally:
-            live.child_waits -= 1
+            live.waits -= 1
             live.waiting.discard(at.path)
         Spending.child_ended(live, at.path, await self.children.spent(child))
         await self.store.release()
@@ -136,21 +137,34 @@ class ChildSteps:
         # writer, which needs one (eight items starting children at once held a SQLite
         # pool of eight, and their writers waited out the pool's timeout)
         await self.store.release()
-        await asyncio.shield(live.writes.submit(self._store_child, live.trace_id, at, new, values, items))
+        full = await asyncio.shield(live.writes.submit(self._store_child, live.trace_id, at, new, values, items))
         await self.store.release()
+        if full is not None:
+            self.records.attempt_started(live, at, attempt, started)
+            raise StepFailure(full)
 
     async def _store_child(self, parent: str, at: At, new: NewChild, values: dict[str, Any],
-                           items: list) -> None:
+                           items: list) -> str | None:
         """The parent's write that stores the child, then the child's start: claimed in
         that same write when this process has room (it starts here at once), else queued
         for whoever claims it. One write of the parent's writer, so a cancel of the
-        waiting step cannot come between the two."""
+        waiting step cannot come between the two. Not when the parent's tree of child
+        runs holds ORCHESTRA_CHILD_TREE_MAX_ACTIVE active runs already: then nothing is
+        stored and the reason is returned (counted in the parent's writer, so the
+        children of one parent, a foreach's included, are counted one after another)."""
+        root, active = await self.children.tree_active(parent)
+        if active >= self.tree_max_active:
+            await self.store.release()
+            return (f"The child run would be one too many: the tree of child runs under {root} has "
+                    f"{active} active runs, the most ORCHESTRA_CHILD_TREE_MAX_ACTIVE "
+                    f"({self.tree_max_active}) allows.")
         run = await self.children.start(parent, at, new, values, items, claim=self.claim_now)
         await self.store.release()
         try:  # never raised into the writer: it would store the child again
             await self.begin(run)
         except Exception:  # noqa: BLE001 - the child is stored: a claim round (or its lease's end) starts it
             logger.warning("child run %s stored but not started here", run.trace_id, exc_info=True)
+        return None
 
     async def _new_child(self, live: LiveRun, flow: dict[str, Any], scope: Scope, child: str,
                          depth: int) -> NewChild:

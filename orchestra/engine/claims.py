@@ -54,15 +54,22 @@ class Claims:
         by this process just now (LiveRun.fresh)."""
         return self._go(self._live(run, cancel_message, fresh=fresh))
 
-    async def take(self, trace_ids: list[str], *, attempt: bool = True) -> list[str]:
+    async def take(self, trace_ids: list[str], *, attempt: bool = True,
+                   owners: dict[str, str] | None = None) -> list[str]:
         """Claim and start runs nobody holds, as many as there is room for, together: one
         claim statement, the fresh ones' `run_started` in one transaction, then their
         tasks — a burst of runs (a minute's schedule fires) starts without a round of the
-        store per run. The trace ids taken here."""
-        take = [t for t in dict.fromkeys(trace_ids) if t not in self.runs][:max(0, self.runs.room)]
+        store per run. Room is `max_runs` and, for each owner, `max_per_user` (`owners`:
+        each run's owner, read here when not given). The trace ids taken here."""
+        wanted = [t for t in dict.fromkeys(trace_ids) if t not in self.runs]
+        if not wanted or self.runs.room <= 0:
+            return []
+        if owners is None:
+            owners = await self.store.owners(wanted) if self.runs.max_per_user else dict.fromkeys(wanted, "")
+        take = self.runs.fit({t: owners[t] for t in wanted if t in owners})
         if not take:
             return []
-        with self.runs.reserving(len(take)):
+        with self.runs.reserving([owners[t] for t in take]):
             runs = await self.claim_many(take, attempt=attempt)
             lives = [self._live(run, CANCELLED_BY_REQUEST) for run in runs]
             for live in lives:
@@ -163,12 +170,16 @@ class Claims:
             await self.runs.wait_for_wake(every)
 
     async def _claim_some(self) -> None:
-        candidates = [trace_id for trace_id in await self.store.candidates(self.runs.room)
-                      if trace_id not in self.runs]
+        room = self.runs.room
+        if room <= 0:
+            return
+        found = await self.store.candidates(room, per_user=self.runs.max_per_user,
+                                            busy=self.runs.busy_by_owner())
+        owners = {trace_id: owner for trace_id, owner in found if trace_id not in self.runs}
         # A lease that ran out while the store was unreachable from here too is an
         # outage, not a crash: that claim is not an attempt.
         outage = self.outage.recently_down(self.settings.run_lease_seconds * 2)
-        await self.take(candidates, attempt=not outage)
+        await self.take(list(owners), attempt=not outage, owners=owners)
 
     async def _lease_loop(self) -> None:
         """Renew the leases of the runs executing here, on the lease connection (never

@@ -72,7 +72,7 @@ class Engine:
         self.store: RunStore = make_run_store(db, url=settings.database_url,
                                               lease_seconds=settings.run_lease_seconds)
         self.feeds = Feeds(self.store.events, signals)
-        self.runs = LiveRuns(settings.max_runs)
+        self.runs = LiveRuns(settings.max_runs, settings.max_runs_per_user)
         # Bounded evaluation of user-supplied work (SPEC §15): runs' CEL and structured
         # answers in one pool, requests' schema checks (start, reply) in their own, so a
         # user's heavy runs never make another's request wait for a worker.
@@ -95,7 +95,8 @@ class Engine:
         # HTTP steps and child workflows (SPEC §14); `decrypt` opens the secrets they name
         self.http_steps = HttpSteps(settings, db=db, decrypt=decrypt)
         self.child_steps = ChildSteps(store=self.store, records=records, feeds=self.feeds,
-                                      sandbox=self.sandbox, stopping=lambda: self.runs.stopping)
+                                      sandbox=self.sandbox, stopping=lambda: self.runs.stopping,
+                                      tree_max_active=settings.child_tree_max_active)
         self.child_steps.begin, self.child_steps.cancel = self.begin, self.cancel
         self.child_steps.claim_now = self.claim_now
         calls = Calls(store=self.store, records=records, agents=self.agent_steps,
@@ -189,12 +190,12 @@ class Engine:
         if rest:
             await self.signals.notify("control", f"wake:{rest[0]}")
 
-    def claim_now(self) -> dict[str, Any]:
-        """The columns of a run this process stores claimed, to execute it at once with no
-        claim round (`adopt` once stored), or {} when it has no room (or is not started):
-        then the run is stored queued and `submit`ted."""
+    def claim_now(self, owner_id: str) -> dict[str, Any]:
+        """The columns of a run of `owner_id` this process stores claimed, to execute it at
+        once with no claim round (`adopt` once stored), or {} when it has no room for it
+        (or is not started): then the run is stored queued and `submit`ted."""
         started = self._started is not None and self._started.done() and not self._started.exception()
-        if not started or self.runs.room <= 0:
+        if not started or self.runs.room_for(owner_id) <= 0:
             return {}
         return self.store.ownership.claimed_columns()
 
@@ -210,7 +211,7 @@ class Engine:
         """Execute a run stored claimed by this process (`claim_now`); when the room
         went meanwhile (or the process began stopping), give it back for any process.
         `fresh`: it has no step rows but pending ones (LiveRun.fresh)."""
-        if self.runs.room > 0:
+        if self.runs.room_for(run.owner_id) > 0:
             self.claims.launch(run, fresh=fresh)
             return
         try:

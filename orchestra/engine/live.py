@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -74,7 +75,11 @@ class LiveRun:
     stop_reason: StopReason = StopReason.CANCELLED
     stop_message: str = "The run was cancelled."
     mcp: RunSessions | None = None  # its MCP sessions, opened at their first call
-    child_waits: int = 0  # workflow steps waiting for their child run (SPEC §14): no slot held
+    # Run slots (SPEC §15b): call steps in flight, and how many of them wait — for a
+    # reply, a child run (SPEC §14) or a retry delay. A run whose every call waits holds
+    # no slot (`holds_slot`).
+    calls: int = 0
+    waits: int = 0
     # Stored by this process a moment ago, claimed in that same write (a child run,
     # `Engine.adopt`): no events, no ended steps, so nothing to read back before it begins.
     fresh: bool = False
@@ -103,6 +108,31 @@ class LiveRun:
         if self.mcp is None:
             self.mcp = RunSessions(allowed, egress)
         return self.mcp
+
+    @property
+    def holds_slot(self) -> bool:
+        """It counts against ORCHESTRA_MAX_RUNS (and _PER_USER): unless each of its calls
+        in flight waits (a run between steps, starting or ending holds its slot)."""
+        return not (self.waits and self.waits >= self.calls)
+
+    @contextlib.contextmanager
+    def calling(self) -> Iterator[None]:
+        """A call step in flight (its attempts and retry delays)."""
+        self.calls += 1
+        try:
+            yield
+        finally:
+            self.calls -= 1
+
+    @contextlib.contextmanager
+    def waiting_for(self) -> Iterator[None]:
+        """One of its calls waits (a reply, a child run, a retry delay): while every call
+        does, the run holds no slot and another run may start in its place."""
+        self.waits += 1
+        try:
+            yield
+        finally:
+            self.waits -= 1
 
     def poke(self) -> None:
         for wake in list(self.wakes):
@@ -137,15 +167,18 @@ class LiveRun:
 
 
 class LiveRuns:
-    """This process's live runs by trace id, the room left for more (`max_runs`), and
-    whether the process is stopping (then no step starts and no run is claimed)."""
+    """This process's live runs by trace id, the room left for more (`max_runs`, and
+    `max_per_user` runs of one owner; 0: no such cap), and whether the process is
+    stopping (then no step starts and no run is claimed)."""
 
-    def __init__(self, max_runs: int) -> None:
+    def __init__(self, max_runs: int, max_per_user: int = 0) -> None:
         self.max_runs = max_runs
+        self.max_per_user = max_per_user
         self.stopping = False
         self._runs: dict[str, LiveRun] = {}
         self._room_changed = asyncio.Event()
         self._reserved = 0  # room held for runs being claimed and started together
+        self._reserved_by: Counter[str] = Counter()  # the same, by owner
 
     def __contains__(self, trace_id: str) -> bool:
         return trace_id in self._runs
@@ -173,20 +206,52 @@ class LiveRuns:
 
     @property
     def room(self) -> int:
-        # A parent that waits for a child run holds no slot (SPEC §14): else a chain of runs
-        # could fill ORCHESTRA_MAX_RUNS with waiting parents and never start its children.
-        busy = sum(1 for live in self._runs.values() if not live.child_waits)
+        # A run that waits holds no slot (SPEC §15b): not a parent waiting for its child
+        # run (else a chain of runs could fill ORCHESTRA_MAX_RUNS with waiting parents and
+        # never start its children), nor a run waiting for a reply or a retry delay.
+        busy = sum(1 for live in self._runs.values() if live.holds_slot)
         return 0 if self.stopping else self.max_runs - busy - self._reserved
 
+    def busy_by_owner(self) -> Counter[str]:
+        """The slots each owner holds here (runs that hold one, and room reserved)."""
+        busy = Counter(live.owner_id for live in self._runs.values() if live.holds_slot)
+        busy.update(self._reserved_by)
+        return busy
+
+    def fit(self, owners: dict[str, str]) -> list[str]:
+        """Of `{trace_id: owner_id}` (in the order to take them), those there is room for
+        now: `room` in all, and under `max_per_user` for each owner."""
+        room = self.room
+        if not self.max_per_user:
+            return list(owners)[:max(0, room)]
+        busy, taken = self.busy_by_owner(), []
+        for trace_id, owner in owners.items():
+            if len(taken) >= room:
+                break
+            if busy[owner] < self.max_per_user:
+                busy[owner] += 1
+                taken.append(trace_id)
+        return taken
+
+    def room_for(self, owner_id: str) -> int:
+        """The room for one more run of this owner (`room`, and its `max_per_user`)."""
+        if not self.max_per_user:
+            return self.room
+        return min(self.room, self.max_per_user - self.busy_by_owner()[owner_id])
+
     @contextlib.contextmanager
-    def reserving(self, count: int) -> Iterator[None]:
-        """Hold room for `count` runs while they are claimed and started (awaits), so
-        that the claim loop meanwhile does not take more than `max_runs` allow."""
-        self._reserved += count
+    def reserving(self, owners: list[str]) -> Iterator[None]:
+        """Hold room for these owners' runs (one each) while they are claimed and started
+        (awaits), so that the claim loop meanwhile does not take more than `max_runs` (and
+        `max_per_user`) allow."""
+        self._reserved += len(owners)
+        self._reserved_by.update(owners)
         try:
             yield
         finally:
-            self._reserved -= count
+            self._reserved -= len(owners)
+            self._reserved_by.subtract(owners)
+            self._reserved_by += Counter()  # drop the zeros
 
     def running(self) -> list[LiveRun]:
         """The runs whose task has not ended."""

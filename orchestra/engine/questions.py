@@ -180,7 +180,8 @@ class Questions:
             if earlier is not None:
                 await self.check_replies(live)  # answered while nobody held the run
             await self.store.release()
-            content = await asyncio.shield(question.future)
+            with live.waiting_for():  # no run slot held meanwhile (SPEC §15b)
+                content = await asyncio.shield(question.future)
         finally:
             live.questions.pop(question.request_id, None)
             live.waiting.discard(path)

@@ -254,7 +254,7 @@ async def test_reading_the_log(client, root, alice):
     assert len(await entries(client, root, action="template.create", **{"from": at[:10]})) == 3
     assert await entries(client, root, actor="\x00", action="nope") == []
     for params in ({"limit": 0}, {"limit": 1001}, {"from": "yesterday"}, {"to": "2026-13-01"},
-                   {"cursor": "run.1.x"}, {"from": "9999-12-31T23:59:59-23:59"}):
+                   {"cursor": "run.1.x"}, {"from": "9999-12-31T23:59:59-23:59"}, {"from": ""}):
         response = await client.get(AUDIT, headers=root["headers"], params=params)
         assert response.status_code == 422, (params, response.text)
     entry_id = body["entries"][0]["audit_id"]

@@ -73,7 +73,7 @@ class ChildRuns:
                                     .where(WorkflowTemplate.id == template_id))
 
     async def start(self, parent: str, at: At, child: NewChild, values: dict[str, Any],
-                    items: list[Item], *, claim: Callable[[], dict[str, Any]]) -> WorkflowRun:
+                    items: list[Item], *, claim: Callable[[str], dict[str, Any]]) -> WorkflowRun:
         """The child run (queued, its step rows pending), the parent step's row (`values`
         and its `child_trace_id`) and the parent's events (`step_started`,
         `child_started`), in one fenced transaction; the child's row as stored. `claim`:
@@ -95,6 +95,18 @@ class ChildRuns:
 
         await self.store.write(parent, store)
         return stored[0]
+
+    async def tree_active(self, trace_id: str) -> tuple[str, int]:
+        """(the root of the tree of child runs `trace_id` is in, how many of the tree's runs
+        are unfinished: the root and every unfinished run below it, SPEC §15b)."""
+        root = trace_id
+        while True:  # a chain is short (language.model.MAX_CHAIN)
+            rows = await self.db.list(WorkflowRun.select(WorkflowRun.parent_trace_id)
+                                      .where(WorkflowRun.trace_id == root).tuples())
+            if not rows or rows[0][0] is None:
+                break
+            root = rows[0][0]
+        return root, 1 + len(await self.active_below(root))
 
     async def active_below(self, trace_id: str) -> list[str]:
         """Every unfinished run below `trace_id` (active or waiting for budget), all

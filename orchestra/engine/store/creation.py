@@ -93,14 +93,14 @@ class NewRun:
 
 
 async def create_runs(db: Any, runs: Sequence[NewRun], *,
-                      claim: Callable[[], dict[str, Any]] | None = None) -> list[WorkflowRun]:
+                      claim: Callable[[str], dict[str, Any]] | None = None) -> list[WorkflowRun]:
     """Store `runs` (`queued`) and their step rows, in the caller's transaction; the rows
-    as stored (nothing read back). `claim`: the engine's `claim_now`, for the one run a
-    caller hands to its engine at once (claimed when there is room: `Engine.begin`)."""
+    as stored (nothing read back). `claim`: the engine's `claim_now` (of the run's owner), for
+    the one run a caller hands to its engine at once (claimed when there is room: `Engine.begin`)."""
     if claim is not None and len(runs) != 1:
         raise ValueError("a claim is for one run its caller starts at once; a burst is stored queued")
     now = utcnow()
-    columns = [run.columns(claim() if claim is not None else {}, now) for run in runs]
+    columns = [run.columns(claim(run.owner_id) if claim is not None else {}, now) for run in runs]
     steps = [row for run in runs for row in run.step_columns()]
     if steps:  # insert_many takes its columns from the first row: give every row all of them
         keys = list(dict.fromkeys(key for row in steps for key in row))

@@ -28,7 +28,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from peewee import Case
+from peewee import SQL, Case, fn
 
 from orchestra.db.models import WorkflowRun
 from orchestra.vocabulary import ACTIVE
@@ -67,18 +67,41 @@ class Ownership:
             WorkflowRun.lease_until.is_null() | (WorkflowRun.lease_until < now)
         )
 
-    async def candidates(self, limit: int) -> list[str]:
-        """Runs nobody holds (queued, or their owner's lease ran out), oldest first."""
+    async def candidates(self, limit: int, *, per_user: int = 0,
+                         busy: dict[str, int] | None = None) -> list[tuple[str, str]]:
+        """Runs nobody holds (queued, or their owner's lease ran out) as `(trace_id,
+        owner_id)`, fairly across owners (SPEC §15b): each owner's runs oldest first, taken
+        in turns — every owner's first, then every owner's second, … — so one owner's
+        backlog delays another's run by one claim round at most. `per_user` (0: none): an
+        owner's runs this process may hold at once, `busy` those it holds already (an
+        owner at the cap has no candidate, one below it only what fits)."""
         if limit <= 0:
             return []
-        rows = await self.db.list(
-            WorkflowRun.select(WorkflowRun.trace_id)
-            .where(self._claimable(time.time()))
-            .order_by(WorkflowRun.created_at)
-            .limit(limit)
-            .tuples()
-        )
-        return [row[0] for row in rows]
+        turn = fn.ROW_NUMBER().over(partition_by=[WorkflowRun.owner],
+                                    order_by=[WorkflowRun.created_at, WorkflowRun.trace_id])
+        ranked = (WorkflowRun.select(WorkflowRun.trace_id, WorkflowRun.owner, WorkflowRun.created_at,
+                                     turn.alias("turn"))
+                  .where(self._claimable(time.time())).alias("ranked"))
+        query = WorkflowRun.select(ranked.c.trace_id, ranked.c.owner_id).from_(ranked)
+        if per_user:
+            held = {owner: count for owner, count in (busy or {}).items() if count > 0}
+            full = [owner for owner, count in held.items() if count >= per_user]
+            # the counts as integer literals: a CASE's parameters would be typed as text
+            partly = [(owner, SQL(str(int(per_user - count)))) for owner, count in held.items() if count < per_user]
+            allowed = Case(ranked.c.owner_id, partly, SQL(str(int(per_user)))) if partly else per_user
+            where = ranked.c.turn <= allowed
+            if full:
+                where &= ranked.c.owner_id.not_in(full)
+            query = query.where(where)
+        rows = await self.db.list(query.order_by(ranked.c.turn, ranked.c.created_at, ranked.c.trace_id)
+                                  .limit(limit).tuples())
+        return [(trace_id, owner) for trace_id, owner in rows]
+
+    async def owners(self, trace_ids: list[str]) -> dict[str, str]:
+        """`{trace_id: owner_id}` of these runs (those that exist)."""
+        rows = await self.db.list(WorkflowRun.select(WorkflowRun.trace_id, WorkflowRun.owner)
+                                  .where(WorkflowRun.trace_id.in_(trace_ids)).tuples())
+        return {trace_id: owner for trace_id, owner in rows}
 
     async def claim(self, trace_id: str, *, attempt: bool = True) -> WorkflowRun | None:
         """Take the run if nobody holds it; the row as claimed (its `owner_process` is the

@@ -73,7 +73,7 @@ class RunStore:
 
     # -- new runs ------------------------------------------------------------------------
     async def create(self, runs: list[NewRun], *,
-                     claim: Callable[[], dict[str, Any]] | None = None) -> list[WorkflowRun]:
+                     claim: Callable[[str], dict[str, Any]] | None = None) -> list[WorkflowRun]:
         """Store new runs, queued (or claimed: `claim`), in the caller's transaction: the
         one way runs are created (store/creation.py)."""
         return await create_runs(self.db, runs, claim=claim)
@@ -83,8 +83,12 @@ class RunStore:
     def me(self) -> str:
         return self.ownership.me
 
-    async def candidates(self, limit: int) -> list[str]:
-        return await self.ownership.candidates(limit)
+    async def candidates(self, limit: int, *, per_user: int = 0,
+                         busy: dict[str, int] | None = None) -> list[tuple[str, str]]:
+        return await self.ownership.candidates(limit, per_user=per_user, busy=busy)
+
+    async def owners(self, trace_ids: list[str]) -> dict[str, str]:
+        return await self.ownership.owners(trace_ids)
 
     async def claim(self, trace_id: str, *, attempt: bool = True) -> WorkflowRun | None:
         return await self.ownership.claim(trace_id, attempt=attempt)

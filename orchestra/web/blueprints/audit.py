@@ -47,8 +47,9 @@ def _instant(request: Request, name: str):
         query("actor", "Only entries by this user (a user_id or a user_name).", type="string"),
         query("action", "Only this action, exactly (template.update).", type="string"),
         query("target_id", "Only entries about this resource id.", type="string"),
-        query("from", "From this UTC date (2026-12-01) or date-time, included.", type="string"),
-        query("to", "Before this UTC date or date-time (excluded).", type="string"),
+        query("from", "From this UTC date (2026-12-01) or date-time, included.", type="string",
+              format="date"),
+        query("to", "Before this UTC date or date-time (excluded).", type="string", format="date"),
     ),
 )
 @protected(Role.SUPER_ADMINISTRATOR)
