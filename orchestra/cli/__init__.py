@@ -71,13 +71,14 @@ def _register_commands() -> None:
         versions,
         worker,
         workflow,
+        workspace,
     )
 
     serve.register(app)
     app.add_typer(db.app, name="db")
     app.add_typer(user.app, name="user")
     for area in (login, account, key, provider, node, tool, mcp, secret, skill, worker, template, files,
-                 workflow, versions, schedule, subscription, hook, usage, audit):
+                 workflow, versions, schedule, subscription, hook, usage, audit, workspace):
         area.register(app)
 
 

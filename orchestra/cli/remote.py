@@ -138,3 +138,26 @@ def resolve_named(client: Client, path: str, key: str, id_field: str, ref: str, 
         known = ", ".join(sorted(str(i.get("name")) for i in items)) or "none yet"
         fail(f"unknown {what} {ref!r} (no {what} has that id or name; known: {known})", missing)
     return str(named[0].get(id_field) or named[0].get("id"))
+
+
+WORKSPACE: str | None = typer.Option(
+    None, "--workspace", envvar="ORCHESTRA_WORKSPACE",
+    help="A workspace by id or exact name (default: your personal one; lists: all of yours).")
+
+
+def workspace_id(client: Client, ref: str | None) -> str | None:
+    """The id of the caller's workspace `ref` (an id or an exact, case-sensitive name;
+    None stays None); none → one line and exit 3, two of that name → exit 2."""
+    if ref is None or not ref.strip():
+        return None
+    workspaces = client.get("/workspace").get("workspaces", [])
+    for item in workspaces:
+        if item.get("workspace_id") == ref:
+            return ref
+    named = [item for item in workspaces if item.get("name") == ref]
+    if not named:
+        fail(f"no workspace of yours has the id or name {ref!r} (see 'orchestra workspace list')",
+             ExitCode.NOT_FOUND)
+    if len(named) > 1:
+        fail(f"{len(named)} of your workspaces are named {ref!r}: give its id", ExitCode.USAGE)
+    return str(named[0]["workspace_id"])

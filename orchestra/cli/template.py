@@ -20,12 +20,14 @@ from orchestra.cli.remote import (
     JSON,
     SERVER,
     TOKEN,
+    WORKSPACE,
     YES,
     confirm,
     connect,
     read_json_file,
     resolve_named,
     show_fields,
+    workspace_id,
 )
 
 app = typer.Typer(help="Workflow templates on a server: list, show, check, create, update, delete, versions, diff, restore.",
@@ -69,12 +71,14 @@ def _object(body: Any, file: str) -> dict[str, Any]:
 
 
 def create_from_file(ctx: typer.Context, file: str, shared: bool | None, server: str | None,
-                     token: str | None, json_output: bool) -> None:
+                     token: str | None, json_output: bool, workspace: str | None = None) -> None:
     """Create a template from a JSON file; the template_id alone on stdout (or the answer as JSON)."""
     body = _object(read_json_file(file), file)
     if shared is not None:
         body["shared"] = shared
     with connect(ctx, server, token) as client:
+        if workspace:
+            body["workspace_id"] = workspace_id(client, workspace)
         created = client.post(PATH, json=body)
     if json_output:
         print_json({k: v for k, v in created.items() if k != "message"})
@@ -85,13 +89,14 @@ def create_from_file(ctx: typer.Context, file: str, shared: bool | None, server:
 
 @app.command("list")
 @handle_errors
-def list_templates(ctx: typer.Context, server: str | None = SERVER, token: str | None = TOKEN,
-                   json_output: bool = JSON) -> None:
-    """List your templates and the shared ones, oldest first."""
+def list_templates(ctx: typer.Context, workspace: str | None = WORKSPACE, server: str | None = SERVER,
+                   token: str | None = TOKEN, json_output: bool = JSON) -> None:
+    """List your templates, the shared ones and your workspaces', oldest first."""
     from rich.table import Table
 
     with connect(ctx, server, token) as client:
-        templates = client.get_all(PATH, "templates")
+        wid = workspace_id(client, workspace)
+        templates = client.get_all(PATH, "templates", params={"workspace_id": wid} if wid else None)
     if json_output:
         print_json(templates)
         return
@@ -127,9 +132,10 @@ def show(ctx: typer.Context, template: str = TEMPLATE, server: str | None = SERV
 @app.command()
 @handle_errors
 def create(ctx: typer.Context, file: str = FILE, shared: bool | None = SHARED,
+           workspace: str | None = WORKSPACE,
            server: str | None = SERVER, token: str | None = TOKEN, json_output: bool = JSON) -> None:
-    """Create a template from JSON; prints its template_id."""
-    create_from_file(ctx, file, shared, server, token, json_output)
+    """Create a template from JSON (in --workspace; default your personal one); prints its template_id."""
+    create_from_file(ctx, file, shared, server, token, json_output, workspace)
 
 
 @app.command()

@@ -22,7 +22,7 @@ from rich.markup import escape
 
 from orchestra.cli.console import ExitCode, err, fail, handle_errors, out, print_json, success
 from orchestra.cli.origin import started_by
-from orchestra.cli.remote import SERVER, TOKEN, connect, read_text_arg
+from orchestra.cli.remote import SERVER, TOKEN, WORKSPACE, connect, read_text_arg, workspace_id
 from orchestra.vocabulary import EventKind, RunStatus
 
 if TYPE_CHECKING:
@@ -54,19 +54,22 @@ def list_(
     all_users: bool = typer.Option(False, "--all", help="Runs of every user (ADMINISTRATOR and above)."),
     limit: int | None = typer.Option(None, "--limit", min=1, max=1000, help="At most this many runs (100)."),
     cursor: str | None = typer.Option(None, "--cursor", help="Runs after an earlier list's 'more' cursor."),
+    workspace: str | None = WORKSPACE,
     server: str | None = SERVER, token: str | None = TOKEN, json_output: bool = JSON,
 ) -> None:
-    """List workflow templates and your runs (newest runs first)."""
+    """List workflow templates and your runs (newest runs first); --workspace: that one's only."""
     from rich.table import Table
 
     if what not in WHATS:
         fail(f"unknown list {what!r}; use one of {', '.join(WHATS)}", ExitCode.USAGE)
     result: dict[str, Any] = {}
     with connect(ctx, server, token) as client:
+        wid = workspace_id(client, workspace)
+        scope = {"workspace_id": wid} if wid else {}
         if what in ("all", "templates"):
-            result["templates"] = client.get_all("/workflow/template", "templates")
+            result["templates"] = client.get_all("/workflow/template", "templates", params=scope)
         if what in ("all", "runs"):
-            page = client.get("/workflow/run", params=_run_params(all_users, limit, cursor))
+            page = client.get("/workflow/run", params={**_run_params(all_users, limit, cursor), **scope})
             result["runs"] = page.get("runs", [])
             if page.get("next_cursor"):
                 result["next_cursor"] = page["next_cursor"]

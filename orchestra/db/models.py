@@ -147,6 +147,7 @@ class Worker(NamedModel):
     model = CharField(max_length=256, null=True)
     tools = JSONField(default=list)
     bound_skill = CharField(max_length=128, null=True, index=True)
+    workspace_id = CharField(max_length=36, null=True, index=True)  # SPEC §16
     created_at = DateTimeField(default=utcnow)
     updated_at = DateTimeField(default=utcnow)
 
@@ -180,6 +181,7 @@ class WorkflowTemplate(NamedModel):
     steps = JSONField()
     spec = JSONField(null=True)  # input_schema, limits, output (SPEC §7)
     shared = BooleanField(default=False)
+    workspace_id = CharField(max_length=36, null=True, index=True)  # SPEC §16 (db/workspace_models.py)
     version = IntegerField(default=0)  # the latest version's number (SPEC §13)
     created_at = DateTimeField(default=utcnow)
     updated_at = DateTimeField(default=utcnow)
@@ -247,6 +249,8 @@ class WorkflowRun(BaseModel):
     # What started the run (SPEC §11): null for a person (or an API key), else
     # {kind: "webhook", hook_id, webhook_id} or {kind: "schedule", schedule_id, due_at}.
     trigger = JSONField(null=True)
+    # The workspace the run belongs to: its template's (SPEC §16).
+    workspace_id = CharField(max_length=36, null=True, index=True)
 
 
 class RunStep(BaseModel):

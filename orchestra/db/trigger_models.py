@@ -25,6 +25,7 @@ class WorkflowSchedule(BaseModel):
     enabled = BooleanField(default=True)
     next_due_at = DateTimeField(null=True, index=True)
     last_trace_id = CharField(max_length=36, null=True)  # the last run a fire started
+    workspace_id = CharField(max_length=36, null=True, index=True)  # SPEC §16: its template's
     created_at = DateTimeField(default=utcnow)
     updated_at = DateTimeField(default=utcnow)
 

@@ -24,6 +24,7 @@ from orchestra.errors import (
     ValidationError,
 )
 from orchestra.services import audit
+from orchestra.services.personal_workspace import personal_workspace
 from orchestra.services.roles import ROLE_NAMES, Role
 from orchestra.services.shared import Shared
 from orchestra.services.tokens import ACCESS, REFRESH
@@ -87,6 +88,7 @@ async def register(core: Shared, *, user_name: str, password: str, role: Role = 
         )
     except IntegrityError:  # lost a race with a concurrent registration of the same name
         raise UserAlreadyExistsError(f"The user name '{name}' is taken.") from None
+    await personal_workspace(core, user.id, user.user_name)  # SPEC §16: made with the user
     core.user_snapshot.changed()
     return user
 

@@ -26,6 +26,7 @@ from orchestra.services import audit, fork_outputs, runs, templates, version_sto
 from orchestra.services.fork_plan import ForkKeys, Planner, Record, Source, run_again
 from orchestra.services.shared import Shared
 from orchestra.services.template_diff import steps_by_id
+from orchestra.services.workspace_rights import Action
 from orchestra.vocabulary import StepStatus
 
 UNSET: Any = object()  # `input` not sent: the source's input
@@ -120,7 +121,8 @@ async def fork_run(
 ) -> WorkflowRun:
     """A new run of the source's owner that reuses every source instance the plan allows
     (the source may still be active: what has succeeded so far counts)."""
-    source = await runs.get_run(core, user_id=user_id, is_admin=is_admin, trace_id=trace_id)
+    source = await runs.get_run(core, user_id=user_id, is_admin=is_admin, trace_id=trace_id,
+                                action=Action.RUN)
     if source.owner_id != user_id:
         # an administrator may fork anyone's run (it stays the owner's), but not choose
         # what it runs or reads (SPEC §15b): only the owner sets these
@@ -169,7 +171,7 @@ async def fork_run(
         owner_id=source.owner_id, template_id=source.template_id, template_name=name,
         template_version=number, steps=steps, spec=spec or None,
         input_text="" if structured else new_input, input_value=new_input if structured else None,
-        files=source.files, trace_parent=trace_parent, step_rows=new_rows,
+        files=source.files, trace_parent=trace_parent, step_rows=new_rows, workspace_id=source.workspace_id,
         forked_from={"trace_id": source.trace_id, "from_step": from_step, "outputs": list(outputs),
                      "again": sorted(again)},
         # the source's budget; onto another version, that version's if smaller (SPEC §15b)

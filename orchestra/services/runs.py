@@ -24,11 +24,12 @@ from orchestra.engine.store.creation import NewRun, carried_budget, start_budget
 from orchestra.engine.store.events import Event
 from orchestra.errors import ConflictError, NotFoundError, PermissionDeniedError, ValidationError
 from orchestra.language import schemas, shape
-from orchestra.services import audit, run_starts, spend, version_store
+from orchestra.services import audit, run_starts, spend, version_store, workspace_scope
 from orchestra.services.paging import DEFAULT_LIMIT, Page, keyset_page
 from orchestra.services.run_starts import StartKey
 from orchestra.services.shared import Shared
 from orchestra.services.templates import add_problem, get_template
+from orchestra.services.workspace_rights import Action
 from orchestra.vocabulary import FINISHED, EventKind, RunStatus, StepStatus
 
 EVENTS_MAX = 1000  # events in one page of GET /run/{id}/events
@@ -61,7 +62,7 @@ async def start_run(
     `version`: the template version to run (SPEC §13; default the latest, 404 unknown)."""
     if template is None:
         template = await get_template(core, user_id=user_id, is_admin=is_admin,
-                                      template_id=template_id)
+                                      template_id=template_id, action=Action.RUN)
     pinned = await version_store.for_run(core, template, version)
     spec = pinned.spec or {}
     budget = start_budget(spec, budget_usd)
@@ -91,7 +92,8 @@ async def start_run(
     new = NewRun(owner_id=user_id, template_id=template.id, template_name=pinned.name,
                  template_version=pinned.version, steps=pinned.steps, spec=pinned.spec,
                  input_text=input_text, input_value=input_value, files=attached,
-                 trace_parent=trace_parent, budget_pusd=budget, trigger=trigger)
+                 trace_parent=trace_parent, budget_pusd=budget, trigger=trigger,
+                 workspace_id=template.workspace_id)  # a run belongs to its template's workspace
     async with core.db.atomic():  # with room here, stored claimed: it starts at once
         [run] = await core.engine.store.create([new], claim=core.engine.claim_now)
         if remember is not None:
@@ -114,25 +116,49 @@ def run_changes(run: WorkflowRun, **more: Any) -> dict[str, Any]:
 
 async def list_runs(
     core: Shared, *, user_id: str, is_admin: bool, all_users: bool = False,
-    limit: int = DEFAULT_LIMIT, cursor: str | None = None,
+    limit: int = DEFAULT_LIMIT, cursor: str | None = None, workspace_id: str | None = None,
 ) -> Page[WorkflowRun]:
-    """A page of the caller's runs, newest first (`all_users`: everyone's, administrators only)."""
+    """A page of the caller's runs and those of the caller's team workspaces, newest first
+    (`all_users`: everyone's, administrators only, but a team workspace's only for its
+    members); `workspace_id`: that workspace's only (404 for a non-member)."""
     if all_users and not is_admin:
         raise PermissionDeniedError("Only an ADMINISTRATOR or above may list every user's runs.")
     query = WorkflowRun.select()
-    if not all_users:
-        query = query.where(WorkflowRun.owner == user_id)
+    personal, teams = await workspace_scope.listed(core, user_id, workspace_id)
+    if all_users:
+        hidden = await workspace_scope.hidden_teams(core, user_id)
+        if hidden:
+            query = query.where(WorkflowRun.workspace_id.is_null() | WorkflowRun.workspace_id.not_in(hidden))
+        if workspace_id is not None:
+            query = query.where(WorkflowRun.workspace_id == workspace_id)
+    elif workspace_id is None:
+        where = WorkflowRun.owner == user_id
+        query = query.where(where | WorkflowRun.workspace_id.in_(teams) if teams else where)
+    elif personal:
+        query = query.where((WorkflowRun.owner == user_id) & (
+            (WorkflowRun.workspace_id == workspace_id) | WorkflowRun.workspace_id.is_null()))
+    else:
+        query = query.where(WorkflowRun.workspace_id == teams[0])
     return await keyset_page(
         core.db, query, kind="run", at=WorkflowRun.created_at, key=WorkflowRun.trace_id,
         limit=limit, cursor=cursor, newest_first=True,
     )
 
 
-async def get_run(core: Shared, *, user_id: str, is_admin: bool, trace_id: str) -> WorkflowRun:
-    """A run the caller may see: their own, or any run for an administrator."""
+async def get_run(core: Shared, *, user_id: str, is_admin: bool, trace_id: str,
+                  action: Action = Action.READ) -> WorkflowRun:
+    """A run the caller may see: their own, or any run for an administrator; in a team
+    workspace, the members' by role (`action`: read, or run: cancel, reply, retry, fork,
+    top up), never a non-member's (an administrator's included)."""
     run = await WorkflowRun.aget_or_none(WorkflowRun.trace_id == trace_id)
-    if run is None or (run.owner_id != user_id and not is_admin):
-        raise NotFoundError(f"No run has the trace_id '{trace_id}'.")
+    missing = NotFoundError(f"No run has the trace_id '{trace_id}'.")
+    if run is None:
+        raise missing
+    team = await workspace_scope.team(core, run.workspace_id)
+    if team is not None:
+        await workspace_scope.require_in(core, user_id, team, action, missing)
+    elif run.owner_id != user_id and not is_admin:
+        raise missing
     return run
 
 
@@ -142,6 +168,7 @@ def run_summary(run: WorkflowRun) -> dict[str, Any]:
         "template_id": run.template_id,
         "template_name": run.template_name,
         "owner_id": run.owner_id,
+        "workspace_id": run.workspace_id,
         "status": run.status,
         "error": run.error,
         "created_at": iso(run.created_at),
@@ -226,7 +253,7 @@ async def pending_replies(core: Shared, run: WorkflowRun) -> list[dict[str, str]
 
 async def cancel_run(core: Shared, *, user_id: str, is_admin: bool, trace_id: str) -> WorkflowRun:
     """Cancel an unfinished run wherever it executes; 409 when it has already ended."""
-    run = await get_run(core, user_id=user_id, is_admin=is_admin, trace_id=trace_id)
+    run = await get_run(core, user_id=user_id, is_admin=is_admin, trace_id=trace_id, action=Action.RUN)
     if run.status in FINISHED:
         raise ConflictError(f"The run has already ended ({run.status}).")
 
@@ -248,7 +275,7 @@ async def reply(
     """Answer the question a waiting run asked; 409 when it waits for none (or not this one),
     422 when the answer does not fit the step's output_schema, 413 when it is larger than
     a step's output may be (the question stays open)."""
-    run = await get_run(core, user_id=user_id, is_admin=is_admin, trace_id=trace_id)
+    run = await get_run(core, user_id=user_id, is_admin=is_admin, trace_id=trace_id, action=Action.RUN)
     check_reply_size(content, limit=core.settings.step_output_max_bytes)
 
     async def entry(question) -> None:  # in the transaction that stores the answer
@@ -270,7 +297,7 @@ async def retry_run(
     """A new run of an ended run's steps and input (SPEC §7): every step that succeeded is
     reused (its row copied with `reused`, its provider never called), except `from_step`
     and its descendants; the rest runs. 409 for a run that has not ended or succeeded."""
-    old = await get_run(core, user_id=user_id, is_admin=is_admin, trace_id=trace_id)
+    old = await get_run(core, user_id=user_id, is_admin=is_admin, trace_id=trace_id, action=Action.RUN)
     if old.status not in RETRYABLE:
         raise ConflictError(
             f"Only a failed, cancelled or interrupted run can be retried (this one is {old.status})."
@@ -300,7 +327,7 @@ async def retry_run(
     new = NewRun(owner_id=old.owner_id, template_id=old.template_id, template_name=old.template_name,
                  template_version=old.template_version, steps=old.steps, spec=old.spec,
                  input_text=old.input, input_value=old.input_value, files=old.files,
-                 retry_of=old.trace_id, step_rows=new_rows,
+                 retry_of=old.trace_id, step_rows=new_rows, workspace_id=old.workspace_id,
                  budget_pusd=carried_budget(old, None))  # the source's budget (SPEC §15b)
     async with core.db.atomic():
         [run] = await core.engine.store.create([new], claim=core.engine.claim_now)

@@ -24,9 +24,10 @@ from orchestra.language.model import NAME_MAX, PROMPT_MAX
 from orchestra.language.typecheck import type_problems
 from orchestra.language.validate import Checked
 from orchestra.language.validate import check_template as check_template_language
-from orchestra.services import audit, composition, version_store
+from orchestra.services import audit, composition, version_store, workspace_scope
 from orchestra.services.paging import DEFAULT_LIMIT, Page, keyset_page
 from orchestra.services.shared import Shared
+from orchestra.services.workspace_rights import Action
 
 OPTION_FIELDS = ("input_schema", "limits", "output", "output_schema", "expose")  # template-level language options
 
@@ -112,6 +113,7 @@ def template_view(template: WorkflowTemplate) -> dict[str, Any]:
         "description": template.description,
         "shared": bool(template.shared),
         "owner_id": template.owner_id,
+        "workspace_id": template.workspace_id,
         "steps": template.steps,
         **(template.spec or {}),
         "version": template.version,
@@ -124,10 +126,15 @@ def _name_taken(name: str) -> ConflictError:
     return ConflictError(f"You already have a template named '{name}' (names ignore case).")
 
 
-async def _ensure_name_free(core: Shared, owner_id: str, name: str, except_id: str | None = None) -> None:
-    """A friendly early 409; the unique (owner, name_key) index decides under races."""
+async def _ensure_name_free(core: Shared, owner_id: str, name: str, except_id: str | None = None,
+                            team_id: str | None = None) -> None:
+    """A friendly early 409; the unique (owner, name_key) index decides under races. In a
+    team workspace (`team_id`) a name is also one template of the workspace's."""
+    mine = WorkflowTemplate.owner == owner_id
+    if team_id is not None:
+        mine = mine | (WorkflowTemplate.workspace_id == team_id)
     query = WorkflowTemplate.select(WorkflowTemplate.id).where(
-        (WorkflowTemplate.owner == owner_id) & (WorkflowTemplate.name_key == name_key(name))
+        mine & (WorkflowTemplate.name_key == name_key(name))
     )
     if except_id:
         query = query.where(WorkflowTemplate.id != except_id)
@@ -158,20 +165,24 @@ async def create_template(
     description: str = "",
     shared: bool = False,
     options: dict[str, Any] | None = None,
+    workspace_id: str | None = None,
 ) -> WorkflowTemplate:
     """Validate and store a template; 422 names every problem, 409 a duplicate name.
-    `options`: the language's template-level fields (input_schema, limits, output)."""
+    `options`: the language's template-level fields (input_schema, limits, output).
+    `workspace_id`: where it goes (an editor's there; default the owner's personal one)."""
     _check_share(shared, is_admin)
+    workspace_id = await workspace_scope.target(core, owner_id, workspace_id, Action.EDIT)
+    team = await workspace_scope.team(core, workspace_id)
     name = _clean_name(name)
     if len(description) > PROMPT_MAX:
         raise ValidationError.field("description", f"must be at most {PROMPT_MAX} characters long")
     checked = await check_template(core, owner_id=owner_id, steps=steps, options=options)
     if checked.problems:
         _raise(checked.problems)
-    await _ensure_name_free(core, owner_id, name)
+    await _ensure_name_free(core, owner_id, name, team_id=team.id if team else None)
     template = WorkflowTemplate(
         owner=owner_id, name=name, description=description, steps=checked.steps,
-        spec=checked.options or None, shared=shared, version=1,
+        spec=checked.options or None, shared=shared, version=1, workspace_id=workspace_id,
     )
     return await _save_version(core, template, create=True, author_id=owner_id, before={})
 
@@ -208,12 +219,22 @@ async def templates_changed(core: Shared) -> None:
 
 
 async def list_templates(
-    core: Shared, *, user_id: str, limit: int = DEFAULT_LIMIT, cursor: str | None = None
+    core: Shared, *, user_id: str, limit: int = DEFAULT_LIMIT, cursor: str | None = None,
+    workspace_id: str | None = None,
 ) -> Page[WorkflowTemplate]:
-    """A page of the caller's templates and every shared one, oldest first."""
-    query = WorkflowTemplate.select().where(
-        (WorkflowTemplate.owner == user_id) | (WorkflowTemplate.shared == True)  # noqa: E712
-    )
+    """A page of the caller's templates, every shared one and those of the caller's team
+    workspaces, oldest first; `workspace_id`: that workspace's only (404 for a non-member)."""
+    personal, teams = await workspace_scope.listed(core, user_id, workspace_id)
+    if workspace_id is None:
+        where = (WorkflowTemplate.owner == user_id) | (WorkflowTemplate.shared == True)  # noqa: E712
+        if teams:
+            where = where | WorkflowTemplate.workspace_id.in_(teams)
+    elif personal:
+        where = (WorkflowTemplate.owner == user_id) & (
+            (WorkflowTemplate.workspace_id == workspace_id) | WorkflowTemplate.workspace_id.is_null())
+    else:
+        where = WorkflowTemplate.workspace_id == teams[0]
+    query = WorkflowTemplate.select().where(where)
     return await keyset_page(
         core.db, query, kind="template", at=WorkflowTemplate.created_at, key=WorkflowTemplate.id,
         limit=limit, cursor=cursor,
@@ -221,15 +242,24 @@ async def list_templates(
 
 
 async def get_template(
-    core: Shared, *, user_id: str, is_admin: bool, template_id: str, write: bool = False
+    core: Shared, *, user_id: str, is_admin: bool, template_id: str, write: bool = False,
+    action: Action = Action.READ,
 ) -> WorkflowTemplate:
     """A template the caller may read (own or shared), or may change (`write`). A shared
     template is changed, restored or deleted by ADMINISTRATOR+ only, its owner included:
     `is_admin` is the caller's role at the moment of the call (SPEC §15b), so an owner
-    demoted since sharing it can no longer change what other users run."""
+    demoted since sharing it can no longer change what other users run. In a team
+    workspace the caller's role there decides (`action`: read, run; `write`: edit)."""
     template = await WorkflowTemplate.aget_or_none(WorkflowTemplate.id == template_id)
-    if template is None or (template.owner_id != user_id and not template.shared):
-        raise NotFoundError(f"No template has the id '{template_id}'.")
+    missing = NotFoundError(f"No template has the id '{template_id}'.")
+    if template is None:
+        raise missing
+    team = await workspace_scope.team(core, template.workspace_id)
+    if team is not None:
+        if write or not template.shared:  # a shared one is readable and runnable by every user
+            await workspace_scope.require_in(core, user_id, team, Action.EDIT if write else action, missing)
+    elif template.owner_id != user_id and not template.shared:
+        raise missing
     if write and template.shared and not is_admin:
         raise PermissionDeniedError("Only an ADMINISTRATOR or above may change a shared template.")
     return template
@@ -268,7 +298,9 @@ async def update_template(
     if checked.problems:
         _raise(checked.problems)
     template.steps, template.spec = checked.steps, checked.options or None
-    await _ensure_name_free(core, template.owner_id, template.name, except_id=template.id)
+    team = await workspace_scope.team(core, template.workspace_id)
+    await _ensure_name_free(core, template.owner_id, template.name, except_id=template.id,
+                            team_id=team.id if team else None)
     template.updated_at = utcnow()
     if restored_from is None:
         return await _save_version(core, template, create=False, author_id=user_id, before=before)

@@ -58,8 +58,13 @@ async def wait_status(client, who, trace_id, *statuses, timeout=15.0):
 
 
 async def chain_ok(entries_oldest_first: list[dict]) -> None:
-    for before, after in zip(entries_oldest_first, entries_oldest_first[1:], strict=False):
-        assert after["seq"] == before["seq"] + 1 and after["prev_hash"] == before["hash"]
+    """Each chain (one per workspace, one for the instance: SPEC §16) counts up by one."""
+    chains: dict = {}
+    for entry in entries_oldest_first:
+        chains.setdefault(entry["workspace_id"], []).append(entry)
+    for chain in chains.values():
+        for before, after in zip(chain, chain[1:], strict=False):
+            assert after["seq"] == before["seq"] + 1 and after["prev_hash"] == before["hash"]
 
 
 async def test_template_family_and_the_request_that_made_it(client, root, alice):
@@ -71,7 +76,8 @@ async def test_template_family_and_the_request_that_made_it(client, root, alice)
     assert created["actor"] == {"user_id": alice["user_id"], "user_name": "alice", "via": "token"}
     assert created["target"] == {"type": "template", "id": tid, "name": "t"}
     assert created["request_id"] == "req-create-1" and created["client_ip"]
-    assert created["workspace_id"] is None
+    # the template is in alice's personal workspace (SPEC §16): so is its entry
+    assert created["workspace_id"] == made.json()["template"]["workspace_id"] is not None
     assert created["changes"]["name"] == {"from": None, "to": "t"}
     assert created["changes"]["version"] == {"from": None, "to": 1}
     put = await client.put(f"{API}/template/{tid}", headers=alice["headers"],

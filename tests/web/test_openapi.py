@@ -185,7 +185,8 @@ async def test_success_statuses_and_media_types(doc):
                ("/api/v1/resource/mcp", "post"), ("/api/v1/auth/key", "post"),
                ("/api/v1/workflow/hook", "post"), ("/api/v1/workflow/schedule", "post"),
                ("/api/v1/workflow/subscription", "post"), ("/api/v1/resource/secret", "post"),
-               ("/api/v1/workflow/template/{template_id}/versions/{number}/restore", "post")}
+               ("/api/v1/workflow/template/{template_id}/versions/{number}/restore", "post"),
+               ("/api/v1/workspace", "post"), ("/api/v1/workspace/{workspace_id}/member", "post")}
     for key, op in ops.items():
         success = [s for s in op["responses"] if s.startswith("2")]
         started = {("/api/v1/workflow/run", "post"), ("/api/v1/workflow/run/{trace_id}/retry", "post"),

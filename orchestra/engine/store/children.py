@@ -84,7 +84,7 @@ class ChildRuns:
             trace_id=child.trace_id, owner_id=child.owner_id, template_id=template.id,
             template_name=template.name, steps=child.steps, spec=child.spec, template_version=child.version,
             input_text=child.input_text, input_value=child.input_value,
-            parent_trace_id=parent, parent_path=at.path, depth=child.depth,
+            parent_trace_id=parent, parent_path=at.path, depth=child.depth, workspace_id=template.workspace_id,
             budget_pusd=child_budget(child.spec))  # the budgets above it bound it too (ledger.py)
         stored: list[WorkflowRun] = []
 

@@ -64,6 +64,7 @@ class NewRun:
     parent_trace_id: str | None = None  # a child run (SPEC §14)
     parent_path: str | None = None
     depth: int = 1
+    workspace_id: str | None = None  # its template's workspace (SPEC §16)
     trace_id: str = field(default_factory=new_id)
     step_rows: list[dict[str, Any]] | None = None
 
@@ -80,7 +81,7 @@ class NewRun:
             "owner_process": None, "lease_until": None, "attempts": 0, "cancel_requested": False,
             "trace_parent": self.trace_parent, "budget_pusd": self.budget_pusd, "spent_pusd": None,
             "parent_trace_id": self.parent_trace_id, "parent_path": self.parent_path,
-            "depth": self.depth, "trigger": self.trigger,
+            "depth": self.depth, "trigger": self.trigger, "workspace_id": self.workspace_id,
             **claim,
         }
 

@@ -293,6 +293,7 @@ class TemplateView(Shape):
     description: str
     shared: bool
     owner_id: str
+    workspace_id: str | None = Field(description="The workspace it belongs to (SPEC §16).")
     steps: list[Step] = Field(description="The steps as validated (fields left out take their defaults).")
     input_schema: dict[str, Any] | None = Field(None, description="Only when the template has one.")
     limits: TemplateLimits | None = Field(None, description="Only when the template has them.")
@@ -358,7 +359,8 @@ class RunSummary(Shape):
     trace_id: str
     template_id: str | None = Field(description="null once the template is deleted.")
     template_name: str
-    owner_id: str
+    owner_id: str = Field(description="Who started it.")
+    workspace_id: str | None = Field(description="Its template's workspace (SPEC §16).")
     status: RunStatus
     error: str | None
     created_at: Timestamp

@@ -24,8 +24,9 @@ def all_blueprints() -> Blueprint:
         usage,
         versions,
         workflow,
+        workspace,
     )
 
     areas = [auth, keys, provider, agent, resource, mcp, secret, schedule, subscription, workflow, versions,
-             hooks, hook_intake, usage, audit, adapter]
+             hooks, hook_intake, usage, audit, workspace, adapter]
     return Blueprint.group(*(area.bp for area in areas), url_prefix="/api/v1")

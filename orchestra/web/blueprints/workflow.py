@@ -15,6 +15,7 @@ from orchestra.observability import tracing
 from orchestra.services import run_starts, runs, templates
 from orchestra.services import spend as spend_service
 from orchestra.services.roles import Role
+from orchestra.services.workspace_rights import Action
 from orchestra.vocabulary import RunStatus
 from orchestra.web.apidoc import models as out
 from orchestra.web.apidoc.events import event_schema, stream_description
@@ -96,6 +97,11 @@ class TemplateBody(TemplateDraft):
         minItems=1, maxItems=MAX_STEPS, items=Step,
     )
     shared: bool | None = rule(None, description="Readable and runnable by every user (ADMINISTRATOR+).")
+
+
+class NewTemplateBody(TemplateBody):
+    workspace_id: str | None = id_rule(None, description="The workspace it belongs to (you need editor "
+                                       "there; 404 when you are not a member); default: your personal one.")
     input_schema: dict[str, Any] | None = rule(
         None, description="JSON Schema (2020-12, at most 64 KiB, no remote $ref) of a run's input.",
     )
@@ -168,6 +174,14 @@ def _who(request: Request) -> dict[str, Any]:
     return {"user_id": principal.user_id, "is_admin": principal.is_admin}
 
 
+_WORKSPACE = query("workspace_id", "Only this workspace's (404 when you are not a member); default: "
+                   "all of yours.", pattern=ID_PATTERN)
+
+
+def _workspace_arg(request: Request) -> str | None:
+    return request.args.get("workspace_id") or None
+
+
 def _flag(request: Request, name: str) -> bool:
     """A yes/no query parameter; 422 for a value that is neither."""
     value = _FLAGS.get((request.args.get(name) or "").strip().lower())
@@ -199,7 +213,7 @@ def _flag(request: Request, name: str) -> bool:
 )
 @protected(Role.USER, scope="template:write")
 async def create_template(request: Request):
-    body = parse_body(request, TemplateBody)
+    body = parse_body(request, NewTemplateBody)
     principal = request.ctx.principal
     template = await templates.create_template(
         request.app.ctx.core,
@@ -210,6 +224,7 @@ async def create_template(request: Request):
         steps=body.steps,
         shared=bool(body.shared),
         options=body.options(),
+        workspace_id=body.workspace_id,
     )
     view = templates.template_view(template)
     return json({"message": SUCCESS, "template_id": template.id, "template": view}, status=201)
@@ -234,14 +249,15 @@ async def check_template(request: Request):
 
 @bp.get("/template")
 @documented(
-    "List your templates and the shared ones, oldest first (paged)", response=out.TemplateList,
-    errors={422: PAGE_ERRORS}, params=page_params("templates"),
+    "List your templates, the shared ones and your workspaces', oldest first (paged)",
+    response=out.TemplateList, errors={422: PAGE_ERRORS}, params=(*page_params("templates"), _WORKSPACE),
 )
 @protected(Role.USER, scope="template:read")
 async def list_templates(request: Request):
     limit, cursor = page_args(request)
     page = await templates.list_templates(
-        request.app.ctx.core, user_id=request.ctx.principal.user_id, limit=limit, cursor=cursor
+        request.app.ctx.core, user_id=request.ctx.principal.user_id, limit=limit, cursor=cursor,
+        workspace_id=_workspace_arg(request),
     )
     return json(page_body("templates", [templates.template_view(t) for t in page.rows], page))
 
@@ -360,6 +376,7 @@ async def start_run(request: Request):
     params=(
         *page_params("runs"),
         query("all", "Every user's runs (ADMINISTRATOR and above).", type="boolean"),
+        _WORKSPACE,
     ),
 )
 @protected(Role.USER, scope="run:read")
@@ -367,7 +384,7 @@ async def list_runs(request: Request):
     limit, cursor = page_args(request)
     page = await runs.list_runs(
         request.app.ctx.core, all_users=_flag(request, "all"), limit=limit, cursor=cursor,
-        **_who(request),
+        workspace_id=_workspace_arg(request), **_who(request),
     )
     return json(page_body("runs", [runs.run_summary(r) for r in page.rows], page))
 
@@ -443,7 +460,7 @@ async def retry_run(request: Request, trace_id: str):
 async def raise_budget(request: Request, trace_id: str):
     body = parse_body(request, BudgetBody)
     core = request.app.ctx.core
-    run = await runs.get_run(core, trace_id=trace_id, **_who(request))
+    run = await runs.get_run(core, trace_id=trace_id, action=Action.RUN, **_who(request))
     run, raised = await spend_service.top_up(core, run, body.add_usd)
     return json({"message": SUCCESS, "trace_id": run.trace_id, "status": run.status,
                  "cost_usd": spend_service.money_fields(run)["cost_usd"],

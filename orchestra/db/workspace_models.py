@@ -1,0 +1,33 @@
+"""Models of teams (SPEC §16): workspaces and their members. The schema is migration
+0019; templates, runs, workers, schedules and hooks name theirs in `workspace_id`."""
+
+from __future__ import annotations
+
+from peewee import BooleanField, CharField, CompositeKey, DateTimeField, ForeignKeyField
+
+from orchestra.db.models import BaseModel, JSONField, User, new_id, utcnow
+
+
+class Workspace(BaseModel):
+    """A team's workspace, or a user's personal one (`personal_user`: made with the
+    user, deleted with the user, never shared). `limits`: `{monthly_budget_usd,
+    on_budget}` or null."""
+
+    id = CharField(primary_key=True, max_length=36, default=new_id)
+    name = CharField(max_length=128)
+    personal = BooleanField(default=False)
+    personal_user = ForeignKeyField(User, null=True, unique=True, on_delete="CASCADE")
+    limits = JSONField(null=True)
+    created_at = DateTimeField(default=utcnow)
+
+
+class WorkspaceMember(BaseModel):
+    """A user's role in a workspace (services/workspace_rights.py says what it allows)."""
+
+    workspace = ForeignKeyField(Workspace, on_delete="CASCADE")
+    user = ForeignKeyField(User, on_delete="CASCADE", index=True)
+    role = CharField(max_length=16)
+    created_at = DateTimeField(default=utcnow)
+
+    class Meta:
+        primary_key = CompositeKey("workspace", "user")

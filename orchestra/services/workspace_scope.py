@@ -1,0 +1,96 @@
+"""Templates and runs inside workspaces (SPEC §16): which workspace a new one goes to,
+which ones a list covers, and the check a read or an act passes in a team workspace.
+
+A personal workspace keeps the per-user rules of SPEC §3, §4 and §15b (services/templates.py
+and services/runs.py apply them, unchanged); a team workspace's templates and runs are
+its members', by role, as services/workspace_rights.py says. Resources stored without a
+workspace (before migration 0019 they all were) count as their owner's personal ones.
+"""
+
+from __future__ import annotations
+
+from orchestra.db.models import User, storable
+from orchestra.db.workspace_models import Workspace
+from orchestra.errors import OrchestraError
+from orchestra.services.personal_workspace import personal_workspace_id
+from orchestra.services.roles import Role
+from orchestra.services.shared import Shared
+from orchestra.services.workspace_rights import (
+    Action,
+    WorkspaceRole,
+    allows,
+    member_role,
+    member_workspaces,
+    not_found,
+    refusal,
+)
+
+
+async def team(core: Shared, workspace_id: str | None) -> Workspace | None:
+    """The team workspace of that id; None for no workspace or a personal one."""
+    if workspace_id is None:
+        return None
+    workspace = await Workspace.aget_or_none(Workspace.id == workspace_id)
+    return workspace if workspace is not None and not workspace.personal else None
+
+
+async def role_in(core: Shared, user_id: str, workspace_id: str) -> WorkspaceRole | None:
+    """The user's role in a workspace (a SUPER_ADMINISTRATOR's: owner); None: none."""
+    role = await member_role(core, workspace_id, user_id)
+    if role == WorkspaceRole.OWNER:
+        return role
+    user = await User.aget_or_none(User.id == user_id)
+    if user is not None and user.role == Role.SUPER_ADMINISTRATOR.value:
+        return WorkspaceRole.OWNER
+    return role
+
+
+async def require_in(core: Shared, user_id: str, workspace: Workspace, action: Action,
+                     missing: OrchestraError) -> WorkspaceRole:
+    """`missing` (a 404) for a non-member, 403 naming the least role for a member below it."""
+    role = await role_in(core, user_id, workspace.id)
+    if role is None:
+        raise missing
+    if not allows(role, action):
+        raise refusal(role, action, workspace.name)
+    return role
+
+
+async def target(core: Shared, user_id: str, workspace_id: str | None, action: Action) -> str:
+    """The workspace a new resource goes to: the one named (404 unless the caller is a
+    member: a personal one only its user's; 403 below `action`'s role), else the caller's
+    personal workspace."""
+    if workspace_id is None:
+        return await personal_workspace_id(core, user_id)
+    workspace = None
+    if len(workspace_id) <= 36 and storable(workspace_id):
+        workspace = await Workspace.aget_or_none(Workspace.id == workspace_id)
+    if workspace is None or (workspace.personal and workspace.personal_user_id != user_id):
+        raise not_found(workspace_id)
+    if not workspace.personal:
+        await require_in(core, user_id, workspace, action, not_found(workspace_id))
+    return workspace.id
+
+
+async def listed(core: Shared, user_id: str, workspace_id: str | None) -> tuple[bool, list[str]]:
+    """What a list covers: `(personal, team ids)`. With `workspace_id` (404 unless the
+    caller is a member): that one alone, `(True, [])` for the caller's personal one;
+    without: the caller's own resources and every team workspace they are a member of."""
+    if workspace_id is None:
+        roles = await member_workspaces(core, user_id)
+        teams = [w.id for w in await core.db.list(Workspace.select(Workspace.id).where(
+            Workspace.id.in_(list(roles)) & (Workspace.personal == False)))]  # noqa: E712
+        return True, teams
+    mine = await target(core, user_id, workspace_id, Action.READ)
+    workspace = await Workspace.aget(Workspace.id == mine)
+    return (True, []) if workspace.personal else (False, [workspace.id])
+
+
+async def hidden_teams(core: Shared, user_id: str) -> list[str]:
+    """Team workspaces the user is not a member of (an ADMINISTRATOR's `all=true` list
+    leaves their runs out); none for a SUPER_ADMINISTRATOR."""
+    if await role_in(core, user_id, "") == WorkspaceRole.OWNER:  # a SUPER_ADMINISTRATOR
+        return []
+    roles = await member_workspaces(core, user_id)
+    return [w.id for w in await core.db.list(Workspace.select(Workspace.id).where(
+        (Workspace.personal == False) & Workspace.id.not_in(list(roles) or [""])))]  # noqa: E712
