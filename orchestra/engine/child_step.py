@@ -63,7 +63,7 @@ def child_id(parent_trace_id: str, path: str, attempt: int) -> str:
 
 class ChildSteps:
     """Engine part: one attempt of a `workflow` step, and the cancel of descendants.
-    `submit` and `cancel` are the engine's (set by it once built)."""
+    `claim_now`, `begin` and `cancel` are the engine's (set by it once built)."""
 
     def __init__(self, *, store: RunStore, records: Records, feeds: Feeds, sandbox: Sandbox,
                  stopping: Callable[[], bool], tree_max_active: int = 256) -> None:
@@ -74,11 +74,10 @@ class ChildSteps:
         self.feeds = feeds
         self.sandbox = sandbox
         self.stopping = stopping
-        self.submit: Callable[[str], Awaitable[None]] | None = None
         # A claim's columns when this process has room to run a child at once (else {}),
-        # and the start of a run stored claimed that way.
+        # and the start of a run just stored (adopted when claimed, else submitted).
         self.claim_now: Callable[[str], dict[str, Any]] | None = None
-        self.adopt: Callable[[WorkflowRun], Awaitable[None]] | None = None
+        self.begin: Callable[[WorkflowRun], Awaitable[None]] | None = None
         self.cancel: Callable[..., Awaitable[None]] | None = None
         self._tasks: set[asyncio.Task] = set()
 
@@ -159,10 +158,10 @@ class ChildSteps:
             return (f"The child run would be one too many: the tree of child runs under {root} has "
                     f"{active} active runs, the most ORCHESTRA_CHILD_TREE_MAX_ACTIVE "
                     f"({self.tree_max_active}) allows.")
-        run = await self.children.start(parent, at, new, values, items, claim=self.claim_now(new.owner_id))
+        run = await self.children.start(parent, at, new, values, items, claim=self.claim_now)
         await self.store.release()
         try:  # never raised into the writer: it would store the child again
-            await (self.adopt(run) if run.owner_process else self.submit(run.trace_id))
+            await self.begin(run)
         except Exception:  # noqa: BLE001 - the child is stored: a claim round (or its lease's end) starts it
             logger.warning("child run %s stored but not started here", run.trace_id, exc_info=True)
         return None

@@ -97,8 +97,8 @@ class Engine:
         self.child_steps = ChildSteps(store=self.store, records=records, feeds=self.feeds,
                                       sandbox=self.sandbox, stopping=lambda: self.runs.stopping,
                                       tree_max_active=settings.child_tree_max_active)
-        self.child_steps.submit, self.child_steps.cancel = self.submit, self.cancel
-        self.child_steps.claim_now, self.child_steps.adopt = self.claim_now, self.adopt
+        self.child_steps.begin, self.child_steps.cancel = self.begin, self.cancel
+        self.child_steps.claim_now = self.claim_now
         calls = Calls(store=self.store, records=records, agents=self.agent_steps,
                       questions=self.questions, prompt_max_bytes=settings.prompt_max_bytes,
                       http=self.http_steps, children=self.child_steps,
@@ -199,11 +199,20 @@ class Engine:
             return {}
         return self.store.ownership.claimed_columns()
 
-    async def adopt(self, run: WorkflowRun) -> None:
+    async def begin(self, run: WorkflowRun) -> None:
+        """A run just created (`RunStore.create` with `claim_now`) starts: here at once
+        when it was stored claimed, else submitted."""
+        if run.owner_process:  # a retry's or a fork's reused steps are read when it begins
+            await self.adopt(run, fresh=run.retry_of is None and run.forked_from is None)
+        else:
+            await self.submit(run.trace_id)
+
+    async def adopt(self, run: WorkflowRun, *, fresh: bool = True) -> None:
         """Execute a run stored claimed by this process (`claim_now`); when the room
-        went meanwhile (or the process began stopping), give it back for any process."""
+        went meanwhile (or the process began stopping), give it back for any process.
+        `fresh`: it has no step rows but pending ones (LiveRun.fresh)."""
         if self.runs.room_for(run.owner_id) > 0:
-            self.claims.launch(run, fresh=True)
+            self.claims.launch(run, fresh=fresh)
             return
         try:
             await self.store.hand_back(run.trace_id, run.owner_process)

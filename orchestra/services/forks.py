@@ -19,20 +19,18 @@ from orchestra.db.models import RunStep, WorkflowRun, WorkflowTemplate
 from orchestra.engine.records import output_fields
 from orchestra.engine.run_task import step_output
 from orchestra.engine.sizes import check_reply_size
+from orchestra.engine.store.creation import NewRun, carried_budget
 from orchestra.errors import NotFoundError, PermissionDeniedError, ValidationError
 from orchestra.language import schemas, shape
 from orchestra.services import audit, fork_outputs, runs, templates, version_store
 from orchestra.services.fork_plan import ForkKeys, Planner, Record, Source, run_again
 from orchestra.services.shared import Shared
-from orchestra.services.spend import carried_budget
 from orchestra.services.template_diff import steps_by_id
 from orchestra.services.workspace_rights import Action
-from orchestra.vocabulary import RunStatus, StepStatus
+from orchestra.vocabulary import StepStatus
 
 UNSET: Any = object()  # `input` not sent: the source's input
 PROBLEMS_MAX = 50  # problems listed for one fork's outputs
-_ROW_DEFAULTS = {"reused": False, "attempt": 1, "output": None, "output_value": None, "usage": None,
-                 "reuse_key": None, "started_at": None, "finished_at": None}
 
 
 def downstream(steps: list[dict[str, Any]], root: str) -> set[str]:
@@ -100,9 +98,9 @@ async def _check_outputs(core: Shared, steps: list[dict[str, Any]], outputs: dic
     return problems
 
 
-def _copied(trace_id: str, row: RunStep) -> dict[str, Any]:
+def _copied(row: RunStep) -> dict[str, Any]:
     """A source instance copied into the fork: its output, no usage."""
-    return {**_ROW_DEFAULTS, "run": trace_id, "step_id": row.step_id, "path": row.path or row.step_id,
+    return {"step_id": row.step_id, "path": row.path or row.step_id,
             "status": StepStatus.SUCCEEDED, "reused": True, "attempt": row.attempt,
             "output": row.output, "output_value": row.output_value, "reuse_key": row.reuse_key,
             "started_at": row.started_at, "finished_at": row.finished_at}
@@ -160,35 +158,32 @@ async def fork_run(
     )
     plan = await planner.run(steps, new_input)
     structured = "input_schema" in spec
+    reused = {path: _copied(by_path[path]) for path in plan.reused}
+    new_rows = []
+    for step in steps:
+        sid = step["id"]
+        if sid in outputs:
+            fields = output_fields(outputs[sid], structured="output_schema" in step
+                                   or not isinstance(outputs[sid], str))
+            new_rows.append({"step_id": sid, "path": sid, "status": StepStatus.SUCCEEDED, "reused": True,
+                             **fields})
+        elif sid not in reused:
+            new_rows.append({"step_id": sid, "path": sid, "status": StepStatus.PENDING})
+    new_rows += reused.values()
+    new = NewRun(
+        owner_id=source.owner_id, template_id=source.template_id, template_name=name,
+        template_version=number, steps=steps, spec=spec or None,
+        input_text="" if structured else new_input, input_value=new_input if structured else None,
+        files=source.files, trace_parent=trace_parent, step_rows=new_rows, workspace_id=source.workspace_id,
+        forked_from={"trace_id": source.trace_id, "from_step": from_step, "outputs": list(outputs),
+                     "again": sorted(again)},
+        # the source's budget; onto another version, that version's if smaller (SPEC §15b)
+        budget_pusd=carried_budget(source, None if number == source.template_version else spec),
+    )
     async with core.db.atomic():
-        run = await WorkflowRun.acreate(
-            owner=source.owner_id, template=source.template_id, template_name=name,
-            template_version=number, steps=steps, spec=spec or None,
-            input="" if structured else new_input, input_value=new_input if structured else None,
-            files=source.files, status=RunStatus.QUEUED, trace_parent=trace_parent,
-            workspace_id=source.workspace_id,
-            forked_from={"trace_id": source.trace_id, "from_step": from_step, "outputs": list(outputs),
-                         "again": sorted(again)},
-            # the source's budget; onto another version, that version's if smaller (SPEC §15b)
-            budget_pusd=carried_budget(source, None if number == source.template_version else spec),
-        )
-        reused = {path: _copied(run.trace_id, by_path[path]) for path in plan.reused}
-        new_rows = []
-        for step in steps:
-            sid = step["id"]
-            if sid in outputs:
-                fields = output_fields(outputs[sid], structured="output_schema" in step
-                                       or not isinstance(outputs[sid], str))
-                new_rows.append({**_ROW_DEFAULTS, "run": run.trace_id, "step_id": sid, "path": sid,
-                                 "status": StepStatus.SUCCEEDED, "reused": True, **fields})
-            elif sid not in reused:
-                new_rows.append({**_ROW_DEFAULTS, "run": run.trace_id, "step_id": sid, "path": sid,
-                                 "status": StepStatus.PENDING})
-        new_rows += reused.values()
-        for start in range(0, len(new_rows), 500):  # bounded statements for large maps
-            await core.db.aexecute(RunStep.insert_many(new_rows[start:start + 500]))
+        [run] = await core.engine.store.create([new], claim=core.engine.claim_now)
         await audit.record(core, action="run.fork", target=runs.run_target(run),
                            changes=runs.run_changes(run, forked_from=source.trace_id, from_step=from_step),
                            workspace_id=audit.workspace_of(run))
-    await core.engine.submit(run.trace_id)
+    await core.engine.begin(run)
     return run

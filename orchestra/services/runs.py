@@ -20,6 +20,7 @@ from orchestra.db.models import (
 from orchestra.engine import instances, reads
 from orchestra.engine.run_task import step_output
 from orchestra.engine.sizes import check_reply_size
+from orchestra.engine.store.creation import NewRun, carried_budget, start_budget
 from orchestra.engine.store.events import Event
 from orchestra.errors import ConflictError, NotFoundError, PermissionDeniedError, ValidationError
 from orchestra.language import schemas, shape
@@ -64,7 +65,7 @@ async def start_run(
                                       template_id=template_id, action=Action.RUN)
     pinned = await version_store.for_run(core, template, version)
     spec = pinned.spec or {}
-    budget = spend.run_budget(spec, budget_usd)
+    budget = start_budget(spec, budget_usd)
     problems: list[dict[str, str]] = []
     if "input_schema" in spec:
         problems += await schemas.check(input, spec["input_schema"], root="input",
@@ -88,38 +89,18 @@ async def start_run(
             attached.append({"file_id": upload.id, "filename": upload.filename})
     if problems:
         raise ValidationError(f"Invalid files: {problems[0]['problem']}.", detail=problems)
-    claim = core.engine.claim_now(user_id)  # with room here, stored claimed: it starts at once
-    async with core.db.atomic():
-        run = await WorkflowRun.acreate(
-            **claim,
-            owner=user_id,
-            template=template.id,
-            template_name=pinned.name,
-            template_version=pinned.version,
-            steps=pinned.steps,
-            spec=pinned.spec,
-            input=input_text,
-            input_value=input_value,
-            files=attached,
-            status=RunStatus.QUEUED,
-            trace_parent=trace_parent,
-            budget_pusd=budget,
-            trigger=trigger,
-            workspace_id=template.workspace_id,  # a run belongs to its template's workspace
-        )
+    new = NewRun(owner_id=user_id, template_id=template.id, template_name=pinned.name,
+                 template_version=pinned.version, steps=pinned.steps, spec=pinned.spec,
+                 input_text=input_text, input_value=input_value, files=attached,
+                 trace_parent=trace_parent, budget_pusd=budget, trigger=trigger,
+                 workspace_id=template.workspace_id)  # a run belongs to its template's workspace
+    async with core.db.atomic():  # with room here, stored claimed: it starts at once
+        [run] = await core.engine.store.create([new], claim=core.engine.claim_now)
         if remember is not None:
             await run_starts.remember(core, remember, run.trace_id)
-        if pinned.steps:  # one statement for every step row
-            await core.db.aexecute(RunStep.insert_many([
-                {"run": run.trace_id, "step_id": step["id"], "path": step["id"], "status": StepStatus.PENDING}
-                for step in pinned.steps
-            ]))
         await audit.record(core, action="run.start", target=run_target(run),
                            changes=run_changes(run), workspace_id=audit.workspace_of(run))
-    if claim:
-        await core.engine.adopt(run)
-    else:
-        await core.engine.submit(run.trace_id)
+    await core.engine.begin(run)
     return run
 
 
@@ -326,47 +307,41 @@ async def retry_run(
         raise ValidationError.field("from_step", f"unknown step '{from_step}'; steps: {', '.join(ids)}")
     again = shape.dependents(old.steps, from_step) if from_step else set()
     rows = {r.path or r.step_id: r for r in await core.db.list(RunStep.select().where(RunStep.run == old.trace_id))}
+    new_rows = []
+    for sid in ids:
+        row = rows.get(sid)
+        if row is not None and row.status == StepStatus.SUCCEEDED and sid not in again:
+            new_rows.append(_reused_row(row, sid))
+        else:
+            new_rows.append({"step_id": sid, "path": sid, "status": StepStatus.PENDING})
+    reruns = {r["step_id"] for r in new_rows if r["status"] == StepStatus.PENDING} - again
+    for path, row in rows.items():  # SPEC §8: a step that runs again reuses its finished items and iterations
+        if path in ids or row.status != StepStatus.SUCCEEDED:
+            continue
+        try:
+            top = instances.parse(path)[0].step_id
+        except ValueError:
+            continue
+        if top in reruns:
+            new_rows.append(_reused_row(row, path))
+    new = NewRun(owner_id=old.owner_id, template_id=old.template_id, template_name=old.template_name,
+                 template_version=old.template_version, steps=old.steps, spec=old.spec,
+                 input_text=old.input, input_value=old.input_value, files=old.files,
+                 retry_of=old.trace_id, step_rows=new_rows, workspace_id=old.workspace_id,
+                 budget_pusd=carried_budget(old, None))  # the source's budget (SPEC §15b)
     async with core.db.atomic():
-        run = await WorkflowRun.acreate(
-            owner=old.owner_id, template=old.template_id, template_name=old.template_name,
-            steps=old.steps, spec=old.spec, input=old.input, input_value=old.input_value,
-            files=old.files, retry_of=old.trace_id, status=RunStatus.QUEUED,
-            template_version=old.template_version, workspace_id=old.workspace_id,
-            budget_pusd=spend.carried_budget(old, None),  # the source's budget (SPEC §15b)
-        )
-        new_rows = []
-        for sid in ids:
-            row = rows.get(sid)
-            if row is not None and row.status == StepStatus.SUCCEEDED and sid not in again:
-                new_rows.append(_reused_row(run.trace_id, row, sid))
-            else:
-                new_rows.append({"run": run.trace_id, "step_id": sid, "path": sid,
-                                 "status": StepStatus.PENDING})
-        reruns = {r["step_id"] for r in new_rows if r["status"] == StepStatus.PENDING} - again
-        for path, row in rows.items():  # SPEC §8: a step that runs again reuses its finished items and iterations
-            if path in ids or row.status != StepStatus.SUCCEEDED:
-                continue
-            try:
-                top = instances.parse(path)[0].step_id
-            except ValueError:
-                continue
-            if top in reruns:
-                new_rows.append(_reused_row(run.trace_id, row, path))
-        if new_rows:  # insert_many takes its columns from the first row: give every row all of them
-            new_rows = [{"reused": False, "attempt": 1, "output": None, "output_value": None, "usage": None,
-                         "reuse_key": None, "started_at": None, "finished_at": None, **row} for row in new_rows]
-            await core.db.aexecute(RunStep.insert_many(new_rows))
+        [run] = await core.engine.store.create([new], claim=core.engine.claim_now)
         await audit.record(core, action="run.retry", target=run_target(run),
                            changes=run_changes(run, retry_of=old.trace_id, from_step=from_step),
                            workspace_id=audit.workspace_of(run))
-    await core.engine.submit(run.trace_id)
+    await core.engine.begin(run)
     return run
 
 
-def _reused_row(trace_id: str, row: RunStep, path: str) -> dict[str, Any]:
+def _reused_row(row: RunStep, path: str) -> dict[str, Any]:
     """A succeeded instance copied into a retry: its output, no usage (this run called no
     provider for it; the source run keeps what it spent, so totals never count it twice)."""
-    return {"run": trace_id, "step_id": row.step_id, "path": path, "status": StepStatus.SUCCEEDED,
+    return {"step_id": row.step_id, "path": path, "status": StepStatus.SUCCEEDED,
             "reused": True, "attempt": row.attempt, "output": row.output, "output_value": row.output_value,
             "reuse_key": row.reuse_key, "usage": None, "started_at": row.started_at, "finished_at": row.finished_at}
 

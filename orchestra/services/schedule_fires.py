@@ -34,14 +34,16 @@ from typing import Any
 
 from peewee import Case, fn
 
-from orchestra.db.models import RunStep, User, WorkflowRun, new_id, utcnow
+from orchestra.db.models import User, WorkflowRun, utcnow
 from orchestra.db.outage import StoreOutage, keep_going, release_quietly
 from orchestra.db.trigger_models import ScheduleFire, WorkflowSchedule
+from orchestra.engine.store import RunStore
+from orchestra.engine.store.creation import NewRun
 from orchestra.errors import ValidationError
 from orchestra.services import audit, cron
 from orchestra.services.run_access import runnable_template
 from orchestra.services.shared import Shared
-from orchestra.services.trigger_runs import checked_input, run_row, step_rows
+from orchestra.services.trigger_runs import checked_input, new_run
 from orchestra.vocabulary import ACTIVE, FireOutcome
 
 logger = logging.getLogger("orchestra.schedules")
@@ -137,8 +139,8 @@ class FireLoop:
                 query = query.for_update(skip_locked=True)
             rows = await core.db.list(query)
             plan = await self._plan(rows, now) if rows else Plan()
-            await plan.write(core.db, postgres=core.is_postgres)
-            await _audit_starts(core, plan.runs)
+            stored = await plan.write(core.db, core.engine.store, postgres=core.is_postgres)
+            await _audit_starts(core, stored)
         await release_quietly(core.db)
         if rows:
             logger.debug("fired %d schedule(s): %d run(s) started", len(rows), len(plan.started))
@@ -252,37 +254,36 @@ class FireLoop:
         except ValidationError as exc:
             plan.fire(row, due_at, FireOutcome.FAILED, error=exc.message[:1000])
             return None
-        trace_id = new_id()
         trigger = {"kind": "schedule", "schedule_id": row.id, "due_at": cron.iso_in(due_at, tz)}
-        plan.runs.append(run_row(trace_id=trace_id, owner_id=row.owner_id, template=template,
-                                 input_text=input_text, input_value=input_value, trigger=trigger))
-        plan.steps += step_rows(trace_id, template)
+        new = new_run(owner_id=row.owner_id, template=template, input_text=input_text,
+                      input_value=input_value, trigger=trigger)
+        trace_id = new.trace_id
+        plan.runs.append(new)
         plan.fire(row, due_at, FireOutcome.STARTED, trace_id=trace_id)
         plan.started.append(trace_id)
         return trace_id
 
 
-async def _audit_starts(core: Shared, started: list[dict[str, Any]]) -> None:
+async def _audit_starts(core: Shared, started: list[WorkflowRun]) -> None:
     """Each started run's `run.start` entry (SPEC §16), by its schedule for its owner, in
     the fire's transaction: a few statements for the whole batch."""
     if not started:
         return
-    owners = {row["owner"] for row in started}
+    owners = {run.owner_id for run in started}
     names = dict(await core.db.list(User.select(User.id, User.user_name).where(User.id.in_(sorted(owners))).tuples()))
     await audit.record_many(core, [audit.Pending(
-        action="run.start", target=audit.target("run", row["trace_id"], row["template_name"]),
-        changes=audit.diff({}, {"status": row["status"], "template_id": row["template"],
-                                "template_version": row["template_version"], "trigger": row["trigger"]}),
-        workspace_id=audit.workspace_of(row),
-        actor=audit.Actor(row["owner"], names.get(row["owner"]), via="schedule")) for row in started])
+        action="run.start", target=audit.target("run", run.trace_id, run.template_name),
+        changes=audit.diff({}, {"status": run.status, "template_id": run.template_id,
+                                "template_version": run.template_version, "trigger": run.trigger}),
+        workspace_id=audit.workspace_of(run),
+        actor=audit.Actor(run.owner_id, names.get(run.owner_id), via="schedule")) for run in started])
 
 
 @dataclass
 class Plan:
     """What one look decided, written by `write` in a few statements."""
 
-    runs: list[dict[str, Any]] = field(default_factory=list)
-    steps: list[dict[str, Any]] = field(default_factory=list)
+    runs: list[NewRun] = field(default_factory=list)
     fires: list[dict[str, Any]] = field(default_factory=list)
     schedules: dict[str, tuple[dt.datetime | None, str | None]] = field(default_factory=dict)
     cancels: list[str] = field(default_factory=list)
@@ -293,10 +294,12 @@ class Plan:
         self.fires.append({"schedule": row.id, "due_at": due_at, "outcome": outcome,
                            "trace_id": trace_id, "error": error, "fired_at": utcnow()})
 
-    async def write(self, db: Any, *, postgres: bool) -> None:
-        for model, rows in ((WorkflowRun, self.runs), (RunStep, self.steps), (ScheduleFire, self.fires)):
-            for at in range(0, len(rows), WRITE_CHUNK):
-                await db.aexecute(model.insert_many(rows[at:at + WRITE_CHUNK]))
+    async def write(self, db: Any, store: RunStore, *, postgres: bool) -> list[WorkflowRun]:
+        """Every row the look decided; the runs as stored."""
+        # a burst: stored queued, then claimed and started together (Engine.submit_many)
+        stored = await store.create(self.runs)
+        for at in range(0, len(self.fires), WRITE_CHUNK):
+            await db.aexecute(ScheduleFire.insert_many(self.fires[at:at + WRITE_CHUNK]))
         if self.cancels:
             await db.aexecute(WorkflowRun.update(cancel_requested=True).where(
                 WorkflowRun.trace_id.in_(self.cancels)))
@@ -311,6 +314,7 @@ class Plan:
                 next_due_at=next_due,
                 last_trace_id=Case(WorkflowSchedule.id, [(i, self.schedules[i][1]) for i in ids]),
             ).where(WorkflowSchedule.id.in_(ids)))
+        return stored
 
 
 def _iso(moment: dt.datetime | None) -> str | None:

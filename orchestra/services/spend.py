@@ -1,7 +1,8 @@
-"""Spend of runs (SPEC §12): a run's budget at start, its top-up, and usage reports.
+"""Spend of runs (SPEC §12): a run's budget shown, its top-up, and usage reports.
 
 A run's budget is the smaller of its template's `limits.budget_usd` and the
-`budget_usd` it was started with; it is kept in whole pico-dollars (rounded down). A
+`budget_usd` it was started with; it is kept in whole pico-dollars (rounded down), set
+when the run is created (engine/store/creation.py: the budget rules of every start). A
 top-up raises the budget of a run `waiting_budget` and queues it again, in one
 conditional statement, from any process; the next process with room claims it and goes
 on from where it stopped (its finished steps are never called again).
@@ -16,31 +17,13 @@ from typing import Any
 
 from orchestra.db.models import Provider, RunEvent, RunStep, User, WorkflowRun, WorkflowTemplate
 from orchestra.errors import ConflictError, ValidationError
-from orchestra.money.amounts import from_pico, parse_usd, read_usd, to_pico, usd_text
+from orchestra.money.amounts import from_pico, parse_usd, to_pico, usd_text
 from orchestra.services import audit
 from orchestra.services.shared import Shared
 from orchestra.vocabulary import EventKind, RunStatus
 
 GROUPS = ("user", "template", "provider", "model", "day")
 USAGE_ROWS_MAX = 200_000  # step instances one report reads at most (a bounded query)
-
-
-def run_budget(spec: dict[str, Any] | None, budget_usd: Any) -> int | None:
-    """The budget a run starts with, in pico-dollars (None: no budget); 422 naming
-    budget_usd when it is negative or not a number."""
-    given = None if budget_usd is None else parse_usd(budget_usd, "budget_usd")
-    template = ((spec or {}).get("limits") or {}).get("budget_usd")
-    amounts = [a for a in (given, read_usd(template)) if a is not None]
-    return to_pico(min(amounts), up=False) if amounts else None
-
-
-def carried_budget(source: WorkflowRun, spec: dict[str, Any] | None) -> int | None:
-    """The budget of a retry or a fork of `source` (SPEC §15b), in pico-dollars: the
-    source's whole budget (its top-ups included; the new run's ledger starts at zero and
-    reuses what the source paid for), or the `limits.budget_usd` of `spec` when that is
-    smaller (a fork onto another version: that version's template); None: neither has one."""
-    amounts = [a for a in (source.budget_pusd, run_budget(spec, None)) if a is not None]
-    return min(amounts) if amounts else None
 
 
 def money_fields(run: WorkflowRun) -> dict[str, Any]:

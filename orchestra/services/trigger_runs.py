@@ -1,5 +1,5 @@
 """Runs that a clock starts (SPEC §11): the input check of `runs.start_run`, and a
-run stored inside the caller's transaction — a schedule's fire stores its fire record
+run to store inside the caller's transaction — a schedule's fire stores its fire record
 and its run in one commit, so a crash in between loses or doubles nothing (start_run
 commits on its own and hands the run to the engine at once). Who may run a template is
 `run_access`, the one rule for every way a run starts.
@@ -9,12 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestra.db.models import WorkflowTemplate, utcnow
+from orchestra.db.models import WorkflowTemplate
+from orchestra.engine.store.creation import NewRun, start_budget
 from orchestra.errors import ValidationError
 from orchestra.language import schemas
 from orchestra.services.shared import Shared
-from orchestra.services.spend import run_budget
-from orchestra.vocabulary import RunStatus, StepStatus
 
 
 async def checked_input(core: Shared, template: WorkflowTemplate, value: Any, *,
@@ -38,21 +37,13 @@ async def checked_input(core: Shared, template: WorkflowTemplate, value: Any, *,
     return value, None
 
 
-def run_row(*, trace_id: str, owner_id: str, template: WorkflowTemplate, input_text: str, input_value: Any,
-            trigger: dict[str, Any] | None) -> dict[str, Any]:
-    """A `queued` run of the template's latest version, as a row for a bulk insert
-    (inside the caller's transaction; hand it to the engine after the commit)."""
-    return {
-        "trace_id": trace_id, "owner": owner_id, "template": template.id,
-        "template_name": template.name, "template_version": getattr(template, "version", None),
-        "steps": template.steps, "spec": template.spec, "input": input_text, "input_value": input_value,
-        "files": [], "status": RunStatus.QUEUED, "trigger": trigger, "created_at": utcnow(),
-        "attempts": 0, "cancel_requested": False,
-        "budget_pusd": run_budget(template.spec, None),  # the template's limits.budget_usd (SPEC §12)
-    }
-
-
-def step_rows(trace_id: str, template: WorkflowTemplate) -> list[dict[str, Any]]:
-    """The run's pending step rows, for a bulk insert."""
-    return [{"run": trace_id, "step_id": step["id"], "path": step["id"], "status": StepStatus.PENDING}
-            for step in template.steps or []]
+def new_run(*, owner_id: str, template: WorkflowTemplate, input_text: str, input_value: Any,
+            trigger: dict[str, Any] | None) -> NewRun:
+    """A run of the template's latest version, to store inside the caller's transaction
+    (`RunStore.create`; hand it to the engine after the commit)."""
+    return NewRun(
+        owner_id=owner_id, template_id=template.id, template_name=template.name,
+        template_version=getattr(template, "version", None), steps=template.steps, spec=template.spec,
+        input_text=input_text, input_value=input_value, trigger=trigger,
+        budget_pusd=start_budget(template.spec, None),  # the template's limits.budget_usd (SPEC §12)
+    )

@@ -11,10 +11,10 @@ import time
 
 import pytest
 
-from orchestra.db.models import RunEvent, RunStep, WorkflowRun, new_id
+from orchestra.db.models import RunEvent, RunStep, WorkflowRun
 from orchestra.engine.store.events import Fenced
 from orchestra.services import auth, templates
-from orchestra.services.trigger_runs import run_row, step_rows
+from orchestra.services.trigger_runs import new_run
 from tests.engine.test_engine import events, kinds, wait_status
 
 HUMAN = [{"id": "h", "agent": {"human": True}, "prompt": "Your name?"}]
@@ -31,12 +31,10 @@ async def queued(core, count: int, *, steps=HUMAN) -> list[str]:
     user = await auth.register(core, user_name=f"u{time.monotonic_ns()}", password="password-123")
     template = await templates.create_template(core, owner_id=user.id, is_admin=False,
                                         name=f"t{time.monotonic_ns()}", steps=steps)
-    ids = [new_id() for _ in range(count)]
-    await core.db.aexecute(WorkflowRun.insert_many([
-        run_row(trace_id=t, owner_id=user.id, template=template, input_text=f"in {i}",
-                input_value=None, trigger=None) for i, t in enumerate(ids)]))
-    await core.db.aexecute(RunStep.insert_many([r for t in ids for r in step_rows(t, template)]))
-    return ids
+    stored = await core.engine.store.create([
+        new_run(owner_id=user.id, template=template, input_text=f"in {i}", input_value=None, trigger=None)
+        for i in range(count)])
+    return [run.trace_id for run in stored]
 
 
 async def rows(core, ids: list[str]) -> dict[str, WorkflowRun]:

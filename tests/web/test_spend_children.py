@@ -136,6 +136,23 @@ async def test_a_parents_fail_budget_stops_its_child_before_the_call_it_cannot_p
     assert Decimal(run["cost_usd"]) == from_pico(child[0].spent_pusd) == Decimal("0.01")
 
 
+async def test_a_child_has_its_own_templates_budget_under_its_parents(client, alice, priced, fake_llm):
+    # the child's template pays for one call ($0.125; each reserves $0.12, costs $0.01),
+    # the parent has no budget: the child stops at its own budget, and so does its step
+    await template(client, alice, chain(priced["worker"], 3), name="capped", limits={"budget_usd": "0.125"})
+    top = await template(client, alice, [workflow("sub", "capped")])
+    trace_id = await start(client, alice, top)
+    run = await wait_for(client, alice, trace_id, "succeeded", "failed")
+    assert run["status"] == "failed" and run["budget_usd"] is None, run
+    assert len(fake_llm.chat_requests) == 1
+    [child] = [r for r in await rows(client, trace_id) if r.depth == 2]
+    shown = await wait_for(client, alice, child.trace_id, "failed")
+    assert shown["budget_usd"] == "0.125" and Decimal(shown["cost_usd"]) == Decimal("0.01")
+    exceeded = [e["data"] for e in await events(client, alice, child.trace_id) if e["kind"] == "budget_exceeded"]
+    assert [(e["budget_usd"], e["budget_trace_id"]) for e in exceeded] == [("0.125", child.trace_id)]
+    assert Decimal(run["cost_usd"]) == Decimal("0.01")
+
+
 async def test_parallel_children_never_spend_more_than_the_parents_budget(client, alice, priced, fake_llm):
     # eight children at once (as many as a SQLite pool's connections), each wanting two
     # calls ($0.12 reserved, $0.01 spent): $0.2 pays for nine calls at most, one at a

@@ -5,21 +5,21 @@ shown already)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from orchestra.db.models import (
     RunEvent,
-    RunStep,
     TemplateVersion,
     WorkflowRun,
     WorkflowTemplate,
-    utcnow,
 )
 from orchestra.engine.model import At
+from orchestra.engine.store.creation import NewRun, child_budget
 from orchestra.engine.store.events import Event, Item
 from orchestra.engine.store.runs import RunStore
-from orchestra.vocabulary import ACTIVE, EventKind, RunStatus, StepStatus
+from orchestra.vocabulary import ACTIVE, EventKind, RunStatus
 
 #: A child's events its waiting parent shows too (with `child_trace_id`): its questions
 #: and answers, and its pauses for budget (SPEC §12).
@@ -73,30 +73,28 @@ class ChildRuns:
                                     .where(WorkflowTemplate.id == template_id))
 
     async def start(self, parent: str, at: At, child: NewChild, values: dict[str, Any],
-                    items: list[Item], *, claim: dict[str, Any]) -> WorkflowRun:
+                    items: list[Item], *, claim: Callable[[str], dict[str, Any]]) -> WorkflowRun:
         """The child run (queued, its step rows pending), the parent step's row (`values`
         and its `child_trace_id`) and the parent's events (`step_started`,
         `child_started`), in one fenced transaction; the child's row as stored. `claim`:
-        the columns of this process's claim (it runs here at once, no claim round), or
-        {} (it waits for a claim)."""
+        the engine's `claim_now` (claimed by this process when it has room: it runs here
+        at once, no claim round; else it waits for a claim)."""
         template = child.template
-        fields = dict(
-            trace_id=child.trace_id, owner=child.owner_id, template=template.id,
+        new = NewRun(
+            trace_id=child.trace_id, owner_id=child.owner_id, template_id=template.id,
             template_name=template.name, steps=child.steps, spec=child.spec, template_version=child.version,
-            input=child.input_text, input_value=child.input_value, files=[], status=RunStatus.QUEUED,
-            parent_trace_id=parent, parent_path=at.path, depth=child.depth, created_at=utcnow(),
-            cancel_requested=False, workspace_id=template.workspace_id, **claim)
+            input_text=child.input_text, input_value=child.input_value,
+            parent_trace_id=parent, parent_path=at.path, depth=child.depth, workspace_id=template.workspace_id,
+            budget_pusd=child_budget(child.spec))  # the budgets above it bound it too (ledger.py)
+        stored: list[WorkflowRun] = []
 
         async def store() -> list[Event]:
-            await self.db.aexecute(WorkflowRun.insert(**fields))
-            await self.db.aexecute(RunStep.insert_many([
-                {"run": child.trace_id, "step_id": s["id"], "path": s["id"], "status": StepStatus.PENDING}
-                for s in child.steps]))
+            stored[:] = await self.store.create([new], claim=claim)
             await self.store.put_instance(parent, at.path, at.step_id, **values, child_trace_id=child.trace_id)
             return await self.store.events.insert(parent, items)
 
         await self.store.write(parent, store)
-        return WorkflowRun(**fields)
+        return stored[0]
 
     async def tree_active(self, trace_id: str) -> tuple[str, int]:
         """(the root of the tree of child runs `trace_id` is in, how many of the tree's runs

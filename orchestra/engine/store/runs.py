@@ -20,6 +20,7 @@ from peewee import Case, IntegrityError, fn
 
 from orchestra.db.models import RunEvent, RunStep, WorkflowRun, utcnow
 from orchestra.engine.model import At, Question
+from orchestra.engine.store.creation import NewRun, create_runs
 from orchestra.engine.store.events import (
     Event,
     EventLog,
@@ -69,6 +70,13 @@ class RunStore:
 
     async def stop(self) -> None:
         """Close what `start` opened (nothing on SQLite)."""
+
+    # -- new runs ------------------------------------------------------------------------
+    async def create(self, runs: list[NewRun], *,
+                     claim: Callable[[str], dict[str, Any]] | None = None) -> list[WorkflowRun]:
+        """Store new runs, queued (or claimed: `claim`), in the caller's transaction: the
+        one way runs are created (store/creation.py)."""
+        return await create_runs(self.db, runs, claim=claim)
 
     # -- claims and leases ----------------------------------------------------------------
     @property
