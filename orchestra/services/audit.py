@@ -211,7 +211,8 @@ async def _take(core: Shared, chain: str, count: int) -> tuple[int, str]:
         await core.db.aexecute(AuditChain.insert(chain=chain, seq=0, hash="", base_seq=0, base_hash="")
                                .on_conflict_ignore())
         await core.db.aexecute(bump)
-    head = await AuditChain.aget(AuditChain.chain == chain)
+    # read through this core's store, in the transaction that holds the head
+    head = await core.db.get(AuditChain.select().where(AuditChain.chain == chain).bind(core.db))
     return int(head.seq), head.hash
 
 

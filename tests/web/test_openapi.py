@@ -155,7 +155,7 @@ async def test_template_steps_are_the_step_union(doc):
     step = schema(doc, steps["items"]["$ref"].rsplit("/", 1)[-1])
     assert set(step["properties"]) == {  # SPEC §4, §7's step policies, §8's containers
         "id", "agent", "prompt", "depends_on",
-        "when", "output_schema", "timeout_seconds", "retry", "on_error", "tools", "default",
+        "when", "output_schema", "timeout_seconds", "retry", "on_error", "on_tool_error", "tools", "default",
         "foreach", "steps", "output", "loop", "http", "workflow",  # §14's calls
     }
     assert step["properties"]["timeout_seconds"]["anyOf"][0] == {"type": "integer", "minimum": 1, "maximum": 86400}
