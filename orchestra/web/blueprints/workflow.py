@@ -174,6 +174,7 @@ def _who(request: Request) -> dict[str, Any]:
     return {"user_id": principal.user_id, "is_admin": principal.is_admin}
 
 
+_NOT_MEMBER = "NotFoundError: workspace_id names a workspace you are not a member of."
 _WORKSPACE = query("workspace_id", "Only this workspace's (404 when you are not a member); default: "
                    "all of yours.", pattern=ID_PATTERN)
 
@@ -250,7 +251,8 @@ async def check_template(request: Request):
 @bp.get("/template")
 @documented(
     "List your templates, the shared ones and your workspaces', oldest first (paged)",
-    response=out.TemplateList, errors={422: PAGE_ERRORS}, params=(*page_params("templates"), _WORKSPACE),
+    response=out.TemplateList, errors={404: _NOT_MEMBER, 422: PAGE_ERRORS},
+    params=(*page_params("templates"), _WORKSPACE),
 )
 @protected(Role.USER, scope="template:read")
 async def list_templates(request: Request):
@@ -370,6 +372,7 @@ async def start_run(request: Request):
     "List your runs, newest first (paged)", response=out.RunList,
     errors={
         403: "PermissionDeniedError: all=true is for ADMINISTRATOR and above.",
+        404: _NOT_MEMBER,
         422: "ValidationError: limit or all out of range, or a cursor not of this list's form.",
     },
     params=(

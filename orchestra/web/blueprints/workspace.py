@@ -63,6 +63,11 @@ class MemberBody(Body):
     user_id: str | None = rule(None, description="The user to add (or user_name).", pattern=ID_PATTERN)
     role: str = _ROLE
 
+    # one of the two names the user, as a string (the service's 422 otherwise)
+    model_config = Body.model_config | {"json_schema_extra": {"anyOf": [
+        {"required": ["user_name"], "properties": {"user_name": {"type": "string"}}},
+        {"required": ["user_id"], "properties": {"user_id": {"type": "string"}}}]}}
+
 
 class RoleBody(Body):
     role: str = _ROLE
