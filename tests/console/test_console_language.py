@@ -197,7 +197,7 @@ def field(scope, label: str):
 def test_the_editor_saves_when_timeout_retry_and_containers_and_shows_422s_at_their_fields(console: Console, fake):
     page = console.page
     http = api(console)
-    worker = make_worker(http, fake.base_url)
+    make_worker(http, fake.base_url)
     console.sign_in("root")
     console.open("templates/new")
     page.get_by_role("heading", name="New template").wait_for()
@@ -250,7 +250,7 @@ def test_the_editor_saves_when_timeout_retry_and_containers_and_shows_422s_at_th
     (stored,) = http.get("/workflow/template").json()["templates"]
     draft, approve, each = stored["steps"]
     assert (draft["timeout_seconds"], draft["retry"], draft["on_error"]) == (120, {"max_attempts": 3, "backoff_seconds": 2}, "continue")
-    assert draft["agent"] == {"worker": worker}
+    assert draft["agent"] == {"worker": "researcher"}  # read back by name (SPEC §7)
     assert approve["when"] == "steps.draft.output != ''" and approve["timeout_seconds"] == 60
     assert approve["agent"] == {"human": True} and approve["depends_on"] == ["draft"]
     assert approve["output_schema"]["properties"] == {"approved": {"type": "boolean"}}

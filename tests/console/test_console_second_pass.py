@@ -264,7 +264,7 @@ def test_inner_steps_are_edited_with_the_step_form(console: Console, fake):
     page.set_viewport_size(DESKTOP)
     http = api(console)
     make_worker(http, fake.base_url, "helper")
-    worker = make_worker(http, fake.base_url, "researcher")
+    make_worker(http, fake.base_url, "researcher")
     console.sign_in("root")
     console.open("templates/new")
     page.get_by_role("heading", name="New template").wait_for()
@@ -321,12 +321,12 @@ def test_inner_steps_are_edited_with_the_step_form(console: Console, fake):
     each, improve = stored["steps"]
     assert each["foreach"]["items"] == "input.topics" and each["output"] == "steps.facts.output"
     assert [(s["id"], s["agent"], s["prompt"], s.get("depends_on", [])) for s in each["steps"]] == [
-        ("find", {"worker": worker}, "Find {{item}}", []),
-        ("facts", {"worker": worker}, "Facts of {{steps.find.output}}", ["find"])]
+        ("find", {"worker": "researcher"}, "Find {{item}}", []),
+        ("facts", {"worker": "researcher"}, "Facts of {{steps.find.output}}", ["find"])]
     assert "agent" not in each and "agent" not in improve
     assert improve["loop"]["max_iterations"] == 2 and improve["depends_on"] == ["each"]
     assert [(s["id"], s["agent"], s["prompt"]) for s in improve["loop"]["steps"]] == [
-        ("polish", {"worker": worker}, "Polish {{ loop.iteration }}")]
+        ("polish", {"worker": "researcher"}, "Polish {{ loop.iteration }}")]
 
     # Opened again, the inner steps show the worker by name, and the graph draws them.
     page.reload()
