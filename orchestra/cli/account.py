@@ -9,7 +9,15 @@ from __future__ import annotations
 
 import typer
 
-from orchestra.cli.console import ExitCode, fail, handle_errors, out, print_json, success
+from orchestra.cli.console import (
+    ExitCode,
+    fail,
+    handle_errors,
+    out,
+    print_json,
+    print_people,
+    success,
+)
 from orchestra.cli.passwords import read_password
 from orchestra.cli.remote import JSON, SERVER, TOKEN, YES, confirm, connect
 from orchestra.services.roles import ROLE_NAMES as ROLES
@@ -57,18 +65,12 @@ def register_user(
 def list_users(ctx: typer.Context, server: str | None = SERVER, token: str | None = TOKEN,
                json_output: bool = JSON) -> None:
     """List the users, oldest first (SUPER_ADMINISTRATOR)."""
-    from rich.table import Table
-
     with connect(ctx, server, token) as client:
         users = client.get("/auth/list").get("users", [])
     if json_output:
         print_json(users)
         return
-    table = Table("user_name", "role")
-    table.add_column("user_id", no_wrap=True, min_width=36)
-    for u in users:
-        table.add_row(u["user_name"], u["role"], u["user_id"])
-    out.print(table)
+    print_people(users)
 
 
 @app.command("set-role")

@@ -88,6 +88,17 @@ def print_json(data: Any) -> None:
     sys.stdout.flush()
 
 
+def print_people(rows: list[dict[str, Any]]) -> None:
+    """Users with a role (`user list`, `member list`): name, role and id, the id unwrapped."""
+    from rich.table import Table
+
+    table = Table("user_name", "role")
+    table.add_column("user_id", no_wrap=True, min_width=36)
+    for row in rows:
+        table.add_row(row["user_name"], row["role"], row["user_id"])
+    out.print(table)
+
+
 def handle_errors(command: Callable) -> Callable:
     """Decorator: domain errors and bad configuration end as one line and an exit code."""
 

@@ -12,7 +12,15 @@ import sys
 
 import typer
 
-from orchestra.cli.console import ExitCode, fail, handle_errors, out, print_json, success
+from orchestra.cli.console import (
+    ExitCode,
+    fail,
+    handle_errors,
+    out,
+    print_json,
+    print_people,
+    success,
+)
 from orchestra.cli.remote import (
     JSON,
     SERVER,
@@ -135,18 +143,12 @@ def add(ctx: typer.Context, user: str = USER, role: str = ROLE, workspace: str |
 def list_members(ctx: typer.Context, workspace: str | None = WORKSPACE, server: str | None = SERVER,
                  token: str | None = TOKEN, json_output: bool = JSON) -> None:
     """List the workspace's members, owners first."""
-    from rich.table import Table
-
     with connect(ctx, server, token) as client:
         rows = client.get(f"/workspace/{_required(client, workspace)}/member").get("members", [])
     if json_output:
         print_json(rows)
         return
-    table = Table("user_name", "role")
-    table.add_column("user_id", no_wrap=True, min_width=36)
-    for m in rows:
-        table.add_row(m["user_name"], m["role"], m["user_id"])
-    out.print(table)
+    print_people(rows)
 
 
 @members.command("set")
