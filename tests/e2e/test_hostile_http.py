@@ -160,7 +160,10 @@ def _world(server: ServerProcess) -> tuple[httpx.Client, dict[str, str]]:
     assert subscription.status_code == 201, subscription.text
     hook = http.post(f"{api}/workflow/hook", json={"template_id": template_id})
     assert hook.status_code == 201, hook.text
+    workspace = http.post(f"{api}/workspace", json={"name": "head team"})
+    assert workspace.status_code == 201, workspace.text
     ids = {
+        "workspace_id": workspace.json()["workspace_id"],
         "schedule_id": schedule.json()["schedule_id"],
         "subscription_id": subscription.json()["subscription_id"],
         "hook_id": hook.json()["hook_id"],

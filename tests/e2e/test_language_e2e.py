@@ -135,7 +135,8 @@ def test_a_step_with_timeout_and_retry_then_a_run_retried_over_http(world):
     assert detail["status"] == "succeeded", detail["error"]
     evs = events(world, trace_id)
     retrying = [e for e in evs if e["kind"] == "step_retrying"]
-    assert [(e["attempt"], e["error"]) for e in retrying] == [(1, "timed out after 1 s"), (2, "bad request")]
+    assert [(e["attempt"], e["error"]) for e in retrying] == [
+        (1, "timed out after 1 s"), (2, "Provider 'fake' (model fake-model): bad request")]
     assert all(0.075 <= e["delay_seconds"] / 2 ** (e["attempt"] - 1) <= 0.125 for e in retrying)
     starts = [e.get("attempt") for e in evs if e["kind"] == "step_started" and e["step_id"] == "research"]
     assert starts == [None, 2, 3]
