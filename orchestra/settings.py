@@ -81,6 +81,7 @@ class Settings:
     webhook_retry_hours: float = 24.0  # how long a failing outbound webhook delivery is retried
     # Caps per user and pacing (SPEC §15b): what one user may hold of what all share.
     max_schedules_per_user: int = 100  # schedules one user may have (422 past it)
+    cron_seconds: bool = False  # schedules' cron may lead with a seconds field (tests, demos)
     max_subscriptions_per_user: int = 100  # event subscriptions one user may have (422 past it)
     child_tree_max_active: int = 256  # active runs in one tree of child runs (a step starting more fails)
     max_mcp_sessions_per_user: int = 50  # open /mcp sessions of one user per process; the oldest closes
@@ -336,6 +337,9 @@ SETTING_DOCS: dict[str, SettingDoc] = {
         "empty (public addresses only)"),
     "max_schedules_per_user": SettingDoc(
         "schedules one user may have; one more is 422 naming this setting"),
+    "cron_seconds": SettingDoc(
+        "lets a schedule's cron lead with a sixth field, seconds (`*/10 * * * * *`: every 10 s), "
+        "for tests and demonstrations; off, a cron has five fields (SPEC §11)"),
     "max_subscriptions_per_user": SettingDoc(
         "outbound event subscriptions one user may have; one more is 422 naming this setting"),
     "child_tree_max_active": SettingDoc(

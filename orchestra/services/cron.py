@@ -5,8 +5,9 @@ and its successor is still settling, while cronsim (Healthchecks.io's, in daily 
 millions of checks) is maintained, small, strict — it refuses at parse time a date that
 can never come, such as `0 0 30 2 *` — and iterates in the given zone with the
 daylight-saving rules of cronie: a local time skipped by a spring-forward fires at the
-transition, one repeated by a fall-back fires once. We only count the fields (five:
-cronsim would also take a sixth, seconds) and bound the work.
+transition, one repeated by a fall-back fires once. We only count the fields (five;
+cronsim also takes a leading sixth, seconds, which ORCHESTRA_CRON_SECONDS allows for
+tests and demonstrations) and bound the work.
 """
 
 from __future__ import annotations
@@ -38,13 +39,14 @@ def zone(name: str) -> ZoneInfo:
         raise CronProblem(f"'{name}' is not a known IANA time zone (e.g. UTC, Europe/Paris)") from None
 
 
-def check(expression: str, tz: ZoneInfo) -> str:
-    """The expression, normalized (single spaces), when it has five fields, parses and
-    fires at least once; CronProblem otherwise."""
+def check(expression: str, tz: ZoneInfo, *, seconds: bool = False) -> str:
+    """The expression, normalized (single spaces), when it has five fields (or, with
+    `seconds`, six: a leading seconds field), parses and fires at least once;
+    CronProblem otherwise."""
     if not isinstance(expression, str) or len(expression) > CRON_MAX:
         raise CronProblem(f"must be a five-field cron expression of at most {CRON_MAX} characters")
     fields = expression.split()
-    if len(fields) != 5:
+    if len(fields) != 5 and not (seconds and len(fields) == 6):
         raise CronProblem(
             f"must have five fields (minute hour day-of-month month day-of-week), not {len(fields)}")
     normalized = " ".join(fields)

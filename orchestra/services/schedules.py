@@ -59,7 +59,7 @@ async def _fields(core: Shared, user_id: str, body: dict[str, Any]) -> dict[str,
     expression = body["cron"]
     if tz is not None:
         try:
-            expression = cron.check(body["cron"], tz)
+            expression = cron.check(body["cron"], tz, seconds=core.settings.cron_seconds)
         except cron.CronProblem as exc:
             problems.append({"field": "cron", "problem": str(exc)})
     if body["overlap"] not in OVERLAPS:

@@ -60,3 +60,16 @@ def test_due_between_lists_the_due_times_and_the_next():
     assert [d.minute for d in due] == [0, 1, 2, 3] and following.minute == 4
     due, _ = cron.due_between("* * * * *", tz, first, now, 2)
     assert [d.minute for d in due] == [2, 3]
+
+
+def test_a_seconds_field_only_where_the_setting_allows_it():
+    tz = cron.zone("UTC")
+    with pytest.raises(cron.CronProblem, match="five fields"):
+        cron.check("*/20 * * * * *", tz)
+    assert cron.check(" */20  * * * * * ", tz, seconds=True) == "*/20 * * * * *"
+    assert cron.check("0 9 * * *", tz, seconds=True) == "0 9 * * *"  # five still mean minutes
+    with pytest.raises(cron.CronProblem, match="five fields"):
+        cron.check("0 * * * * * *", tz, seconds=True)
+    first = dt.datetime(2026, 1, 1, 10, 0, 20, tzinfo=dt.UTC)
+    due, following = cron.due_between("*/20 * * * * *", tz, first, first + dt.timedelta(seconds=45), 100)
+    assert [d.second for d in due] == [20, 40, 0] and (following.minute, following.second) == (1, 20)
