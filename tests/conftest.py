@@ -32,6 +32,7 @@ from sanic.router import Router
 from orchestra.core import Core
 from orchestra.settings import Settings
 from orchestra.web.app import create_app
+from tests import warm_cli
 
 # Cheap argon2 parameters: the tests exercise the real hasher, not its cost.
 FAST_HASH = {"argon2_time_cost": 1, "argon2_memory_cost": 1024, "argon2_parallelism": 1}
@@ -534,11 +535,9 @@ class ServerProcess:
         self.log_path = home / "server.log"
 
     def cli(self, *args: str, input: str | None = None) -> subprocess.CompletedProcess:
-        """Run an `orchestra` command against the same store."""
-        return subprocess.run(
-            [sys.executable, "-m", "orchestra", *args],
-            env=self.env, input=input, capture_output=True, text=True, timeout=60,
-        )
+        """Run an `orchestra` command against the same store (a process of its own,
+        forked from a warm interpreter: tests/warm_cli.py)."""
+        return warm_cli.run(list(args), env=self.env, input=input, timeout=60)
 
     def start(self, timeout: float = 90.0) -> ServerProcess:
         # 90 s: importing the server takes ~3 s of CPU, and tens of seconds of wall time on a

@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 
+from tests import warm_cli
 from tests.conftest import ServerProcess
 
 PASSWORD = "password-123"
@@ -30,10 +30,7 @@ class ClientCLI:
 
     def __call__(self, *args: str, input: str | None = None, env: dict | None = None,
                  timeout: float = 60) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [sys.executable, "-m", "orchestra", *args], env={**self.env, **(env or {})},
-            input=input, capture_output=True, text=True, timeout=timeout,
-        )
+        return warm_cli.run(list(args), env={**self.env, **(env or {})}, input=input, timeout=timeout)
 
     @property
     def credentials(self) -> Path:
