@@ -1,8 +1,9 @@
 """`python -m orchestra …` for the tests, started from a warm interpreter.
 
 The CLI tests and every e2e login run the `orchestra` command as a process of its own, as
-a user's terminal would. A fresh interpreter spends 0.6–1.1 s of CPU importing before the
-command does anything, and a whole run starts hundreds of them. Here one process (the
+a user's terminal would, and the e2e tests start hundreds of `orchestra serve` processes.
+A fresh interpreter spends 0.6–1.1 s of CPU importing before a command does anything, and
+1.2–1.5 s before a server does. Here one process (the
 "zygote", one per test process) imports the libraries and orchestra's lower layers once,
 then forks a process per command: a real process with its own pid, environment, working
 directory, stdin, stdout and stderr, running the command's own entry point
@@ -35,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # What every command imports anyway, below the CLI (never orchestra.cli: see above).
 PRELOAD = ("httpx", "typer", "click", "rich.console", "rich.table", "peewee", "argon2", "jwt",
            "orchestra.settings", "orchestra.client", "orchestra.core", "orchestra.services.auth",
-           "orchestra.services.audit")
+           "orchestra.services.audit", "orchestra.web.app")
 MESSAGE_MAX = 1 << 20
 
 
@@ -48,6 +49,7 @@ def serve(fd: int) -> None:
     for name in PRELOAD:
         __import__(name)
     assert "orchestra.cli" not in sys.modules, "a preloaded module imports orchestra.cli"
+    assert threading.active_count() == 1, "a preloaded module started a thread: forking is unsafe"
     sys.stdout.flush()
     sys.stderr.flush()
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # helpers are reaped by the kernel
@@ -167,6 +169,21 @@ class WarmCLI:
                 os.close(descriptor)
         return _collect(command, pipes[0][1], pipes[1][0], pipes[2][0], pipes[3][0], input, timeout)
 
+    def start(self, args: list[str], *, env: dict[str, str], output: int,
+              cwd: str | Path | None = None) -> WarmProcess:
+        """As `subprocess.Popen([python, "-m", "orchestra", *args], env=env,
+        stdout=output, stderr=STDOUT)` (stdin from /dev/null) would start it."""
+        status_read, status_write = os.pipe()
+        stdin = os.open(os.devnull, os.O_RDONLY)
+        theirs = [stdin, os.dup(output), os.dup(output), status_write]
+        request = json.dumps({"args": list(args), "env": dict(env), "cwd": str(cwd or os.getcwd())})
+        try:
+            socket.send_fds(self._connection(), [request.encode()], theirs)
+        finally:
+            for descriptor in theirs:
+                os.close(descriptor)
+        return WarmProcess(status_read)
+
     def close(self) -> None:
         if self._proc is not None and self._proc.poll() is None:
             self._sock.close()
@@ -198,17 +215,16 @@ def _collect(command: list[str], stdin: int, stdout: int, stderr: int, status: i
     for thread in threads:
         thread.start()
     deadline = time.monotonic() + timeout
-    lines = _status_lines(status, deadline)
+    pipe = _StatusPipe(status)
     try:
-        pid = next(lines, None)
-        code = next(lines, None) if pid is not None else None
+        pid = pipe.line(deadline)
+        code = pipe.line(deadline) if pid is not None else None
         if code is None and pid is not None:  # out of time: kill it, as subprocess.run does
             os.kill(int(pid), signal.SIGKILL)
         for thread in threads:
             thread.join(max(1.0, deadline - time.monotonic()) if code is not None else 5)
     finally:
-        lines.close()
-        os.close(status)
+        pipe.close()
     stdout_text = out.get(stdout, b"").decode(errors="replace")
     stderr_text = out.get(stderr, b"").decode(errors="replace")
     if code is None:
@@ -216,21 +232,67 @@ def _collect(command: list[str], stdin: int, stdout: int, stderr: int, status: i
     return subprocess.CompletedProcess(command, int(code), stdout_text, stderr_text)
 
 
-def _status_lines(status: int, deadline: float):
-    """The lines the helper writes on the status pipe (the pid, then the exit code), each
-    as it comes; stops at the deadline."""
-    buffer = b""
-    while True:
-        while b"\n" in buffer:
-            line, buffer = buffer.split(b"\n", 1)
-            yield line.decode()
-        left = deadline - time.monotonic()
-        if left <= 0 or not select.select([status], [], [], left)[0]:
-            return
-        chunk = os.read(status, 64)
-        if not chunk:
-            return
-        buffer += chunk
+class _StatusPipe:
+    """The lines the helper writes on the status pipe: the command's pid, then its exit code."""
+
+    def __init__(self, descriptor: int) -> None:
+        self.descriptor = descriptor
+        self._buffer = b""
+
+    def line(self, deadline: float) -> str | None:
+        """The next line, or None when the deadline passes (or the pipe ends) first."""
+        while b"\n" not in self._buffer:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self.descriptor], [], [], left)[0]:
+                return None
+            chunk = os.read(self.descriptor, 64)
+            if not chunk:
+                return None
+            self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        return line.decode()
+
+    def close(self) -> None:
+        os.close(self.descriptor)
+
+
+class WarmProcess:
+    """What the tests use of a `subprocess.Popen` (pid, poll, wait, terminate, kill,
+    returncode), for a command forked by the zygote: its exit code comes on the status pipe."""
+
+    def __init__(self, status: int) -> None:
+        self._status = _StatusPipe(status)
+        pid = self._status.line(time.monotonic() + 30)
+        if pid is None:
+            raise RuntimeError("the warm interpreter did not start the command")
+        self.pid = int(pid)
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.wait(0)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            code = self._status.line(time.monotonic() + (timeout if timeout is not None else 10 ** 9))
+            if code is None:
+                raise subprocess.TimeoutExpired(["orchestra"], timeout)
+            self.returncode = int(code)
+            self._status.close()
+        return self.returncode
+
+    def send_signal(self, number: int) -> None:
+        if self.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, number)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
 
 
 _warm = WarmCLI()
@@ -239,3 +301,8 @@ _warm = WarmCLI()
 def run(args: list[str], **options) -> subprocess.CompletedProcess:
     """Run `orchestra *args` in a process forked from this test process's zygote."""
     return _warm.run(args, **options)
+
+
+def start(args: list[str], **options) -> WarmProcess:
+    """Start `orchestra *args` (a server) in a process forked from the zygote."""
+    return _warm.start(args, **options)
