@@ -12,7 +12,9 @@ status in `outcome`. Questions are put at the prompt by `orchestra.cli.prompt`.
 from __future__ import annotations
 
 import json
+import os
 import sys
+import textwrap
 import time
 from dataclasses import dataclass, field
 from decimal import ROUND_CEILING, Decimal
@@ -176,11 +178,42 @@ def retry_text(data: dict[str, Any]) -> str:
     return f"attempt {data.get('attempt', '?')} failed, trying again{wait}: {_text(data.get('error') or '')}"
 
 
-def output_lines(outcome: Outcome) -> list[str]:
+def output_lines(outcome: Outcome, width: int | None = None) -> list[str]:
     """The run's output above its last line: `output:` then the value, indented."""
     if not outcome.ok or outcome.output is None:
         return []
-    return ["output:", *("    " + line for line in (_text(outcome.output).splitlines() or [""]))]
+    return ["output:", *indented(_text(outcome.output), width)]
+
+
+def indented(text: str, width: int | None, indent: str = "    ") -> list[str]:
+    """`text` under `indent`, line by line; with a width, a longer line is wrapped at
+    spaces and each piece keeps the indent (and the line's own leading spaces), so a
+    long answer reads as a block rather than running back to the left margin."""
+    out: list[str] = []
+    for line in text.splitlines() or [""]:
+        lead = indent + line[:len(line) - len(line.lstrip())]
+        if width is None or len(indent) + len(line) <= width or width - len(lead) < 20:
+            out.append(indent + line)
+            continue
+        out += textwrap.wrap(line.strip(), width, initial_indent=lead, subsequent_indent=lead,
+                             break_long_words=False, break_on_hyphens=False) or [indent + line]
+    return out
+
+
+def plain_width() -> int | None:
+    """The width piped lines are wrapped at: $COLUMNS, else the width of a terminal the
+    command still writes to or reads from (`| tee log` keeps stderr and stdin on the
+    terminal); None (no wrapping) when there is no terminal at all, e.g. a cron job's log."""
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    for stream in (sys.stderr, sys.stdin):
+        try:
+            if stream is not None and stream.isatty():
+                return os.get_terminal_size(stream.fileno()).columns
+        except (OSError, ValueError):
+            continue
+    return None
 
 
 def tool_call_text(data: dict[str, Any]) -> str:
@@ -211,10 +244,12 @@ class JsonRenderer(Renderer):
 class PlainRenderer(Renderer):
     """Readable lines for pipes and logs; a step's output is printed when it finishes."""
 
-    def __init__(self, trace_id: str, stream: TextIO | None = None, *, hint: bool = True) -> None:
+    def __init__(self, trace_id: str, stream: TextIO | None = None, *, hint: bool = True,
+                 width: int | None = None) -> None:
         super().__init__(trace_id)
         self.stream = stream or sys.stdout
         self.hint = hint  # say how to answer a question (not in a replay: it was answered)
+        self.width = width  # outputs' lines are wrapped at it, keeping their indent
 
     def _line(self, text: str) -> None:
         self.stream.write(text + "\n")
@@ -236,7 +271,7 @@ class PlainRenderer(Renderer):
         elif kind in (EventKind.BUDGET_EXCEEDED, EventKind.BUDGET_EXHAUSTED):
             self._line(budget_line(self.trace_id, kind, data))
         elif event.terminal:
-            for line in output_lines(self.outcome):
+            for line in output_lines(self.outcome, self.width):
                 self._line(line)
             self._line(final_line(self.outcome))
 
@@ -251,8 +286,8 @@ class PlainRenderer(Renderer):
     def _step_ended(self, kind: str, sid: str, step: StepView) -> None:
         if kind == EventKind.STEP_FINISHED:
             self._line(f"[{sid}] finished{_seconds(step.started, step.finished)}{_cost(step.cost)}")
-            for line in (step.output or "").splitlines() or [""]:
-                self._line(f"    {line}")
+            for line in indented(step.output or "", self.width):
+                self._line(line)
         elif kind == EventKind.STEP_FAILED:
             self._line(f"[{sid}] failed{_seconds(step.started, step.finished)}: {step.error}")
         else:  # skipped: the reason, as the state holds it
@@ -437,7 +472,7 @@ def make_renderer(trace_id: str, *, json_lines: bool, console: Console, replay: 
         return JsonRenderer(trace_id)
     if console.is_terminal:
         return LiveRenderer(trace_id, console)
-    return PlainRenderer(trace_id, hint=not replay)
+    return PlainRenderer(trace_id, hint=not replay, width=plain_width())
 
 
 _STEP_EVENTS = frozenset({

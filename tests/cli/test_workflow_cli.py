@@ -91,6 +91,26 @@ def test_run_then_watch_renders_every_step_output_and_final_status(world):
     assert plain.returncode == 0 and "Echo: List the key facts in: the moon landing" in plain.stdout
 
 
+def test_piped_output_wrapped_at_the_width_keeps_its_indent(world):
+    """At a known width (here $COLUMNS) a long output line wraps at spaces, each piece
+    under the same four-space indent; no line is wider than the width, no word is lost."""
+    cli = world["cli"]
+    started = cli("workflow", "run", template_id(world, "three_step"), "--input", "the moon landing")
+    assert started.returncode == 0, started.stderr
+    watched = cli("workflow", "watch", started.stdout.strip(), env={"COLUMNS": "40"})
+    assert watched.returncode == 0, watched.stderr
+    lines = watched.stdout.splitlines()
+    numbers = lines.index(next(line for line in lines if line.startswith("[numbers] finished")))
+    block = []
+    for line in lines[numbers + 1:]:
+        if not line.startswith("    "):
+            break
+        block.append(line)
+    assert len(block) > 1 and all(len(line) <= 40 for line in block), block
+    assert " ".join(line.strip() for line in block) == \
+        "Echo: Work out 12 * 7 + 1 for the report about: the moon landing"
+
+
 def test_a_closed_pipe_ends_a_watch_quietly(world):
     world["llm"].chunk_delay = 0.05  # events keep coming after the reader has gone
     try:
