@@ -8,7 +8,8 @@ streamable HTTP, `GET /stats` answers `{"connects": n, "calls": n}`: how many cl
 connected (a `server/discover` or `initialize` request each), how many tools were called.
 
 Run: `python -m orchestra.testing.fake_mcp --port 8765` (streamable HTTP on loopback,
-endpoint `/mcp`) or `python -m orchestra.testing.fake_mcp --stdio`.
+endpoint `/mcp`) or `python -m orchestra.testing.fake_mcp --stdio`; it logs nothing but
+warnings and errors (`--log-level INFO` for more).
 """
 
 from __future__ import annotations
@@ -36,9 +37,11 @@ class Sum(BaseModel):
 CONNECT_METHODS = (b'"server/discover"', b'"initialize"')
 
 
-def build(name: str = "fake") -> tuple[MCPServer, dict[str, int]]:
-    """The server with its tools, and its counters (`connects`, `calls`)."""
-    server = MCPServer(name)
+def build(name: str = "fake", log_level: str = "WARNING") -> tuple[MCPServer, dict[str, int]]:
+    """The server with its tools, and its counters (`connects`, `calls`). It logs only
+    warnings and errors by default: started with `&` from a shell, its INFO lines (the
+    session manager starting, stopping) would print into the user's terminal."""
+    server = MCPServer(name, log_level=log_level)
     stats = {"connects": 0, "calls": 0}
 
     def seen(ctx: Context) -> None:
@@ -174,14 +177,17 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=8765)
     parser.add_argument("--stdio", action="store_true", help="serve on stdin/stdout")
+    parser.add_argument("--log-level", default="WARNING", type=str.upper,
+                        choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
+                        help="what it logs to stderr (default WARNING: quiet in a shell)")
     args = parser.parse_args(argv)
-    server, stats = build()
+    server, stats = build(log_level=args.log_level)
     if args.stdio:
         server.run("stdio")
         return
     import uvicorn
 
-    uvicorn.run(http_app(server, stats), host="127.0.0.1", port=args.port, log_level="warning",
+    uvicorn.run(http_app(server, stats), host="127.0.0.1", port=args.port, log_level=args.log_level.lower(),
                 lifespan="on")
 
 
