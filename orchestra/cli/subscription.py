@@ -73,12 +73,20 @@ def list_subscriptions(ctx: typer.Context, server: str | None = SERVER, token: s
     out.print(table)
 
 
+def attempts_text(attempts: list[dict]) -> str:
+    """One line an attempt: `1. 503` when an answer came, else `2. <why none came>`."""
+    return "\n".join(f"{n}. {a['response_code'] or a.get('error') or 'no answer'}"
+                     for n, a in enumerate(attempts, 1))
+
+
 @app.command()
 @handle_errors
 def deliveries(ctx: typer.Context, subscription: str = SUBSCRIPTION, server: str | None = SERVER,
                token: str | None = TOKEN, json_output: bool = JSON) -> None:
-    """A subscription's deliveries, newest first, with each attempt's response code."""
+    """A subscription's deliveries, newest first: each attempt's response code, or why
+    no answer came (its error)."""
     from rich.table import Table
+    from rich.text import Text
 
     with connect(ctx, server, token) as client:
         rows = client.get(f"{PATH}/{subscription}/deliveries")["deliveries"]
@@ -88,8 +96,8 @@ def deliveries(ctx: typer.Context, subscription: str = SUBSCRIPTION, server: str
     table = Table("event", "trace_id", "status", "attempts", "next attempt")
     table.add_column("delivery_id", no_wrap=True, min_width=36)
     for d in rows:
-        codes = " ".join(str(a["response_code"] or "—") for a in d["attempts"])
-        table.add_row(d["event"], d["trace_id"], d["status"], codes, d.get("next_attempt_at") or "", d["delivery_id"])
+        table.add_row(d["event"], d["trace_id"], d["status"], Text(attempts_text(d["attempts"])),
+                      d.get("next_attempt_at") or "", d["delivery_id"])
     out.print(table)
 
 

@@ -4,6 +4,7 @@ against what the API then holds; the subscription's secret is printed once (SPEC
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -64,3 +65,28 @@ def test_subscription_secret_is_shown_once(world):
     assert json.loads(cli("subscription", "deliveries", sub["subscription_id"], "--json").stdout) == []
     assert cli("subscription", "remove", sub["subscription_id"], "--yes").returncode == 0
     assert api.get("/workflow/subscription").json()["subscriptions"] == []
+
+
+def test_deliveries_show_why_an_attempt_had_no_answer(world):
+    """The attempts column says the error when no response came, not just a dash."""
+    cli, api = world["cli"], world["api"]
+    done = cli("subscription", "add", "http://127.0.0.1:9/hook", "--event", "run.succeeded")
+    assert done.returncode == 0, done.stderr
+    (sub,) = [s for s in api.get("/workflow/subscription").json()["subscriptions"]
+              if s["events"] == ["run.succeeded"]]
+    started = api.post("/workflow/run", json={
+        "template_id": world["templates"]["three_step"]["template_id"], "input": "x"})
+    assert started.status_code in (200, 201, 202), started.text
+    deadline = time.monotonic() + 30
+    while True:
+        rows = api.get(f"/workflow/subscription/{sub['subscription_id']}/deliveries").json()["deliveries"]
+        if rows and rows[0]["attempts"]:
+            break
+        assert time.monotonic() < deadline, rows
+        time.sleep(0.1)
+    attempt = rows[0]["attempts"][0]
+    assert attempt["response_code"] is None and attempt["error"], attempt
+    shown = cli("subscription", "deliveries", sub["subscription_id"], env={"COLUMNS": "400"})
+    assert shown.returncode == 0, shown.stderr
+    assert f"1. {attempt['error']}" in shown.stdout, shown.stdout
+    assert cli("subscription", "remove", sub["subscription_id"], "--yes").returncode == 0
