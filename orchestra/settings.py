@@ -64,6 +64,10 @@ class Settings:
     expression_input_max_bytes: int = 4 * 1024 * 1024  # JSON an expression is evaluated against
     expression_result_max_bytes: int = 4 * 1024 * 1024  # JSON a sandboxed expression may give
     expression_workers: int = 2  # expression worker processes, started when first needed
+    code_timeout_ms: int = 1000  # one code step's run in its sandbox (SPEC §17)
+    code_memory_mb: int = 64  # a code step's heap in its sandbox
+    code_recursion_max: int = 200  # a code step's call depth
+    code_workers: int = 2  # code sandbox worker processes per server process, started when first needed
     schema_timeout_ms: int = 1000  # a JSON Schema check too large for the event loop, in a worker
     header_timeout: float = 10.0  # seconds for a whole request head, from its first byte
     body_min_rate: int = 240  # bytes a second a body must average after header_timeout (0: off)
@@ -127,7 +131,8 @@ class Settings:
         EgressPolicy.parse(self.egress_allow)  # a bad entry stops the start, naming the setting
         EgressPolicy.parse(self.step_egress_allow, STEP_SETTING)
         for name in ("expression_timeout_ms", "expression_memory_mb", "expression_input_max_bytes",
-                     "expression_result_max_bytes", "expression_workers", "schema_timeout_ms"):
+                     "expression_result_max_bytes", "expression_workers", "schema_timeout_ms",
+                     "code_timeout_ms", "code_memory_mb", "code_recursion_max", "code_workers"):
             if getattr(self, name) < 1:
                 raise ValueError(f"ORCHESTRA_{name.upper()} must be at least 1, got {getattr(self, name)}")
         if not 0 < self.db_busy_timeout <= 3600:
@@ -300,6 +305,16 @@ SETTING_DOCS: dict[str, SettingDoc] = {
         "milliseconds a JSON Schema check too large for the event loop (a large value against a "
         "large schema) may take in an expression worker process; past it the value is refused "
         "(422 at start or reply; a failed structured answer) naming this limit"),
+    "code_timeout_ms": SettingDoc(
+        "milliseconds one code step may run in its sandbox (the step's `timeout_seconds` also "
+        "applies, the smaller wins); past it the step fails naming this limit and the worker is replaced"),
+    "code_memory_mb": SettingDoc(
+        "heap (MiB) one code step may use in its sandbox; past it the step fails naming this limit"),
+    "code_recursion_max": SettingDoc(
+        "call depth a code step may reach; deeper fails the step naming this limit"),
+    "code_workers": SettingDoc(
+        "code sandbox worker processes (pydantic-monty) per server process, started at the first "
+        "code step; further code steps wait their turn"),
     "expression_workers": SettingDoc(
         "expression worker processes per server process (started when first needed); further "
         "sandboxed evaluations wait their turn"),

@@ -1,4 +1,4 @@
-"""A call step (one agent, human, http or workflow call) at an instance path, attempt by attempt
+"""A call step (one agent, human, http, workflow or code call) at an instance path, attempt by attempt
 (SPEC §7): `retry` with doubling backoff and `step_retrying` between attempts, each
 attempt bounded by `timeout_seconds` and counted against `limits.max_steps`; a human
 step's `default` when its wait runs out. The model itself is `agent_step.AgentSteps`.
@@ -12,6 +12,7 @@ from typing import Any
 
 from orchestra.engine.agent_step import AgentSteps
 from orchestra.engine.child_step import ChildSteps
+from orchestra.engine.code_step import CodeSteps
 from orchestra.engine.http_step import HttpSteps, shown_request
 from orchestra.engine.live import LimitReached, LiveRun, StepFailure
 from orchestra.engine.model import At, Question, StepDef
@@ -46,7 +47,7 @@ class Calls:
 
     def __init__(self, *, store: RunStore, records: Records, agents: AgentSteps,
                  questions: Questions, prompt_max_bytes: int, http: HttpSteps, children: ChildSteps,
-                 reuse: ForkReuse) -> None:
+                 code: CodeSteps, reuse: ForkReuse) -> None:
         self.store = store
         self.reuse = reuse
         self.records = records
@@ -55,6 +56,7 @@ class Calls:
         self.prompt_max_bytes = prompt_max_bytes
         self.http = http
         self.children = children
+        self.code = code
 
     async def step(self, live: LiveRun, step: StepDef, at: At, variables: dict[str, Any],
                    scope: Scope) -> Any:
@@ -130,7 +132,7 @@ class Calls:
         """One attempt: (output, usage, last token text). StepFailure when it fails,
         `timed out after N s` past timeout_seconds (a human step's default, if it has
         one, is then its output). `prompt`: the rendered prompt, when it rendered."""
-        if step.http is not None or step.workflow is not None:
+        if step.http is not None or step.workflow is not None or step.code is not None:
             return await self._action(live, step, at, scope, attempt), None, ""
         if prompt is None:
             try:
@@ -158,14 +160,19 @@ class Calls:
             raise StepFailure(f"timed out after {timeout} s") from None
 
     async def _action(self, live: LiveRun, step: StepDef, at: At, scope: Scope, attempt: int) -> Any:
-        """One attempt of an http or workflow step (SPEC §14): `step_started`, then the
-        request or the child run, bounded by the step's timeout_seconds."""
+        """One attempt of an http, workflow (SPEC §14) or code (§17) step: `step_started`,
+        then the request, the child run or the code, bounded by the step's timeout_seconds."""
         if step.http is not None:
             self.records.attempt_started(live, at, attempt, {"http": shown_request(step.http)})
+        elif step.code is not None:
+            started = await self.code.clock(live, at)  # the instant its code sees as now
+            self.records.attempt_started(live, at, attempt, {}, started_at=started)
         try:
             async with asyncio.timeout(step.timeout_seconds):
                 if step.http is not None:
                     return await self.http.attempt(live, step, at, scope)
+                if step.code is not None:
+                    return await self.code.attempt(live, step, at, scope)
                 # the child run is stored with the attempt's `step_started` (one write)
                 return await self.children.attempt(live, step, at, scope, attempt, {"workflow": step.workflow})
         except TimeoutError:

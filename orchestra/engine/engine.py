@@ -26,6 +26,7 @@ from orchestra.engine.agent_step import AgentResolver, AgentSteps
 from orchestra.engine.calls import Calls
 from orchestra.engine.child_step import ChildSteps
 from orchestra.engine.claims import Claims
+from orchestra.engine.code_step import CodeSteps
 from orchestra.engine.containers import Containers
 from orchestra.engine.feed import Feeds, Follow
 from orchestra.engine.http_step import HttpSteps
@@ -99,9 +100,10 @@ class Engine:
                                       tree_max_active=settings.child_tree_max_active)
         self.child_steps.begin, self.child_steps.cancel = self.begin, self.cancel
         self.child_steps.claim_now = self.claim_now
+        self.code_steps = CodeSteps(settings, store=self.store, sandbox=self.sandbox)  # SPEC §17: its worker pool
         calls = Calls(store=self.store, records=records, agents=self.agent_steps,
                       questions=self.questions, prompt_max_bytes=settings.prompt_max_bytes,
-                      http=self.http_steps, children=self.child_steps,
+                      http=self.http_steps, children=self.child_steps, code=self.code_steps,
                       reuse=ForkReuse(self.store, records))
         scheduler = Scheduler(store=self.store, runs=self.runs, records=records, sandbox=self.sandbox)
         containers = Containers(runs=self.runs, records=records, scheduler=scheduler, calls=calls,
@@ -262,6 +264,7 @@ class Engine:
         await self.agent_steps.close()
         await self.http_steps.close()
         await self.child_steps.close()
+        await self.code_steps.close()
         await self.gate.close()
         await self.store.stop()
         await self.sandbox.close()

@@ -86,6 +86,11 @@ class LiveRun:
     # Events an instance's next write carries (a workflow step's `child_finished`, stored
     # in one transaction with the step's end), by instance path.
     carried: dict[str, list] = field(default_factory=dict)
+    resumed: bool = False  # claimed again: it had events (run_resumed)
+    # Code steps (SPEC §17): each instance's clock, its stored start; read from the rows
+    # once when a resumed run's first code step needs one.
+    code_clocks: dict[str, Any] = field(default_factory=dict)
+    code_clocks_read: bool = False
     unreadable: str | None = None  # why its stored steps could not be read (it fails)
     forked_from: dict[str, Any] | None = None  # a fork's source: {trace_id, from_step, outputs, again}
     fork_source: asyncio.Future | None = None  # the source's calls by reuse key, once read (reuse.py)

@@ -20,7 +20,7 @@ from orchestra.language.model import Step
 class StepKind(StrEnum):
     """What a step instance does; the scheduler's dispatch table is keyed by it."""
 
-    CALL = "call"  # one agent, human, http or workflow call
+    CALL = "call"  # one agent, human, http, workflow or code call
     FOREACH = "foreach"  # one instance per item of a list (SPEC §8)
     LOOP = "loop"  # a small workflow per iteration, until a condition (SPEC §8)
 
@@ -91,6 +91,7 @@ class StepDef:
     loop: LoopDef | None = None
     http: dict[str, Any] | None = None  # an HTTP request instead of an agent (SPEC §14)
     workflow: dict[str, Any] | None = None  # a child run instead of an agent (SPEC §14)
+    code: dict[str, Any] | None = None  # {source}: computed in the code sandbox (SPEC §17)
 
     @property
     def human(self) -> bool:
@@ -133,6 +134,7 @@ class StepDef:
             output=step.output, loop=loop,
             http=step.http.model_dump() if step.http is not None else None,
             workflow=step.workflow.model_dump() if step.workflow is not None else None,
+            code=step.code.model_dump() if step.code is not None else None,
         )
 
 

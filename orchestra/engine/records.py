@@ -52,11 +52,13 @@ class Records:
         self._submit(live, at.path, at.step_id, {"status": StepStatus.RUNNING, "started_at": utcnow()},
                      [(EventKind.STEP_STARTED, data, at)])
 
-    def attempt_started(self, live: LiveRun, at: At, attempt: int, data: dict[str, Any]) -> None:
-        """A call's attempt started (`step_started`, with `attempt` from the second on)."""
+    def attempt_started(self, live: LiveRun, at: At, attempt: int, data: dict[str, Any], *,
+                        started_at: Any = None) -> None:
+        """A call's attempt started (`step_started`, with `attempt` from the second on);
+        `started_at`: the instance's start when the step already knows it (a code step's clock)."""
         values: dict[str, Any] = {"status": StepStatus.RUNNING, "attempt": attempt}
         if attempt == 1:
-            values["started_at"] = utcnow()
+            values["started_at"] = started_at or utcnow()
         label = live.item_labels.get(at.path)
         if label:  # a foreach item: named by its value (SPEC §8), whatever its items expression
             data = {**data, "item": label}

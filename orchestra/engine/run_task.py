@@ -178,6 +178,7 @@ class RunTasks:
         else:
             restarted = await self._load_state(live)
         observe.run_began(trace_id, resumed=restarted is not None)
+        live.resumed = restarted is not None
         if restarted is None:
             live.started_epoch = time.time()
             # with the steps copied from the run this one retries or forks

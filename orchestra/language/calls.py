@@ -1,4 +1,4 @@
-"""Save-time checks of a step's http or workflow call (SPEC §14), for validate.py: which
+"""Save-time checks of a step's http, workflow (SPEC §14) or code (§17) call, for validate.py: which
 call a step makes, the call as stored, where `{{ secrets.NAME }}` may stand, and every
 text of an http step that `{{ }}` may fill."""
 
@@ -8,9 +8,10 @@ import re
 from typing import Any
 
 from orchestra.language import expressions
+from orchestra.language.code import source_problems
 from orchestra.language.model import Step
 
-ACTIONS = ("agent", "http", "workflow")  # what one call of a step is
+ACTIONS = ("agent", "http", "workflow", "code")  # what one call of a step is
 # `{{ secrets.NAME }}`: the only way a template names a secret (SPEC §14)
 SECRET_REF = re.compile(r"^secrets\.([A-Za-z_][A-Za-z0-9_]{0,63})$")
 _SECRETS_WORD = re.compile(r"(?<![\w.])secrets(?!\w)")
@@ -25,6 +26,12 @@ def action_of(raw: dict[str, Any], where: str, checked: Any) -> str | None:
     """Which call a step makes (agent, http or workflow); None (problem added) for more
     than one, or for an http or workflow step with agent-only fields."""
     given = [name for name in ACTIONS if raw.get(name) is not None]
+    if "code" in given:  # a code step names every field it may not have
+        bad = [name for name in (*given, "prompt", "tools", "on_tool_error", "default")
+               if name != "code" and name in raw]
+        for name in dict.fromkeys(bad):
+            checked.add(f"{where}.{name}", "is not a field of a code step")
+        return None if bad else "code"
     if len(given) > 1:
         checked.add(where, "a step makes one call: agent (with prompt), http or workflow")
         return None
@@ -39,7 +46,9 @@ def action_of(raw: dict[str, Any], where: str, checked: Any) -> str | None:
 
 
 def clean_actions(step: Step, clean: dict[str, Any], checked: Any, where: str) -> None:
-    """An http or workflow call as stored (only the fields given), with its own checks."""
+    """An http, workflow or code call as stored (only the fields given), with its own checks."""
+    if step.code is not None:
+        _clean_code(step.code.source, clean, checked, where)
     if step.http is not None:
         http = step.http.model_dump(exclude_none=True, exclude_unset=True)
         http["method"], http["url"] = step.http.method, step.http.url
@@ -64,6 +73,13 @@ def clean_actions(step: Step, clean: dict[str, Any], checked: Any, where: str) -
             flow["version"] = step.workflow.version
         clean["workflow"] = flow
         checked.children.append((f"{where}.workflow.template", flow["template"], flow))
+
+
+def _clean_code(source: str, clean: dict[str, Any], checked: Any, where: str) -> None:
+    """A code step's source (SPEC §17): parsed, never run, here."""
+    for problem in source_problems(source):
+        checked.add(f"{where}.code.source", problem)
+    clean["code"] = {"source": source}
 
 
 def mentions_secrets(source: str) -> bool:

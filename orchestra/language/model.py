@@ -100,6 +100,17 @@ class ChildWorkflow(Closed):
     input: str = Field(max_length=EXPRESSION_MAX, description="CEL expression: the child's input.")
 
 
+CODE_SOURCE_MAX = 65_536  # bytes of a code step's source (SPEC §17)
+
+
+class CodeCall(Closed):
+    """Compute the step's output from data in a sandboxed subset of Python (SPEC §17): the
+    value of the source's last expression (None otherwise). It sees `input`, `steps` and,
+    inside a foreach, `item` and `index`; it may import json, math, datetime and re."""
+
+    source: str = Field(min_length=1, description="The Python source, at most 65,536 bytes (UTF-8).")
+
+
 MAX_CONCURRENCY = 64  # foreach items at once, at most (SPEC §8)
 MAX_ITERATIONS = 100  # loop iterations, at most (SPEC §8)
 
@@ -128,12 +139,13 @@ class Loop(Closed):
 
 class Step(Closed):
     """One step of a template: an agent or human call, an HTTP request, a child workflow,
-    a `foreach` or a `loop`."""
+    a code step, a `foreach` or a `loop`."""
 
     id: str = Field(description="Unique in the template, inner steps included.", pattern=STEP_ID.pattern)
     agent: WorkerAgent | NodeAgent | HumanAgent | None = Field(
-        None, description="Required, except for a loop, a foreach with `steps`, an http and a workflow step.")
+        None, description="Required, except for a loop, a foreach with `steps`, an http, a workflow and a code step.")
     http: HttpCall | None = None
+    code: CodeCall | None = None
     workflow: ChildWorkflow | None = None
     prompt: str | None = Field(
         None,

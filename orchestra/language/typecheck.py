@@ -68,11 +68,11 @@ def type_problems(steps: list[dict[str, Any]], options: dict[str, Any]) -> list[
         "steps": {s["id"]: {"output": _output_example(s), "status": StepStatus.SUCCEEDED}
                   for s, _depth, _where in walk(steps) if isinstance(s.get("id"), str)},
     }
-    # A child run's output (SPEC §14) has no declared type here: expressions naming one
+    # A child run's output (SPEC §14) or a code step's (§17) has no declared type here: expressions naming one
     # are left to run time, as are those over a foreach of http or workflow calls.
     unknown = {s["id"] for s, _depth, _where in walk(steps) if isinstance(s.get("id"), str)
                and "output_schema" not in s
-               and ("workflow" in s or ("foreach" in s and "http" in s))}
+               and ("workflow" in s or "code" in s or ("foreach" in s and "http" in s))}
     found = []
     for where, source in _sites(steps, options):
         try:

@@ -124,9 +124,9 @@ def _container_shape(raw: dict[str, Any], where: str, checked: Checked) -> bool:
                 checked.add(f"{where}.{name}", "is not a loop step's field (a loop has loop.steps)")
                 ok = False
     elif "steps" in raw:
-        for name in ("agent", "prompt", "http", "workflow"):
+        for name in ("agent", "prompt", "http", "workflow", "code"):
             if name in raw:
-                checked.add(f"{where}.{name}", "a foreach has either agent and prompt, http, workflow, or steps")
+                checked.add(f"{where}.{name}", "a foreach has either agent and prompt, http, workflow, code, or steps")
                 ok = False
     else:
         if "output" in raw:
@@ -148,7 +148,7 @@ def _clean_step(raw: Any, where: str, checked: Checked, depth: int = 0,
     if "steps" in raw or "output" in raw:
         checked.add(where, "steps and output belong to a foreach step")
         return None
-    if raw.get("http") is not None or raw.get("workflow") is not None:
+    if any(raw.get(name) is not None for name in ("http", "workflow", "code")):
         return _clean_action(raw, where, checked)
     agent = _check_agent(raw.get("agent"), f"{where}.agent", checked)
     try:  # the agent is checked above, in words of its own
@@ -172,7 +172,7 @@ def _clean_step(raw: Any, where: str, checked: Checked, depth: int = 0,
 
 
 def _clean_action(raw: dict[str, Any], where: str, checked: Checked) -> dict[str, Any] | None:
-    """An http or workflow step as stored, or None (problems added)."""
+    """An http, workflow or code step as stored, or None (problems added)."""
     if action_of(raw, where, checked) is None:
         return None
     try:
@@ -196,7 +196,7 @@ def _clean_container(raw: dict[str, Any], where: str, checked: Checked, depth: i
         return None
     is_loop = raw.get("loop") is not None
     inner_raw = (raw["loop"].get("steps") if isinstance(raw["loop"], dict) else None) if is_loop else raw.get("steps")
-    action = not is_loop and "steps" not in raw and (raw.get("http") is not None or raw.get("workflow") is not None)
+    action = not is_loop and "steps" not in raw and any(raw.get(name) is not None for name in ("http", "workflow", "code"))
     if action and action_of(raw, where, checked) is None:
         return None
     probe, agent = _container_probe(raw, where, checked, is_loop, action)
@@ -261,7 +261,7 @@ def _stored_container(step: Step, raw: dict[str, Any], is_loop: bool,
         if step.output is not None:
             clean["output"] = step.output
         return clean
-    if step.http is not None or step.workflow is not None:
+    if step.http is not None or step.workflow is not None or step.code is not None:
         return clean  # its call is added by the caller (_clean_actions)
     if agent is None:
         return None
