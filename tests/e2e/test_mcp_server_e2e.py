@@ -337,3 +337,32 @@ def test_a_child_runs_question_is_asked_and_answered_on_the_childs_trace(server)
     assert runs["leaf"]["trace_id"] in asked[0]  # the question names the run it belongs to
     leaf = http.get(f"/workflow/run/{runs['leaf']['trace_id']}").json()
     assert leaf["steps"][0]["output"] == {"approved": True}
+
+
+def test_the_docs_mcp_client_snippet_runs_as_written(live, tmp_path):
+    """docs/api.md's SDK snippet, run as a program with only its URL and TOKEN set: an
+    API key with run:start sent as the bearer header lists the tool and calls it."""
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    server, fake = live
+    headers = login(server, "snippet-user", "ADMINISTRATOR")
+    http = api(server, headers)
+    worker = fake_worker(http, fake)
+    make_template(http, "Triage ticket", [{"id": "route", "agent": {"worker": worker}, "prompt": "route {{input.ticket}}"}],
+                  input_schema={"type": "object", "properties": {"ticket": {"type": "string"}}, "required": ["ticket"]},
+                  output="steps.route.output", **EXPOSE)
+    key = http.post("/auth/key", json={"name": "snippet", "scopes": ["run:start"]})
+    assert key.status_code == 201, key.text
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "api.md").read_text()
+    (snippet,) = [b for b in re.findall(r"```python\n(.*?)```", docs, re.S) if "streamable_http_client" in b]
+    program = re.sub(r'^URL = ".*"$', f'URL = "{server.base_url}/mcp"', snippet, count=1, flags=re.M)
+    program = re.sub(r'^TOKEN = ".*?"', f'TOKEN = "{key.json()["key"]}"', program, count=1, flags=re.M)
+    assert program.count(server.base_url) == 1 and key.json()["key"] in program
+    (tmp_path / "client.py").write_text(program)
+    done = subprocess.run([sys.executable, str(tmp_path / "client.py")], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "tools: Triage_ticket", "output: Echo: route The printer is on fire"], done.stdout
