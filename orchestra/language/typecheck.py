@@ -50,7 +50,7 @@ def _sites(steps: list[dict[str, Any]], options: dict[str, Any]) -> Iterator[tup
         yield "output", options["output"]
 
 
-def _output_example(step: dict[str, Any]) -> Any:
+def output_example(step: dict[str, Any]) -> Any:
     """What a step's output looks like: its output_schema's example, an HTTP answer's
     known fields, else text."""
     if "output_schema" in step:
@@ -65,7 +65,7 @@ def type_problems(steps: list[dict[str, Any]], options: dict[str, Any]) -> list[
     schema = options.get("input_schema")
     values = {
         "input": schema_example(schema) if schema is not None else "text",
-        "steps": {s["id"]: {"output": _output_example(s), "status": StepStatus.SUCCEEDED}
+        "steps": {s["id"]: {"output": output_example(s), "status": StepStatus.SUCCEEDED}
                   for s, _depth, _where in walk(steps) if isinstance(s.get("id"), str)},
     }
     # A child run's output (SPEC §14) or a code step's (§17) has no declared type here: expressions naming one

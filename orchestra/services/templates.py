@@ -24,7 +24,7 @@ from orchestra.language.model import NAME_MAX, PROMPT_MAX
 from orchestra.language.typecheck import type_problems
 from orchestra.language.validate import Checked
 from orchestra.language.validate import check_template as check_template_language
-from orchestra.services import audit, composition, version_store, workspace_scope
+from orchestra.services import audit, code_check, composition, version_store, workspace_scope
 from orchestra.services.paging import DEFAULT_LIMIT, Page, keyset_page
 from orchestra.services.shared import Shared
 from orchestra.services.workspace_rights import Action
@@ -54,15 +54,19 @@ def _clean_name(name: str) -> str:
 
 async def check_template(
     core: Shared, *, owner_id: str, steps: Any, options: dict[str, Any] | None = None,
-    template_id: str | None = None,
+    template_id: str | None = None, run_code: bool = False,
 ) -> Checked:
     """Every problem of a template (language.validate, plus whether each worker is
     the owner's, each secret exists and each child template may be called: see
     composition.py), without storing anything: `POST /template/check` and saves use it.
-    `template_id`: the template being replaced (a child must not call it back)."""
+    `template_id`: the template being replaced (a child must not call it back);
+    `run_code`: also run each code step on examples (`template check`, never a save)."""
     checked = check_template_language(steps, options)
     if not checked.problems:  # a template otherwise sound: do its expressions fit its types?
         for field, problem in type_problems(checked.steps, checked.options):
+            add_problem(checked.problems, field, problem)
+    if run_code and not checked.problems:
+        for field, problem in await code_check.code_problems(core, checked):
             add_problem(checked.problems, field, problem)
     await composition.check_calls(core, checked, owner_id=owner_id, template_id=template_id)
     if not checked.workers:

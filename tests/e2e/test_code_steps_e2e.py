@@ -47,6 +47,13 @@ def test_code_steps_compute_fail_with_lines_and_spin_without_slowing_others(tmp_
             bad.json()["detail"]
 
         body = json.loads(EXAMPLE.read_text())
+        # template check runs each top-level code step once on examples of its inputs
+        checked = http.post("/workflow/template/check", json=body)
+        assert checked.status_code == 200 and checked.json()["problems"] == [], checked.text
+        wrong = http.post("/workflow/template/check", json={"name": "w", "steps": [
+            {"id": "n", "code": {"source": "x = 1\nint(input)"}}]})
+        assert wrong.json()["problems"] == [{"field": "steps.0.code.source", "problem":
+            "on example inputs (input: \"text\"): ValueError: invalid literal for int() with base 10: 'text' (line 2)"}]
         body["steps"].append({"id": "bad", "depends_on": ["top"], "on_error": "continue",
                               "code": {"source": "names = steps['top']['output']\n\n\nint(names[0])"}})
         made = http.post("/workflow/template", json=body)

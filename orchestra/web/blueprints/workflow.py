@@ -235,7 +235,8 @@ async def create_template(request: Request):
 @documented(
     "Check a template without saving it", body=TemplateDraft, response=out.TemplateCheck,
     description="Runs every save-time check (shapes, ids, references, cycles, expressions, "
-    "schemas, your workers) and answers 200 with each problem and its path; nothing is stored. "
+    "schemas, your workers), then runs each top-level code step once on examples of its inputs "
+    "(SPEC §17), and answers 200 with each problem and its path; nothing is stored. "
     "`orchestra template check FILE` uses it.",
 )
 @protected(Role.USER, scope="template:read")
@@ -243,7 +244,7 @@ async def check_template(request: Request):
     body = parse_body(request, TemplateDraft)
     checked = await templates.check_template(
         request.app.ctx.core, owner_id=request.ctx.principal.user_id, steps=body.steps,
-        options=body.options(),
+        options=body.options(), run_code=True,
     )
     return json({"message": SUCCESS, "valid": not checked.problems, "problems": checked.problems})
 
