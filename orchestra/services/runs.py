@@ -28,7 +28,7 @@ from orchestra.services import audit, run_starts, spend, version_store, workspac
 from orchestra.services.paging import DEFAULT_LIMIT, Page, keyset_page
 from orchestra.services.run_starts import StartKey
 from orchestra.services.shared import Shared
-from orchestra.services.templates import add_problem, get_template
+from orchestra.services.templates import add_problem, get_template, named_agent, worker_names
 from orchestra.services.workspace_rights import Action
 from orchestra.vocabulary import FINISHED, EventKind, RunStatus, StepStatus
 
@@ -210,6 +210,7 @@ async def run_detail(core: Shared, run: WorkflowRun) -> dict[str, Any]:
     paths = [step["id"] for step in run.steps]
     paths += sorted((p for p in rows if p not in defs), key=order)
     paths.sort(key=order)
+    names = await worker_names(core, run.steps)  # agent.worker reads back as a name (SPEC §7)
     steps = []
     for path in paths:
         row = rows.get(path)
@@ -218,7 +219,7 @@ async def run_detail(core: Shared, run: WorkflowRun) -> dict[str, Any]:
         steps.append({
             "step_id": step_id,
             "path": path,
-            "agent": step.get("agent"),
+            "agent": named_agent(step.get("agent"), names),
             "depends_on": step.get("depends_on", []),
             "status": row.status if row else StepStatus.PENDING,
             "attempt": row.attempt if row else 1,

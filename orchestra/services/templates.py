@@ -145,6 +145,13 @@ def _worker_ids(steps: Any, found: set[str]) -> set[str]:
     return found
 
 
+def named_agent(agent: Any, names: dict[str, str]) -> Any:
+    """One step's `agent` with its worker id replaced by the worker's name (when known)."""
+    if isinstance(agent, dict) and agent.get("worker") in names:
+        return {**agent, "worker": names[agent["worker"]]}
+    return agent
+
+
 def _named(steps: Any, names: dict[str, str]) -> Any:
     """`steps` with each `agent.worker` id replaced by that worker's current name (SPEC §7:
     a template reads back portable); a worker no longer there keeps its id."""
@@ -154,9 +161,8 @@ def _named(steps: Any, names: dict[str, str]) -> Any:
             shown.append(step)
             continue
         step = dict(step)
-        agent = step.get("agent")
-        if isinstance(agent, dict) and agent.get("worker") in names:
-            step["agent"] = {**agent, "worker": names[agent["worker"]]}
+        if "agent" in step:
+            step["agent"] = named_agent(step["agent"], names)
         if step.get("steps"):
             step["steps"] = _named(step["steps"], names)
         if isinstance(step.get("loop"), dict) and step["loop"].get("steps"):

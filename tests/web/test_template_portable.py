@@ -85,3 +85,25 @@ async def test_on_tool_error_is_a_step_field_and_tools_its_alias(client, workers
     assert wrong.status_code == 200, wrong.text
     fields = {p["field"] for p in wrong.json()["problems"]}
     assert "steps.0.on_tool_error" in fields and "steps.1.on_tool_error" in fields, wrong.json()
+
+
+async def test_a_runs_steps_name_their_worker_as_the_template_does(client, workers):
+    """GET /workflow/run/{id}: each step's `agent.worker` is the worker's current name, as
+    its template reads back; the run itself still uses the id."""
+    alice = workers["alice"]
+    created = await client.post(f"{API}/template", headers=alice["headers"],
+                                json={"name": "named run", "steps": _steps(workers["alice_w"])})
+    assert created.status_code == 201, created.text
+    started = await client.post(f"{API}/run", headers=alice["headers"],
+                                json={"template_id": created.json()["template_id"], "input": "x"})
+    assert started.status_code == 202, started.text
+    trace_id = started.json()["trace_id"]
+    detail = (await client.get(f"{API}/run/{trace_id}", headers=alice["headers"])).json()
+    named = {s["step_id"]: s["agent"]["worker"] for s in detail["steps"] if (s["agent"] or {}).get("worker")}
+    assert named == {"a": "w"}, detail["steps"]
+    assert detail["run"]["steps"] == detail["steps"]
+
+    await agents.update_worker(client.app.ctx.core, owner_id=alice["user_id"], worker_id=workers["alice_w"],
+                               name="renamed")
+    detail = (await client.get(f"{API}/run/{trace_id}", headers=alice["headers"])).json()
+    assert {s["agent"]["worker"] for s in detail["steps"] if (s["agent"] or {}).get("worker")} == {"renamed"}

@@ -395,7 +395,8 @@ class Usage(Shape):
 class StepState(Shape):
     step_id: str
     path: str = Field(description="The instance's key in the run (the step id; under loops research[3]).")
-    agent: dict[str, Any] | None = Field(description="null for an http or workflow step.")
+    agent: dict[str, Any] | None = Field(description="The step's agent as its template reads back "
+                                         "(agent.worker: the worker's name); null for an http or workflow step.")
     depends_on: list[str]
     status: StepStatus
     attempt: int = Field(ge=1, description="The attempt that ran last (retry policy).")
