@@ -12,13 +12,14 @@ from typing import Any
 
 from orchestra.engine.agent_step import AgentSteps
 from orchestra.engine.child_step import ChildSteps
+from orchestra.engine.code_step import VARIABLES as CODE_VARIABLES
 from orchestra.engine.code_step import CodeSteps
 from orchestra.engine.http_step import HttpSteps, shown_request
 from orchestra.engine.live import LimitReached, LiveRun, StepFailure
 from orchestra.engine.model import At, Question, StepDef
 from orchestra.engine.questions import Questions
 from orchestra.engine.records import Records
-from orchestra.engine.reuse import ForkReuse, call_key, keyed
+from orchestra.engine.reuse import ForkReuse, call_key, code_key, keyed
 from orchestra.engine.sizes import render_bounded
 from orchestra.engine.store import RunStore
 from orchestra.language import policies
@@ -114,7 +115,10 @@ class Calls:
                               ) -> tuple[str | None, str | None]:
         """An agent or human call's rendered prompt and its reuse key; (None, None) for
         other calls, and when the prompt does not render or the agent cannot be found
-        (each attempt then fails as it would)."""
+        (each attempt then fails as it would); a code step's key (no prompt)."""
+        if step.code is not None:
+            return None, code_key(step, {name: scope.variables[name] for name in CODE_VARIABLES
+                                         if name in scope.variables})
         if not keyed(step):
             return None, None
         try:

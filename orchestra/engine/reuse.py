@@ -24,6 +24,8 @@ row `reused` with the key, `step_reused {source_trace_id, output}` (and `source_
 when the source's instance had another path). Steps the fork must run again whatever
 they read — `from_step` and everything downstream of it (`forked_from.again`) — never
 are. HTTP and workflow steps are not keyed: they run again unless the plan copied them.
+A code step (SPEC §17) is keyed by its definition and what its source may read
+(`code_key`): never copied by the plan, it is copied here when its key is the source's.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from orchestra.engine import instances
 from orchestra.engine.live import LiveRun
 from orchestra.engine.model import At, StepDef
 from orchestra.engine.records import Records
+from orchestra.language.code import step_reads
 from orchestra.vocabulary import EventKind, StepStatus
 
 KEY_VERSION = 1  # a new way of keying makes earlier keys never match (they are re-run)
@@ -130,6 +133,17 @@ def call_key(step: StepDef, prompt: str, files: list[dict[str, Any]] | None, age
         digest.update(b"%d:" % len(part))
         digest.update(part)
     return digest.hexdigest()
+
+
+def code_key(step: StepDef, variables: dict[str, Any]) -> str:
+    """The reuse key of a code step's instance (SPEC §17): its definition and everything
+    its source may read — `input`, `item`, `index`, `loop`, and of `steps` the ids it
+    names (`steps['id']`; all ended steps when it reads `steps` otherwise)."""
+    named = step_reads(step.code["source"]) if step.code else None
+    read = dict(variables)
+    if named is not None and isinstance(read.get("steps"), dict):
+        read["steps"] = {sid: state for sid, state in read["steps"].items() if sid in named}
+    return call_key(step, _canonical(read).decode("utf-8", "surrogatepass"), None, "code")
 
 
 # -- a fork's run-time reuse --------------------------------------------------------------

@@ -14,6 +14,7 @@ attribute (`().__class__`).
 from __future__ import annotations
 
 import ast
+import functools
 import warnings
 
 from orchestra.language.model import CODE_SOURCE_MAX
@@ -67,3 +68,26 @@ def _refused(node: ast.AST) -> str | None:
     elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "input"):
         return f"{at}: input is the run's input, not a function"
     return None
+
+
+@functools.lru_cache(maxsize=512)
+def step_reads(source: str) -> frozenset[str] | None:
+    """The step ids a code step's source reads as `steps['id']` (a literal id); None when
+    it reads `steps` any other way (it may read any step) or does not parse."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            tree = ast.parse(source)
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return None
+    found: set[str] = set()
+    literal: set[int] = set()
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id == "steps"
+                and isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str)):
+            found.add(node.slice.value)
+            literal.add(id(node.value))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id == "steps" and id(node) not in literal:
+            return None
+    return frozenset(found)

@@ -37,6 +37,7 @@ from orchestra.engine.http_step import secret_names
 from orchestra.engine.model import StepDef, step_defs
 from orchestra.engine.reuse import agent_fingerprint, call_key, keyed
 from orchestra.language import expressions, shape
+from orchestra.language.code import step_reads
 from orchestra.language.expressions import Scope
 from orchestra.services.template_diff import own_keys
 from orchestra.vocabulary import StepStatus
@@ -105,6 +106,12 @@ def _own_reads(step: dict[str, Any]) -> set[str] | None:
     """The step ids a step's own keys depend on or name (not its inner steps'); None when
     an expression reads `steps` other than by literal ids (it may read any of them)."""
     found: set[str] = set(step.get("depends_on") or [])
+    code = step.get("code") if isinstance(step.get("code"), dict) else None
+    if code is not None:  # what its source reads: `steps['id']` literals, else any step
+        named = step_reads(code.get("source") or "")
+        if named is None:
+            return None
+        found |= named
     sources = [s for text in _templates(step) for s in expressions.placeholders(text)] + _expressions(step)
     for source in sources:
         if expressions.LEGACY.match(source):

@@ -215,3 +215,34 @@ async def test_a_resumed_run_reads_each_instance_clock_from_its_stored_start(cor
     assert resumed.code_clocks_read and output_of(rows["a"]) == rows["a"].started_at.isoformat()
     fresh = LiveRun(trace_id=run.trace_id, owner_id=run.owner_id, input="x", files=[], steps=())
     assert await steps.clock(fresh, At.top("a")) > rows["a"].started_at
+
+
+async def test_a_fork_reuses_an_unchanged_code_step_and_reruns_a_changed_one(core):
+    """SPEC §17: a fork reuses a code step when its definition and everything it reads
+    are unchanged (`step_reused`, the source's output, its clock included); a new input
+    runs it again."""
+    from orchestra.services import forks
+
+    steps = [
+        {"id": "x", "code": {"source": "import datetime\n[input['n'] * 2, datetime.datetime.now().isoformat()]"}},
+        {"id": "y", "depends_on": ["x"], "code": {"source": "steps['x']['output'][0] + 1"}},
+    ]
+    run, rows = await run_steps(core, steps, {"n": 1})
+    assert run.status == "succeeded", run.error and output_of(rows["y"]) == 3
+    same = await forks.fork_run(core, user_id=run.owner_id, is_admin=False, trace_id=run.trace_id, from_step="y")
+    again = await forks.fork_run(core, user_id=run.owner_id, is_admin=False, trace_id=run.trace_id,
+                                 input={"n": 5})
+    for fork in (same, again):
+        assert (await wait_status(core, fork.trace_id, "succeeded", "failed", timeout=30)).status == "succeeded"
+    kinds = {}
+    for fork in (same, again):
+        evs = await core.db.list(RunEvent.select().where(RunEvent.run == fork.trace_id).order_by(RunEvent.seq))
+        kinds[fork.trace_id] = [(e.kind, e.data.get("step_id")) for e in evs]
+        fork_rows = {r.path: r for r in await core.db.list(RunStep.select().where(RunStep.run == fork.trace_id))}
+        kinds[fork.trace_id + "rows"] = fork_rows
+    same_rows, again_rows = kinds[same.trace_id + "rows"], kinds[again.trace_id + "rows"]
+    assert ("step_reused", "x") in kinds[same.trace_id] and ("step_started", "x") not in kinds[same.trace_id]
+    assert output_of(same_rows["x"]) == output_of(rows["x"]) and same_rows["x"].reused
+    assert ("step_started", "y") in kinds[same.trace_id] and output_of(same_rows["y"]) == 3
+    assert ("step_started", "x") in kinds[again.trace_id] and not again_rows["x"].reused
+    assert output_of(again_rows["x"])[0] == 10 and output_of(again_rows["y"]) == 11

@@ -77,3 +77,13 @@ def test_a_syntax_error_names_the_source_with_line_and_column():
 ])
 def test_what_reaches_for_the_host_is_refused_at_save(source, problem):
     assert problem in [p for _f, p in problems([code(source)])]
+
+
+def test_what_steps_a_source_reads_is_its_literal_ids_or_any():
+    from orchestra.language.code import step_reads
+
+    assert step_reads("steps['a']['output'] + steps[\"b\"]['output']") == {"a", "b"}
+    assert step_reads("x = 1\nx") == frozenset()
+    assert step_reads("name = 'a'\nsteps[name]") is None
+    assert step_reads("[s for s in steps]") is None
+    assert step_reads("steps.get('a')") is None
