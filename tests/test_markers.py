@@ -12,12 +12,14 @@ import pytest
 
 CONFTEST = Path(__file__).with_name("conftest.py")
 PARALLEL = Path(__file__).with_name("parallel.py")  # conftest.py's free_port is there
+WARM_CLI = Path(__file__).with_name("warm_cli.py")  # conftest.py's ServerProcess starts through it
 
 
 def run_pytest(folder: Path, body: str, **env: str) -> subprocess.CompletedProcess:
     (folder / "tests").mkdir()
     (folder / "tests" / "conftest.py").write_text(CONFTEST.read_text())
     (folder / "tests" / "parallel.py").write_text(PARALLEL.read_text())
+    (folder / "tests" / "warm_cli.py").write_text(WARM_CLI.read_text())
     (folder / "tests" / "test_it.py").write_text(body)
     (folder / "pytest.ini").write_text("[pytest]\npythonpath = .\nasyncio_default_fixture_loop_scope = function\nmarkers =\n    e2e: real servers\n")
     environ = {k: v for k, v in os.environ.items() if k != "ORCHESTRA_TEST_REQUIRE_ALL"}

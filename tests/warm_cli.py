@@ -242,8 +242,8 @@ class _StatusPipe:
     def line(self, deadline: float) -> str | None:
         """The next line, or None when the deadline passes (or the pipe ends) first."""
         while b"\n" not in self._buffer:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([self.descriptor], [], [], left)[0]:
+            left = max(0.0, deadline - time.monotonic())  # 0: only what is there already
+            if not select.select([self.descriptor], [], [], left)[0]:
                 return None
             chunk = os.read(self.descriptor, 64)
             if not chunk:

@@ -157,6 +157,7 @@ async def test_template_steps_are_the_step_union(doc):
         "id", "agent", "prompt", "depends_on",
         "when", "output_schema", "timeout_seconds", "retry", "on_error", "on_tool_error", "tools", "default",
         "foreach", "steps", "output", "loop", "http", "workflow",  # §14's calls
+        "code",  # §17
     }
     assert step["properties"]["timeout_seconds"]["anyOf"][0] == {"type": "integer", "minimum": 1, "maximum": 86400}
     assert step["properties"]["on_error"]["enum"] == ["fail", "continue"]
