@@ -49,10 +49,10 @@ def test_every_internal_retry_keeps_to_the_one_rule():
     assert SEQ_RACE.ceiling(1) == 0.005 and SEQ_RACE.ceiling(20) == 0.2
 
 
-async def test_a_lost_seq_race_waits_the_schedule_then_gives_up_past_the_deadline(monkeypatch):
+async def test_a_lost_seq_race_waits_the_schedule_then_gives_up_past_the_deadline(monkeypatch, core):
     from orchestra.engine.store import events
 
-    retry = SeqRetry()
+    retry = SeqRetry(core.db)
     started = asyncio.get_running_loop().time()
     for _ in range(3):
         await retry.again("t")
@@ -60,7 +60,7 @@ async def test_a_lost_seq_race_waits_the_schedule_then_gives_up_past_the_deadlin
     assert 0.8 * 0.035 <= waited < 0.5  # 5 + 10 + 20 ms, less at most a fifth
     monkeypatch.setattr(events, "APPEND_DEADLINE_SECONDS", -1.0)
     with pytest.raises(events.StoreContention):
-        await SeqRetry().again("t")
+        await SeqRetry(core.db).again("t")
 
 
 def test_random_numbers_are_drawn_only_for_the_known_reasons():

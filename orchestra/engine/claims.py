@@ -195,6 +195,12 @@ class Claims:
                 await self._renew(lives)
 
     async def _renew(self, lives: dict[str, LiveRun]) -> None:
+        try:
+            await self._renew_and_check(lives)
+        finally:  # before the loop's sleep, whatever happened
+            await self.store.release()
+
+    async def _renew_and_check(self, lives: dict[str, LiveRun]) -> None:
         lease = self.settings.run_lease_seconds
         loop = asyncio.get_running_loop()
         try:
@@ -228,7 +234,6 @@ class Claims:
                     await self.questions.check_replies(live)
                 except Exception as exc:  # noqa: BLE001 - the next tick tries again
                     self.outage.failed(exc, "reading replies")
-        await self.store.release()
 
     def _lost(self, live: LiveRun) -> None:
         """Another process holds the run now: stop it here, writing nothing more."""

@@ -156,7 +156,12 @@ class Engine:
 
     # -- lifecycle ------------------------------------------------------------------------
     async def start(self) -> None:
-        """Listen for signals and start claiming and renewing (once; later calls wait)."""
+        """Listen for signals and start claiming and renewing (once; later calls wait).
+        The first start waits for the signal channel (PostgreSQL's LISTEN connection):
+        the caller's store connection goes back to the pool first."""
+        if self._started is not None and self._started.done():
+            return self._started.result()
+        await self.store.release()
         if self._started is not None:
             return await asyncio.shield(self._started)
         self._started = asyncio.get_running_loop().create_future()

@@ -48,11 +48,13 @@ class SeqRetry:
     """The one policy for a write that lost a seq race (another writer stored the same
     `(run, seq)` first): try again after a short doubling backoff with jitter, until
     APPEND_DEADLINE_SECONDS have passed, then StoreContention. Plain appends and the
-    store's row-and-event transactions (`RunStore.write`) both use it."""
+    store's row-and-event transactions (`RunStore.write`) both use it. The writer's
+    connection goes back to the pool before the wait (the failed transaction is over)."""
 
-    __slots__ = ("_deadline", "_loop", "_tries")
+    __slots__ = ("_db", "_deadline", "_loop", "_tries")
 
-    def __init__(self) -> None:
+    def __init__(self, db) -> None:
+        self._db = db
         self._loop = asyncio.get_running_loop()
         self._deadline = self._loop.time() + APPEND_DEADLINE_SECONDS
         self._tries = 0
@@ -62,6 +64,7 @@ class SeqRetry:
         if self._loop.time() > self._deadline:
             raise StoreContention(f"could not write to run {trace_id}: other writers kept winning")
         self._tries += 1
+        await release_connection(self._db)
         await SEQ_RACE.sleep(self._tries)
 
 
@@ -155,7 +158,7 @@ class EventLog:
         if fence is None and self.fence_for is not None:
             fence = self.fence_for(trace_id)
         lock = self._locks.setdefault(trace_id, asyncio.Lock())
-        retry = SeqRetry()
+        retry = SeqRetry(self.db)
         async with lock:
             while True:
                 try:

@@ -27,9 +27,12 @@ class PostgresRunStore(RunStore):
         return query.for_update()
 
     async def start(self) -> None:
-        """Renewals never queue behind request traffic: a pool of one of their own."""
+        """Renewals never queue behind request traffic: a pool of one of their own, which
+        the lease loop keeps between renewals (`dedicated`: it takes a connection from no
+        one else; tests/store_holds.py allows that wait)."""
         if self.lease_db is self.db:
             self.lease_db = make_database(self._url, pool_size=1)
+            self.lease_db.dedicated = True
 
     async def stop(self) -> None:
         if self.lease_db is not self.db:

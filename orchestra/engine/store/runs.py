@@ -220,7 +220,7 @@ class RunStore:
                 self.events.forget(trace_id)  # read the last seq from the store next time
                 if await WorkflowRun.aget_or_none(WorkflowRun.trace_id == trace_id) is None:
                     raise RunGone(f"run {trace_id} no longer exists") from None
-                retry = retry or SeqRetry()
+                retry = retry or SeqRetry(self.db)
                 await retry.again(trace_id)
         self.events.remember(trace_id, events)
         self.events.published(trace_id, events)
