@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections import Counter
 from contextlib import asynccontextmanager
 from pathlib import Path
 from urllib.parse import urlparse, urlunparse
@@ -88,6 +89,7 @@ def pytest_runtest_setup(item) -> None:
 # cannot go green while a promised family (PostgreSQL, Redis, Chromium, schemathesis)
 # quietly did not run.
 _skipped: list[str] = []
+_skip_reasons: Counter[str] = Counter()  # a reason: how many tests it skipped
 
 
 def _skip_reason(report) -> str:
@@ -97,6 +99,20 @@ def _skip_reason(report) -> str:
 def pytest_runtest_logreport(report) -> None:
     if report.skipped and not hasattr(report, "wasxfail"):
         _skipped.append(f"{report.nodeid}: {_skip_reason(report)}")
+        _skip_reasons[_skip_reason(report)] += 1
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """Skips as one line a reason, with how many (pyproject's `-rfE` leaves them out of the
+    short summary: a clone without PostgreSQL skips hundreds, and `-ra` gave a line each)."""
+    if not _skip_reasons:
+        return
+    terminalreporter.write_sep("-", f"{sum(_skip_reasons.values())} skipped")
+    ranked = _skip_reasons.most_common()
+    for reason, count in ranked[:10]:
+        terminalreporter.write_line(f"{count:>5} × {reason}")
+    if len(ranked) > 10:
+        terminalreporter.write_line(f"      … and {len(ranked) - 10} other reasons (-rs lists each test)")
 
 
 def pytest_collectreport(report) -> None:
@@ -104,6 +120,7 @@ def pytest_collectreport(report) -> None:
     `importorskip`): none of its tests is even reported, so it counts here."""
     if report.skipped:
         _skipped.append(f"{report.nodeid or '(collection)'}: {_skip_reason(report)} (the whole module)")
+        _skip_reasons[f"{_skip_reason(report)} (a whole module)"] += 1
 
 
 def pytest_sessionfinish(session, exitstatus) -> None:

@@ -15,7 +15,7 @@ PARALLEL = Path(__file__).with_name("parallel.py")  # conftest.py's free_port is
 WARM_CLI = Path(__file__).with_name("warm_cli.py")  # conftest.py's ServerProcess starts through it
 
 
-def run_pytest(folder: Path, body: str, **env: str) -> subprocess.CompletedProcess:
+def run_pytest(folder: Path, body: str, *options: str, **env: str) -> subprocess.CompletedProcess:
     (folder / "tests").mkdir()
     (folder / "tests" / "conftest.py").write_text(CONFTEST.read_text())
     (folder / "tests" / "parallel.py").write_text(PARALLEL.read_text())
@@ -27,7 +27,7 @@ def run_pytest(folder: Path, body: str, **env: str) -> subprocess.CompletedProce
     # hypothesis) costs more than the run itself.
     environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "pytest_asyncio.plugin", "tests"],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "pytest_asyncio.plugin", *options, "tests"],
         cwd=folder, env={**environ, **env}, capture_output=True, text=True, timeout=120,
     )
 
@@ -75,3 +75,21 @@ def test_starting_a_server_needs_the_e2e_mark(tmp_path, mark, expected):
     done = run_pytest(tmp_path, body)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "1 passed" in done.stdout
+
+
+def test_many_skips_for_one_reason_are_one_line_under_q(tmp_path):
+    """The fast loop on a clone without PostgreSQL skips hundreds of tests: with the
+    project's report options, `-q` shows one line a reason with its count, not a line each."""
+    import tomllib
+
+    addopts = tomllib.loads((CONFTEST.parents[1] / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
+    report = [opt for opt in addopts["addopts"].split() if opt.startswith("-r")]
+    body = "import pytest\n\n" + "".join(
+        f"def test_{n}():\n    pytest.skip('no PostgreSQL here')\n\n" for n in range(40))
+    body += "def test_other():\n    pytest.skip('no chromium here')\n\ndef test_runs():\n    pass\n"
+    done = run_pytest(tmp_path, body, *report)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert [line for line in lines if "SKIPPED" in line] == [], done.stdout
+    assert [line.strip() for line in lines if "×" in line] == ["40 × Skipped: no PostgreSQL here", "1 × Skipped: no chromium here"]
+    assert "1 passed, 41 skipped" in done.stdout
