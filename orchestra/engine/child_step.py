@@ -15,8 +15,9 @@ wait; `child_finished` is stored with the step's end (or retry) in one transacti
 While it waits the parent holds no run slot (`LiveRun.waiting_for`).
 
 A parent that ends other than succeeded cancels its active descendants (all levels at
-once, `cancel_descendants`); a step that ends without its child (a timeout, a failed
-sibling) cancels that child. A child template deleted before or while the parent waits
+once, `Engine.cancel_below`: those whose cancel nobody asked yet, so a run ended by the
+cancel of its whole tree asks nothing again); a step that ends without its child (a
+timeout, a failed sibling) cancels that child and its own. A child template deleted before or while the parent waits
 fails the step.
 """
 
@@ -63,7 +64,7 @@ def child_id(parent_trace_id: str, path: str, attempt: int) -> str:
 
 class ChildSteps:
     """Engine part: one attempt of a `workflow` step, and the cancel of descendants.
-    `claim_now`, `begin` and `cancel` are the engine's (set by it once built)."""
+    `claim_now`, `begin` and `cancel_below` are the engine's (set by it once built)."""
 
     def __init__(self, *, store: RunStore, records: Records, feeds: Feeds, sandbox: Sandbox,
                  stopping: Callable[[], bool], tree_max_active: int = 256) -> None:
@@ -78,7 +79,7 @@ class ChildSteps:
         # and the start of a run just stored (adopted when claimed, else submitted).
         self.claim_now: Callable[[str], dict[str, Any]] | None = None
         self.begin: Callable[[WorkflowRun], Awaitable[None]] | None = None
-        self.cancel: Callable[..., Awaitable[None]] | None = None
+        self.cancel_below: Callable[..., Awaitable[None]] | None = None
         self._tasks: set[asyncio.Task] = set()
 
     async def attempt(self, live: LiveRun, step: StepDef, at: At, scope: Scope, attempt: int,
@@ -100,7 +101,9 @@ class ChildSteps:
             await self.store.release()
             status, output, error, over = await self._wait(live, at, flow["template"], child, shown)
         except asyncio.CancelledError:
-            if not self.stopping() and live.stop_reason not in (StopReason.HANDBACK, StopReason.LOST):
+            # not when the run's whole tree was cancelled: the child was asked with it
+            if not (self.stopping() or live.tree_cancelled) and live.stop_reason not in (StopReason.HANDBACK,
+                                                                                          StopReason.LOST):
                 self.in_background(self._cancel_tree(child, "Its parent step ended."))
             raise
         finally:
@@ -238,19 +241,14 @@ class ChildSteps:
                               f"waited for its run {child}.")
 
     # -- cancelling descendants ---------------------------------------------------------
-    async def cancel_descendants(self, trace_id: str, reason: str) -> None:
-        """Cancel every active run below `trace_id` (all levels), all at once."""
-        found = await self.children.active_below(trace_id)
-        await self.store.release()
-        if found:
-            await asyncio.gather(*(self.cancel(child, reason=reason) for child in found), return_exceptions=True)
-
     def cancel_descendants_soon(self, trace_id: str, reason: str) -> None:
-        """`cancel_descendants` in the background (a run's end does not wait for it)."""
-        self.in_background(self.cancel_descendants(trace_id, reason))
+        """A run ended other than succeeded: its unfinished descendants are cancelled (all
+        levels at once, `Engine.cancel_below`) in the background (its end does not wait).
+        Those asked already (their whole tree was cancelled) are left alone."""
+        self.in_background(self.cancel_below(trace_id, reason))
 
     async def _cancel_tree(self, child: str, reason: str) -> None:
-        await asyncio.gather(self.cancel(child, reason=reason), self.cancel_descendants(child, reason))
+        await self.cancel_below(child, reason, itself=True)
 
     def in_background(self, work: Awaitable[None]) -> None:
         """Run `work` as a kept task; a failure is logged (the children's own leases and

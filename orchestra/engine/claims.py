@@ -100,7 +100,7 @@ class Claims:
         live.writes.retry = self._write_failed
         live.writes.release = self.store.release
         if run.cancel_requested:
-            live.stop_asked, live.stop_message = True, cancel_message
+            live.stop_asked, live.stop_message, live.tree_cancelled = True, cancel_message, True
         return live
 
     def _go(self, live: LiveRun) -> LiveRun:
@@ -227,7 +227,8 @@ class Claims:
                 self._lost(live)
                 continue
             live.renewed_at = now
-            if held[trace_id]:
+            if held[trace_id]:  # its cancel requested (with its tree's)
+                live.tree_cancelled = True
                 self.runs.stop(live, StopReason.CANCELLED, CANCELLED_BY_REQUEST)
             elif live.questions:
                 try:
@@ -255,17 +256,18 @@ class Claims:
         return len(self._background)
 
     def on_control(self, payload: str) -> None:
-        """A `control` signal: `wake:`, `cancel:<trace_id>` or `reply:<trace_id>`."""
+        """A `control` signal: `wake:`, `cancel:<trace_id>[,<trace_id>…]` (the runs of a
+        tree cancelled together) or `reply:<trace_id>`."""
         verb, _, trace_id = payload.partition(":")
         if verb == "wake":
             self.runs.wake()
-            return
-        live = self.runs.get(trace_id)
-        if live is None:
-            return
-        if verb == "cancel":
-            self.runs.stop(live, StopReason.CANCELLED, CANCELLED_BY_REQUEST)
-        elif verb == "reply":
+        elif verb == "cancel":
+            for one in trace_id.split(","):
+                live = self.runs.get(one)
+                if live is not None:
+                    live.tree_cancelled = True
+                    self.runs.stop(live, StopReason.CANCELLED, CANCELLED_BY_REQUEST)
+        elif verb == "reply" and (live := self.runs.get(trace_id)) is not None:
             self._spawn(self.questions.check_replies(live))
 
     def on_resync(self) -> None:

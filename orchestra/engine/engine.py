@@ -40,6 +40,7 @@ from orchestra.engine.run_task import RunTasks
 from orchestra.engine.scheduler import Scheduler
 from orchestra.engine.spend import Spending
 from orchestra.engine.store import PostgresRunStore, RunStore, make_run_store
+from orchestra.engine.store.runs import Asked
 from orchestra.engine.tools.base import ToolRegistry
 from orchestra.language.sandbox import Bounds, Sandbox
 from orchestra.settings import Settings
@@ -47,6 +48,7 @@ from orchestra.settings import Settings
 logger = logging.getLogger("orchestra.engine")
 
 CANCEL_WAIT_SECONDS = 5.0  # how long a cancel waits for another process's owner to end the run
+CANCEL_SIGNAL_IDS = 100  # trace ids a `cancel:` signal names at most (a NOTIFY's payload < 8,000 bytes)
 
 __all__ = ["AgentResolver", "Engine"]
 
@@ -98,7 +100,7 @@ class Engine:
         self.child_steps = ChildSteps(store=self.store, records=records, feeds=self.feeds,
                                       sandbox=self.sandbox, stopping=lambda: self.runs.stopping,
                                       tree_max_active=settings.child_tree_max_active)
-        self.child_steps.begin, self.child_steps.cancel = self.begin, self.cancel
+        self.child_steps.begin, self.child_steps.cancel_below = self.begin, self.cancel_below
         self.child_steps.claim_now = self.claim_now
         self.code_steps = CodeSteps(settings, store=self.store, sandbox=self.sandbox)  # SPEC §17: its worker pool
         calls = Calls(store=self.store, records=records, agents=self.agent_steps,
@@ -278,32 +280,60 @@ class Engine:
     # -- commands from any process ----------------------------------------------------------
     async def cancel(self, trace_id: str, *, reason: str = CANCELLED_BY_REQUEST,
                      audit: Callable[[], Awaitable[None]] | None = None) -> None:
-        """Cancel an unfinished run wherever it executes, and wait (a little) for its end.
-        `audit`: written in the transaction that marks the run (SPEC §16)."""
-        await self.store.request_cancel(trace_id, also=audit)
-        live = self.runs.get(trace_id)
-        if live is None and not self.runs.stopping:
-            run = await self.store.claim(trace_id)  # nobody holds it: end it here
-            if run is not None:
-                live = self.claims.launch(run, cancel_message=reason)  # it ends at once
+        """Cancel an unfinished run and every unfinished run below it (its child runs,
+        SPEC §14) wherever they execute, and wait (a little) for their ends. The whole
+        tree is marked in one transaction (`RunStore.request_cancel`), `audit` written in
+        it (SPEC §16); then it is stopped at once (`_stop_asked`). The runs below it end
+        with "Its parent run … was cancelled."."""
+        asked = await self.store.request_cancel(trace_id, also=audit)
+        await self._stop_asked(asked, reason, top=trace_id)
+
+    async def cancel_below(self, trace_id: str, reason: str, *, itself: bool = False) -> None:
+        """Cancel the unfinished runs below `trace_id` (and it, `itself`) whose cancel
+        nobody asked yet: a run ended other than succeeded, a step ended without its child
+        (SPEC §14). After a cancel of the whole tree it finds none: one read, nothing
+        written, nobody told."""
+        asked = await self.store.request_cancel(trace_id, itself=itself, again=False)
+        await self._stop_asked(asked, reason)
+
+    async def _stop_asked(self, asked: list[Asked], reason: str, *, top: str | None = None) -> None:
+        """Runs just marked to be cancelled, stopped at once, none awaited before the
+        next: those live here stopped, those nobody holds claimed (one statement) and
+        ended here, the other processes told in a few signals (`cancel:<id>,<id>…`; their
+        lease ticks would see the mark too); then a wait, bounded, for their ends. `top`:
+        the run cancelled by request; those below it end naming it."""
         await self.store.release()
-        if live is not None:
-            self.runs.stop(live, StopReason.CANCELLED, reason)
-            await asyncio.wait({live.task}, timeout=CANCEL_WAIT_SECONDS * 2)
+        if not asked:
             return
-        await self.signals.notify("control", f"cancel:{trace_id}")
+        lives, rest = [], []
+        for run in asked:
+            live = self.runs.get(run.trace_id)
+            (lives if live is not None else rest).append(live or run.trace_id)
+        below = f"Its parent run {top} was cancelled." if top else reason
+
+        def why(trace_id: str) -> str:
+            return below if top and trace_id != top else reason
+
+        for live in lives:
+            live.tree_cancelled = True
+            self.runs.stop(live, StopReason.CANCELLED, why(live.trace_id))
+        if rest and not self.runs.stopping:
+            claimed = await self.claims.claim_many(rest)  # nobody holds them: they end here
+            lives += [self.claims.launch(run, cancel_message=why(run.trace_id)) for run in claimed]  # at once
+            taken = {run.trace_id for run in claimed}
+            rest = [trace_id for trace_id in rest if trace_id not in taken]
+        await self.store.release()
+        for at in range(0, len(rest), CANCEL_SIGNAL_IDS):
+            await self.signals.notify("control", "cancel:" + ",".join(rest[at:at + CANCEL_SIGNAL_IDS]))
+        if lives:
+            await asyncio.wait({live.task for live in lives}, timeout=CANCEL_WAIT_SECONDS * 2)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + CANCEL_WAIT_SECONDS
-        while loop.time() < deadline:
-            last = await self.store.last_event(trace_id)
+        while rest and loop.time() < deadline:  # ended elsewhere: one read a round for all
+            rest = await self.store.unfinished(rest)
             await self.store.release()
-            if last is None or last.terminal:
-                return
-            await asyncio.sleep(0.05)
-
-    async def cancel_descendants(self, trace_id: str, reason: str) -> None:
-        """Cancel every active child run below `trace_id`, all levels at once (SPEC §14)."""
-        await self.child_steps.cancel_descendants(trace_id, reason)
+            if rest:
+                await asyncio.sleep(0.05)
 
     async def cancel_owner(self, user_id: str, *, reason: str) -> None:
         """Stop every live run of a user (the user is being deleted), all at once."""

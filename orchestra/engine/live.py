@@ -107,6 +107,15 @@ class LiveRun:
     reserving: asyncio.Lock = field(default_factory=asyncio.Lock)
     budget_stop: Any = None
     paused_for_budget: bool = False  # claimed again after a top-up (its last event: budget_exhausted)
+    # Its cancel was requested in the store, where every cancel marks the run's whole tree
+    # of child runs at once (RunStore.request_cancel): its waiting steps need not cancel
+    # their children again; its end looks once for any child started since.
+    tree_cancelled: bool = False
+
+    @property
+    def starts_children(self) -> bool:
+        """A step of its template, at any depth, is a workflow step (SPEC §14)."""
+        return _starts_children(self.steps)
 
     def mcp_sessions(self, allowed: frozenset[str], egress: EgressPolicy) -> RunSessions:
         """The run's MCP sessions (none is opened until a tool of a server is called)."""
@@ -169,6 +178,11 @@ class LiveRun:
         stored; the run would keep its owner until its lease ran out, and the next claim
         would count as a crash."""
         self.stop_asked = True
+
+
+def _starts_children(steps: tuple[StepDef, ...]) -> bool:
+    return any(step.workflow is not None or _starts_children(step.steps)
+               or (step.loop is not None and _starts_children(step.loop.steps)) for step in steps)
 
 
 class LiveRuns:

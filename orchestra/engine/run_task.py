@@ -301,7 +301,7 @@ class RunTasks:
                     await self.store.end(trace_id, kind, data, status=status, error=message,
                                          spends=Spending.unfinished(live))
                     observe.run_ended(trace_id, status)
-                    if self.on_unhappy_end is not None:
+                    if self.on_unhappy_end is not None and live.starts_children:
                         self.on_unhappy_end(trace_id, f"Its parent run {trace_id} ended ({status}).")
                 return
             except RunGone:  # gone, or Fenced: another process holds it now

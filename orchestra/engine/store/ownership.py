@@ -145,7 +145,7 @@ class Ownership:
         now = time.time()
         mine = (WorkflowRun.owner_process.in_(list(claims.values()))
                 & WorkflowRun.status.in_(list(ACTIVE)))
-        await db.aexecute(WorkflowRun.update(lease_until=now + self.lease_seconds).where(self._in_lock_order(mine)))
+        await db.aexecute(WorkflowRun.update(lease_until=now + self.lease_seconds).where(self.in_lock_order(mine)))
         rows = await db.list(
             WorkflowRun.select(WorkflowRun.trace_id, WorkflowRun.owner_process,
                                WorkflowRun.cancel_requested).where(mine).tuples()
@@ -169,12 +169,12 @@ class Ownership:
         if not tokens:
             return 0
         return await (db or self.db).aexecute(
-            WorkflowRun.update(owner_process=None, lease_until=None).where(self._in_lock_order(
+            WorkflowRun.update(owner_process=None, lease_until=None).where(self.in_lock_order(
                 WorkflowRun.owner_process.in_(tokens) & WorkflowRun.status.in_(list(ACTIVE))
             ))
         )
 
-    def _in_lock_order(self, condition):
+    def in_lock_order(self, condition):
         """The runs matching `condition`, their rows locked deepest first (a child before
         its parent), the order of every write that locks several runs (store/ledger.py):
         a renewal never waits for a child's write that waits for the renewal."""

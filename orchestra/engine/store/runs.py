@@ -14,6 +14,7 @@ the write transaction, row locks, and a lease connection of its own.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from peewee import Case, IntegrityError, fn
@@ -36,6 +37,19 @@ from orchestra.vocabulary import ACTIVE, EventKind, RunStatus, StepStatus
 #: One instance's change in a group write: (path, step id to create its row or None to
 #: update it, column values, events to append after it).
 InstanceChange = tuple[str, "str | None", dict[str, Any], list[Item]]
+
+#: A run not yet ended: active, or waiting for a top-up (nobody holds it).
+UNFINISHED = [*ACTIVE, RunStatus.WAITING_BUDGET]
+
+
+@dataclass(frozen=True)
+class Asked:
+    """A run of a tree being cancelled (`RunStore.request_cancel`): who holds it (its
+    claim's token, or None), and whether its cancel was asked before."""
+
+    trace_id: str
+    owner_process: str | None
+    already: bool
 
 
 class RunStore:
@@ -106,21 +120,58 @@ class RunStore:
     async def hand_back_many(self, tokens: list[str]) -> int:
         return await self.ownership.hand_back_many(tokens, db=self.lease_db)
 
-    async def request_cancel(self, trace_id: str, *, also: Callable[[], Awaitable[None]] | None = None) -> None:
-        """Mark an unfinished run to be cancelled (its owner sees it on its next lease
-        tick); one waiting for budget, which nobody holds, is queued to be ended. `also`:
-        written in the same transaction when the run was marked (the request's audit
-        entry, SPEC §16)."""
-        waiting = WorkflowRun.status == RunStatus.WAITING_BUDGET
-        mark = WorkflowRun.update(
-            cancel_requested=True, status=Case(None, [(waiting, RunStatus.QUEUED)], WorkflowRun.status)).where(
-            (WorkflowRun.trace_id == trace_id) & WorkflowRun.status.in_([*ACTIVE, RunStatus.WAITING_BUDGET]))
-        if also is None:
-            await self.db.aexecute(mark)
-            return
+    async def request_cancel(self, trace_id: str, *, also: Callable[[], Awaitable[None]] | None = None,
+                             itself: bool = True, again: bool = True) -> list[Asked]:
+        """Mark an unfinished run and every unfinished run below it (its tree of child
+        runs, SPEC §14) to be cancelled, in one transaction of two statements whatever the
+        tree's size (`cancel_tree`, then one UPDATE): their owners see it on their next
+        lease tick; one waiting for budget, which nobody holds, is queued to be ended. The
+        runs found, top down. `also`: written in the same transaction when the run itself
+        was marked (the request's audit entry, SPEC §16). `itself=False`: only the runs
+        below it (a run that ended). `again=False`: only runs whose cancel nobody asked
+        yet are marked and returned, and nothing is written when there are none (a middle
+        run's end, after its whole tree was marked: one read)."""
+        if not again:
+            found = [run for run in await self.cancel_tree(trace_id, itself=itself) if not run.already]
+            if not found:
+                return []
         async with self.write_transaction():
-            if await self.db.aexecute(mark):
+            if again:
+                found = await self.cancel_tree(trace_id, itself=itself)
+            if found:
+                waiting = WorkflowRun.status == RunStatus.WAITING_BUDGET
+                await self.db.aexecute(WorkflowRun.update(
+                    cancel_requested=True, status=Case(None, [(waiting, RunStatus.QUEUED)], WorkflowRun.status),
+                ).where(self.ownership.in_lock_order(
+                    WorkflowRun.trace_id.in_([run.trace_id for run in found]) & WorkflowRun.status.in_(UNFINISHED))))
+            if also is not None and any(run.trace_id == trace_id for run in found):
                 await also()
+        return found
+
+    async def cancel_tree(self, trace_id: str, *, itself: bool = True) -> list[Asked]:
+        """The unfinished runs of the tree below `trace_id` (and it, `itself`, when it is
+        unfinished), top down, in one statement (a recursive CTE; it walks down through
+        unfinished runs only: a run that ended had its children cancelled then)."""
+        below = WorkflowRun.alias("below")
+        base = (WorkflowRun.select(WorkflowRun.trace_id).where(WorkflowRun.trace_id == trace_id)
+                .cte("tree", recursive=True, columns=("trace_id",)))
+        step = (below.select(below.trace_id).join(base, on=below.parent_trace_id == base.c.trace_id)
+                .where(below.status.in_(UNFINISHED)))
+        tree = base.union_all(step)
+        where = WorkflowRun.status.in_(UNFINISHED)
+        if not itself:
+            where &= WorkflowRun.trace_id != trace_id
+        rows = await self.db.list(
+            WorkflowRun.select(WorkflowRun.trace_id, WorkflowRun.owner_process, WorkflowRun.cancel_requested)
+            .join(tree, on=WorkflowRun.trace_id == tree.c.trace_id).where(where).with_cte(tree)
+            .order_by(WorkflowRun.depth, WorkflowRun.trace_id).tuples())
+        return [Asked(run, owner, bool(already)) for run, owner, already in rows]
+
+    async def unfinished(self, trace_ids: list[str]) -> list[str]:
+        """Those of these runs not ended yet, in one read."""
+        rows = await self.db.list(WorkflowRun.select(WorkflowRun.trace_id).where(
+            WorkflowRun.trace_id.in_(trace_ids) & WorkflowRun.status.in_(UNFINISHED)).tuples())
+        return [trace_id for (trace_id,) in rows]
 
     # -- fencing --------------------------------------------------------------------------
     def hold(self, trace_id: str, token: str) -> None:
