@@ -51,6 +51,7 @@ class CodeSteps:
         """One attempt: the code's JSON output, or StepFailure with the code's error."""
         now = await self.clock(live, at)
         variables = {name: scope.variables[name] for name in VARIABLES if name in scope.variables}
+        await self.store.release()  # no pooled connection held while the code runs (or waits its turn)
         try:
             output = await self.sandbox.run(step.code["source"], variables, now.replace(tzinfo=dt.UTC),
                                             step.timeout_seconds)

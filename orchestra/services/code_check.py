@@ -14,6 +14,7 @@ import datetime as dt
 import json
 from typing import Any
 
+from orchestra.db.database import release_connection
 from orchestra.engine.code_sandbox import CodeError
 from orchestra.language.examples import schema_example
 from orchestra.language.expressions import ExpressionError, Scope
@@ -53,6 +54,7 @@ async def code_problems(core: Shared, checked: Checked) -> list[tuple[str, str]]
     example_input = schema_example(schema) if schema is not None else "text"
     outputs = {s["id"]: {"output": output_example(s), "status": StepStatus.SUCCEEDED} for s in steps}
     sandbox = core.engine.code_steps.sandbox
+    await release_connection(core.db)  # none held while code runs (or waits for a worker)
     now = dt.datetime.now(dt.UTC)
     found = []
     for i in _ordered(steps):
