@@ -58,4 +58,5 @@ class WebhookHook(BaseModel):
     template = ForeignKeyField(WorkflowTemplate, on_delete="CASCADE", index=True)
     input = TextField(default="body")  # CEL over body, headers, query: the run's input
     secret_encrypted = TextField()
+    workspace_id = CharField(max_length=36, null=True, index=True)  # SPEC §16 (migration 0019)
     created_at = DateTimeField(default=utcnow)

@@ -33,10 +33,11 @@ from orchestra.errors import (
     ValidationError,
 )
 from orchestra.language import expressions
-from orchestra.services import audit, run_starts
+from orchestra.services import audit, run_starts, workspace_scope
 from orchestra.services.run_access import may_run, require_runnable
 from orchestra.services.run_starts import Started, StartKey
 from orchestra.services.shared import Shared
+from orchestra.services.workspace_rights import Action
 
 BODY_MAX = 1024 * 1024  # bytes of a call's body (exactly 1 MiB is accepted)
 HOOKS_MAX = 100  # hooks one user may have
@@ -69,18 +70,21 @@ def check_input(source: str) -> str:
 
 
 async def create_hook(core: Shared, *, owner_id: str, template_id: str,
-                      input: str = DEFAULT_INPUT) -> tuple[WebhookHook, str]:
-    """Store a hook of `owner_id` on a template they may run; the row and its signing
-    secret (`whsec_…`, returned this once)."""
+                      input: str = DEFAULT_INPUT, workspace_id: str | None = None) -> tuple[WebhookHook, str]:
+    """Store a hook of `owner_id` in `workspace_id` (an editor's there; default their
+    personal workspace) on a template of that workspace they may run; the row and its
+    signing secret (`whsec_…`, returned this once)."""
     source = check_input(input)
+    workspace_id = await workspace_scope.target(core, owner_id, workspace_id, Action.EDIT)
     [template] = await require_runnable(core, user_id=owner_id, template_ids=[template_id],
-                                        field="template_id")
+                                        field="template_id", workspace_id=workspace_id)
     count = await core.db.count(WebhookHook.select().where(WebhookHook.owner == owner_id))
     if count >= HOOKS_MAX:
         raise ValidationError.field("template_id", f"you have {HOOKS_MAX} hooks, the limit; delete one first")
     secret = "whsec_" + base64.b64encode(secrets.token_bytes(SECRET_BYTES)).decode()
     hook = await WebhookHook.acreate(owner=owner_id, template=template.id, input=source,
-                                     secret_encrypted=core.secrets.encrypt(secret))
+                                     secret_encrypted=core.secrets.encrypt(secret),
+                                     workspace_id=workspace_id)
     hook.template = template
     return hook, secret
 
@@ -91,6 +95,7 @@ def hook_view(hook: WebhookHook, url: str) -> dict[str, Any]:
         "url": url,
         "template_id": hook.template_id,
         "template_name": hook.template.name,
+        "workspace_id": hook.workspace_id,
         "input": hook.input,
         "created_at": iso(hook.created_at),
     }
@@ -101,10 +106,12 @@ def _with_template():
         WorkflowTemplate, on=(WebhookHook.template == WorkflowTemplate.id))
 
 
-async def list_hooks(core: Shared, *, owner_id: str) -> list[WebhookHook]:
+async def list_hooks(core: Shared, *, owner_id: str, workspace_id: str | None = None) -> list[WebhookHook]:
+    """The caller's hooks and their team workspaces' (`workspace_id`: that one's only)."""
+    where = await workspace_scope.owned_where(core, owner_id, workspace_id, WebhookHook.owner,
+                                              WebhookHook.workspace_id)
     return await core.db.list(
-        _with_template().where(WebhookHook.owner == owner_id)
-        .order_by(WebhookHook.created_at, WebhookHook.id))
+        _with_template().where(where).order_by(WebhookHook.created_at, WebhookHook.id))
 
 
 async def _find(core: Shared, hook_id: str) -> WebhookHook | None:
@@ -114,15 +121,19 @@ async def _find(core: Shared, hook_id: str) -> WebhookHook | None:
     return rows[0] if rows else None
 
 
-async def get_hook(core: Shared, *, owner_id: str, hook_id: str) -> WebhookHook:
+async def get_hook(core: Shared, *, owner_id: str, hook_id: str, action: Action = Action.READ) -> WebhookHook:
+    """A hook the caller may read (`action` edit: delete): their own, or one of a team
+    workspace by their role there; else 404 (403 for a member below the role)."""
     hook = await _find(core, hook_id)
-    if hook is None or hook.owner_id != owner_id:
-        raise NotFoundError(f"No hook of yours has the id '{hook_id[:80]}'.")
+    missing = NotFoundError(f"No hook of yours has the id '{hook_id[:80]}'.")
+    if hook is None:
+        raise missing
+    await workspace_scope.check_owned(core, owner_id, hook.owner_id, hook.workspace_id, action, missing)
     return hook
 
 
 async def delete_hook(core: Shared, *, owner_id: str, hook_id: str) -> None:
-    hook = await get_hook(core, owner_id=owner_id, hook_id=hook_id)
+    hook = await get_hook(core, owner_id=owner_id, hook_id=hook_id, action=Action.EDIT)
     await core.db.aexecute(WebhookHook.delete().where(WebhookHook.id == hook.id))
 
 
@@ -210,7 +221,7 @@ async def accept(core: Shared, hook: WebhookHook, call: Call, *, trace_parent: s
 
     if webhook_id is None:
         webhook_id = verify(core, hook, call)
-    if not may_run(hook.template, hook.owner_id):
+    if not await may_run(core, hook.template, hook.owner_id):
         raise PermissionDeniedError("The hook's owner may no longer run its template.")
     start = StartKey(scope=f"hook:{hook.id}", key=webhook_id, field="webhook-id")
 

@@ -2,6 +2,11 @@
 template as its owner. This module saves, reads and shows them; firing is
 `schedule_fires` (the loop every server process runs).
 
+A schedule belongs to a workspace (SPEC §16: default its creator's personal one) and
+names a template of that workspace (or a shared one); in a team workspace its members
+read it and its editors change it (services/workspace_scope.py), and it fires as its
+owner while the owner may still run the template.
+
 A schedule's `next_due_at` is the next due time no process has handled yet. Saving
 one (create, or a change of cron, zone or enabled) sets it to the first due time after
 now: due times that passed before the save are never fired. Every save is announced to
@@ -18,11 +23,12 @@ from typing import Any
 from orchestra.db.models import WorkflowRun, iso, utcnow
 from orchestra.db.trigger_models import ScheduleFire, WorkflowSchedule
 from orchestra.errors import NotFoundError, ValidationError
-from orchestra.services import caps, cron
+from orchestra.services import caps, cron, workspace_scope
 from orchestra.services.paging import Page, decode_cursor, encode_cursor, keyset_page
 from orchestra.services.run_access import require_runnable
 from orchestra.services.shared import Shared
 from orchestra.services.trigger_runs import checked_input
+from orchestra.services.workspace_rights import Action
 
 logger = logging.getLogger("orchestra.schedules")
 
@@ -37,18 +43,22 @@ def _known_id(value: str) -> bool:
     return isinstance(value, str) and 0 < len(value) <= 36 and "\x00" not in value
 
 
-async def get_schedule(core: Shared, *, user_id: str, schedule_id: str) -> WorkflowSchedule:
-    """The caller's schedule, or 404."""
+async def get_schedule(core: Shared, *, user_id: str, schedule_id: str,
+                       action: Action = Action.READ) -> WorkflowSchedule:
+    """A schedule the caller may read (or, `action` edit, change): their own, or one of a
+    team workspace by their role there; else 404 (403 for a member below the role)."""
     row = None
     if _known_id(schedule_id):
-        row = await WorkflowSchedule.aget_or_none(
-            (WorkflowSchedule.id == schedule_id) & (WorkflowSchedule.owner == user_id))
+        row = await WorkflowSchedule.aget_or_none(WorkflowSchedule.id == schedule_id)
+    missing = NotFoundError(f"No schedule has the id '{schedule_id}'.")
     if row is None:
-        raise NotFoundError(f"No schedule has the id '{schedule_id}'.")
+        raise missing
+    await workspace_scope.check_owned(core, user_id, row.owner_id, row.workspace_id, action, missing)
     return row
 
 
-async def _fields(core: Shared, user_id: str, body: dict[str, Any]) -> dict[str, Any]:
+async def _fields(core: Shared, user_id: str, body: dict[str, Any],
+                  workspace_id: str | None) -> dict[str, Any]:
     """Checked, normalized columns from a body (every field; the web layer fills defaults)."""
     problems: list[dict[str, str]] = []
     try:
@@ -71,7 +81,7 @@ async def _fields(core: Shared, user_id: str, body: dict[str, Any]) -> dict[str,
         problems.append({"field": "catchup_window_seconds", "problem": f"must be an integer from 0 to {WINDOW_MAX}"})
     try:
         (template,) = await require_runnable(core, user_id=user_id, template_ids=[body["template_id"]],
-                                             field="template_id")
+                                             field="template_id", workspace_id=workspace_id)
     except ValidationError as exc:
         problems += exc.detail
         template = None
@@ -99,7 +109,11 @@ def _next_due(fields: dict[str, Any], now: dt.datetime) -> dt.datetime | None:
 
 
 async def create_schedule(core: Shared, *, user_id: str, body: dict[str, Any]) -> WorkflowSchedule:
-    fields = await _fields(core, user_id, body)
+    """Store a schedule in `body["workspace_id"]` (an editor's there; default the caller's
+    personal workspace) on a template of that workspace."""
+    workspace_id = await workspace_scope.target(core, user_id, body.get("workspace_id"), Action.EDIT)
+    fields = await _fields(core, user_id, body, workspace_id)
+    fields["workspace_id"] = workspace_id
     now = utcnow()
     async with core.write_transaction():
         await caps.check(core, WorkflowSchedule.select().where(WorkflowSchedule.owner == user_id),
@@ -112,8 +126,8 @@ async def create_schedule(core: Shared, *, user_id: str, body: dict[str, Any]) -
 
 async def update_schedule(core: Shared, *, user_id: str, schedule_id: str, body: dict[str, Any]) -> WorkflowSchedule:
     """Replace every field. A changed cron, zone or `enabled` starts counting from now."""
-    row = await get_schedule(core, user_id=user_id, schedule_id=schedule_id)
-    fields = await _fields(core, user_id, body)
+    row = await get_schedule(core, user_id=user_id, schedule_id=schedule_id, action=Action.EDIT)
+    fields = await _fields(core, user_id, body, row.workspace_id)
     now = utcnow()
     timing = (row.cron, row.timezone, row.enabled) != (fields["cron"], fields["timezone"], fields["enabled"])
     values = dict(fields, updated_at=now)
@@ -122,17 +136,21 @@ async def update_schedule(core: Shared, *, user_id: str, schedule_id: str, body:
     async with core.write_transaction():
         await core.db.aexecute(WorkflowSchedule.update(**values).where(WorkflowSchedule.id == row.id))
     await announce_change(core)
-    return await get_schedule(core, user_id=user_id, schedule_id=schedule_id)
+    return await WorkflowSchedule.aget(WorkflowSchedule.id == row.id)
 
 
 async def delete_schedule(core: Shared, *, user_id: str, schedule_id: str) -> None:
-    row = await get_schedule(core, user_id=user_id, schedule_id=schedule_id)
+    row = await get_schedule(core, user_id=user_id, schedule_id=schedule_id, action=Action.EDIT)
     await core.db.aexecute(WorkflowSchedule.delete().where(WorkflowSchedule.id == row.id))
     await announce_change(core)
 
 
-async def list_schedules(core: Shared, *, user_id: str, limit: int, cursor: str | None) -> Page[WorkflowSchedule]:
-    query = WorkflowSchedule.select().where(WorkflowSchedule.owner == user_id)
+async def list_schedules(core: Shared, *, user_id: str, limit: int, cursor: str | None,
+                         workspace_id: str | None = None) -> Page[WorkflowSchedule]:
+    """The caller's schedules and their team workspaces' (`workspace_id`: that one's only)."""
+    where = await workspace_scope.owned_where(core, user_id, workspace_id, WorkflowSchedule.owner,
+                                              WorkflowSchedule.workspace_id)
+    query = WorkflowSchedule.select().where(where)
     return await keyset_page(core.db, query, kind="schedule", at=WorkflowSchedule.created_at,
                              key=WorkflowSchedule.id, limit=limit, cursor=cursor)
 
@@ -207,6 +225,7 @@ def schedule_view(row: WorkflowSchedule, last: ScheduleFire | None, *, now: dt.d
         "schedule_id": row.id,
         "template_id": row.template_id,
         "owner_id": row.owner_id,
+        "workspace_id": row.workspace_id,
         "cron": row.cron,
         "timezone": row.timezone,
         "input": row.input,

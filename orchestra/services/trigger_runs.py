@@ -46,4 +46,5 @@ def new_run(*, owner_id: str, template: WorkflowTemplate, input_text: str, input
         template_version=getattr(template, "version", None), steps=template.steps, spec=template.spec,
         input_text=input_text, input_value=input_value, trigger=trigger,
         budget_pusd=start_budget(template.spec, None),  # the template's limits.budget_usd (SPEC §12)
+        workspace_id=template.workspace_id,  # a run belongs to its template's workspace (SPEC §16)
     )

@@ -9,6 +9,8 @@ workspace (before migration 0019 they all were) count as their owner's personal 
 
 from __future__ import annotations
 
+from typing import Any
+
 from orchestra.db.models import User, storable
 from orchestra.db.workspace_models import Workspace
 from orchestra.errors import OrchestraError
@@ -94,3 +96,40 @@ async def hidden_teams(core: Shared, user_id: str) -> list[str]:
     roles = await member_workspaces(core, user_id)
     return [w.id for w in await core.db.list(Workspace.select(Workspace.id).where(
         (Workspace.personal == False) & Workspace.id.not_in(list(roles) or [""])))]  # noqa: E712
+
+
+# --- resources with an owner: workers, schedules, hooks, keys, subscriptions -----------
+
+
+async def owned_where(core: Shared, user_id: str, workspace_id: str | None, owner: Any,
+                      column: Any) -> Any:
+    """A list's condition on an owned resource (`owner`, `column`: its owner and
+    workspace_id columns): without `workspace_id`, the caller's own and those of every
+    team workspace they are a member of; with it, that workspace's only (404 for a
+    non-member; the caller's own for their personal one)."""
+    personal, teams = await listed(core, user_id, workspace_id)
+    mine = owner == user_id
+    if workspace_id is None:
+        return mine | column.in_(teams) if teams else mine
+    if personal:
+        return mine & ((column == workspace_id) | column.is_null())
+    return column == teams[0]
+
+
+async def check_owned(core: Shared, user_id: str, owner_id: str, workspace_id: str | None,
+                      action: Action, missing: OrchestraError) -> None:
+    """A read (`Action.READ`) or a change of an owned resource: in a team workspace the
+    caller's role there decides (`missing` for a non-member, 403 below `action`'s role);
+    elsewhere the owner alone."""
+    workspace = await team(core, workspace_id)
+    if workspace is not None:
+        await require_in(core, user_id, workspace, action, missing)
+    elif owner_id != user_id:
+        raise missing
+
+
+async def workspace_of_template(core: Shared, template: Any) -> str | None:
+    """The workspace a template belongs to (one stored before 0019: its owner's personal)."""
+    if template.workspace_id is not None:
+        return template.workspace_id
+    return await personal_workspace_id(core, template.owner_id)

@@ -122,3 +122,119 @@ async def test_a_workspace_with_an_active_run_is_not_deleted(client, team):
     started = await client.post(f"{WF}/run", headers=team["carol"]["headers"], json={"template_id": tid, "input": "x"})
     assert started.status_code == 202
     assert_error(await client.delete(f"{WS}/{wid}", headers=team["alice"]["headers"]), 409, "ConflictError")
+
+
+SCHEDULE = f"{WF}/schedule"
+HOOK = f"{WF}/hook"
+
+
+async def test_schedules_and_hooks_belong_to_a_workspace(client, team):
+    """A schedule's or hook's workspace is the body's (editor there; default personal); its
+    template is of that workspace; members read it, editors change it, others get 404."""
+    wid = team["workspace_id"]
+    team_tid = (await create(client, team["bob"], workspace_id=wid)).json()["template_id"]
+    own_tid = (await create(client, team["bob"], name="own")).json()["template_id"]
+    for path, body in ((SCHEDULE, {"cron": "0 9 * * *"}), (HOOK, {})):
+        # a runner may not make one; a non-member is told nothing
+        refused = assert_error(await client.post(path, headers=team["carol"]["headers"],
+                                                 json={**body, "template_id": team_tid, "workspace_id": wid}),
+                               403, "PermissionDeniedError")
+        assert refused["detail"]["role_needed"] == "editor"
+        assert_error(await client.post(path, headers=team["eve"]["headers"],
+                                       json={**body, "template_id": team_tid, "workspace_id": wid}),
+                     404, "NotFoundError")
+        # a reference never crosses workspaces: 422 naming the field, nothing stored
+        for tid, where in ((own_tid, wid), (team_tid, None)):
+            crossed = assert_error(await client.post(path, headers=team["bob"]["headers"], json={
+                **body, "template_id": tid, **({"workspace_id": where} if where else {})}),
+                422, "ValidationError")
+            assert crossed["detail"][0]["field"] == "template_id"
+        kind = "schedule" if path == SCHEDULE else "hook"
+        assert (await client.get(path, headers=team["bob"]["headers"])).json()[f"{kind}s"] == []
+        made = await client.post(path, headers=team["bob"]["headers"],
+                                 json={**body, "template_id": team_tid, "workspace_id": wid})
+        assert made.status_code == 201, made.text
+        item_id = made.json()[f"{kind}_id"]
+        assert made.json()[kind]["workspace_id"] == wid
+        mine = await client.post(path, headers=team["bob"]["headers"], json={**body, "template_id": own_tid})
+        assert mine.status_code == 201, mine.text
+        assert mine.json()[kind]["workspace_id"] != wid and mine.json()[kind]["workspace_id"]
+        # members see it (by default and with ?workspace_id=), non-members do not
+        for who in ("alice", "dave"):
+            listed = (await client.get(path, headers=team[who]["headers"])).json()[f"{kind}s"]
+            assert [x[f"{kind}_id"] for x in listed] == [item_id]
+            only = (await client.get(path, params={"workspace_id": wid},
+                                     headers=team[who]["headers"])).json()[f"{kind}s"]
+            assert [x[f"{kind}_id"] for x in only] == [item_id]
+            assert (await client.get(f"{path}/{item_id}", headers=team[who]["headers"])).status_code == 200
+        bobs = (await client.get(path, headers=team["bob"]["headers"])).json()[f"{kind}s"]
+        assert {x[f"{kind}_id"] for x in bobs} == {item_id, mine.json()[f"{kind}_id"]}
+        personal_id = mine.json()[kind]["workspace_id"]
+        only_mine = (await client.get(path, params={"workspace_id": personal_id},
+                                      headers=team["bob"]["headers"])).json()[f"{kind}s"]
+        assert [x[f"{kind}_id"] for x in only_mine] == [mine.json()[f"{kind}_id"]]
+        for who in ("eve", "admin"):
+            assert_error(await client.get(f"{path}/{item_id}", headers=team[who]["headers"]), 404, "NotFoundError")
+            assert item_id not in {x[f"{kind}_id"] for x in
+                                   (await client.get(path, headers=team[who]["headers"])).json()[f"{kind}s"]}
+        assert_error(await client.get(path, params={"workspace_id": wid}, headers=team["eve"]["headers"]),
+                     404, "NotFoundError")
+        # a viewer or runner may not delete it; a non-member is told nothing; an editor may
+        for who in ("carol", "dave"):
+            refused = assert_error(await client.delete(f"{path}/{item_id}", headers=team[who]["headers"]),
+                                   403, "PermissionDeniedError")
+            assert refused["detail"]["role_needed"] == "editor"
+        assert_error(await client.delete(f"{path}/{item_id}", headers=team["eve"]["headers"]), 404, "NotFoundError")
+        assert (await client.get(f"{path}/{item_id}", headers=team["dave"]["headers"])).status_code == 200
+        if path == SCHEDULE:  # a change needs editor too, and another editor may make it
+            change = {"template_id": team_tid, "cron": "0 10 * * *"}
+            assert_error(await client.put(f"{path}/{item_id}", headers=team["dave"]["headers"], json=change),
+                         403, "PermissionDeniedError")
+            crossed = assert_error(await client.put(f"{path}/{item_id}", headers=team["alice"]["headers"],
+                                                    json={**change, "template_id": own_tid}), 422, "ValidationError")
+            assert crossed["detail"][0]["field"] == "template_id"
+            changed = await client.put(f"{path}/{item_id}", headers=team["alice"]["headers"], json=change)
+            assert changed.status_code == 200, changed.text
+            assert changed.json()["schedule"]["cron"] == "0 10 * * *"
+            assert changed.json()["schedule"]["workspace_id"] == wid
+        assert (await client.delete(f"{path}/{item_id}", headers=team["alice"]["headers"])).status_code == 200
+        assert_error(await client.get(f"{path}/{item_id}", headers=team["bob"]["headers"]), 404, "NotFoundError")
+
+
+async def test_a_team_schedule_fires_into_its_workspace_while_its_owner_may_run(client, team):
+    """A schedule's run belongs to the template's workspace; once its owner may no longer
+    run there (demoted to viewer), a due time starts nothing."""
+    import datetime as dt
+
+    from orchestra.db.models import WorkflowRun, utcnow
+    from orchestra.db.trigger_models import ScheduleFire, WorkflowSchedule
+
+    wid = team["workspace_id"]
+    fire_loop = client.app.ctx.fire_loop
+    await fire_loop.stop()
+    tid = (await create(client, team["bob"], workspace_id=wid)).json()["template_id"]
+    made = await client.post(SCHEDULE, headers=team["bob"]["headers"],
+                             json={"template_id": tid, "cron": "* * * * *", "workspace_id": wid,
+                                   "overlap": "allow"})
+    sid = made.json()["schedule_id"]
+    db = client.app.ctx.core.db
+
+    async def fire(ago: int) -> ScheduleFire:
+        due = (utcnow() - dt.timedelta(minutes=ago)).replace(second=0, microsecond=0)
+        await db.aexecute(WorkflowSchedule.update(next_due_at=due).where(WorkflowSchedule.id == sid))
+        await fire_loop.fire_due(now=due + dt.timedelta(seconds=5))
+        return (await db.list(ScheduleFire.select().where((ScheduleFire.schedule == sid)
+                                                          & (ScheduleFire.due_at == due))))[0]
+
+    started = await fire(3)
+    assert started.outcome == "started", started.error
+    run = await WorkflowRun.aget(WorkflowRun.trace_id == started.trace_id)
+    assert run.workspace_id == wid and run.owner_id == team["bob"]["user_id"]
+    seen = await client.get(f"{WF}/run/{run.trace_id}", headers=team["dave"]["headers"])
+    assert seen.status_code == 200 and seen.json()["workspace_id"] == wid
+    demoted = await client.put(f"{WS}/{wid}/member/{team['bob']['user_id']}", headers=team["alice"]["headers"],
+                               json={"role": "viewer"})
+    assert demoted.status_code == 200, demoted.text
+    refused = await fire(1)
+    assert refused.outcome == "failed" and refused.trace_id is None
+    assert await db.count(WorkflowRun.select().where(WorkflowRun.workspace_id == wid)) == 1

@@ -33,6 +33,7 @@ class HookView(Shape):
     url: str = Field(description="Where senders POST (public, signed per Standard Webhooks).")
     template_id: str
     template_name: str
+    workspace_id: str | None = Field(description="The workspace it belongs to (SPEC §16).")
     input: str = Field(description="CEL over body, headers and query: the run's input.")
     created_at: Timestamp
 

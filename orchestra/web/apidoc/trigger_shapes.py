@@ -26,6 +26,7 @@ class ScheduleView(Shape):
     schedule_id: str
     template_id: str
     owner_id: str
+    workspace_id: str | None = Field(description="The workspace it belongs to (SPEC §16).")
     cron: str = Field(description="Five fields, normalized to single spaces.")
     timezone: str
     input: Any = None

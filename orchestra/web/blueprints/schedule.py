@@ -1,5 +1,5 @@
 """`/api/v1/workflow/schedule`: runs started on a clock (SPEC §11). A schedule is its
-owner's: others get 404."""
+owner's, or its team workspace's members' by role (SPEC §16): others get 404."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from orchestra.services import schedules as service
 from orchestra.services.roles import Role
 from orchestra.web.apidoc import trigger_shapes as out
 from orchestra.web.apidoc.models import Done
-from orchestra.web.apidoc.operation import Link, documented
-from orchestra.web.apidoc.rules import id_rule, rule
+from orchestra.web.apidoc.operation import Link, documented, query
+from orchestra.web.apidoc.rules import ID_PATTERN, id_rule, rule
 from orchestra.web.auth import protected
 from orchestra.web.paging import PAGE_ERRORS, page_args, page_body, page_params
 from orchestra.web.responses import SUCCESS
@@ -24,8 +24,12 @@ bp = Blueprint("schedule", url_prefix="/workflow/schedule")
 
 _ID = {"schedule_id": "$response.body#/schedule_id"}
 _UNKNOWN = ("ValidationError: an impossible or six-field cron (`cron`), an unknown zone "
-            "(`timezone`), a template you may not run (`template_id`), an input the template "
-            "refuses (`input`).")
+            "(`timezone`), a template you may not run or of another workspace (`template_id`), "
+            "an input the template refuses (`input`).")
+_NOT_MEMBER = "NotFoundError: workspace_id names a workspace you are not a member of."
+_BELOW = "PermissionDeniedError: your role in the schedule's workspace is below editor (`detail.role_needed`)."
+_WORKSPACE = query("workspace_id", "Only this workspace's (404 when you are not a member); default: "
+                   "all of yours.", pattern=ID_PATTERN)
 
 
 class ScheduleBody(Body):
@@ -53,6 +57,12 @@ class ScheduleBody(Body):
         return self.model_dump()
 
 
+class NewScheduleBody(ScheduleBody):
+    workspace_id: str | None = id_rule(None, description="The workspace it belongs to (you need editor "
+                                       "there; 404 when you are not a member); default: your personal "
+                                       "one. Its template must be of the same workspace (or shared).")
+
+
 async def _answer(request: Request, row, status: int = 200):
     core = request.app.ctx.core
     last = (await service.last_fires(core, [row.id])).get(row.id)
@@ -62,8 +72,8 @@ async def _answer(request: Request, row, status: int = 200):
 
 @bp.post("", strict_slashes=False)
 @documented(
-    "Create a schedule", body=ScheduleBody, response=out.Schedule, status=201,
-    errors={422: _UNKNOWN},
+    "Create a schedule", body=NewScheduleBody, response=out.Schedule, status=201,
+    errors={403: _BELOW, 404: _NOT_MEMBER, 422: _UNKNOWN},
     links={
         "Read": Link("schedule.read", _ID),
         "Replace": Link("schedule.update", _ID),
@@ -72,20 +82,22 @@ async def _answer(request: Request, row, status: int = 200):
 )
 @protected(Role.USER)
 async def create(request: Request):
-    body = parse_body(request, ScheduleBody)
+    body = parse_body(request, NewScheduleBody)
     row = await service.create_schedule(request.app.ctx.core, user_id=request.ctx.principal.user_id,
                                         body=body.fields())
     return await _answer(request, row, 201)
 
 
 @bp.get("", strict_slashes=False)
-@documented("List your schedules, oldest first, with their next fires and last outcome",
-            response=out.ScheduleList, params=page_params("schedules"), errors={422: PAGE_ERRORS})
+@documented("List your schedules and your workspaces', oldest first, with their next fires and "
+            "last outcome", response=out.ScheduleList, params=(*page_params("schedules"), _WORKSPACE),
+            errors={404: _NOT_MEMBER, 422: PAGE_ERRORS})
 @protected(Role.USER)
 async def list_all(request: Request):
     limit, cursor = page_args(request)
     core = request.app.ctx.core
-    page = await service.list_schedules(core, user_id=request.ctx.principal.user_id, limit=limit, cursor=cursor)
+    page = await service.list_schedules(core, user_id=request.ctx.principal.user_id, limit=limit, cursor=cursor,
+                                        workspace_id=request.args.get("workspace_id") or None)
     last = await service.last_fires(core, [row.id for row in page.rows])
     return json(page_body("schedules", [service.schedule_view(r, last.get(r.id)) for r in page.rows], page))
 
@@ -115,7 +127,7 @@ async def fires(request: Request, schedule_id: str):
 
 @bp.put("/<schedule_id:str>")
 @documented("Replace a schedule (every field; a changed cron, zone or enabled counts from now)",
-            body=ScheduleBody, response=out.Schedule, errors={422: _UNKNOWN})
+            body=ScheduleBody, response=out.Schedule, errors={403: _BELOW, 422: _UNKNOWN})
 @protected(Role.USER)
 async def update(request: Request, schedule_id: str):
     body = parse_body(request, ScheduleBody)
@@ -125,7 +137,7 @@ async def update(request: Request, schedule_id: str):
 
 
 @bp.delete("/<schedule_id:str>")
-@documented("Delete a schedule (its runs stay)", response=Done)
+@documented("Delete a schedule (its runs stay)", response=Done, errors={403: _BELOW})
 @protected(Role.USER)
 async def delete(request: Request, schedule_id: str):
     await service.delete_schedule(request.app.ctx.core, user_id=request.ctx.principal.user_id,
