@@ -1,5 +1,6 @@
 """`orchestra audit list | export | verify` (SPEC §16): the audit log. `list` and `export`
-read it through the server (GET /api/v1/audit, a SUPER_ADMINISTRATOR's token); `verify`
+read it through the server (GET /api/v1/audit: a SUPER_ADMINISTRATOR's token reads every
+chain, a workspace admin's their workspaces', `--workspace` one of them); `verify`
 reads the store itself, like `orchestra db` (`--db`/`--home`), and checks every chain."""
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import sys
 import typer
 
 from orchestra.cli.console import ExitCode, fail, handle_errors, out, print_json, run, success
-from orchestra.cli.remote import JSON, SERVER, TOKEN, connect
+from orchestra.cli.remote import JSON, SERVER, TOKEN, WORKSPACE, connect, workspace_id
 from orchestra.cli.store import settings_from
 
 app = typer.Typer(help="The audit log: who changed what (list and export through the server; "
@@ -34,13 +35,16 @@ def list_entries(
     ctx: typer.Context, actor: str | None = ACTOR, action: str | None = ACTION, target: str | None = TARGET,
     since: str | None = SINCE, until: str | None = UNTIL,
     limit: int = typer.Option(50, "--limit", min=1, max=1000, help="At most this many entries (newest first)."),
+    workspace: str | None = WORKSPACE,
     server: str | None = SERVER, token: str | None = TOKEN, json_output: bool = JSON,
 ) -> None:
     """The newest entries, filtered."""
     from rich.table import Table
 
     with connect(ctx, server, token) as client:
+        wid = workspace_id(client, workspace)
         entries = client.get("/audit", params={**_filters(actor, action, target, since, until),
+                                               **({"workspace_id": wid} if wid else {}),
                                                "limit": str(limit)}).get("entries", [])
     if json_output:
         print_json(entries)
@@ -60,12 +64,15 @@ def list_entries(
 @handle_errors
 def export(
     ctx: typer.Context, actor: str | None = ACTOR, action: str | None = ACTION, target: str | None = TARGET,
-    since: str | None = SINCE, until: str | None = UNTIL,
+    since: str | None = SINCE, until: str | None = UNTIL, workspace: str | None = WORKSPACE,
     server: str | None = SERVER, token: str | None = TOKEN,
 ) -> None:
     """Every entry that matches, newest first, one JSON object a line (all pages)."""
     params = {**_filters(actor, action, target, since, until), "limit": "1000"}
     with connect(ctx, server, token) as client:
+        wid = workspace_id(client, workspace)
+        if wid:
+            params["workspace_id"] = wid
         cursor = None
         while True:
             page = client.get("/audit", params={**params, **({"cursor": cursor} if cursor else {})})

@@ -15,12 +15,14 @@ from orchestra.cli.remote import (
     JSON,
     SERVER,
     TOKEN,
+    WORKSPACE,
     YES,
     confirm,
     connect,
     resolve_named,
     show_fields,
     without_message,
+    workspace_id,
 )
 
 app = typer.Typer(help="Inbound webhooks on a server: create (the secret is shown once), list, "
@@ -42,13 +44,18 @@ def create(
     template: str = typer.Argument(..., help="The template its calls run (a template_id or exact name)."),
     input: str = typer.Option("body", "--input", "-i",
                               help="CEL over body, headers and query: the run's input."),
+    workspace: str | None = WORKSPACE,
     server: str | None = SERVER, token: str | None = TOKEN, json_output: bool = JSON,
 ) -> None:
     """Create a hook; prints its URL and its signing secret (shown this once)."""
     with connect(ctx, server, token) as client:
         template_id = resolve_named(client, "/workflow/template", "templates", "template_id", template,
                                     "template")
-        created = without_message(client.post(PATH, json={"template_id": template_id, "input": input}))
+        body = {"template_id": template_id, "input": input}
+        wid = workspace_id(client, workspace)
+        if wid:
+            body["workspace_id"] = wid
+        created = without_message(client.post(PATH, json=body))
     if json_output:
         print_json(created)
         return
@@ -58,13 +65,14 @@ def create(
 
 @app.command("list")
 @handle_errors
-def list_hooks(ctx: typer.Context, server: str | None = SERVER, token: str | None = TOKEN,
-               json_output: bool = JSON) -> None:
-    """List your hooks."""
+def list_hooks(ctx: typer.Context, workspace: str | None = WORKSPACE, server: str | None = SERVER,
+               token: str | None = TOKEN, json_output: bool = JSON) -> None:
+    """List your hooks and your workspaces'."""
     from rich.table import Table
 
     with connect(ctx, server, token) as client:
-        hooks = client.get(PATH).get("hooks", [])
+        wid = workspace_id(client, workspace)
+        hooks = client.get(PATH, params={"workspace_id": wid} if wid else None).get("hooks", [])
     if json_output:
         print_json(hooks)
         return

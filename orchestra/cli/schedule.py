@@ -11,7 +11,17 @@ from typing import Any
 import typer
 
 from orchestra.cli.console import ExitCode, err, fail, handle_errors, out, print_json, success
-from orchestra.cli.remote import JSON, SERVER, TOKEN, YES, confirm, connect, show_fields
+from orchestra.cli.remote import (
+    JSON,
+    SERVER,
+    TOKEN,
+    WORKSPACE,
+    YES,
+    confirm,
+    connect,
+    show_fields,
+    workspace_id,
+)
 
 app = typer.Typer(help="Schedules: add, list, show, fires, update, enable, disable, remove.", no_args_is_help=True)
 
@@ -72,6 +82,7 @@ def add(
     catchup: str = typer.Option("latest", "--catchup", help="none, latest or all."),
     window: int = typer.Option(3600, "--catchup-window", help="Seconds back that missed fires are made up."),
     disabled: bool = typer.Option(False, "--disabled", help="Save it without firing."),
+    workspace: str | None = WORKSPACE,
     server: str | None = SERVER, token: str | None = TOKEN, json_output: bool = JSON,
 ) -> None:
     """Add a schedule; prints its schedule_id, then its next fires."""
@@ -81,6 +92,9 @@ def add(
         body = {"template_id": template_id(client, template), "cron": cron, "timezone": timezone,
                 "input": _input(input_text, input_json), "overlap": overlap, "catchup": catchup,
                 "catchup_window_seconds": window, "enabled": not disabled}
+        wid = workspace_id(client, workspace)
+        if wid:
+            body["workspace_id"] = wid
         created = client.post(PATH, json=body)
     view = created["schedule"]
     if json_output:
@@ -92,13 +106,14 @@ def add(
 
 @app.command("list")
 @handle_errors
-def list_schedules(ctx: typer.Context, server: str | None = SERVER, token: str | None = TOKEN,
-                   json_output: bool = JSON) -> None:
-    """List your schedules with their next fire and last outcome."""
+def list_schedules(ctx: typer.Context, workspace: str | None = WORKSPACE, server: str | None = SERVER,
+                   token: str | None = TOKEN, json_output: bool = JSON) -> None:
+    """List your schedules and your workspaces' with their next fire and last outcome."""
     from rich.table import Table
 
     with connect(ctx, server, token) as client:
-        rows = client.get_all(PATH, "schedules")
+        wid = workspace_id(client, workspace)
+        rows = client.get_all(PATH, "schedules", params={"workspace_id": wid} if wid else None)
     if json_output:
         print_json(rows)
         return

@@ -36,7 +36,9 @@ from orchestra.db.models import iso, utcnow
 from orchestra.errors import ValidationError
 from orchestra.observability import context
 from orchestra.services.paging import DEFAULT_LIMIT, Page, keyset_page
+from orchestra.services.roles import Role
 from orchestra.services.shared import Shared
+from orchestra.services.workspace_rights import Action, Caller, allows, member_workspaces, require
 
 MASK = "***"  # a secret value or an API key, in `changes`
 VIAS = ("token", "key", "hook", "schedule", "store")
@@ -245,6 +247,21 @@ def parse_instant(name: str, text: str) -> dt.datetime:
         raise ValidationError.field(name, "must be a date (2026-12-01) or a date-time "
                                           "(2026-12-01T09:30:00Z)") from None
     return moment
+
+
+async def readable_chains(core: Shared, caller: Caller, workspace_id: str | None) -> list[str] | None:
+    """The chains the caller reads (SPEC §16); None: every one. A SUPER_ADMINISTRATOR
+    reads every chain (the instance's included), or the one named (a deleted workspace's
+    too); anyone else a workspace they are `admin` or `owner` of (404 for one they are not
+    a member of, 403 naming `admin` below it), or, unfiltered, those of every workspace
+    where they are — never the instance chain."""
+    if Role(caller.role) == Role.SUPER_ADMINISTRATOR:
+        return None if workspace_id is None else [workspace_id]
+    if workspace_id is not None:
+        found = await require(core, caller, workspace_id, Action.MANAGE)
+        return [found.workspace.id]
+    roles = await member_workspaces(core, caller.user_id)
+    return sorted(w for w, role in roles.items() if allows(role, Action.MANAGE))
 
 
 async def list_entries(

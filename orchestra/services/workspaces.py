@@ -19,7 +19,7 @@ from orchestra.db.trigger_models import WorkflowSchedule
 from orchestra.db.workspace_models import Workspace, WorkspaceMember
 from orchestra.errors import ConflictError, NotFoundError, PermissionDeniedError, ValidationError
 from orchestra.money.amounts import parse_usd, read_usd, usd_text
-from orchestra.services import auth
+from orchestra.services import audit, auth
 from orchestra.services.personal_workspace import personal_workspace
 from orchestra.services.providers import clean_name
 from orchestra.services.roles import Role
@@ -100,13 +100,30 @@ def monthly_budget(workspace: Workspace):
 # --- workspaces ----------------------------------------------------------------------------
 
 
+def audited_fields(workspace: Workspace) -> dict[str, Any]:
+    """What an audit entry shows of a workspace's change (SPEC §16)."""
+    return {"name": workspace.name, "limits": workspace.limits}
+
+
+def _target(workspace: Workspace) -> dict[str, Any]:
+    return audit.target("workspace", workspace.id, workspace.name)
+
+
+def _member_target(user_id: str, user_name: str) -> dict[str, Any]:
+    """A member entry targets the member (SPEC §16)."""
+    return audit.target("member", user_id, user_name)
+
+
+
 async def create_workspace(core: Shared, user: Caller, *, name: str, limits: Any = None) -> Workspace:
     """A team workspace whose only member, its owner, is the caller."""
     name = clean_name(name, "name", NAME_MAX)
     cleaned = clean_limits(limits)
-    async with core.db.atomic():
+    async with core.write_transaction():
         workspace = await Workspace.acreate(name=name, personal=False, limits=cleaned)
         await WorkspaceMember.acreate(workspace=workspace.id, user=user.user_id, role=WorkspaceRole.OWNER.value)
+        await audit.record(core, action="workspace.create", target=_target(workspace),
+                           changes=audit.diff({}, audited_fields(workspace)), workspace_id=workspace.id)
     return workspace
 
 
@@ -134,6 +151,7 @@ async def update_workspace(core: Shared, user: Caller, workspace_id: str, *,
     """Change the fields sent (`name`, `limits`; null limits: none); admin and above."""
     found = await require(core, user, workspace_id, Action.MANAGE)
     workspace = found.workspace
+    before = audited_fields(workspace)
     changed = []
     if "name" in fields and fields["name"] is not None:
         workspace.name = clean_name(fields["name"], "name", NAME_MAX)
@@ -141,8 +159,12 @@ async def update_workspace(core: Shared, user: Caller, workspace_id: str, *,
     if "limits" in fields:
         workspace.limits = clean_limits(fields["limits"])
         changed.append(Workspace.limits)
-    if changed:
-        await workspace.asave(only=changed)
+    changes = audit.diff(before, audited_fields(workspace))
+    if changed and changes:
+        async with core.write_transaction():
+            await workspace.asave(only=changed)
+            await audit.record(core, action="workspace.update", target=_target(workspace),
+                               changes=changes, workspace_id=workspace.id)
     return found
 
 
@@ -164,7 +186,10 @@ async def delete_workspace(core: Shared, user: Caller, workspace_id: str) -> Wor
         if enabled:
             raise ConflictError(f"The workspace has {enabled} enabled schedule(s): disable or "
                                 "delete them before deleting it.")
-        await core.db.aexecute(Workspace.delete().where(Workspace.id == workspace.id))
+        deleted = await core.db.aexecute(Workspace.delete().where(Workspace.id == workspace.id))
+        if deleted:  # its chain stays (a SUPER_ADMINISTRATOR reads it)
+            await audit.record(core, action="workspace.delete", target=_target(workspace),
+                               changes=audit.diff(audited_fields(workspace), {}), workspace_id=workspace.id)
     return workspace
 
 
@@ -213,7 +238,11 @@ async def add_member(core: Shared, user: Caller, workspace_id: str, *, role: Any
         raise ConflictError("A personal workspace is never shared: create a team workspace "
                             "(POST /api/v1/workspace) and add members there.")
     try:
-        row = await WorkspaceMember.acreate(workspace=found.workspace.id, user=target.id, role=chosen.value)
+        async with core.write_transaction():
+            row = await WorkspaceMember.acreate(workspace=found.workspace.id, user=target.id, role=chosen.value)
+            await audit.record(core, action="member.add", target=_member_target(target.id, target.user_name),
+                               changes={"role": audit.change(None, chosen.value)},
+                               workspace_id=found.workspace.id)
     except IntegrityError:
         raise ConflictError(f"'{target.user_name}' is already a member of this workspace; "
                             "change their role with PUT …/member/{user_id}.") from None
@@ -249,10 +278,14 @@ async def update_member(core: Shared, user: Caller, workspace_id: str, member_id
                 and await _owners(core, found.workspace.id) <= 1:
             raise ConflictError("The last owner of a workspace cannot be demoted: make another "
                                 "member owner first.")
-        row.role = chosen.value
-        await core.db.aexecute(WorkspaceMember.update(role=chosen.value).where(
-            (WorkspaceMember.workspace == found.workspace.id) & (WorkspaceMember.user == row.user_id)))
-    target = await User.aget(User.id == row.user_id)
+        before, row.role = row.role, chosen.value
+        target = await User.aget(User.id == row.user_id)
+        if before != chosen.value:
+            await core.db.aexecute(WorkspaceMember.update(role=chosen.value).where(
+                (WorkspaceMember.workspace == found.workspace.id) & (WorkspaceMember.user == row.user_id)))
+            await audit.record(core, action="member.update", target=_member_target(target.id, target.user_name),
+                               changes={"role": audit.change(before, chosen.value)},
+                               workspace_id=found.workspace.id)
     return member_view(row, target.user_name)
 
 
@@ -270,7 +303,11 @@ async def remove_member(core: Shared, user: Caller, workspace_id: str, member_id
             if await _owners(core, found.workspace.id) <= 1:
                 raise ConflictError("The last owner of a workspace cannot leave it: make another "
                                     "member owner first, or delete the workspace.")
-        await core.db.aexecute(WorkspaceMember.delete().where(
+        target = await User.aget(User.id == row.user_id)
+        removed = await core.db.aexecute(WorkspaceMember.delete().where(
             (WorkspaceMember.workspace == found.workspace.id) & (WorkspaceMember.user == row.user_id)))
-    target = await User.aget(User.id == row.user_id)
+        if removed:
+            await audit.record(core, action="member.remove", target=_member_target(target.id, target.user_name),
+                               changes={"role": audit.change(row.role, None)},
+                               workspace_id=found.workspace.id)
     return member_view(row, target.user_name)

@@ -62,6 +62,36 @@ def test_the_cli_makes_a_workspace_and_its_members(team):
     team["workspace_id"] = workspace_id
 
 
+def test_a_team_schedule_and_the_team_audit_log_through_the_cli(team):
+    """The editor schedules a workspace template with `--workspace`; a template of another
+    workspace is refused (422 naming template_id); the owner reads the workspace's audit
+    log (`audit list --workspace`), the editor may not (403)."""
+    http, h, bob, alice = team["http"], team["headers"], team["cli"]["bob"], team["cli"]["alice"]
+    workspace_id = team.get("workspace_id")
+    assert workspace_id, "the CLI test makes the workspace"
+    made = http.post("/workflow/template", headers=h["bob"],
+                     json={"name": "daily", "steps": HUMAN, "workspace_id": workspace_id})
+    assert made.status_code == 201, made.text
+    mine = http.post("/workflow/template", headers=h["bob"], json={"name": "own", "steps": HUMAN})
+    done = bob("schedule", "add", made.json()["template_id"], "0 9 * * *", "--workspace", "Research", "--json")
+    assert done.returncode == 0, done.stderr
+    schedule = json.loads(done.stdout)
+    assert schedule["workspace_id"] == workspace_id
+    crossed = bob("schedule", "add", mine.json()["template_id"], "0 9 * * *", "--workspace", "Research")
+    assert crossed.returncode != 0 and "template_id" in crossed.stderr
+    listed = http.get("/workflow/schedule", params={"workspace_id": workspace_id}, headers=h["dave"]).json()
+    assert [s["schedule_id"] for s in listed["schedules"]] == [schedule["schedule_id"]]
+    assert http.get(f"/workflow/schedule/{schedule['schedule_id']}", headers=h["eve"]).status_code == 404
+    assert http.delete(f"/workflow/schedule/{schedule['schedule_id']}", headers=h["bob"]).status_code == 200
+    assert http.delete(f"/workflow/template/{made.json()['template_id']}", headers=h["bob"]).status_code == 200
+    entries = json.loads(alice("audit", "list", "--workspace", "Research", "--json").stdout)
+    actions = [e["action"] for e in reversed(entries)]
+    assert actions[:4] == ["workspace.create", "member.add", "member.add", "member.add"]
+    assert {e["workspace_id"] for e in entries} == {workspace_id}
+    refused = bob("audit", "list", "--workspace", "Research")
+    assert refused.returncode != 0 and "admin" in refused.stderr
+
+
 def test_an_editor_a_runner_and_a_viewer_each_do_their_part(team):
     http, h = team["http"], team["headers"]
     workspace_id = team.get("workspace_id")

@@ -1,6 +1,7 @@
 """The audit log (SPEC §16): each change is one entry with who, what, the request's id
 and address, and its changes; a refused change writes none; `GET /api/v1/audit` filters
-and pages them for a SUPER_ADMINISTRATOR only, and no route edits or deletes one."""
+and pages them for a SUPER_ADMINISTRATOR (every chain) and a workspace's admins (its
+chain), and no route edits or deletes one."""
 
 from __future__ import annotations
 
@@ -246,8 +247,15 @@ async def test_instance_level_auth_entries_and_unchanged_auth_answers(client, ro
 async def test_reading_the_log(client, root, alice):
     for name in ("a", "b", "c"):
         await client.post(f"{API}/template", headers=alice["headers"], json={"name": name, "steps": [human()]})
-    refused = await client.get(AUDIT, headers=alice["headers"])
-    assert refused.status_code == 403 and refused.json()["error"] == "PermissionDeniedError"
+    # a user reads the chains of the workspaces they own or administer (their personal
+    # one), never instance-level entries (their login) nor another's workspace
+    mine = await client.get(AUDIT, headers=alice["headers"])
+    assert mine.status_code == 200, mine.text
+    assert [e["target"]["name"] for e in mine.json()["entries"]] == ["c", "b", "a"]
+    assert {e["action"] for e in mine.json()["entries"]} == {"template.create"}
+    [root_personal] = (await client.get("/api/v1/workspace", headers=root["headers"])).json()["workspaces"]
+    refused = await client.get(AUDIT, headers=alice["headers"], params={"workspace_id": root_personal["workspace_id"]})
+    assert refused.status_code == 404 and refused.json()["error"] == "NotFoundError"
     first = await client.get(AUDIT, headers=root["headers"], params={"action": "template.create", "limit": 2})
     body = first.json()
     assert [e["target"]["name"] for e in body["entries"]] == ["c", "b"] and body["next_cursor"]

@@ -193,3 +193,75 @@ async def test_delete_removes_a_team_workspace_and_its_memberships(client, alice
     assert_error(await client.get(f"{WS}/{team['workspace_id']}", headers=bob["headers"]), 404, "NotFoundError")
     assert not await client.app.ctx.core.db.exists(
         WorkspaceMember.select().where(WorkspaceMember.workspace == team["workspace_id"]))
+
+
+AUDIT = "/api/v1/audit"
+
+
+async def test_workspace_and_member_changes_are_audited_and_read_by_its_admins(client, alice, users):
+    """workspace.create|update|delete and member.add|update|remove are entries of the
+    workspace's chain; its owners and admins read it (?workspace_id=), others do not; a
+    refused change writes nothing."""
+    from orchestra.db.audit_models import AuditEntry
+
+    bob, carol, eve = [await users.make(n) for n in ("bob", "carol", "eve")]
+    root = await users.make("root", "SUPER_ADMINISTRATOR")
+    team = await make_team(client, alice, "Support")
+    wid = team["workspace_id"]
+    assert (await add(client, alice, wid, "admin", user_name="bob")).status_code == 201
+    assert (await add(client, bob, wid, "viewer", user_name="carol")).status_code == 201
+    changed = await client.put(f"{WS}/{wid}/member/{carol['user_id']}", headers=bob["headers"], json={"role": "runner"})
+    assert changed.status_code == 200, changed.text
+    renamed = await client.put(f"{WS}/{wid}", headers=bob["headers"],
+                               json={"name": "Help", "limits": {"monthly_budget_usd": "5"}})
+    assert renamed.status_code == 200, renamed.text
+    # refused changes write nothing
+    before = await client.app.ctx.core.db.count(AuditEntry.select())
+    assert_error(await add(client, carol, wid, "viewer", user_name="eve"), 403, "PermissionDeniedError")
+    assert_error(await add(client, alice, wid, "viewer", user_name="bob"), 409, "ConflictError")
+    assert_error(await client.put(f"{WS}/{wid}/member/{alice['user_id']}", headers=alice["headers"],
+                                  json={"role": "admin"}), 409, "ConflictError")
+    assert await client.app.ctx.core.db.count(AuditEntry.select()) == before
+    assert (await client.delete(f"{WS}/{wid}/member/{carol['user_id']}", headers=bob["headers"])).status_code == 200
+    # the workspace's admin reads its chain, oldest last
+    read = await client.get(AUDIT, headers=bob["headers"], params={"workspace_id": wid})
+    assert read.status_code == 200, read.text
+    entries = read.json()["entries"]
+    assert [e["action"] for e in reversed(entries)] == [
+        "workspace.create", "member.add", "member.add", "member.update", "workspace.update", "member.remove"]
+    assert {e["workspace_id"] for e in entries} == {wid}
+    by = {e["action"]: e for e in reversed(entries)}
+    assert by["workspace.create"]["actor"]["user_id"] == alice["user_id"]
+    assert by["workspace.create"]["target"] == {"type": "workspace", "id": wid, "name": "Support"}
+    assert by["member.update"]["target"] == {"type": "member", "id": carol["user_id"], "name": "carol"}
+    assert by["member.update"]["changes"] == {"role": {"from": "viewer", "to": "runner"}}
+    assert by["member.update"]["actor"]["user_id"] == bob["user_id"]
+    assert by["member.remove"]["changes"] == {"role": {"from": "runner", "to": None}}
+    assert by["workspace.update"]["changes"] == {
+        "limits": {"from": None, "to": {"monthly_budget_usd": "5", "on_budget": "fail"}},
+        "name": {"from": "Support", "to": "Help"}}
+    chain = list(reversed(entries))
+    assert [e["seq"] for e in chain] == list(range(chain[0]["seq"], chain[0]["seq"] + len(chain)))
+    assert all(b["prev_hash"] == a["hash"] for a, b in zip(chain, chain[1:], strict=False))
+    # filters work inside the chain; the unfiltered view holds it, never instance entries
+    only = (await client.get(AUDIT, headers=bob["headers"],
+                             params={"workspace_id": wid, "action": "member.add"})).json()["entries"]
+    assert len(only) == 2
+    unfiltered = (await client.get(AUDIT, headers=bob["headers"])).json()["entries"]
+    assert {e["audit_id"] for e in entries} <= {e["audit_id"] for e in unfiltered}
+    assert all(e["workspace_id"] is not None for e in unfiltered)
+    # below admin: 403 naming admin; not a member: 404; a carol re-added as runner: 403
+    assert (await add(client, alice, wid, "runner", user_name="carol")).status_code == 201
+    refused = assert_error(await client.get(AUDIT, headers=carol["headers"], params={"workspace_id": wid}),
+                           403, "PermissionDeniedError")
+    assert refused["detail"]["role_needed"] == "admin"
+    assert wid not in {e["workspace_id"] for e in
+                       (await client.get(AUDIT, headers=carol["headers"])).json()["entries"]}
+    assert_error(await client.get(AUDIT, headers=eve["headers"], params={"workspace_id": wid}), 404, "NotFoundError")
+    # the owner deletes it: the entry stays in its chain, read by a SUPER_ADMINISTRATOR
+    assert (await client.delete(f"{WS}/{wid}", headers=alice["headers"])).status_code == 200
+    assert_error(await client.get(AUDIT, headers=alice["headers"], params={"workspace_id": wid}), 404, "NotFoundError")
+    kept = (await client.get(AUDIT, headers=root["headers"], params={"workspace_id": wid})).json()["entries"]
+    assert kept[0]["action"] == "workspace.delete" and kept[0]["actor"]["user_id"] == alice["user_id"]
+    assert kept[0]["changes"]["name"] == {"from": "Help", "to": None}
+    assert len(kept) == len(entries) + 2  # carol's second add, then the delete

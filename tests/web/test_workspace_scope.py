@@ -238,3 +238,47 @@ async def test_a_team_schedule_fires_into_its_workspace_while_its_owner_may_run(
     refused = await fire(1)
     assert refused.outcome == "failed" and refused.trace_id is None
     assert await db.count(WorkflowRun.select().where(WorkflowRun.workspace_id == wid)) == 1
+
+
+async def test_workers_belong_to_a_workspace(client, team):
+    """A worker's workspace is the body's (editor there); members read it, editors change
+    and delete it, a non-member (an ADMINISTRATOR too) gets 404; lists take ?workspace_id=."""
+    wid = team["workspace_id"]
+    from orchestra.services import providers
+
+    provider = await providers.create_provider(
+        client.app.ctx.core, name="p", kind="openai_compatible", model_id="m", api_key="k",
+        base_url="http://127.0.0.1:9/v1")
+    body = {"name": "w", "provider_id": provider.id, "workspace_id": wid}
+    worker = "/api/v1/agent/worker"
+    refused = assert_error(await client.post(worker, headers=team["carol"]["headers"], json=body),
+                           403, "PermissionDeniedError")
+    assert refused["detail"]["role_needed"] == "editor"
+    assert_error(await client.post(worker, headers=team["eve"]["headers"], json=body), 404, "NotFoundError")
+    created = await client.post(worker, headers=team["bob"]["headers"], json=body)
+    assert created.status_code == 201, created.text
+    assert created.json()["workspace_id"] == wid and created.json()["owner_id"] == team["bob"]["user_id"]
+    wk = created.json()["worker_id"]
+    own = await client.post(worker, headers=team["bob"]["headers"], json={**body, "name": "mine", "workspace_id": None})
+    assert own.status_code == 201 and own.json()["workspace_id"] not in (None, wid)
+    for who in ("alice", "dave"):
+        listed = (await client.get(worker, headers=team[who]["headers"])).json()["workers"]
+        assert [w["worker_id"] for w in listed] == [wk]
+        assert (await client.get(f"{worker}/{wk}", headers=team[who]["headers"])).status_code == 200
+    only = (await client.get(worker, params={"workspace_id": own.json()["workspace_id"]},
+                             headers=team["bob"]["headers"])).json()["workers"]
+    assert [w["worker_id"] for w in only] == [own.json()["worker_id"]]
+    for who in ("eve", "admin"):
+        assert_error(await client.get(f"{worker}/{wk}", headers=team[who]["headers"]), 404, "NotFoundError")
+        assert_error(await client.put(f"{worker}/{wk}", headers=team[who]["headers"], json={"description": "x"}),
+                     404, "NotFoundError")
+    assert_error(await client.get(worker, params={"workspace_id": wid}, headers=team["eve"]["headers"]),
+                 404, "NotFoundError")
+    for who in ("carol", "dave"):
+        assert_error(await client.put(f"{worker}/{wk}", headers=team[who]["headers"], json={"description": "x"}),
+                     403, "PermissionDeniedError")
+        assert_error(await client.delete(f"{worker}/{wk}", headers=team[who]["headers"]), 403, "PermissionDeniedError")
+    changed = await client.put(f"{worker}/{wk}", headers=team["alice"]["headers"], json={"description": "x"})
+    assert changed.status_code == 200 and changed.json()["description"] == "x"
+    assert (await client.delete(f"{worker}/{wk}", headers=team["alice"]["headers"])).status_code == 200
+    assert_error(await client.get(f"{worker}/{wk}", headers=team["bob"]["headers"]), 404, "NotFoundError")

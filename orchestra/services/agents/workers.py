@@ -1,5 +1,7 @@
 """Workers (SPEC §3): each belongs to its owner; another user's worker is simply not
-found. Provider, tools and bound skill are checked together (one 422 naming every
+found. A worker also belongs to a workspace (SPEC §16; default its owner's personal
+one): in a team workspace its members read it and its editors change and delete it
+(services/workspace_scope.py). Provider, tools and bound skill are checked together (one 422 naming every
 unknown reference); a write drops the agent cache's copy (through `Caches`).
 """
 
@@ -11,10 +13,12 @@ from peewee import IntegrityError
 
 from orchestra.db.models import Provider, Skill, Worker, iso, name_key, storable, utcnow
 from orchestra.errors import ConflictError, NotFoundError, ValidationError
+from orchestra.services import workspace_scope
 from orchestra.services.agents.skills import PROMPT_MAX
 from orchestra.services.paging import DEFAULT_LIMIT, Page, keyset_page
 from orchestra.services.providers import clean_model, clean_name, clean_text, providers_by_id
 from orchestra.services.shared import Shared
+from orchestra.services.workspace_rights import Action
 
 _UNSET: Any = object()
 
@@ -24,6 +28,7 @@ def worker_view(worker: Worker, provider: Provider | None = None) -> dict[str, A
         "worker_id": worker.id,
         "id": worker.id,
         "owner_id": worker.owner_id,
+        "workspace_id": worker.workspace_id,
         "name": worker.name,
         "description": worker.description,
         "system_prompt": worker.system_prompt,
@@ -121,8 +126,11 @@ async def create_worker(
     model: str | None = None,
     tools: list[str] = (),
     bound_skill: str | None = None,
+    workspace_id: str | None = None,
 ) -> Worker:
-    """Create one of the owner's workers; 422 naming any unknown provider, tool or skill."""
+    """Create one of the owner's workers in `workspace_id` (an editor's there; default the
+    owner's personal one); 422 naming any unknown provider, tool or skill."""
+    workspace_id = await workspace_scope.target(core, owner_id, workspace_id, Action.EDIT)
     name = clean_name(name)
     description = clean_text(description, "description")
     system_prompt = clean_text(system_prompt, "system_prompt", PROMPT_MAX)
@@ -134,6 +142,7 @@ async def create_worker(
     worker = Worker(
         owner=owner_id, name=name, description=description, system_prompt=system_prompt,
         provider=provider_id, model=model, tools=tools, bound_skill=bound_skill,
+        workspace_id=workspace_id,
     )
     await _save_worker(core, worker, create=True)
     core.caches.changed("worker")
@@ -141,22 +150,28 @@ async def create_worker(
 
 
 async def list_workers(
-    core: Shared, *, owner_id: str, limit: int = DEFAULT_LIMIT, cursor: str | None = None
+    core: Shared, *, owner_id: str, limit: int = DEFAULT_LIMIT, cursor: str | None = None,
+    workspace_id: str | None = None,
 ) -> Page[Worker]:
-    """A page of the owner's workers, oldest first."""
+    """A page of the owner's workers and their team workspaces', oldest first
+    (`workspace_id`: that workspace's only; 404 for a non-member)."""
+    where = await workspace_scope.owned_where(core, owner_id, workspace_id, Worker.owner, Worker.workspace_id)
     return await keyset_page(
-        core.db, Worker.select().where(Worker.owner == owner_id), kind="worker",
+        core.db, Worker.select().where(where), kind="worker",
         at=Worker.created_at, key=Worker.id, limit=limit, cursor=cursor,
     )
 
 
-async def get_worker(core: Shared, *, owner_id: str, worker_id: str) -> Worker:
-    """One of the owner's workers; another user's is 404, like a missing one."""
+async def get_worker(core: Shared, *, owner_id: str, worker_id: str, action: Action = Action.READ) -> Worker:
+    """One of the caller's workers, or one of a team workspace by the caller's role there
+    (`action` edit: change, delete; 403 below it); another user's is 404, like a missing one."""
     worker = None
-    if storable(worker_id):
-        worker = await Worker.aget_or_none((Worker.id == worker_id) & (Worker.owner == owner_id))
+    if storable(worker_id) and len(worker_id) <= 36:
+        worker = await Worker.aget_or_none(Worker.id == worker_id)
+    missing = NotFoundError(f"You have no worker with the id '{worker_id}'.")
     if worker is None:
-        raise NotFoundError(f"You have no worker with the id '{worker_id}'.")
+        raise missing
+    await workspace_scope.check_owned(core, owner_id, worker.owner_id, worker.workspace_id, action, missing)
     return worker
 
 
@@ -167,10 +182,10 @@ async def update_worker(core: Shared, *, owner_id: str, worker_id: str, **change
     unknown = set(changes) - allowed
     if unknown:
         raise ValidationError.field(min(unknown), "cannot be changed")
-    worker = await get_worker(core, owner_id=owner_id, worker_id=worker_id)
+    worker = await get_worker(core, owner_id=owner_id, worker_id=worker_id, action=Action.EDIT)
     if "name" in changes:
         worker.name = clean_name(changes["name"])
-        await _ensure_worker_name_free(core, owner_id, worker.name, except_id=worker.id)
+        await _ensure_worker_name_free(core, worker.owner_id, worker.name, except_id=worker.id)
     if "description" in changes:
         worker.description = clean_text(changes["description"], "description")
     if "system_prompt" in changes:
@@ -196,7 +211,7 @@ async def update_worker(core: Shared, *, owner_id: str, worker_id: str, **change
 
 
 async def delete_worker(core: Shared, *, owner_id: str, worker_id: str) -> Worker:
-    worker = await get_worker(core, owner_id=owner_id, worker_id=worker_id)
+    worker = await get_worker(core, owner_id=owner_id, worker_id=worker_id, action=Action.EDIT)
     await core.db.aexecute(Worker.delete().where(Worker.id == worker.id))
     core.caches.changed("worker")
     return worker

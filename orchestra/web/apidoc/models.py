@@ -208,6 +208,7 @@ class WorkerView(Shape):
     worker_id: str
     id: str
     owner_id: str
+    workspace_id: str | None = Field(description="The workspace it belongs to (SPEC §16).")
     name: str
     description: str
     system_prompt: str

@@ -10,8 +10,16 @@ from orchestra.services import agents
 from orchestra.services.providers import NAME_MAX
 from orchestra.services.roles import Role
 from orchestra.web.apidoc import models as out
-from orchestra.web.apidoc.operation import Link, documented
-from orchestra.web.apidoc.rules import display_name, id_rule, model_rule, name_rule, rule, text_rule
+from orchestra.web.apidoc.operation import Link, documented, query
+from orchestra.web.apidoc.rules import (
+    ID_PATTERN,
+    display_name,
+    id_rule,
+    model_rule,
+    name_rule,
+    rule,
+    text_rule,
+)
 from orchestra.web.auth import protected
 from orchestra.web.paging import PAGE_ERRORS, page_args, page_body, page_params
 from orchestra.web.responses import SUCCESS
@@ -47,6 +55,14 @@ class WorkerBody(Body):
     model: str | None = model_rule(None)
     tools: list[str] = _tools([])
     bound_skill: str | None = _bound_skill()
+    workspace_id: str | None = id_rule(None, description="The workspace it belongs to (you need editor "
+                                       "there; 404 when you are not a member); default: your personal one.")
+
+
+_NOT_MEMBER = "NotFoundError: workspace_id names a workspace you are not a member of."
+_BELOW = "PermissionDeniedError: your role in the worker's workspace is below editor (`detail.role_needed`)."
+_WORKSPACE = query("workspace_id", "Only this workspace's (404 when you are not a member); default: "
+                   "all of yours.", pattern=ID_PATTERN)
 
 
 class WorkerUpdateBody(ClosedBody):
@@ -81,7 +97,8 @@ def _changes(body) -> dict:
 @bp.post("/worker")
 @documented(
     "Create one of your workers", body=WorkerBody, response=out.Worker, status=201,
-    errors={409: "ConflictError: you have a worker of that name (ignoring case and width)."},
+    errors={403: _BELOW, 404: _NOT_MEMBER,
+            409: "ConflictError: you have a worker of that name (ignoring case and width)."},
     links={
         "Read": Link("agent.read_worker", {"worker_id": "$response.body#/worker_id"}),
         "Update": Link("agent.update_worker", {"worker_id": "$response.body#/worker_id"}),
@@ -105,15 +122,16 @@ async def create_worker(request: Request):
 
 @bp.get("/worker")
 @documented(
-    "List your workers, oldest first (paged)", response=out.WorkerList,
-    errors={422: PAGE_ERRORS}, params=page_params("workers"),
+    "List your workers and your workspaces', oldest first (paged)", response=out.WorkerList,
+    errors={404: _NOT_MEMBER, 422: PAGE_ERRORS}, params=(*page_params("workers"), _WORKSPACE),
 )
 @protected(Role.USER)
 async def list_workers(request: Request):
     core = request.app.ctx.core
     limit, cursor = page_args(request)
     page = await agents.list_workers(
-        core, owner_id=request.ctx.principal.user_id, limit=limit, cursor=cursor
+        core, owner_id=request.ctx.principal.user_id, limit=limit, cursor=cursor,
+        workspace_id=request.args.get("workspace_id") or None,
     )
     return json(page_body("workers", await agents.worker_views(core, page.rows), page))
 
@@ -133,7 +151,7 @@ async def read_worker(request: Request, worker_id: str):
 @bp.put("/worker/<worker_id:str>")
 @documented(
     "Change one of your workers (only the fields sent)", body=WorkerUpdateBody, response=out.Worker,
-    errors={409: "ConflictError: you have another worker of that name (ignoring case and width)."},
+    errors={403: _BELOW, 409: "ConflictError: you have another worker of that name (ignoring case and width)."},
 )
 @protected(Role.USER)
 async def update_worker(request: Request, worker_id: str):
@@ -147,7 +165,7 @@ async def update_worker(request: Request, worker_id: str):
 
 
 @bp.delete("/worker/<worker_id:str>")
-@documented("Delete one of your workers", response=out.Done)
+@documented("Delete one of your workers", response=out.Done, errors={403: _BELOW})
 @protected(Role.USER)
 async def delete_worker(request: Request, worker_id: str):
     await agents.delete_worker(
