@@ -7,18 +7,18 @@ import typer
 from orchestra.cli.console import handle_errors, out, print_json
 from orchestra.cli.remote import JSON, SERVER, TOKEN, connect
 
-GROUPS = ("day", "template", "model", "provider", "user")
+GROUPS = ("day", "template", "model", "provider", "user", "workspace")
 
 
 @handle_errors
 def usage(
     ctx: typer.Context,
-    by: str = typer.Option("day", "--by", help="Group by day, template, model, provider or user."),
+    by: str = typer.Option("day", "--by", help="Group by day, template, model, provider, user or workspace."),
     start: str | None = typer.Option(None, "--from", help="From this UTC date (2026-11-01) or date-time."),
     end: str | None = typer.Option(None, "--to", help="Up to this UTC date (included) or date-time."),
     server: str | None = SERVER, token: str | None = TOKEN, json_output: bool = JSON,
 ) -> None:
-    """Model calls, tokens and cost (USD) of your runs (an administrator's: everyone's), grouped."""
+    """Model calls, tokens and cost (USD) of your runs and your workspaces' (an administrator's: everyone's), grouped."""
     from rich.table import Table
 
     params = {"group_by": by} | ({"from": start} if start else {}) | ({"to": end} if end else {})

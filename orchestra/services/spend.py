@@ -16,13 +16,14 @@ from decimal import Decimal
 from typing import Any
 
 from orchestra.db.models import Provider, RunEvent, RunStep, User, WorkflowRun, WorkflowTemplate
+from orchestra.db.workspace_models import Workspace
 from orchestra.errors import ConflictError, ValidationError
 from orchestra.money.amounts import from_pico, parse_usd, to_pico, usd_text
-from orchestra.services import audit
+from orchestra.services import audit, workspace_scope
 from orchestra.services.shared import Shared
 from orchestra.vocabulary import EventKind, RunStatus
 
-GROUPS = ("user", "template", "provider", "model", "day")
+GROUPS = ("user", "template", "provider", "model", "day", "workspace")
 USAGE_ROWS_MAX = 200_000  # step instances one report reads at most (a bounded query)
 
 
@@ -115,18 +116,27 @@ def _bound(value: str | None, field: str, *, end: bool) -> dt.datetime | None:
 async def usage(core: Shared, *, user_id: str, is_admin: bool, group_by: str,
                 start: str | None, end: str | None) -> list[dict[str, Any]]:
     """`[{key, runs, calls, input_tokens, output_tokens, cost_usd}]` of the step instances
-    that called a model, grouped; the caller's own runs, every run for an administrator.
-    A step counts on the day it finished (else started)."""
+    that called a model, grouped; the caller's own runs and those of the team workspaces
+    they are a member of (SPEC §16: a viewer reads usage), every run for an administrator
+    but those of team workspaces it is not a member of. A step counts on the day it
+    finished (else started)."""
     if group_by not in GROUPS:
         raise ValidationError.field("group_by", f"must be one of {', '.join(GROUPS)}")
     lower, upper = _bound(start, "from", end=False), _bound(end, "to", end=True)
     query = (RunStep.select(RunStep.run, RunStep.usage, RunStep.cost_usd, RunStep.provider_id,
                             RunStep.model, RunStep.calls, RunStep.finished_at, RunStep.started_at,
-                            WorkflowRun.owner, WorkflowRun.template, WorkflowRun.template_name)
+                            WorkflowRun.owner, WorkflowRun.template, WorkflowRun.template_name,
+                            WorkflowRun.workspace_id)
              .join(WorkflowRun, on=(RunStep.run == WorkflowRun.trace_id))
              .where(RunStep.calls > 0))
-    if not is_admin:
-        query = query.where(WorkflowRun.owner == user_id)
+    if is_admin:
+        hidden = await workspace_scope.hidden_teams(core, user_id)
+        if hidden:
+            query = query.where(WorkflowRun.workspace_id.is_null() | WorkflowRun.workspace_id.not_in(hidden))
+    else:
+        _, teams = await workspace_scope.listed(core, user_id, None)
+        mine = WorkflowRun.owner == user_id
+        query = query.where(mine | WorkflowRun.workspace_id.in_(teams) if teams else mine)
     when = RunStep.finished_at
     if lower is not None:
         query = query.where(when >= lower)
@@ -138,7 +148,7 @@ async def usage(core: Shared, *, user_id: str, is_admin: bool, group_by: str,
     for row in rows:
         moment = row["finished_at"] or row["started_at"]
         key = {"user": row["owner"], "template": row["template"], "provider": row["provider_id"],
-               "model": row["model"],
+               "model": row["model"], "workspace": row["workspace_id"],
                "day": moment.date().isoformat() if moment is not None else None}[group_by]
         group = groups[key]
         group["runs"].add(row["run"])
@@ -149,7 +159,7 @@ async def usage(core: Shared, *, user_id: str, is_admin: bool, group_by: str,
         if row["cost_usd"] is not None:
             group["cost"] = (group["cost"] or Decimal(0)) + Decimal(row["cost_usd"])
     names = await _names(core, group_by, [key for key in groups if key is not None], rows)
-    named = group_by in ("template", "user", "provider")  # a model or a day is its own name
+    named = group_by in ("template", "user", "provider", "workspace")  # a model or a day is its own name
     return [{"key": key, **({"name": names.get(key)} if named else {}), "runs": len(g["runs"]), "calls": g["calls"],
              "input_tokens": g["input_tokens"], "output_tokens": g["output_tokens"],
              "cost_usd": usd_text(g["cost"])}
@@ -157,8 +167,8 @@ async def usage(core: Shared, *, user_id: str, is_admin: bool, group_by: str,
 
 
 async def _names(core: Shared, group_by: str, keys: list[Any], rows: list[dict[str, Any]]) -> dict[Any, str]:
-    """What a usage group's key is called: a template's, user's or provider's current name
-    (a deleted template: the name its runs recorded); none for a model or a day."""
+    """What a usage group's key is called: a template's, user's, provider's or workspace's
+    current name (a deleted template: the name its runs recorded); none for a model or a day."""
     if not keys or group_by in ("model", "day"):
         return {}
     if group_by == "template":
@@ -169,6 +179,9 @@ async def _names(core: Shared, group_by: str, keys: list[Any], rows: list[dict[s
     if group_by == "user":
         users = await core.db.list(User.select(User.id, User.user_name).where(User.id.in_(keys)))
         return {u.id: u.user_name for u in users}
+    if group_by == "workspace":
+        spaces = await core.db.list(Workspace.select(Workspace.id, Workspace.name).where(Workspace.id.in_(keys)))
+        return {w.id: w.name for w in spaces}
     providers = await core.db.list(Provider.select(Provider.id, Provider.name).where(Provider.id.in_(keys)))
     return {p.id: p.name for p in providers}
 

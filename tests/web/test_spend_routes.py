@@ -189,3 +189,33 @@ async def test_a_429_is_waited_out_without_using_a_retry(client, alice, priced, 
     assert run["status"] == "succeeded", run
     assert len(fake_llm.chat_requests) == 3
     assert run["steps"][0]["attempt"] == 1
+
+
+async def test_usage_groups_by_workspace_and_members_see_their_team_runs(client, alice, admin, users, priced):
+    """`group_by=workspace` keys rows by workspace_id, named after the workspace; a team's
+    members see its runs' usage, an outsider (an ADMINISTRATOR too) does not (SPEC §16)."""
+    bob, eve = await users.make("bob"), await users.make("eve")
+    team = (await client.post("/api/v1/workspace", headers=alice["headers"], json={"name": "Ops"})).json()
+    wid = team["workspace_id"]
+    added = await client.post(f"/api/v1/workspace/{wid}/member", headers=alice["headers"],
+                              json={"user_name": "bob", "role": "viewer"})
+    assert added.status_code == 201, added.text
+    own = await start(client, alice, chain(priced["worker"], 1))
+    made = await client.post(f"{API}/template", headers=alice["headers"],
+                             json={"name": "ops", "steps": chain(priced["worker"], 2), "workspace_id": wid})
+    assert made.status_code == 201, made.text
+    started = await client.post(f"{API}/run", headers=alice["headers"],
+                                json={"template_id": made.json()["template_id"], "input": "hi"})
+    assert started.status_code == 202, started.text
+    for trace_id in (own, started.json()["trace_id"]):
+        assert (await wait_for(client, alice, trace_id, "succeeded", "failed"))["status"] == "succeeded"
+    [personal] = [w for w in (await client.get("/api/v1/workspace", headers=alice["headers"])).json()["workspaces"]
+                  if w["personal"]]
+    rows = (await client.get("/api/v1/usage?group_by=workspace", headers=alice["headers"])).json()["rows"]
+    assert sorted((r["key"], r["name"], r["runs"], r["calls"]) for r in rows) == sorted(
+        [(personal["workspace_id"], "alice", 1, 1), (wid, "Ops", 1, 2)])
+    seen = (await client.get("/api/v1/usage?group_by=workspace", headers=bob["headers"])).json()["rows"]
+    assert [(r["key"], r["runs"], r["calls"]) for r in seen] == [(wid, 1, 2)]
+    assert (await client.get("/api/v1/usage?group_by=workspace", headers=eve["headers"])).json()["rows"] == []
+    everyone = (await client.get("/api/v1/usage?group_by=workspace", headers=admin["headers"])).json()["rows"]
+    assert [r["key"] for r in everyone] == [personal["workspace_id"]]  # no member of Ops

@@ -17,14 +17,14 @@ bp = Blueprint("usage", url_prefix="/usage")
 
 @bp.get("", strict_slashes=False)
 @documented(
-    "Usage and cost of model calls, grouped by user, template, provider, model or day",
+    "Usage and cost of model calls, grouped by user, template, provider, model, day or workspace",
     response=out.UsageReport,
-    description="Your own runs' step instances that called a model (an administrator sees "
-    "everyone's), grouped; a step counts on the UTC day it finished. cost_usd is an exact "
+    description="Your own runs' and your team workspaces' step instances that called a model (an "
+    "administrator sees everyone's but those of team workspaces it is not a member of), grouped; a step counts on the UTC day it finished. cost_usd is an exact "
     "decimal string, null when nothing in the group was priced.",
     errors={422: "ValidationError: group_by is not one of its values, or from/to is not a date or date-time."},
     params=(
-        query("group_by", "user | template | provider | model | day (default day).",
+        query("group_by", "user | template | provider | model | day | workspace (default day).",
               type="string", enum=list(spend_service.GROUPS)),
         query("from", "From this UTC date (2026-11-01) or date-time, included.", type="string", format="date"),
         query("to", "Up to this UTC date (included) or date-time (excluded).", type="string", format="date"),
