@@ -28,6 +28,15 @@ def raw_arg(request: Request, name: str) -> str | None:
     return None if values is None else values[0] if isinstance(values, list) else values
 
 
+def workspace_arg(request: Request) -> str | None:
+    """`?workspace_id=` of a list (SPEC §16): None when absent; a blank one is 422 naming
+    it (it is no workspace, and the published pattern refuses it)."""
+    raw = raw_arg(request, "workspace_id")
+    if raw is not None and not raw.strip():
+        raise ValidationError.field("workspace_id", "must be a workspace_id (leave it out for all of yours)")
+    return raw
+
+
 def count_arg(request: Request, name: str, *, default: int, low: int, high: int) -> int:
     """A whole number from `low` to `high` (ASCII digits only), `default` when absent."""
     raw = raw_arg(request, name)

@@ -282,3 +282,12 @@ async def test_workers_belong_to_a_workspace(client, team):
     assert changed.status_code == 200 and changed.json()["description"] == "x"
     assert (await client.delete(f"{worker}/{wk}", headers=team["alice"]["headers"])).status_code == 200
     assert_error(await client.get(f"{worker}/{wk}", headers=team["bob"]["headers"]), 404, "NotFoundError")
+
+
+async def test_a_blank_workspace_id_is_422_on_every_list(client, team):
+    """`?workspace_id=` names no workspace: 422 naming it, never the unfiltered list."""
+    for path in (f"{WF}/template", f"{WF}/run", SCHEDULE, HOOK, "/api/v1/agent/worker", "/api/v1/audit"):
+        for blank in ("", "  "):
+            refused = assert_error(await client.get(path, params={"workspace_id": blank},
+                                                    headers=team["alice"]["headers"]), 422, "ValidationError")
+            assert refused["detail"][0]["field"] == "workspace_id", path

@@ -21,7 +21,7 @@ from orchestra.web.apidoc.rules import (
     text_rule,
 )
 from orchestra.web.auth import protected
-from orchestra.web.paging import PAGE_ERRORS, page_args, page_body, page_params
+from orchestra.web.paging import PAGE_ERRORS, page_args, page_body, page_params, workspace_arg
 from orchestra.web.responses import SUCCESS
 from orchestra.web.validation import Body, ClosedBody, parse_body
 
@@ -131,7 +131,7 @@ async def list_workers(request: Request):
     limit, cursor = page_args(request)
     page = await agents.list_workers(
         core, owner_id=request.ctx.principal.user_id, limit=limit, cursor=cursor,
-        workspace_id=request.args.get("workspace_id") or None,
+        workspace_id=workspace_arg(request),
     )
     return json(page_body("workers", await agents.worker_views(core, page.rows), page))
 

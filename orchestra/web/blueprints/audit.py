@@ -14,7 +14,7 @@ from orchestra.web.apidoc.audit_shapes import AuditList
 from orchestra.web.apidoc.operation import documented, query
 from orchestra.web.apidoc.rules import ID_PATTERN
 from orchestra.web.auth import protected
-from orchestra.web.paging import page_args, page_params, raw_arg
+from orchestra.web.paging import page_args, page_params, raw_arg, workspace_arg
 from orchestra.web.responses import SUCCESS
 
 bp = Blueprint("audit", url_prefix="/audit")
@@ -64,7 +64,7 @@ def _instant(request: Request, name: str):
 async def list_entries(request: Request):
     limit, cursor = page_args(request)
     core = request.app.ctx.core
-    chains = await audit.readable_chains(core, request.ctx.principal, request.args.get("workspace_id") or None)
+    chains = await audit.readable_chains(core, request.ctx.principal, workspace_arg(request))
     page = await audit.list_entries(
         core, actor=_text(request, "actor"), action=_text(request, "action"),
         target_id=_text(request, "target_id"), since=_instant(request, "from"),

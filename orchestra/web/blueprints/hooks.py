@@ -14,6 +14,7 @@ from orchestra.web.apidoc import trigger_models as out
 from orchestra.web.apidoc.operation import Link, documented, query
 from orchestra.web.apidoc.rules import ID_PATTERN, id_rule, rule
 from orchestra.web.auth import protected
+from orchestra.web.paging import workspace_arg
 from orchestra.web.responses import SUCCESS
 from orchestra.web.validation import Body, parse_body
 
@@ -72,11 +73,11 @@ async def create_hook(request: Request):
 
 @bp.get("", strict_slashes=False)
 @documented("List your inbound webhooks and your workspaces', oldest first", response=out.HookList,
-            params=(_WORKSPACE,), errors={404: _NOT_MEMBER})
+            params=(_WORKSPACE,), errors={404: _NOT_MEMBER, 422: "ValidationError: a blank workspace_id."})
 @protected(Role.USER)
 async def list_hooks(request: Request):
     hooks = await service.list_hooks(request.app.ctx.core, owner_id=request.ctx.principal.user_id,
-                                     workspace_id=request.args.get("workspace_id") or None)
+                                     workspace_id=workspace_arg(request))
     return json({"message": SUCCESS,
                  "hooks": [service.hook_view(h, hook_url(request, h.id)) for h in hooks]})
 

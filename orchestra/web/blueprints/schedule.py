@@ -16,7 +16,7 @@ from orchestra.web.apidoc.models import Done
 from orchestra.web.apidoc.operation import Link, documented, query
 from orchestra.web.apidoc.rules import ID_PATTERN, id_rule, rule
 from orchestra.web.auth import protected
-from orchestra.web.paging import PAGE_ERRORS, page_args, page_body, page_params
+from orchestra.web.paging import PAGE_ERRORS, page_args, page_body, page_params, workspace_arg
 from orchestra.web.responses import SUCCESS
 from orchestra.web.validation import Body, parse_body
 
@@ -97,7 +97,7 @@ async def list_all(request: Request):
     limit, cursor = page_args(request)
     core = request.app.ctx.core
     page = await service.list_schedules(core, user_id=request.ctx.principal.user_id, limit=limit, cursor=cursor,
-                                        workspace_id=request.args.get("workspace_id") or None)
+                                        workspace_id=workspace_arg(request))
     last = await service.last_fires(core, [row.id for row in page.rows])
     return json(page_body("schedules", [service.schedule_view(r, last.get(r.id)) for r in page.rows], page))
 

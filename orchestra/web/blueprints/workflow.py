@@ -22,7 +22,14 @@ from orchestra.web.apidoc.events import event_schema, stream_description
 from orchestra.web.apidoc.operation import Link, documented, header, query
 from orchestra.web.apidoc.rules import ID_PATTERN, amends, free_text, id_rule, rule, stripped
 from orchestra.web.auth import protected
-from orchestra.web.paging import PAGE_ERRORS, count_arg, page_args, page_body, page_params
+from orchestra.web.paging import (
+    PAGE_ERRORS,
+    count_arg,
+    page_args,
+    page_body,
+    page_params,
+    workspace_arg,
+)
 from orchestra.web.responses import SUCCESS
 from orchestra.web.sse import parse_last_event_id, send_stream
 from orchestra.web.validation import Body, parse_body
@@ -180,7 +187,7 @@ _WORKSPACE = query("workspace_id", "Only this workspace's (404 when you are not 
 
 
 def _workspace_arg(request: Request) -> str | None:
-    return request.args.get("workspace_id") or None
+    return workspace_arg(request)
 
 
 def _flag(request: Request, name: str) -> bool:
