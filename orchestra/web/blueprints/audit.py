@@ -51,7 +51,7 @@ def _instant(request: Request, name: str):
     params=(
         *page_params("entries"),
         query("workspace_id", "Only this workspace's chain (admin or owner there; 404 when you are "
-              "not a member).", pattern=ID_PATTERN),
+              "not a member).", type="string", pattern=ID_PATTERN),
         query("actor", "Only entries by this user (a user_id or a user_name).", type="string"),
         query("action", "Only this action, exactly (template.update).", type="string"),
         query("target_id", "Only entries about this resource id.", type="string"),

@@ -37,7 +37,7 @@ class HookBody(Body):
 
 _NOT_MEMBER = "NotFoundError: workspace_id names a workspace you are not a member of."
 _WORKSPACE = query("workspace_id", "Only this workspace's (404 when you are not a member); default: "
-                   "all of yours.", pattern=ID_PATTERN)
+                   "all of yours.", type="string", pattern=ID_PATTERN)
 
 
 def hook_url(request: Request, hook_id: str) -> str:

@@ -29,7 +29,7 @@ _UNKNOWN = ("ValidationError: an impossible or six-field cron (`cron`), an unkno
 _NOT_MEMBER = "NotFoundError: workspace_id names a workspace you are not a member of."
 _BELOW = "PermissionDeniedError: your role in the schedule's workspace is below editor (`detail.role_needed`)."
 _WORKSPACE = query("workspace_id", "Only this workspace's (404 when you are not a member); default: "
-                   "all of yours.", pattern=ID_PATTERN)
+                   "all of yours.", type="string", pattern=ID_PATTERN)
 
 
 class ScheduleBody(Body):
