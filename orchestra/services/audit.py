@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestra.db.audit_models import INSTANCE_CHAIN, AuditChain, AuditEntry
-from orchestra.db.models import iso, utcnow
+from orchestra.db.models import iso, storable, utcnow
 from orchestra.errors import ValidationError
 from orchestra.observability import context
 from orchestra.services.paging import DEFAULT_LIMIT, Page, keyset_page
@@ -256,7 +256,13 @@ async def readable_chains(core: Shared, caller: Caller, workspace_id: str | None
     a member of, 403 naming `admin` below it), or, unfiltered, those of every workspace
     where they are — never the instance chain."""
     if Role(caller.role) == Role.SUPER_ADMINISTRATOR:
-        return None if workspace_id is None else [workspace_id]
+        if workspace_id is None:
+            return None
+        known = len(workspace_id) <= 36 and storable(workspace_id) and await core.db.exists(
+            AuditChain.select().where(AuditChain.chain == workspace_id).bind(core.db))
+        if not known:  # no chain: a workspace that never had an entry, or none at all
+            await require(core, caller, workspace_id, Action.MANAGE)  # 404 for no workspace
+        return [workspace_id]
     if workspace_id is not None:
         found = await require(core, caller, workspace_id, Action.MANAGE)
         return [found.workspace.id]

@@ -265,3 +265,7 @@ async def test_workspace_and_member_changes_are_audited_and_read_by_its_admins(c
     assert kept[0]["action"] == "workspace.delete" and kept[0]["actor"]["user_id"] == alice["user_id"]
     assert kept[0]["changes"]["name"] == {"from": "Help", "to": None}
     assert len(kept) == len(entries) + 2  # carol's second add, then the delete
+    # a SUPER_ADMINISTRATOR naming a workspace that has no chain, or no workspace: 404
+    for unknown in ("00000000-0000-4000-8000-000000000000", "null"):
+        assert_error(await client.get(AUDIT, headers=root["headers"], params={"workspace_id": unknown}),
+                     404, "NotFoundError")
