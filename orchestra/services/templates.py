@@ -14,6 +14,7 @@ from peewee import IntegrityError
 
 from orchestra.db.models import (
     Worker,
+    WorkflowRun,
     WorkflowTemplate,
     iso,
     name_key,
@@ -28,6 +29,7 @@ from orchestra.services import audit, code_check, composition, version_store, wo
 from orchestra.services.paging import DEFAULT_LIMIT, Page, keyset_page
 from orchestra.services.shared import Shared
 from orchestra.services.workspace_rights import Action
+from orchestra.vocabulary import ACTIVE
 
 OPTION_FIELDS = ("input_schema", "limits", "output", "output_schema", "expose")  # template-level language options
 
@@ -390,6 +392,15 @@ async def delete_template(core: Shared, *, user_id: str, is_admin: bool, templat
         core, user_id=user_id, is_admin=is_admin, template_id=template_id, write=True
     )
     async with core.write_transaction():
+        if core.is_postgres:
+            # The delete sets its runs' template to NULL. Its unfinished runs are locked
+            # first, in the order every writer of several runs locks them (deepest first):
+            # a run's own write waits for the delete, or the delete for it, never both
+            # (a deadlock that PostgreSQL ended by failing the run's write).
+            await core.db.list(
+                WorkflowRun.select(WorkflowRun.trace_id)
+                .where((WorkflowRun.template == template.id) & WorkflowRun.status.in_(list(ACTIVE)))
+                .order_by(WorkflowRun.depth.desc(), WorkflowRun.trace_id).for_update())
         deleted = await core.db.aexecute(WorkflowTemplate.delete().where(WorkflowTemplate.id == template.id))
         if deleted:
             await audit.record(core, action="template.delete",
