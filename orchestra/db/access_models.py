@@ -32,6 +32,7 @@ class ApiKey(BaseModel):
     last_used_at = DateTimeField(null=True)
     expires_at = DateTimeField(null=True)
     revoked_at = DateTimeField(null=True)
+    workspace_id = CharField(max_length=36, null=True, index=True)  # SPEC §16 (migration 0021)
 
 
 class RunStartKey(BaseModel):

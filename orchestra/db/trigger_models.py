@@ -54,6 +54,7 @@ class EventSubscription(BaseModel):
     url = CharField(max_length=2048)
     events = JSONField()
     secret_encrypted = TextField()
+    workspace_id = CharField(max_length=36, null=True, index=True)  # SPEC §16 (migration 0021)
     created_at = DateTimeField(default=utcnow)
 
 

@@ -14,8 +14,11 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from peewee import JOIN
+
 from orchestra.db.models import WorkflowRun, new_id, utcnow
 from orchestra.db.trigger_models import EventSubscription, WebhookDelivery
+from orchestra.db.workspace_models import Workspace
 from orchestra.engine.store.events import Event
 from orchestra.vocabulary import DeliveryStatus, EventKind, RunStatus
 
@@ -66,9 +69,14 @@ class EventOutbox:
         run = await WorkflowRun.aget_or_none(WorkflowRun.trace_id == trace_id)
         if run is None:
             return
+        # SPEC §16: the owner's personal subscriptions (and those stored before 0021), and
+        # those of the run's team workspace
+        personal = Workspace.personal.is_null() | (Workspace.personal == True)  # noqa: E712
+        team = (EventSubscription.workspace_id == run.workspace_id) & (Workspace.personal == False)  # noqa: E712
         subscriptions = await self.db.list(EventSubscription.select(
             EventSubscription.id, EventSubscription.events, EventSubscription.template
-        ).where(EventSubscription.owner == run.owner_id))
+        ).join(Workspace, JOIN.LEFT_OUTER, on=(EventSubscription.workspace_id == Workspace.id))
+            .where(((EventSubscription.owner == run.owner_id) & personal) | team))
         now = utcnow()
         rows = []
         for event_type, event in wanted:

@@ -3,6 +3,11 @@
 of one template's runs. The secret (`whsec_…`, 24 random bytes) is shown once, at
 creation, and kept encrypted; it signs every delivery. Queueing is `outbox`, sending
 `deliveries`; this module saves subscriptions and shows their deliveries.
+
+A subscription belongs to a workspace (SPEC §16; default its owner's personal one). One
+of the owner's personal workspace is told of the owner's runs, as before; one of a team
+workspace of that workspace's runs (services/outbox.py). In a team workspace its members
+read it and its editors delete it (services/workspace_scope.py).
 """
 
 from __future__ import annotations
@@ -15,13 +20,14 @@ from orchestra.db.models import iso, utcnow
 from orchestra.db.trigger_models import EventSubscription, WebhookDelivery
 from orchestra.egress import STEP_SETTING
 from orchestra.errors import NotFoundError, ValidationError
-from orchestra.services import caps
+from orchestra.services import caps, workspace_scope
 from orchestra.services.deliveries import webhook_id
 from orchestra.services.outbox import TYPES
 from orchestra.services.paging import Page, keyset_page
 from orchestra.services.providers import BASE_URL
 from orchestra.services.run_access import require_runnable
 from orchestra.services.shared import Shared
+from orchestra.services.workspace_rights import Action
 from orchestra.vocabulary import DeliveryStatus
 
 URL_MAX = 2048
@@ -36,13 +42,17 @@ def _known_id(value: str) -> bool:
     return isinstance(value, str) and 0 < len(value) <= 36 and "\x00" not in value
 
 
-async def get_subscription(core: Shared, *, user_id: str, subscription_id: str) -> EventSubscription:
+async def get_subscription(core: Shared, *, user_id: str, subscription_id: str,
+                           action: Action = Action.READ) -> EventSubscription:
+    """The caller's subscription, or one of a team workspace by their role there (`action`
+    edit: delete, retry a delivery; 403 below it); else 404."""
     row = None
     if _known_id(subscription_id):
-        row = await EventSubscription.aget_or_none(
-            (EventSubscription.id == subscription_id) & (EventSubscription.owner == user_id))
+        row = await EventSubscription.aget_or_none(EventSubscription.id == subscription_id)
+    missing = NotFoundError(f"No subscription has the id '{subscription_id}'.")
     if row is None:
-        raise NotFoundError(f"No subscription has the id '{subscription_id}'.")
+        raise missing
+    await workspace_scope.check_owned(core, user_id, row.owner_id, row.workspace_id, action, missing)
     return row
 
 
@@ -61,13 +71,18 @@ async def check_url(core: Shared, url: str) -> str:
 
 
 async def create_subscription(core: Shared, *, user_id: str, url: str, events: list[str],
-                              template_id: str | None) -> tuple[EventSubscription, str]:
-    """The stored subscription and its secret (shown this once)."""
+                              template_id: str | None,
+                              workspace_id: str | None = None) -> tuple[EventSubscription, str]:
+    """The stored subscription and its secret (shown this once), in `workspace_id` (an
+    editor's there; default the caller's personal one); its template, if any, of that
+    workspace (or shared)."""
+    workspace_id = await workspace_scope.target(core, user_id, workspace_id, Action.EDIT)
     unknown = [e for e in events if e not in TYPES]
     if unknown or not events or len(events) > len(TYPES):
         raise ValidationError.field("events", f"must be one to {len(TYPES)} of {', '.join(TYPES)}")
     if template_id is not None:
-        await require_runnable(core, user_id=user_id, template_ids=[template_id], field="template_id")
+        await require_runnable(core, user_id=user_id, template_ids=[template_id], field="template_id",
+                               workspace_id=workspace_id)
     url = await check_url(core, url)
     secret = new_secret()
     async with core.write_transaction():
@@ -75,18 +90,22 @@ async def create_subscription(core: Shared, *, user_id: str, url: str, events: l
                          setting="max_subscriptions_per_user", what="subscriptions", field="url")
         row = await EventSubscription.acreate(
             owner=user_id, template=template_id, url=url, events=list(dict.fromkeys(events)),
-            secret_encrypted=core.secrets.encrypt(secret), created_at=utcnow())
+            secret_encrypted=core.secrets.encrypt(secret), created_at=utcnow(), workspace_id=workspace_id)
     return row, secret
 
 
-async def list_subscriptions(core: Shared, *, user_id: str, limit: int, cursor: str | None) -> Page[EventSubscription]:
-    query = EventSubscription.select().where(EventSubscription.owner == user_id)
+async def list_subscriptions(core: Shared, *, user_id: str, limit: int, cursor: str | None,
+                             workspace_id: str | None = None) -> Page[EventSubscription]:
+    """The caller's subscriptions and their team workspaces' (`workspace_id`: that one's only)."""
+    where = await workspace_scope.owned_where(core, user_id, workspace_id, EventSubscription.owner,
+                                              EventSubscription.workspace_id)
+    query = EventSubscription.select().where(where)
     return await keyset_page(core.db, query, kind="subscription", at=EventSubscription.created_at,
                              key=EventSubscription.id, limit=limit, cursor=cursor)
 
 
 async def delete_subscription(core: Shared, *, user_id: str, subscription_id: str) -> None:
-    row = await get_subscription(core, user_id=user_id, subscription_id=subscription_id)
+    row = await get_subscription(core, user_id=user_id, subscription_id=subscription_id, action=Action.EDIT)
     async with core.write_transaction():
         await core.db.aexecute(WebhookDelivery.delete().where(WebhookDelivery.subscription == row.id))
         await core.db.aexecute(EventSubscription.delete().where(EventSubscription.id == row.id))
@@ -95,7 +114,8 @@ async def delete_subscription(core: Shared, *, user_id: str, subscription_id: st
 def subscription_view(row: EventSubscription) -> dict[str, Any]:
     """A subscription as shown; never its secret."""
     return {"subscription_id": row.id, "url": row.url, "events": row.events,
-            "template_id": row.template_id, "owner_id": row.owner_id, "created_at": iso(row.created_at)}
+            "template_id": row.template_id, "owner_id": row.owner_id, "workspace_id": row.workspace_id,
+            "created_at": iso(row.created_at)}
 
 
 async def list_deliveries(core: Shared, *, user_id: str, subscription_id: str,
@@ -111,7 +131,7 @@ async def retry_delivery(core: Shared, *, user_id: str, subscription_id: str, de
     """Attempt the delivery again now (pending again, whatever it was), same webhook-id.
     Past the retry window (ORCHESTRA_WEBHOOK_RETRY_HOURS) that is one attempt; within it,
     the backoff goes on from there."""
-    row = await get_subscription(core, user_id=user_id, subscription_id=subscription_id)
+    row = await get_subscription(core, user_id=user_id, subscription_id=subscription_id, action=Action.EDIT)
     where = (WebhookDelivery.id == delivery_id) & (WebhookDelivery.subscription == row.id)
     if not _known_id(delivery_id) or await WebhookDelivery.aget_or_none(where) is None:
         raise NotFoundError(f"No delivery has the id '{delivery_id}'.")

@@ -72,6 +72,11 @@ async def run(client, who, template_id, text="hi"):
     raise AssertionError(body["status"])
 
 
+async def personal_id(client, who) -> str:
+    spaces = (await client.get("/api/v1/workspace", headers=who["headers"])).json()["workspaces"]
+    return next(w["workspace_id"] for w in spaces if w["personal"])
+
+
 async def received(hook: WebhookReceiver, count: int, timeout: float = 10.0):
     return await asyncio.to_thread(hook.wait_for, count, timeout)
 
@@ -85,7 +90,8 @@ async def test_a_succeeded_run_is_delivered_signed(client, alice, template, capl
         sid = made["subscription_id"]
         assert made["subscription"] == {"subscription_id": sid, "url": hook.url,
                                         "events": ["run.succeeded", "run.failed"], "template_id": None,
-                                        "owner_id": alice["user_id"], "created_at": made["subscription"]["created_at"]}
+                                        "owner_id": alice["user_id"], "created_at": made["subscription"]["created_at"],
+                                        "workspace_id": await personal_id(client, alice)}
         got = (await client.get(f"{API}/subscription/{sid}", headers=alice["headers"])).json()
         assert "secret" not in json.dumps(got) and got["subscription"] == made["subscription"]
         stored = await EventSubscription.aget(EventSubscription.id == sid)
@@ -225,3 +231,58 @@ async def test_others_see_nothing(client, alice, user):
     assert [s["subscription_id"] for s in listed] == [sid]
     assert (await client.delete(f"{API}/subscription/{sid}", headers=alice["headers"])).status_code == 200
     assert (await client.get(f"{API}/subscription", headers=alice["headers"])).json()["subscriptions"] == []
+
+
+HUMAN = [{"id": "h", "agent": {"human": True}, "prompt": "Name?"}]
+
+
+async def test_subscriptions_belong_to_a_workspace_and_hear_its_runs(client, alice, users):
+    """A team workspace's subscription (editor there) is told of that workspace's runs,
+    whoever starts them; a personal one of its owner's runs only. Members read it, editors
+    delete it; a non-member gets 404; a template of another workspace is 422 (SPEC §16)."""
+    bob, carol, dave, eve = [await users.make(n) for n in ("bob", "carol", "dave", "eve")]
+    wid = (await client.post("/api/v1/workspace", headers=alice["headers"], json={"name": "team"})).json()["workspace_id"]
+    for name, role in (("bob", "editor"), ("carol", "runner"), ("dave", "viewer")):
+        added = await client.post(f"/api/v1/workspace/{wid}/member", headers=alice["headers"],
+                                  json={"user_name": name, "role": role})
+        assert added.status_code == 201, added.text
+    made = await client.post(f"{API}/template", headers=bob["headers"],
+                             json={"name": "ask", "steps": HUMAN, "workspace_id": wid})
+    team_tid = made.json()["template_id"]
+    own_tid = await make_template(client, bob, HUMAN, name="own")
+    body = {"url": "http://127.0.0.1:9/hook", "events": ["run.waiting_reply"], "workspace_id": wid}
+    refused = assert_error(await client.post(f"{API}/subscription", headers=carol["headers"], json=body),
+                           403, "PermissionDeniedError")
+    assert refused["detail"]["role_needed"] == "editor"
+    assert_error(await client.post(f"{API}/subscription", headers=eve["headers"], json=body), 404, "NotFoundError")
+    crossed = assert_error(await client.post(f"{API}/subscription", headers=bob["headers"],
+                                             json={**body, "template_id": own_tid}), 422, "ValidationError")
+    assert crossed["detail"][0]["field"] == "template_id"
+    team_sub = (await subscribe(client, bob, **body, template_id=team_tid))["subscription"]
+    assert team_sub["workspace_id"] == wid
+    bobs_own = (await subscribe(client, bob, url=body["url"], events=body["events"]))["subscription"]
+    assert bobs_own["workspace_id"] == await personal_id(client, bob)
+    # the runner's run of the team template: the team's subscription hears it, bob's own does not
+    done = await run(client, carol, team_tid)
+    assert done["status"] == "waiting_reply"
+    db = client.app.ctx.core.db
+    for sid, count in ((team_sub["subscription_id"], 1), (bobs_own["subscription_id"], 0)):
+        assert await db.count(WebhookDelivery.select().where(WebhookDelivery.subscription == sid)) == count
+    # bob's own run is heard by his own subscription
+    assert (await run(client, bob, own_tid))["status"] == "waiting_reply"
+    assert await db.count(WebhookDelivery.select().where(
+        WebhookDelivery.subscription == bobs_own["subscription_id"])) == 1
+    # members read it, non-members do not; editors delete it
+    sid = team_sub["subscription_id"]
+    listed = (await client.get(f"{API}/subscription", headers=dave["headers"])).json()["subscriptions"]
+    assert [s["subscription_id"] for s in listed] == [sid]
+    only = (await client.get(f"{API}/subscription", params={"workspace_id": wid},
+                             headers=bob["headers"])).json()["subscriptions"]
+    assert [s["subscription_id"] for s in only] == [sid]
+    assert (await client.get(f"{API}/subscription/{sid}/deliveries", headers=dave["headers"])).status_code == 200
+    assert_error(await client.get(f"{API}/subscription/{sid}", headers=eve["headers"]), 404, "NotFoundError")
+    assert_error(await client.get(f"{API}/subscription", params={"workspace_id": wid}, headers=eve["headers"]),
+                 404, "NotFoundError")
+    assert_error(await client.delete(f"{API}/subscription/{sid}", headers=dave["headers"]), 403, "PermissionDeniedError")
+    assert (await client.delete(f"{API}/subscription/{sid}", headers=alice["headers"])).status_code == 200
+    assert_error(await client.get(f"{API}/subscription/{sid}", headers=bob["headers"]), 404, "NotFoundError")

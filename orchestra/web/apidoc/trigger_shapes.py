@@ -75,6 +75,7 @@ class SubscriptionView(Shape):
     events: list[EventType]
     template_id: str | None
     owner_id: str
+    workspace_id: str | None = Field(description="The workspace it belongs to (SPEC §16).")
     created_at: Timestamp
 
 

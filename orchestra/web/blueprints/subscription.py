@@ -1,5 +1,6 @@
 """`/api/v1/workflow/subscription`: other systems told of your runs' events, signed per
-Standard Webhooks, from an outbox (SPEC §11). A subscription is its owner's: others get 404."""
+Standard Webhooks, from an outbox (SPEC §11). A subscription is its owner's, or its team
+workspace's members' by role (SPEC §16): others get 404."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from orchestra.services.roles import Role
 from orchestra.web.apidoc import trigger_shapes as out
 from orchestra.web.apidoc.models import Done
 from orchestra.web.apidoc.operation import Link, documented, query
-from orchestra.web.apidoc.rules import URL_PATTERN, id_rule, rule
+from orchestra.web.apidoc.rules import ID_PATTERN, URL_PATTERN, id_rule, rule
 from orchestra.web.auth import protected
 from orchestra.web.paging import PAGE_ERRORS, count_arg, page_args, page_body, page_params
 from orchestra.web.responses import SUCCESS
@@ -30,15 +31,26 @@ class SubscriptionBody(Body):
                     "egress rule refuses is 422 (ORCHESTRA_STEP_EGRESS_ALLOW).",
                     maxLength=service.URL_MAX, pattern=URL_PATTERN)
     events: list[EventName] = rule(description="The events to deliver.", minItems=1, maxItems=4)
-    template_id: str | None = id_rule(None, description="Only runs of this template (one you may run).")
+    template_id: str | None = id_rule(None, description="Only runs of this template (one you may run, "
+                                      "of the subscription's workspace or shared).")
+    workspace_id: str | None = id_rule(None, description="The workspace it belongs to (you need editor "
+                                       "there; 404 when you are not a member); default: your personal one, "
+                                       "told of your runs. A team workspace's is told of that workspace's runs.")
+
+
+_NOT_MEMBER = "NotFoundError: workspace_id names a workspace you are not a member of."
+_BELOW = "PermissionDeniedError: your role in the subscription's workspace is below editor."
+_WORKSPACE = query("workspace_id", "Only this workspace's (404 when you are not a member); default: "
+                   "all of yours.", pattern=ID_PATTERN)
 
 
 @bp.post("", strict_slashes=False)
 @documented(
     "Subscribe a URL to your runs' events (the secret is shown this once)",
     body=SubscriptionBody, response=out.SubscriptionCreated, status=201,
-    errors={422: "ValidationError: a URL the egress rule refuses (`url`, with the setting), a "
-                 "template you may not run (`template_id`)."},
+    errors={403: _BELOW, 404: _NOT_MEMBER,
+            422: "ValidationError: a URL the egress rule refuses (`url`, with the setting), a "
+                 "template you may not run or of another workspace (`template_id`)."},
     links={
         "Read": Link("subscription.read", _ID),
         "Deliveries": Link("subscription.deliveries", _ID),
@@ -50,19 +62,20 @@ async def create(request: Request):
     body = parse_body(request, SubscriptionBody)
     row, secret = await service.create_subscription(
         request.app.ctx.core, user_id=request.ctx.principal.user_id, url=body.url,
-        events=list(body.events), template_id=body.template_id)
+        events=list(body.events), template_id=body.template_id, workspace_id=body.workspace_id)
     return json({"message": SUCCESS, "subscription_id": row.id, "secret": secret,
                  "subscription": service.subscription_view(row)}, status=201)
 
 
 @bp.get("", strict_slashes=False)
-@documented("List your subscriptions, oldest first", response=out.SubscriptionList,
-            params=page_params("subscriptions"), errors={422: PAGE_ERRORS})
+@documented("List your subscriptions and your workspaces', oldest first", response=out.SubscriptionList,
+            params=(*page_params("subscriptions"), _WORKSPACE), errors={404: _NOT_MEMBER, 422: PAGE_ERRORS})
 @protected(Role.USER)
 async def list_all(request: Request):
     limit, cursor = page_args(request)
     page = await service.list_subscriptions(request.app.ctx.core, user_id=request.ctx.principal.user_id,
-                                            limit=limit, cursor=cursor)
+                                            limit=limit, cursor=cursor,
+                                            workspace_id=request.args.get("workspace_id") or None)
     return json(page_body("subscriptions", [service.subscription_view(r) for r in page.rows], page))
 
 
@@ -76,7 +89,8 @@ async def read(request: Request, subscription_id: str):
 
 
 @bp.delete("/<subscription_id:str>")
-@documented("Delete a subscription and its deliveries (pending ones are not sent)", response=Done)
+@documented("Delete a subscription and its deliveries (pending ones are not sent)", response=Done,
+            errors={403: _BELOW})
 @protected(Role.USER)
 async def delete(request: Request, subscription_id: str):
     await service.delete_subscription(request.app.ctx.core, user_id=request.ctx.principal.user_id,
@@ -101,7 +115,8 @@ async def deliveries(request: Request, subscription_id: str):
 
 
 @bp.post("/<subscription_id:str>/deliveries/<delivery_id:str>/retry")
-@documented("Attempt a delivery again now (the same webhook-id and body)", response=out.Delivery)
+@documented("Attempt a delivery again now (the same webhook-id and body)", response=out.Delivery,
+            errors={403: _BELOW})
 @protected(Role.USER)
 async def retry(request: Request, subscription_id: str, delivery_id: str):
     row = await service.retry_delivery(request.app.ctx.core, user_id=request.ctx.principal.user_id,
