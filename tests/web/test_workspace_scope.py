@@ -286,7 +286,8 @@ async def test_workers_belong_to_a_workspace(client, team):
 
 async def test_a_blank_workspace_id_is_422_on_every_list(client, team):
     """`?workspace_id=` names no workspace: 422 naming it, never the unfiltered list."""
-    for path in (f"{WF}/template", f"{WF}/run", SCHEDULE, HOOK, "/api/v1/agent/worker", "/api/v1/audit"):
+    for path in (f"{WF}/template", f"{WF}/run", SCHEDULE, HOOK, "/api/v1/agent/worker", "/api/v1/audit",
+                 f"{WF}/subscription"):
         for blank in ("", "  "):
             refused = assert_error(await client.get(path, params={"workspace_id": blank},
                                                     headers=team["alice"]["headers"]), 422, "ValidationError")

@@ -16,7 +16,14 @@ from orchestra.web.apidoc.models import Done
 from orchestra.web.apidoc.operation import Link, documented, query
 from orchestra.web.apidoc.rules import ID_PATTERN, URL_PATTERN, id_rule, rule
 from orchestra.web.auth import protected
-from orchestra.web.paging import PAGE_ERRORS, count_arg, page_args, page_body, page_params
+from orchestra.web.paging import (
+    PAGE_ERRORS,
+    count_arg,
+    page_args,
+    page_body,
+    page_params,
+    workspace_arg,
+)
 from orchestra.web.responses import SUCCESS
 from orchestra.web.validation import Body, parse_body
 
@@ -75,7 +82,7 @@ async def list_all(request: Request):
     limit, cursor = page_args(request)
     page = await service.list_subscriptions(request.app.ctx.core, user_id=request.ctx.principal.user_id,
                                             limit=limit, cursor=cursor,
-                                            workspace_id=request.args.get("workspace_id") or None)
+                                            workspace_id=workspace_arg(request))
     return json(page_body("subscriptions", [service.subscription_view(r) for r in page.rows], page))
 
 
