@@ -48,7 +48,7 @@ class SubscriptionBody(Body):
 _NOT_MEMBER = "NotFoundError: workspace_id names a workspace you are not a member of."
 _BELOW = "PermissionDeniedError: your role in the subscription's workspace is below editor."
 _WORKSPACE = query("workspace_id", "Only this workspace's (404 when you are not a member); default: "
-                   "all of yours.", pattern=ID_PATTERN)
+                   "all of yours.", type="string", pattern=ID_PATTERN)
 
 
 @bp.post("", strict_slashes=False)
