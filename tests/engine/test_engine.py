@@ -40,7 +40,20 @@ async def start(core, who: dict, steps: list[dict], *, input: str = "hello") -> 
     run = await runs.start_run(
         core, user_id=who["user_id"], is_admin=False, template_id=template.id, input=input
     )
+    await until_live_if_claimed(core, run.trace_id)
     return run.trace_id
+
+
+async def until_live_if_claimed(core, trace_id: str, timeout: float = 5.0) -> None:
+    """A run this process stored claimed is in `engine.runs` once its task is set up; the
+    engine's first start races its own claim loop for it, which registers it a few awaits
+    later. Wait out that window (a run left queued, or already ended, is returned at once)."""
+    deadline = time.monotonic() + timeout
+    while trace_id not in core.engine.runs and time.monotonic() < deadline:
+        stored = await WorkflowRun.aget(WorkflowRun.trace_id == trace_id)
+        if stored.owner_process is None or stored.status not in ("running", "waiting_reply"):
+            return
+        await asyncio.sleep(0.01)
 
 
 async def wait_status(core, trace_id: str, *statuses: str, timeout: float = 10.0) -> WorkflowRun:

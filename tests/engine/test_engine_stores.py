@@ -10,7 +10,7 @@ import time
 import pytest
 
 from orchestra.db.models import RunEvent, RunStep, WorkflowRun
-from tests.engine.test_engine import setup_agent, start, wait_status
+from tests.engine.test_engine import setup_agent, start
 from tests.fakes.fake_llm import FakeLLM
 
 
@@ -35,8 +35,7 @@ async def test_a_run_stores_every_event_once_in_order_with_its_step_rows(core, f
         {"id": "d", "agent": {"worker": wid}, "prompt": "d", "depends_on": ["b"]},
     ]
     trace_id = await start(core, who, steps)
-    await wait_status(core, trace_id, "succeeded", "failed", "cancelled")
-    live = core.engine.runs.get(trace_id)  # None: claimed later, or already gone
+    live = core.engine.runs.get(trace_id)  # None: already gone
     if live is not None:
         await live.task  # the run ends only once its writes are stored
 
