@@ -3,11 +3,11 @@ pyproject.toml's addopts): pytest-xdist workers, the order work is handed out in
 what each worker has of its own (a Redis database, a range of ports).
 
 - `pytest -m "not e2e"` (the fast loop) runs in one worker more than there are cores;
-  a whole run with the end-to-end tests (CI's plain `pytest`) in ORCHESTRA_TEST_WORKERS
-  workers when that is set (`E2E_WORKERS`, 4, is the intended default once a whole
-  parallel run has passed), since most of their time is spent waiting. `-n N` chooses
-  for itself, `-n 0` keeps one process; a run of named files or folders that includes
-  e2e tests stays in one process unless given `-n`.
+  a whole run with the end-to-end tests (CI's plain `pytest`) in `E2E_WORKERS` (4)
+  workers, or ORCHESTRA_TEST_WORKERS when that is set (0: one process), since most of
+  their time is spent waiting. `-n N` chooses for itself, `-n 0` keeps one process; a
+  run of named files or folders that includes e2e tests stays in one process unless
+  given `-n`.
 - Work is handed out in groups (`--dist loadgroup`): the tests of a module that share a
   module-scoped fixture (a server, a browser, a logged-in CLI) go to one worker together,
   so it starts once; every other test, e2e or not, goes wherever a worker is free. A
@@ -66,9 +66,10 @@ def choose_workers(config) -> None:
     elif "not e2e" in (config.option.markexpr or ""):
         # many fast tests wait on a timer or a child process: a third worker fills that time
         config.option.numprocesses = (os.cpu_count() or 1) + 1
-    elif _whole_suite(config) and os.environ.get("ORCHESTRA_TEST_WORKERS"):
-        # opt-in until a whole parallel CI run has passed on a fresh clone (issue 38)
-        config.option.numprocesses = int(os.environ["ORCHESTRA_TEST_WORKERS"])
+    elif _whole_suite(config):
+        # the e2e tests mostly wait: four workers fill two cores (docs/architecture.md, "Tests")
+        chosen = os.environ.get("ORCHESTRA_TEST_WORKERS", "").strip()
+        config.option.numprocesses = int(chosen) if chosen else E2E_WORKERS
     if not config.option.numprocesses:
         return
     if config.option.dist == "no":
