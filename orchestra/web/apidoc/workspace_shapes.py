@@ -8,8 +8,15 @@ from pydantic import Field
 
 from orchestra.services.workspace_rights import WORKSPACE_ROLES
 from orchestra.web.apidoc.models import Shape, Success, Timestamp
+from orchestra.web.apidoc.operation import query
+from orchestra.web.apidoc.rules import ID_PATTERN
 
 WorkspaceRoleName = Literal[tuple(WORKSPACE_ROLES)]  # type: ignore[valid-type]
+
+# What every list and create of a workspace's resources documents alike.
+NOT_A_MEMBER = "NotFoundError: workspace_id names a workspace you are not a member of."
+WORKSPACE_FILTER = query("workspace_id", "Only this workspace's (404 when you are not a member); default: "
+                         "all of yours.", type="string", pattern=ID_PATTERN)
 
 
 class LimitsView(Shape):

@@ -10,9 +10,8 @@ from orchestra.services import agents
 from orchestra.services.providers import NAME_MAX
 from orchestra.services.roles import Role
 from orchestra.web.apidoc import models as out
-from orchestra.web.apidoc.operation import Link, documented, query
+from orchestra.web.apidoc.operation import Link, documented
 from orchestra.web.apidoc.rules import (
-    ID_PATTERN,
     display_name,
     id_rule,
     model_rule,
@@ -20,6 +19,7 @@ from orchestra.web.apidoc.rules import (
     rule,
     text_rule,
 )
+from orchestra.web.apidoc.workspace_shapes import NOT_A_MEMBER, WORKSPACE_FILTER
 from orchestra.web.auth import protected
 from orchestra.web.paging import PAGE_ERRORS, page_args, page_body, page_params, workspace_arg
 from orchestra.web.responses import SUCCESS
@@ -59,10 +59,7 @@ class WorkerBody(Body):
                                        "there; 404 when you are not a member); default: your personal one.")
 
 
-_NOT_MEMBER = "NotFoundError: workspace_id names a workspace you are not a member of."
 _BELOW = "PermissionDeniedError: your role in the worker's workspace is below editor (`detail.role_needed`)."
-_WORKSPACE = query("workspace_id", "Only this workspace's (404 when you are not a member); default: "
-                   "all of yours.", type="string", pattern=ID_PATTERN)
 
 
 class WorkerUpdateBody(ClosedBody):
@@ -97,7 +94,7 @@ def _changes(body) -> dict:
 @bp.post("/worker")
 @documented(
     "Create one of your workers", body=WorkerBody, response=out.Worker, status=201,
-    errors={403: _BELOW, 404: _NOT_MEMBER,
+    errors={403: _BELOW, 404: NOT_A_MEMBER,
             409: "ConflictError: you have a worker of that name (ignoring case and width)."},
     links={
         "Read": Link("agent.read_worker", {"worker_id": "$response.body#/worker_id"}),
@@ -123,7 +120,7 @@ async def create_worker(request: Request):
 @bp.get("/worker")
 @documented(
     "List your workers and your workspaces', oldest first (paged)", response=out.WorkerList,
-    errors={404: _NOT_MEMBER, 422: PAGE_ERRORS}, params=(*page_params("workers"), _WORKSPACE),
+    errors={404: NOT_A_MEMBER, 422: PAGE_ERRORS}, params=(*page_params("workers"), WORKSPACE_FILTER),
 )
 @protected(Role.USER)
 async def list_workers(request: Request):

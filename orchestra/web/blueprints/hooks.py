@@ -11,8 +11,9 @@ from orchestra.language.expressions import MAX_LENGTH
 from orchestra.services import hooks as service
 from orchestra.services.roles import Role
 from orchestra.web.apidoc import trigger_models as out
-from orchestra.web.apidoc.operation import Link, documented, query
+from orchestra.web.apidoc.operation import Link, documented
 from orchestra.web.apidoc.rules import ID_PATTERN, id_rule, rule
+from orchestra.web.apidoc.workspace_shapes import NOT_A_MEMBER, WORKSPACE_FILTER
 from orchestra.web.auth import protected
 from orchestra.web.paging import workspace_arg
 from orchestra.web.responses import SUCCESS
@@ -35,9 +36,6 @@ class HookBody(Body):
                                        "one. Its template must be of the same workspace (or shared).")
 
 
-_NOT_MEMBER = "NotFoundError: workspace_id names a workspace you are not a member of."
-_WORKSPACE = query("workspace_id", "Only this workspace's (404 when you are not a member); default: "
-                   "all of yours.", type="string", pattern=ID_PATTERN)
 
 
 def hook_url(request: Request, hook_id: str) -> str:
@@ -55,7 +53,7 @@ _HOOK = {"hook_id": "$response.body#/hook_id"}
     description="Calls to `url` signed per Standard Webhooks with `secret` start runs of the "
     "template as you; see POST /api/v1/hooks/{hook_id}.",
     errors={403: "PermissionDeniedError: your role in workspace_id is below editor.",
-            404: _NOT_MEMBER,
+            404: NOT_A_MEMBER,
             422: "ValidationError: a template you may not run or of another workspace (template_id), "
                  "or an input expression that does not compile or names other variables (input)."},
     links={"Read": Link("hooks.get_hook", _HOOK), "Delete": Link("hooks.delete_hook", _HOOK)},
@@ -73,7 +71,7 @@ async def create_hook(request: Request):
 
 @bp.get("", strict_slashes=False)
 @documented("List your inbound webhooks and your workspaces', oldest first", response=out.HookList,
-            params=(_WORKSPACE,), errors={404: _NOT_MEMBER, 422: "ValidationError: a blank workspace_id."})
+            params=(WORKSPACE_FILTER,), errors={404: NOT_A_MEMBER, 422: "ValidationError: a blank workspace_id."})
 @protected(Role.USER)
 async def list_hooks(request: Request):
     hooks = await service.list_hooks(request.app.ctx.core, owner_id=request.ctx.principal.user_id,

@@ -13,8 +13,9 @@ from orchestra.services import schedules as service
 from orchestra.services.roles import Role
 from orchestra.web.apidoc import trigger_shapes as out
 from orchestra.web.apidoc.models import Done
-from orchestra.web.apidoc.operation import Link, documented, query
-from orchestra.web.apidoc.rules import ID_PATTERN, id_rule, rule
+from orchestra.web.apidoc.operation import Link, documented
+from orchestra.web.apidoc.rules import id_rule, rule
+from orchestra.web.apidoc.workspace_shapes import NOT_A_MEMBER, WORKSPACE_FILTER
 from orchestra.web.auth import protected
 from orchestra.web.paging import PAGE_ERRORS, page_args, page_body, page_params, workspace_arg
 from orchestra.web.responses import SUCCESS
@@ -26,10 +27,7 @@ _ID = {"schedule_id": "$response.body#/schedule_id"}
 _UNKNOWN = ("ValidationError: an impossible or six-field cron (`cron`), an unknown zone "
             "(`timezone`), a template you may not run or of another workspace (`template_id`), "
             "an input the template refuses (`input`).")
-_NOT_MEMBER = "NotFoundError: workspace_id names a workspace you are not a member of."
 _BELOW = "PermissionDeniedError: your role in the schedule's workspace is below editor (`detail.role_needed`)."
-_WORKSPACE = query("workspace_id", "Only this workspace's (404 when you are not a member); default: "
-                   "all of yours.", type="string", pattern=ID_PATTERN)
 
 
 class ScheduleBody(Body):
@@ -73,7 +71,7 @@ async def _answer(request: Request, row, status: int = 200):
 @bp.post("", strict_slashes=False)
 @documented(
     "Create a schedule", body=NewScheduleBody, response=out.Schedule, status=201,
-    errors={403: _BELOW, 404: _NOT_MEMBER, 422: _UNKNOWN},
+    errors={403: _BELOW, 404: NOT_A_MEMBER, 422: _UNKNOWN},
     links={
         "Read": Link("schedule.read", _ID),
         "Replace": Link("schedule.update", _ID),
@@ -90,8 +88,8 @@ async def create(request: Request):
 
 @bp.get("", strict_slashes=False)
 @documented("List your schedules and your workspaces', oldest first, with their next fires and "
-            "last outcome", response=out.ScheduleList, params=(*page_params("schedules"), _WORKSPACE),
-            errors={404: _NOT_MEMBER, 422: PAGE_ERRORS})
+            "last outcome", response=out.ScheduleList, params=(*page_params("schedules"), WORKSPACE_FILTER),
+            errors={404: NOT_A_MEMBER, 422: PAGE_ERRORS})
 @protected(Role.USER)
 async def list_all(request: Request):
     limit, cursor = page_args(request)

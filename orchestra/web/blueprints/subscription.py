@@ -14,7 +14,8 @@ from orchestra.services.roles import Role
 from orchestra.web.apidoc import trigger_shapes as out
 from orchestra.web.apidoc.models import Done
 from orchestra.web.apidoc.operation import Link, documented, query
-from orchestra.web.apidoc.rules import ID_PATTERN, URL_PATTERN, id_rule, rule
+from orchestra.web.apidoc.rules import URL_PATTERN, id_rule, rule
+from orchestra.web.apidoc.workspace_shapes import NOT_A_MEMBER, WORKSPACE_FILTER
 from orchestra.web.auth import protected
 from orchestra.web.paging import (
     PAGE_ERRORS,
@@ -45,17 +46,14 @@ class SubscriptionBody(Body):
                                        "told of your runs. A team workspace's is told of that workspace's runs.")
 
 
-_NOT_MEMBER = "NotFoundError: workspace_id names a workspace you are not a member of."
 _BELOW = "PermissionDeniedError: your role in the subscription's workspace is below editor."
-_WORKSPACE = query("workspace_id", "Only this workspace's (404 when you are not a member); default: "
-                   "all of yours.", type="string", pattern=ID_PATTERN)
 
 
 @bp.post("", strict_slashes=False)
 @documented(
     "Subscribe a URL to your runs' events (the secret is shown this once)",
     body=SubscriptionBody, response=out.SubscriptionCreated, status=201,
-    errors={403: _BELOW, 404: _NOT_MEMBER,
+    errors={403: _BELOW, 404: NOT_A_MEMBER,
             422: "ValidationError: a URL the egress rule refuses (`url`, with the setting), a "
                  "template you may not run or of another workspace (`template_id`)."},
     links={
@@ -76,7 +74,7 @@ async def create(request: Request):
 
 @bp.get("", strict_slashes=False)
 @documented("List your subscriptions and your workspaces', oldest first", response=out.SubscriptionList,
-            params=(*page_params("subscriptions"), _WORKSPACE), errors={404: _NOT_MEMBER, 422: PAGE_ERRORS})
+            params=(*page_params("subscriptions"), WORKSPACE_FILTER), errors={404: NOT_A_MEMBER, 422: PAGE_ERRORS})
 @protected(Role.USER)
 async def list_all(request: Request):
     limit, cursor = page_args(request)

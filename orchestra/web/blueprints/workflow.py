@@ -21,6 +21,7 @@ from orchestra.web.apidoc import models as out
 from orchestra.web.apidoc.events import event_schema, stream_description
 from orchestra.web.apidoc.operation import Link, documented, header, query
 from orchestra.web.apidoc.rules import ID_PATTERN, amends, free_text, id_rule, rule, stripped
+from orchestra.web.apidoc.workspace_shapes import NOT_A_MEMBER, WORKSPACE_FILTER
 from orchestra.web.auth import protected
 from orchestra.web.paging import (
     PAGE_ERRORS,
@@ -181,9 +182,6 @@ def _who(request: Request) -> dict[str, Any]:
     return {"user_id": principal.user_id, "is_admin": principal.is_admin}
 
 
-_NOT_MEMBER = "NotFoundError: workspace_id names a workspace you are not a member of."
-_WORKSPACE = query("workspace_id", "Only this workspace's (404 when you are not a member); default: "
-                   "all of yours.", type="string", pattern=ID_PATTERN)
 
 
 def _workspace_arg(request: Request) -> str | None:
@@ -259,8 +257,8 @@ async def check_template(request: Request):
 @bp.get("/template")
 @documented(
     "List your templates, the shared ones and your workspaces', oldest first (paged)",
-    response=out.TemplateList, errors={404: _NOT_MEMBER, 422: PAGE_ERRORS},
-    params=(*page_params("templates"), _WORKSPACE),
+    response=out.TemplateList, errors={404: NOT_A_MEMBER, 422: PAGE_ERRORS},
+    params=(*page_params("templates"), WORKSPACE_FILTER),
 )
 @protected(Role.USER, scope="template:read")
 async def list_templates(request: Request):
@@ -380,13 +378,13 @@ async def start_run(request: Request):
     "List your runs, newest first (paged)", response=out.RunList,
     errors={
         403: "PermissionDeniedError: all=true is for ADMINISTRATOR and above.",
-        404: _NOT_MEMBER,
+        404: NOT_A_MEMBER,
         422: "ValidationError: limit or all out of range, or a cursor not of this list's form.",
     },
     params=(
         *page_params("runs"),
         query("all", "Every user's runs (ADMINISTRATOR and above).", type="boolean"),
-        _WORKSPACE,
+        WORKSPACE_FILTER,
     ),
 )
 @protected(Role.USER, scope="run:read")
