@@ -156,17 +156,7 @@ class WarmCLI:
         command = [sys.executable, "-m", "orchestra", *args]
         pipes = [os.pipe() for _ in range(4)]  # stdin, stdout, stderr, status
         theirs = [pipes[0][0], pipes[1][1], pipes[2][1], pipes[3][1]]
-        request = json.dumps({"args": list(args), "env": dict(env), "cwd": str(cwd or os.getcwd())})
-        try:
-            socket.send_fds(self._connection(), [request.encode()], theirs)
-        except OSError:  # the zygote went away between the check and the send: once more
-            with self._lock:
-                if self._proc is not None:
-                    self._proc.kill()
-            socket.send_fds(self._connection(), [request.encode()], theirs)
-        finally:
-            for descriptor in theirs:
-                os.close(descriptor)
+        self._send(args, env, cwd, theirs)
         return _collect(command, pipes[0][1], pipes[1][0], pipes[2][0], pipes[3][0], input, timeout)
 
     def start(self, args: list[str], *, env: dict[str, str], output: int,
@@ -176,13 +166,25 @@ class WarmCLI:
         status_read, status_write = os.pipe()
         stdin = os.open(os.devnull, os.O_RDONLY)
         theirs = [stdin, os.dup(output), os.dup(output), status_write]
-        request = json.dumps({"args": list(args), "env": dict(env), "cwd": str(cwd or os.getcwd())})
+        self._send(args, env, cwd, theirs)
+        return WarmProcess(status_read)
+
+    def _send(self, args: list[str], env: dict[str, str], cwd: str | Path | None,
+              theirs: list[int]) -> None:
+        """Hand the zygote a command and its four descriptors (closed here once sent)."""
+        request = json.dumps({"args": list(args), "env": dict(env), "cwd": str(cwd or os.getcwd())}).encode()
         try:
-            socket.send_fds(self._connection(), [request.encode()], theirs)
+            try:
+                socket.send_fds(self._connection(), [request], theirs)
+            except OSError:  # the zygote went away between the check and the send: once more
+                with self._lock:
+                    if self._proc is not None:
+                        self._proc.kill()
+                        self._proc.wait()
+                socket.send_fds(self._connection(), [request], theirs)
         finally:
             for descriptor in theirs:
                 os.close(descriptor)
-        return WarmProcess(status_read)
 
     def close(self) -> None:
         if self._proc is not None and self._proc.poll() is None:
