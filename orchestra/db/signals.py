@@ -11,7 +11,9 @@ A signal is a hint, never the data: whoever receives one reads the store. Channe
 
 When the listening connection is lost, every `on_resync` handler runs once it is back,
 so that what was missed meanwhile is read again from the store; `connected` is False
-in between, and caches must not trust their copies then.
+in between, and caches must not trust their copies then. It is also False while the
+listening socket holds bytes this process has not read yet (a signal on its way in, or
+the news that the connection is gone): a request served in that moment reads the store.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import socket
 from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
@@ -42,8 +46,13 @@ class Signals:
     def __init__(self) -> None:
         self._handlers: dict[str, list[Handler]] = defaultdict(list)
         self._resync: list[Callable[[], None]] = []
-        self.connected = True
+        self._up = True
         self.generation = 1  # grows on every (re)connection: copies of older ones are stale
+
+    @property
+    def connected(self) -> bool:
+        """Whether every signal sent so far has been handled here (copies may be trusted)."""
+        return self._up
 
     def on(self, channel: str, handler: Handler) -> None:
         """Call `handler(payload)` (on the event loop, never awaited) for each signal."""
@@ -91,8 +100,28 @@ class PostgresSignals(Signals):
         self._task: asyncio.Task | None = None
         self._lock = asyncio.Lock()
         self._ready = asyncio.Event()
-        self.connected = False
+        self._peek: socket.socket | None = None  # the LISTEN socket, to look for unread bytes
+        self._up = False
         self.generation = 0
+
+    @property
+    def connected(self) -> bool:
+        """Up, and nothing unread on the LISTEN socket: a NOTIFY (or the server's goodbye)
+        that has reached this machine but not yet the event loop makes copies untrusted
+        until it is handled, so "at once on every process" holds for a request the loop
+        serves first. One non-blocking peek, a microsecond."""
+        if not self._up:
+            return False
+        peek = self._peek
+        if peek is None:
+            return True
+        try:
+            peek.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            return True  # nothing waiting
+        except OSError:
+            return False
+        return False  # bytes waiting, or b"" (the server closed it)
 
     async def start(self) -> None:
         if self._task is None:
@@ -144,7 +173,8 @@ class PostgresSignals(Signals):
                 conn.add_termination_listener(lambda _c, lost=lost: lost.done() or lost.set_result(None))
                 for channel, name in CHANNELS.items():
                     await conn.add_listener(name, self._listener(channel))
-                self._conn, self.connected = conn, True
+                self._conn, self._up = conn, True
+                self._peek = _duplicate_socket(conn)
                 self.generation += 1
                 self._ready.set()
                 failures = 0
@@ -166,7 +196,7 @@ class PostgresSignals(Signals):
             else:
                 lost_at = asyncio.get_running_loop().time()
                 logger.warning("LISTEN connection lost; reconnecting")
-            self.connected = False
+            self._up = False
             await self._close()
             failures += 1
             await RECONNECT.sleep(failures)
@@ -191,10 +221,28 @@ class PostgresSignals(Signals):
         return receive
 
     async def _close(self) -> None:
+        peek, self._peek = self._peek, None
+        if peek is not None:
+            peek.close()
         conn, self._conn = self._conn, None
         if conn is not None and not conn.is_closed():
             with contextlib.suppress(Exception):
                 conn.terminate()
+
+
+def _duplicate_socket(conn: Any) -> socket.socket | None:
+    """A second handle on the connection's socket, for `connected` to peek through
+    without touching the event loop's own; None where the transport shows none."""
+    transport = getattr(conn, "_transport", None)  # asyncpg keeps no public handle
+    raw = transport.get_extra_info("socket") if transport is not None else None
+    if raw is None:
+        return None
+    try:
+        duplicate = socket.socket(fileno=os.dup(raw.fileno()))
+    except OSError:
+        return None
+    duplicate.setblocking(False)
+    return duplicate
 
 
 def make_signals(settings: Any) -> Signals:
