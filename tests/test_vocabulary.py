@@ -1,5 +1,6 @@
-"""The statuses of runs, steps, schedule fires and webhook deliveries have one home,
-orchestra/vocabulary.py: no module compares, stores or passes one as a bare string."""
+"""The statuses of runs, steps, schedule fires and webhook deliveries, and the event
+kinds, have one home, orchestra/vocabulary.py: no module compares, stores or passes one
+as a bare string, nor lists them in a set, tuple, list or dictionary's keys of its own."""
 
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ from orchestra import vocabulary
 from tests.test_architecture import modules
 
 # A field's words: `status` is a run's, a step's or a delivery's; `outcome` a fire's (a
-# model or tool call's `outcome` is a metric label, ok/error/cancelled, not one of these).
+# model or tool call's `outcome` is a metric label, ok/error/cancelled, not one of these);
+# `kind` an event's.
 WORDS = {
     "status": {m.value for e in (vocabulary.RunStatus, vocabulary.StepStatus, vocabulary.DeliveryStatus) for m in e},
     "outcome": {m.value for m in vocabulary.FireOutcome},
+    "kind": {m.value for m in vocabulary.EventKind},
 }
 FIELDS = set(WORDS)
 ANY_WORD = set().union(*WORDS.values())
@@ -53,6 +56,12 @@ def bare_words(tree: ast.AST) -> list[tuple[int, str]]:
         elif isinstance(node, ast.Assign):
             found += [(node.value.lineno, node.value.value) for target in node.targets
                       if (field := _field(target)) and _is_word(node.value, field)]
+        if isinstance(node, (ast.Set, ast.Tuple, ast.List, ast.Dict)):
+            # A group of words of its own (`{"succeeded", "failed"}`, a table keyed by kinds):
+            # two or more, every one a word. The vocabulary's groups are the ones to use.
+            items = node.keys if isinstance(node, ast.Dict) else node.elts
+            if len(items) >= 2 and all(item is not None and _is_word(item) for item in items):
+                found += [(item.lineno, item.value) for item in items]
     return sorted(found)
 
 
@@ -63,9 +72,13 @@ def test_the_scan_finds_each_kind_of_bare_word():
               "step.status = 'skipped'\n"
               "ok = data.get('status') != 'cancelled'\n"
               "text = 'failed'\n"
-              "outcome = 'cancelled'; fire(outcome='missed')\n")
+              "outcome = 'cancelled'; fire(outcome='missed')\n"
+              "ENDED = {'succeeded', 'failed'}; LINES = {'token': 1, 'run_failed': 2}; pair = ('failed', 'x')\n"
+              "if kind == 'run_started': pass\n")
     assert bare_words(ast.parse(source)) == [(1, "failed"), (1, "running"), (2, "pending"), (3, "delivered"),
-                                              (4, "skipped"), (5, "cancelled"), (7, "missed")]
+                                              (4, "skipped"), (5, "cancelled"), (7, "missed"),
+                                              (8, "failed"), (8, "run_failed"), (8, "succeeded"), (8, "token"),
+                                              (9, "run_started")]
 
 
 def test_no_module_writes_a_status_as_a_bare_string():

@@ -23,7 +23,7 @@ from rich.markup import escape
 from orchestra.cli.console import ExitCode, err, fail, handle_errors, out, print_json, success
 from orchestra.cli.origin import started_by
 from orchestra.cli.remote import SERVER, TOKEN, WORKSPACE, connect, read_text_arg, workspace_id
-from orchestra.vocabulary import EventKind, RunStatus
+from orchestra.vocabulary import EventKind, RunStatus, StepStatus
 
 if TYPE_CHECKING:
     from orchestra.client import Client, Event
@@ -136,7 +136,8 @@ def show(
         out.print(_shown(body["output"]), markup=False, highlight=False)
 
 
-_ENDED_STEPS = {"succeeded", "failed", "cancelled", "skipped", "interrupted"}
+_ENDED_STEPS = {StepStatus.SUCCEEDED, StepStatus.FAILED, StepStatus.CANCELLED, StepStatus.SKIPPED,
+                StepStatus.INTERRUPTED}
 
 
 def _waiting_children(client: Client, body: dict[str, Any], most: int = 10) -> dict[str, dict[str, Any]]:
