@@ -5,8 +5,8 @@ the outage state, the API key cache and the run engine — and `close()` takes i
 
 The root stands above services and engine: it imports them, nothing in them imports
 it (services are typed against `orchestra.services.shared.Shared`, whose fields `Core`
-fills). The web app keeps one `Core` on `app.ctx.core`; a CLI command opens one for
-its duration.
+fills). A server's process owner (`orchestra/process.py`) opens one; a CLI command
+opens one for its duration.
 """
 
 from __future__ import annotations
@@ -136,7 +136,7 @@ def build_engine(core: Shared) -> Engine:
     async def read_upload(owner_id: str, file_id: str) -> str:
         return await uploads.read_text(core, owner_id=owner_id, file_id=file_id)
 
-    engine = Engine(
+    return Engine(
         db=core.db,
         settings=core.settings,
         outage=core.outage,
@@ -145,13 +145,7 @@ def build_engine(core: Shared) -> Engine:
         read_upload=read_upload,
         signals=core.signals,
         decrypt=core.secrets.decrypt,
+        # The outbox (SPEC §11): run events that subscribers hear of queue their deliveries
+        # in the transaction that stores them; this process's delivery loop is woken after.
+        outbox=EventOutbox(core.db, on_queued=core.delivery_wake.set),
     )
-
-    def wake_deliveries() -> None:
-        if core.delivery_loop is not None:
-            core.delivery_loop.wake()
-
-    # The outbox (SPEC §11): run events that subscribers hear of queue their deliveries
-    # in the transaction that stores them; this process's delivery loop is woken after.
-    engine.store.events.outbox = EventOutbox(core.db, on_queued=wake_deliveries)
-    return engine

@@ -111,11 +111,12 @@ def test_no_import_cycle_in_orchestra():
 
 
 def test_the_composition_root_is_imported_only_by_entry_points():
-    """orchestra.core stands above services and engine: only the web app and the CLI
-    (and tests) import it."""
+    """orchestra.core stands above services and engine: only the process owner, the web
+    app and the CLI (and tests) import it."""
     graph = import_graph()
     importers = sorted(name for name, edges in graph.items() if "orchestra.core" in edges)
-    assert all(name.startswith(("orchestra.web", "orchestra.cli")) for name in importers), importers
+    assert all(name.startswith(("orchestra.process", "orchestra.web", "orchestra.cli"))
+               for name in importers), importers
 
 
 def test_no_module_over_600_lines():
@@ -127,7 +128,8 @@ def test_no_module_over_600_lines():
 # The layers, bottom first: a module imports its own package or one of a lower layer,
 # never one beside or above it. The base is the leaf modules any layer may use (and one
 # another); `language` is the pure workflow language, used at save time by services and
-# at run time by the engine; `core` is the composition root; `client` is the CLI's HTTP
+# at run time by the engine; `core` is the composition root and `process` the owner of a
+# server process's parts (it is given the web layer's MCP host to build); `client` is the CLI's HTTP
 # client (it reads only the vocabulary); `testing` holds the fakes. A package not named here fails the test until it is given its place.
 LAYERS: list[tuple[str, ...]] = [
     ("orchestra", "orchestra.errors", "orchestra.settings", "orchestra.egress", "orchestra.tls",
@@ -138,6 +140,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("orchestra.engine",),
     ("orchestra.services",),
     ("orchestra.core", "orchestra.client"),
+    ("orchestra.process",),
     ("orchestra.web",),
     ("orchestra.cli", "orchestra.testing"),
     ("orchestra.__main__",),
@@ -187,12 +190,54 @@ def test_the_layer_rule_sees_an_import_upwards_and_sideways():
         "orchestra.db.models -> orchestra.money.amounts (orchestra.db, layer 1 -> orchestra.money, layer 1)",
         "orchestra.language.model -> orchestra.engine.instances"
         " (orchestra.language, layer 2 -> orchestra.engine, layer 3)",
-        "orchestra.services.hooks -> orchestra.web.json_body (orchestra.services, layer 4 -> orchestra.web, layer 6)",
+        "orchestra.services.hooks -> orchestra.web.json_body (orchestra.services, layer 4 -> orchestra.web, layer 7)",
         "orchestra.shiny: in no layer",
     ]
 
 
 def test_imports_go_down_the_layers():
-    """db, money, observability < language < engine < services < core, client < web < cli."""
+    """db, money, observability < language < engine < services < core, client < process < web < cli."""
     found = against_the_layers(import_graph())
     assert not found, "imports against the layers:\n" + "\n".join(found)
+
+
+# `a.b.c = …` in orchestra/: a part is given its collaborators in its constructor, never
+# wired afterwards by whoever built it (`engine.store.events.outbox = …`). The few left
+# set a field of the code's own record or of a framework's context, not a part:
+OWN_RECORDS = {
+    "orchestra.cli.render": {"self.outcome", "self.live"},  # the watched run's summary; rich's Live
+    "orchestra.engine.provider_gate": {"ticket.slot"},  # the gate's own slot record
+    "orchestra.services.uploads": {"self.current"},  # the multipart part being received
+    "orchestra.engine.store.postgres": {"self.lease_db"},  # the pool it just made, marked its own
+}
+FRAMEWORK_CONTEXTS = ("app.config", "app.ctx", "request.ctx")  # Sanic's, in orchestra.web
+
+
+def wired_late(tree: ast.AST) -> list[str]:
+    """Every assignment to an attribute of another object's attribute: `x.y.z = v`."""
+    found = []
+    for node in ast.walk(tree):
+        targets = node.targets if isinstance(node, ast.Assign) else \
+            [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
+        for target in targets:
+            for item in target.elts if isinstance(target, ast.Tuple) else [target]:
+                if isinstance(item, ast.Attribute) and isinstance(item.value, ast.Attribute):
+                    found.append(ast.unparse(item.value))
+    return found
+
+
+def test_the_wiring_scan_sees_a_late_assignment():
+    source = "engine.store.events.outbox = o\nself.x = 1\nself.a.b, c = 1, 2\nx.y += 1\n"
+    assert wired_late(ast.parse(source)) == ["engine.store.events", "self.a"]
+
+
+def test_no_part_is_wired_after_it_was_built():
+    found = {}
+    for name, path in modules().items():
+        allowed = OWN_RECORDS.get(name, set())
+        hits = [target for target in wired_late(ast.parse(path.read_text(encoding="utf-8")))
+                if target not in allowed
+                and not (name.startswith("orchestra.web") and target in FRAMEWORK_CONTEXTS)]
+        if hits:
+            found[name] = hits
+    assert not found, f"collaborators assigned after construction (give them to the constructor): {found}"

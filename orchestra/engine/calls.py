@@ -21,6 +21,7 @@ from orchestra.engine.questions import Questions
 from orchestra.engine.records import Records
 from orchestra.engine.reuse import ForkReuse, call_key, code_key, keyed
 from orchestra.engine.sizes import render_bounded
+from orchestra.engine.spend import Spending
 from orchestra.engine.store import RunStore
 from orchestra.language import policies
 from orchestra.language.expressions import ExpressionError, Scope
@@ -47,12 +48,13 @@ class Calls:
     """Agent and human calls, attempt by attempt, with their rows and events."""
 
     def __init__(self, *, store: RunStore, records: Records, agents: AgentSteps,
-                 questions: Questions, prompt_max_bytes: int, http: HttpSteps, children: ChildSteps,
-                 code: CodeSteps, reuse: ForkReuse) -> None:
+                 spending: Spending, questions: Questions, prompt_max_bytes: int, http: HttpSteps,
+                 children: ChildSteps, code: CodeSteps, reuse: ForkReuse) -> None:
         self.store = store
         self.reuse = reuse
         self.records = records
         self.agents = agents
+        self.spending = spending  # the reservation fields a call's rows carry (SPEC §12)
         self.questions = questions
         self.prompt_max_bytes = prompt_max_bytes
         self.http = http
@@ -100,13 +102,13 @@ class Calls:
                     attempt += 1
                     continue
                 stored = self.records.failed(live, at, failure.message,
-                                             self.agents.spending.fields(live, at.path))
+                                             self.spending.fields(live, at.path))
                 if durable:
                     await self.records.stored(live, stored)
                 raise
         stored = self.records.call_succeeded(live, at, output, usage, pending_text,
                                              structured=step.structured,
-                                             spend=self.agents.spending.fields(live, at.path), key=key)
+                                             spend=self.spending.fields(live, at.path), key=key)
         if durable:
             await self.records.stored(live, stored)
         return output

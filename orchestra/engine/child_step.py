@@ -64,10 +64,12 @@ def child_id(parent_trace_id: str, path: str, attempt: int) -> str:
 
 class ChildSteps:
     """Engine part: one attempt of a `workflow` step, and the cancel of descendants.
-    `claim_now`, `begin` and `cancel_below` are the engine's (set by it once built)."""
+    `claim_now`, `begin` and `cancel_below` are the engine's (`Engine.claim_now`, …)."""
 
     def __init__(self, *, store: RunStore, records: Records, feeds: Feeds, sandbox: Sandbox,
-                 stopping: Callable[[], bool], tree_max_active: int = 256) -> None:
+                 stopping: Callable[[], bool], claim_now: Callable[[str], dict[str, Any]],
+                 begin: Callable[[WorkflowRun], Awaitable[None]], cancel_below: Callable[..., Awaitable[None]],
+                 tree_max_active: int = 256) -> None:
         self.store = store
         self.tree_max_active = tree_max_active  # ORCHESTRA_CHILD_TREE_MAX_ACTIVE
         self.children = ChildRuns(store)
@@ -77,9 +79,9 @@ class ChildSteps:
         self.stopping = stopping
         # A claim's columns when this process has room to run a child at once (else {}),
         # and the start of a run just stored (adopted when claimed, else submitted).
-        self.claim_now: Callable[[str], dict[str, Any]] | None = None
-        self.begin: Callable[[WorkflowRun], Awaitable[None]] | None = None
-        self.cancel_below: Callable[..., Awaitable[None]] | None = None
+        self.claim_now = claim_now
+        self.begin = begin
+        self.cancel_below = cancel_below
         self._tasks: set[asyncio.Task] = set()
 
     async def attempt(self, live: LiveRun, step: StepDef, at: At, scope: Scope, attempt: int,

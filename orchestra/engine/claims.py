@@ -25,6 +25,7 @@ from orchestra.engine.questions import Questions
 from orchestra.engine.run_task import RunTasks
 from orchestra.engine.store import RunStore
 from orchestra.engine.store.events import RunGone
+from orchestra.engine.writer import RunWriter
 from orchestra.observability import metrics
 from orchestra.observability import runs as observe
 from orchestra.settings import Settings
@@ -96,9 +97,8 @@ class Claims:
             claim=run.owner_process, forked_from=run.forked_from,
             budget_pusd=run.budget_pusd, parent_trace_id=run.parent_trace_id, fresh=fresh,
             trace_parent=run.trace_parent,
+            writes=RunWriter(retry=self._write_failed, release=self.store.release),
         )
-        live.writes.retry = self._write_failed
-        live.writes.release = self.store.release
         if run.cancel_requested:
             live.stop_asked, live.stop_message, live.tree_cancelled = True, cancel_message, True
         return live

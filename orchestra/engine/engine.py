@@ -40,7 +40,9 @@ from orchestra.engine.run_task import RunTasks
 from orchestra.engine.scheduler import Scheduler
 from orchestra.engine.spend import Spending
 from orchestra.engine.store import PostgresRunStore, RunStore, make_run_store
+from orchestra.engine.store.events import Outbox
 from orchestra.engine.store.runs import Asked
+from orchestra.engine.store.secrets import SecretReader
 from orchestra.engine.tools.base import ToolRegistry
 from orchestra.language.sandbox import Bounds, Sandbox
 from orchestra.settings import Settings
@@ -67,13 +69,14 @@ class Engine:
         read_upload: Callable[[str, str], Awaitable[str]],
         signals: Signals,
         decrypt: Callable[[str], str] | None = None,
+        outbox: Outbox | None = None,
         token_interval: float = 0.05,
         retry_base_delay: float = 0.5,
     ) -> None:
         self.settings = settings
         self.signals = signals
         self.store: RunStore = make_run_store(db, url=settings.database_url,
-                                              lease_seconds=settings.run_lease_seconds)
+                                              lease_seconds=settings.run_lease_seconds, outbox=outbox)
         self.feeds = Feeds(self.store.events, signals)
         self.runs = LiveRuns(settings.max_runs, settings.max_runs_per_user)
         # Bounded evaluation of user-supplied work (SPEC §15): runs' CEL and structured
@@ -96,14 +99,15 @@ class Engine:
             spending=spending, token_interval=token_interval, retry_base_delay=retry_base_delay,
         )
         # HTTP steps and child workflows (SPEC §14); `decrypt` opens the secrets they name
-        self.http_steps = HttpSteps(settings, db=db, decrypt=decrypt)
+        self.http_steps = HttpSteps(settings, secrets=SecretReader(db), decrypt=decrypt)
+        # A child run starts through the engine's own claim rule (`claim_now`, `begin`).
         self.child_steps = ChildSteps(store=self.store, records=records, feeds=self.feeds,
                                       sandbox=self.sandbox, stopping=lambda: self.runs.stopping,
+                                      claim_now=self.claim_now, begin=self.begin,
+                                      cancel_below=self.cancel_below,
                                       tree_max_active=settings.child_tree_max_active)
-        self.child_steps.begin, self.child_steps.cancel_below = self.begin, self.cancel_below
-        self.child_steps.claim_now = self.claim_now
         self.code_steps = CodeSteps(settings, store=self.store, sandbox=self.sandbox)  # SPEC §17: its worker pool
-        calls = Calls(store=self.store, records=records, agents=self.agent_steps,
+        calls = Calls(store=self.store, records=records, agents=self.agent_steps, spending=spending,
                       questions=self.questions, prompt_max_bytes=settings.prompt_max_bytes,
                       http=self.http_steps, children=self.child_steps, code=self.code_steps,
                       reuse=ForkReuse(self.store, records))
@@ -121,23 +125,6 @@ class Engine:
                              questions=self.questions, outage=outage)
         self._started: asyncio.Future | None = None
         self._stopped: asyncio.Future | None = None
-
-    # -- knobs tests and benchmarks turn ------------------------------------------------
-    @property
-    def token_interval(self) -> float:
-        return self.agent_steps.token_interval
-
-    @token_interval.setter
-    def token_interval(self, value: float) -> None:
-        self.agent_steps.token_interval = value
-
-    @property
-    def retry_base_delay(self) -> float:
-        return self.agent_steps.retry_base_delay
-
-    @retry_base_delay.setter
-    def retry_base_delay(self, value: float) -> None:
-        self.agent_steps.retry_base_delay = value
 
     @property
     def stopping(self) -> bool:

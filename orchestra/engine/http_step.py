@@ -17,13 +17,12 @@ from collections.abc import Callable
 from typing import Any
 
 from orchestra import redaction
-from orchestra.db.database import release_connection
-from orchestra.db.models import Secret
 from orchestra.engine.http_call import HttpCaller, HttpFailure, HttpRequest
 from orchestra.engine.http_secrets import SecretGuard
 from orchestra.engine.live import LiveRun, StepFailure
 from orchestra.engine.model import At, StepDef
 from orchestra.engine.sizes import prompt_too_large, utf8_size
+from orchestra.engine.store.secrets import SecretReader
 from orchestra.language.calls import SECRET_REF
 from orchestra.language.expressions import (
     LEGACY,
@@ -53,11 +52,12 @@ def secret_names(http: dict[str, Any]) -> set[str]:
 
 
 class HttpSteps:
-    """Engine part: one attempt of an `http` step (the client, the secrets it names)."""
+    """Engine part: one attempt of an `http` step (the client, the secrets it names:
+    read by `secrets`, opened by `decrypt`)."""
 
-    def __init__(self, settings: Any, *, db: Any, decrypt: Callable[[str], str] | None) -> None:
+    def __init__(self, settings: Any, *, secrets: SecretReader, decrypt: Callable[[str], str] | None) -> None:
         self.settings = settings
-        self.db = db
+        self.secrets = secrets
         self.decrypt = decrypt
         self._caller: HttpCaller | None = None
 
@@ -73,9 +73,7 @@ class HttpSteps:
         go there gets (SPEC §15b: nothing tells a user which names exist)."""
         if not names:
             return {}, {}
-        rows = await self.db.list(Secret.select(Secret.name, Secret.value_encrypted, Secret.hosts)
-                                  .where(Secret.name.in_(sorted(names))))
-        await release_connection(self.db)
+        rows = await self.secrets.read(names)
         values: dict[str, str] = dict.fromkeys(names, redaction.MASK)
         hosts: dict[str, list[str] | None] = dict.fromkeys(names)
         for row in rows:

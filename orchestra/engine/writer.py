@@ -27,14 +27,15 @@ class RunWriter:
     one commit, and other processes one notification, for the whole group.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, retry: Callable[[BaseException, int], Awaitable[bool]] | None = None,
+                 release: Callable[[], Awaitable[None]] | None = None) -> None:
         # Asked about a failed write: True to try it again (the store is away for a
         # moment: the engine waits with backoff), False to fail the writer.
-        self.retry: Callable[[BaseException, int], Awaitable[bool]] | None = None
+        self.retry = retry
         # Gives the writing task's pooled connection back. Called after every write: a run
         # streaming without pause would otherwise keep one connection for its whole burst,
         # and a hundred such runs starve requests past the pool's acquire timeout.
-        self.release: Callable[[], Awaitable[None]] | None = None
+        self.release = release
         # (future, fn, args, kwargs, item): `item` is _SINGLE for `submit`, else one of a
         # group `fn([item, ...], *args)` applies together.
         self._queue: deque[tuple[asyncio.Future, Callable[..., Awaitable], tuple, dict, Any]] = deque()

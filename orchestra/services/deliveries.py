@@ -102,19 +102,19 @@ def retry_delay(failures: int) -> float:
 
 
 class DeliveryLoop:
-    """This process's delivery loop; owned by the server's lifecycle (web/app.py)."""
+    """This process's delivery loop; started and stopped by the process owner (process.py).
+    `core.delivery_wake` cuts its sleep short (a delivery queued or retried here)."""
 
     def __init__(self, core: Shared) -> None:
         self.core = core
         self.outage: StoreOutage = core.outage
         self.task: asyncio.Task | None = None
-        self._wake = asyncio.Event()
+        self._wake = core.delivery_wake
         self._stopping = False
         self._client: httpx2.AsyncClient | None = None
         self.pacer = HostPacer(core.settings.delivery_host_rate)
 
     def start(self) -> None:
-        self.core.delivery_loop = self
         self.task = asyncio.get_running_loop().create_task(self._loop(), name="webhook-deliveries")
 
     def wake(self) -> None:
@@ -125,7 +125,6 @@ class DeliveryLoop:
         claims run out and another process tries again)."""
         self._stopping = True
         self._wake.set()
-        self.core.delivery_loop = None
         if self.task is not None:
             try:
                 await asyncio.wait_for(asyncio.shield(self.task), timeout=ATTEMPT_TIMEOUT + 2)

@@ -58,20 +58,20 @@ RETRY_BROKEN_SECONDS = 60.0  # a schedule whose fire failed (not an outage) is t
 
 
 class FireLoop:
-    """This process's fire loop; owned by the server's lifecycle (web/app.py)."""
+    """This process's fire loop; started and stopped by the process owner (process.py).
+    `core.fire_wake` cuts its sleep short (a schedule saved here or, by a hint, elsewhere)."""
 
     def __init__(self, core: Shared) -> None:
         self.core = core
         self.outage: StoreOutage = core.outage
         self.task: asyncio.Task | None = None
-        self._wake = asyncio.Event()
+        self._wake = core.fire_wake
         self._stopping = False
         self._broken: dict[str, float] = {}  # schedule id -> monotonic time to try it again
         self._templates: dict[tuple[str, str], Any] = {}  # (owner, template) -> runnable template, in a look
         self._submitting: set[asyncio.Task] = set()
 
     def start(self) -> None:
-        self.core.schedule_fire_loop = self
         self.task = asyncio.get_running_loop().create_task(self._loop(), name="schedule-fires")
 
     def wake(self) -> None:
@@ -81,7 +81,6 @@ class FireLoop:
         """Stop looking; a fire in progress finishes its transaction first."""
         self._stopping = True
         self._wake.set()
-        self.core.schedule_fire_loop = None
         if self.task is not None:
             try:
                 await asyncio.wait_for(asyncio.shield(self.task), timeout=10)

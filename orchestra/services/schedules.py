@@ -259,6 +259,4 @@ async def announce_change(core: Shared) -> None:
 
 def wake_fire_loop(core: Shared) -> None:
     """A schedule changed: this process's fire loop reads the next due time again."""
-    loop = core.schedule_fire_loop
-    if loop is not None:
-        loop.wake()
+    core.fire_wake.set()

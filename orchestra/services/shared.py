@@ -9,10 +9,11 @@ builds this object.
 
 from __future__ import annotations
 
+import asyncio
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from peewee import Database
 
@@ -33,12 +34,6 @@ if TYPE_CHECKING:
     from orchestra.engine.engine import Engine
 
 UserDeletedHook = Callable[[str], Awaitable[None]]
-
-
-class Waker(Protocol):
-    """A loop of this process that a write may wake early (it also polls)."""
-
-    def wake(self) -> None: ...
 
 
 @dataclass(eq=False)
@@ -64,9 +59,11 @@ class Shared:
     on_user_deleted: list[UserDeletedHook] = field(default_factory=list)
     # Webhook hooks' verifiers by secret ciphertext (decrypted once per process), oldest first.
     hook_verifiers: OrderedDict[str, Any] = field(default_factory=OrderedDict)
-    # This process's delivery and schedule loops while they run (they set themselves).
-    delivery_loop: Waker | None = None
-    schedule_fire_loop: Waker | None = None
+    # Early wake-ups of this process's delivery and schedule loops (they also poll): a
+    # write sets one, the loop (services/deliveries.py, schedule_fires.py), given this
+    # record, waits on it. Set with no loop running (a CLI command), nothing happens.
+    delivery_wake: asyncio.Event = field(default_factory=asyncio.Event, repr=False, compare=False)
+    fire_wake: asyncio.Event = field(default_factory=asyncio.Event, repr=False, compare=False)
     # The run engine, given the parts above: built by the root on first use (reading a
     # run needs none), so it is not part of the record's repr or equality.
     engine: Engine = field(init=False, repr=False, compare=False)

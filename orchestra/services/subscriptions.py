@@ -136,9 +136,7 @@ async def retry_delivery(core: Shared, *, user_id: str, subscription_id: str, de
     if not _known_id(delivery_id) or await WebhookDelivery.aget_or_none(where) is None:
         raise NotFoundError(f"No delivery has the id '{delivery_id}'.")
     await core.db.aexecute(WebhookDelivery.update(status=DeliveryStatus.PENDING, next_attempt_at=utcnow()).where(where))
-    loop = core.delivery_loop
-    if loop is not None:
-        loop.wake()
+    core.delivery_wake.set()  # this process's delivery loop attempts it now
     return await WebhookDelivery.aget(where)
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import logging
 import re
@@ -11,13 +10,8 @@ from sanic import Sanic
 from sanic_ext import Config
 from sanic_ext.extensions.http.extension import HTTPExtension
 
-from orchestra.core import Core
 from orchestra.db.database import end_task_store_work, release_connection
-from orchestra.observability import tracing
-from orchestra.services.deliveries import DeliveryLoop
-from orchestra.services.retention import RetentionTimer
-from orchestra.services.schedule_fires import FireLoop
-from orchestra.services.uploads import sweep_stray_files
+from orchestra.process import Process
 from orchestra.settings import Settings
 from orchestra.web import errors, head, observe
 from orchestra.web.apidoc import ui as apidoc_ui
@@ -27,7 +21,6 @@ from orchestra.web.mcp_host import McpHost
 from orchestra.web.protocol import HEAD_MAX_BYTES
 
 _app_numbers = itertools.count(1)
-logger = logging.getLogger("orchestra.web")
 
 
 class OrchestraSanic(Sanic):
@@ -140,46 +133,23 @@ def create_app(settings: Settings | None = None, *, name: str | None = None) -> 
             await release_connection(core.db)
     _install_log_redaction()
 
+    # The process's parts (store, engine, loops, MCP host) belong to its owner
+    # (orchestra/process.py); the app only calls it from Sanic's listeners.
     @app.before_server_start
-    async def open_core(app: Sanic) -> None:
-        tracing.setup()  # when OTEL_EXPORTER_OTLP_ENDPOINT asks for traces (the `otel` extra)
-        app.ctx.core = await Core.open(settings)
-        files, folders = await asyncio.to_thread(sweep_stray_files, settings.uploads_dir)
-        if files or folders:
-            logger.info("removed %d stray upload temp file(s) and %d empty folder(s)", files, folders)
+    async def start_process(app: Sanic) -> None:
         app.ctx.limits = RateLimits(settings)
-        # The engine listens for signals, resumes runs left without a live owner, and
-        # claims queued ones from now on.
-        await app.ctx.core.engine.start()
-        # Retention: ended runs past ORCHESTRA_RUN_RETENTION_DAYS and expired refresh
-        # tokens, now and hourly (services/retention.py).
-        app.ctx.retention = RetentionTimer(app.ctx.core)
-        app.ctx.retention.start()
-        # Schedules: this process fires due times with the others, exactly once
-        # (services/schedule_fires.py).
-        app.ctx.fire_loop = FireLoop(app.ctx.core)
-        app.ctx.fire_loop.start()
-        # Outbound events: this process delivers the outbox with the others, each delivery
-        # by one process at a time (services/deliveries.py).
-        app.ctx.delivery_loop = DeliveryLoop(app.ctx.core)
-        app.ctx.delivery_loop.start()
-        # /mcp: the MCP server's sessions live in this process (web/mcp_server.py), built
-        # on the first /mcp request (web/mcp_host.py: its SDK is slow to import).
-        app.ctx.mcp = McpHost(app.ctx.core)
+        process = await Process.open(settings, mcp_host=McpHost)
+        app.ctx.process, app.ctx.core, app.ctx.mcp = process, process.core, process.mcp
+        await process.start()
 
     @app.before_server_stop
-    async def hand_back_runs(app: Sanic) -> None:
-        await app.ctx.retention.stop()
-        await app.ctx.fire_loop.stop()
-        await app.ctx.delivery_loop.stop()
-        await app.ctx.mcp.stop()
-        # Stop claiming, let in-flight steps finish for the grace period, then hand the
-        # runs back so another process goes on at once (before streams are closed).
-        await app.ctx.core.engine.stop()
+    async def stop_process(app: Sanic) -> None:
+        # The loops, the MCP host, then the engine's grace and hand-back: before streams
+        # are closed (GRACEFUL_SHUTDOWN_TIMEOUT, above).
+        await app.ctx.process.stop()
 
     @app.after_server_stop
-    async def close_core(app: Sanic) -> None:
-        await app.ctx.core.close()
-        tracing.flush()  # the last spans (a handed-back run's) leave before the process
+    async def close_process(app: Sanic) -> None:
+        await app.ctx.process.close()  # the store last; the last spans flushed
 
     return app

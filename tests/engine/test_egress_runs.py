@@ -37,7 +37,7 @@ async def agent(core, fake: FakeLLM, base_url: str, tools: tuple[str, ...] = ())
         api_key="test-key", base_url=base_url)
     worker = await agents.create_worker(core, owner_id=user.id, name="helper", provider_id=provider.id,
                                         tools=list(tools), system_prompt="You help.")
-    core.engine.retry_base_delay = 0.01
+    core.engine.agent_steps.retry_base_delay = 0.01
     return {"user_id": user.id, "worker_id": worker.id, "provider_id": provider.id}
 
 

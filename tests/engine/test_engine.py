@@ -29,7 +29,7 @@ async def setup_agent(core, fake: FakeLLM, *, name: str = "alice", api_key: str 
         system_prompt="You help.",
     )
     engine = core.engine
-    engine.retry_base_delay = 0.01
+    engine.agent_steps.retry_base_delay = 0.01
     return {"user_id": user.id, "worker_id": worker.id, "provider_id": provider.id}
 
 

@@ -21,7 +21,7 @@ def database_url(both_stores):
 
 async def test_a_run_stores_every_event_once_in_order_with_its_step_rows(core, fake_llm: FakeLLM):
     who = await setup_agent(core, fake_llm)
-    core.engine.token_interval = 5.0  # no timer flush: a step's text is one token event
+    core.engine.agent_steps.token_interval = 5.0  # no timer flush: a step's text is one token event
     fake_llm.script_text("alpha beta gamma", chunks=3)
     fake_llm.script_tool_call("calculator", {"expression": "6*7"})
     fake_llm.script_text("It is 42.")

@@ -153,5 +153,5 @@ async def test_the_server_prunes_at_start(settings):
     finally:
         await store.close()
     async with running_app(replace(settings, run_retention_days=30)) as client:
-        await asyncio.wait_for(client.app.ctx.retention.first_round.wait(), 60)
+        await asyncio.wait_for(client.app.ctx.process.retention.first_round.wait(), 60)
         assert (await remaining()) == ({fresh}, {fresh}, {fresh})

@@ -47,7 +47,7 @@ async def waiting_template(client, alice):
 @pytest.fixture
 async def loop(client):
     """The app's fire loop, stopped: the test fires by hand at the times it chooses."""
-    fire_loop = client.app.ctx.fire_loop
+    fire_loop = client.app.ctx.process.fires
     await fire_loop.stop()
     return fire_loop
 
@@ -216,7 +216,7 @@ async def test_overlap_skip_and_cancel_previous(client, alice, waiting_template,
 async def test_the_loop_fires_by_itself(client, alice, template):
     made = await create(client, alice, template_id=template, cron="* * * * *")
     await make_due(client, made["schedule_id"], dt.timedelta(seconds=1))
-    client.app.ctx.fire_loop.wake()
+    client.app.ctx.process.fires.wake()
     fire = (await fires_of(made["schedule_id"], 1))[0]
     assert fire.outcome == "started"
 

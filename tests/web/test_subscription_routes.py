@@ -132,7 +132,7 @@ async def test_failures_are_retried_with_the_same_webhook_id(client, alice, temp
         made = await subscribe(client, alice, url=hook.url, events=["run.succeeded"])
         sid = made["subscription_id"]
         await run(client, alice, template)
-        loop = client.app.ctx.delivery_loop
+        loop = client.app.ctx.process.deliveries
         for count in range(1, 5):
             await received(hook, count)
             for _ in range(100):  # the attempt is recorded; its retry waits ~5 s, 10 s …
@@ -168,7 +168,7 @@ async def test_a_delivery_past_the_retry_window_fails(client, alice, template):
     row = (await WebhookDelivery._meta.database.list(WebhookDelivery.select()))[0]
     await WebhookDelivery._meta.database.aexecute(WebhookDelivery.update(
         created_at=utcnow() - dt.timedelta(hours=24)).where(WebhookDelivery.id == row.id))
-    client.app.ctx.delivery_loop.wake()
+    client.app.ctx.process.deliveries.wake()
     for _ in range(200):
         deliveries = (await client.get(f"{API}/subscription/{made['subscription_id']}/deliveries",
                                        headers=alice["headers"])).json()["deliveries"]

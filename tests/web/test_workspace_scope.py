@@ -210,7 +210,7 @@ async def test_a_team_schedule_fires_into_its_workspace_while_its_owner_may_run(
     from orchestra.db.trigger_models import ScheduleFire, WorkflowSchedule
 
     wid = team["workspace_id"]
-    fire_loop = client.app.ctx.fire_loop
+    fire_loop = client.app.ctx.process.fires
     await fire_loop.stop()
     tid = (await create(client, team["bob"], workspace_id=wid)).json()["template_id"]
     made = await client.post(SCHEDULE, headers=team["bob"]["headers"],

@@ -128,16 +128,18 @@ class Outbox(Protocol):
 class EventLog:
     """Appends and reads of `run_event`; one per process."""
 
-    def __init__(self, db: Any) -> None:
+    def __init__(self, db: Any, *,
+                 fence_for: Callable[[str], Callable[[], Awaitable[None]] | None] | None = None,
+                 outbox: Outbox | None = None) -> None:
         self.db = db
         self.on_stored: list[Stored] = []
-        # The fence of an append (a run owner's check of its claim), by run; set by the engine.
-        self.fence_for: Callable[[str], Callable[[], Awaitable[None]] | None] | None = None
+        # The fence of an append (a run owner's check of its claim), by run: the run store's.
+        self.fence_for = fence_for
         self._locks: dict[str, asyncio.Lock] = {}
         self._last: dict[str, int] = {}
         # The outbox (SPEC §11): given the events an insert stores, in the same
         # transaction, so that a subscriber's delivery is queued with its event or not at all.
-        self.outbox: Outbox | None = None
+        self.outbox = outbox
 
     # -- writing ----------------------------------------------------------------------
     async def append(

@@ -40,13 +40,14 @@ def process_identity() -> str:
 
 
 class Ownership:
-    def __init__(self, db: Any, *, me: str, lease_seconds: float) -> None:
+    def __init__(self, db: Any, *, me: str, lease_seconds: float,
+                 locked: Callable[[Any], Any] = lambda query: query) -> None:
         self.db = db
         self.me = me
         self.lease_seconds = lease_seconds
         self._numbers = itertools.count(1)
-        # `query` locking its rows (PostgreSQL: FOR UPDATE), set by the store
-        self.locked: Callable[[Any], Any] = lambda query: query
+        # `query` locking its rows (PostgreSQL: FOR UPDATE): the run store's dialect's
+        self.locked = locked
 
     def new_token(self) -> str:
         """A claim token of this process: its identity and the next claim number."""

@@ -11,14 +11,14 @@ import contextlib
 from typing import Any
 
 from orchestra.db.database import make_database
+from orchestra.engine.store.events import Outbox
 from orchestra.engine.store.runs import RunStore
 
 
 class PostgresRunStore(RunStore):
-    def __init__(self, db: Any, *, lease_seconds: float, url: str) -> None:
-        super().__init__(db, lease_seconds=lease_seconds)
+    def __init__(self, db: Any, *, lease_seconds: float, url: str, outbox: Outbox | None = None) -> None:
+        super().__init__(db, lease_seconds=lease_seconds, outbox=outbox)
         self._url = url
-        self.ownership.locked = self.locked  # renewals lock rows in the ledger's order
 
     def write_transaction(self):
         return self.db.atomic()

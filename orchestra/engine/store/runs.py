@@ -27,6 +27,7 @@ from orchestra.engine.store.events import (
     EventLog,
     Fenced,
     Item,
+    Outbox,
     RunGone,
     SeqRetry,
 )
@@ -55,11 +56,13 @@ class Asked:
 class RunStore:
     """Runs in the store, as this process's engine reads and writes them (SQLite)."""
 
-    def __init__(self, db: Any, *, lease_seconds: float) -> None:
+    def __init__(self, db: Any, *, lease_seconds: float, outbox: Outbox | None = None) -> None:
         self.db = db
-        self.events = EventLog(db)
-        self.events.fence_for = self._fence_of  # an owner's appends check its claim
-        self.ownership = Ownership(db, me=process_identity(), lease_seconds=lease_seconds)
+        # An owner's appends check its claim; the outbox queues deliveries with their events.
+        self.events = EventLog(db, fence_for=self._fence_of, outbox=outbox)
+        # Renewals lock rows in the ledger's order (`locked`: the dialect's, below).
+        self.ownership = Ownership(db, me=process_identity(), lease_seconds=lease_seconds,
+                                   locked=self.locked)
         self.lease_db = db  # the lease loop's connection (PostgreSQL: one of its own)
         self._held: dict[str, str] = {}  # runs executing here: trace_id → claim token
         self.ledger = Ledger(self)  # what runs spend (SPEC §12): stored and unstored changes
