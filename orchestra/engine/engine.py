@@ -32,7 +32,7 @@ from orchestra.engine.feed import Feeds, Follow
 from orchestra.engine.http_step import HttpSteps
 from orchestra.engine.live import CANCELLED_BY_REQUEST, LiveRuns
 from orchestra.engine.model import Question, StepKind, StopReason
-from orchestra.engine.parking import Parking, Wakes
+from orchestra.engine.parking import Parking
 from orchestra.engine.provider_gate import ProviderGate
 from orchestra.engine.questions import Questions
 from orchestra.engine.records import Records
@@ -76,12 +76,10 @@ class Engine:
     ) -> None:
         self.settings = settings
         self.signals = signals
-        self.runs = LiveRuns(settings.max_runs, settings.max_runs_per_user)
-        self.wakes = Wakes(runs=self.runs, signals=signals)  # parked runs made claimable (SPEC §15b)
         self.store: RunStore = make_run_store(db, url=settings.database_url,
-                                              lease_seconds=settings.run_lease_seconds, outbox=outbox,
-                                              on_woken=self.wakes.woken)
+                                              lease_seconds=settings.run_lease_seconds, outbox=outbox)
         self.feeds = Feeds(self.store.events, signals)
+        self.runs = LiveRuns(settings.max_runs, settings.max_runs_per_user)
         # Bounded evaluation of user-supplied work (SPEC §15): runs' CEL and structured
         # answers in one pool, requests' schema checks (start, reply) in their own, so a
         # user's heavy runs never make another's request wait for a worker.
@@ -121,7 +119,8 @@ class Engine:
         scheduler.register(StepKind.CALL, calls.step)
         scheduler.register(StepKind.FOREACH, containers.foreach)
         scheduler.register(StepKind.LOOP, containers.loop)
-        self.parking = Parking(store=self.store, runs=self.runs)  # SPEC §15b
+        self.parking = Parking(store=self.store, runs=self.runs, signals=signals)  # SPEC §15b
+        self.store.on_woken = self.parking.woken
         self.tasks = RunTasks(settings, store=self.store, runs=self.runs, scheduler=scheduler,
                               sandbox=self.sandbox, outage=outage, parking=self.parking,
                               on_unhappy_end=self.child_steps.cancel_descendants_soon)
@@ -262,7 +261,7 @@ class Engine:
         await self.agent_steps.close()
         await self.http_steps.close()
         await self.child_steps.close()
-        await self.wakes.close()
+        await self.parking.close()
         await self.code_steps.close()
         await self.gate.close()
         await self.store.stop()

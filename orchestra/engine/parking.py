@@ -56,41 +56,15 @@ async def wake_parents_of(db, template_id: str, *, lock: bool) -> int:
         WorkflowRun.trace_id.in_(parents) & (WorkflowRun.owner_process == PARKED)))
 
 
-class Wakes:
-    """A parked run made claimable (a reply, its child's end: `RunStore.on_woken`): a claim
-    round here, and a `wake` for the other processes."""
-
-    def __init__(self, *, runs: LiveRuns, signals: Signals) -> None:
-        self.runs = runs
-        self.signals = signals
-        self._tasks: set[asyncio.Task] = set()
-
-    def woken(self, trace_id: str) -> None:
-        """`trace_id` was made claimable."""
-        self.runs.wake()
-        task = asyncio.get_running_loop().create_task(self._tell(trace_id))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _tell(self, trace_id: str) -> None:
-        try:
-            await self.signals.notify("control", f"wake:{trace_id}")
-        except Exception:  # noqa: BLE001 - the other processes' claim loops find it anyway
-            logger.info("could not signal the wake of run %s", trace_id, exc_info=True)
-
-    async def close(self) -> None:
-        if self._tasks:
-            with contextlib.suppress(Exception):
-                await asyncio.wait(list(self._tasks), timeout=2)
-
-
 class Parking:
-    """Engine part: parking idle runs."""
+    """Engine part: parking idle runs, and waking parked ones."""
 
-    def __init__(self, *, store: RunStore, runs: LiveRuns) -> None:
+    def __init__(self, *, store: RunStore, runs: LiveRuns, signals: Signals) -> None:
         self.store = store
         self.runs = runs
+        self.signals = signals
         self.after: float | None = PARK_AFTER  # a knob tests turn (None: runs never park)
+        self._tasks: set[asyncio.Task] = set()
 
     def soon(self, live: LiveRun) -> None:
         """`LiveRun.on_idle`: every call of the run waits; park it unless that changes
@@ -133,3 +107,21 @@ class Parking:
         await self.store.release()
         self.runs.wake()
 
+    def woken(self, trace_id: str) -> None:
+        """A parked run was made claimable (a reply, its child's end): a claim round here,
+        and a `wake` for the other processes."""
+        self.runs.wake()
+        task = asyncio.get_running_loop().create_task(self._tell(trace_id))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _tell(self, trace_id: str) -> None:
+        try:
+            await self.signals.notify("control", f"wake:{trace_id}")
+        except Exception:  # noqa: BLE001 - the other processes' claim loops find it anyway
+            logger.info("could not signal the wake of run %s", trace_id, exc_info=True)
+
+    async def close(self) -> None:
+        if self._tasks:
+            with contextlib.suppress(Exception):
+                await asyncio.wait(list(self._tasks), timeout=2)

@@ -11,14 +11,12 @@ from orchestra.engine.store.postgres import PostgresRunStore
 from orchestra.engine.store.runs import RunStore
 
 
-def make_run_store(db: Any, *, url: str, lease_seconds: float, outbox: Outbox | None = None,
-                   on_woken: Any = None) -> RunStore:
+def make_run_store(db: Any, *, url: str, lease_seconds: float, outbox: Outbox | None = None) -> RunStore:
     """The run store for the database at `url` (its dialect's subclass); `outbox` queues
-    the deliveries of the events it stores (SPEC §11); `on_woken(trace_id)`: a parked run
-    its write made claimable (engine/parking.py)."""
+    the deliveries of the events it stores (SPEC §11)."""
     if is_postgres_url(url):
-        return PostgresRunStore(db, lease_seconds=lease_seconds, url=url, outbox=outbox, on_woken=on_woken)
-    return RunStore(db, lease_seconds=lease_seconds, outbox=outbox, on_woken=on_woken)
+        return PostgresRunStore(db, lease_seconds=lease_seconds, url=url, outbox=outbox)
+    return RunStore(db, lease_seconds=lease_seconds, outbox=outbox)
 
 
 __all__ = ["PostgresRunStore", "RunStore", "make_run_store"]

@@ -16,9 +16,8 @@ from orchestra.engine.store.runs import RunStore
 
 
 class PostgresRunStore(RunStore):
-    def __init__(self, db: Any, *, lease_seconds: float, url: str, outbox: Outbox | None = None,
-                 on_woken: Any = None) -> None:
-        super().__init__(db, lease_seconds=lease_seconds, on_woken=on_woken, outbox=outbox)
+    def __init__(self, db: Any, *, lease_seconds: float, url: str, outbox: Outbox | None = None) -> None:
+        super().__init__(db, lease_seconds=lease_seconds, outbox=outbox)
         self._url = url
 
     def write_transaction(self):

@@ -61,8 +61,7 @@ class Asked:
 class RunStore:
     """Runs in the store, as this process's engine reads and writes them (SQLite)."""
 
-    def __init__(self, db: Any, *, lease_seconds: float, outbox: Outbox | None = None,
-                 on_woken: Callable[[str], None] | None = None) -> None:
+    def __init__(self, db: Any, *, lease_seconds: float, outbox: Outbox | None = None) -> None:
         self.db = db
         # An owner's appends check its claim; the outbox queues deliveries with their events.
         self.events = EventLog(db, fence_for=self._fence_of, outbox=outbox)
@@ -72,7 +71,7 @@ class RunStore:
         self.lease_db = db  # the lease loop's connection (PostgreSQL: one of its own)
         self._held: dict[str, str] = {}  # runs executing here: trace_id → claim token
         self._parents: dict[str, str] = {}  # those of them that are child runs: their parent
-        self.on_woken = on_woken or (lambda trace_id: None)  # a parked parent woken (engine/parking.py)
+        self.on_woken: Callable[[str], None] = lambda trace_id: None  # a parked parent woken
         self.ledger = Ledger(self)  # what runs spend (SPEC §12): stored and unstored changes
 
     # -- the dialect's part ------------------------------------------------------------
