@@ -17,13 +17,8 @@ was answered. The attacks:
 
 Then it stops the server with `--poisoned` runs waiting on a heavy question, starts it
 again on the same store and prints how long the first request took to answer (goal < 5 s).
-
-`--part shared` (or `all`, the default) then runs what users share (issue "Trust, second
-pass", SPEC §15b; `hostile_shared.py`): 500 waiting runs, a 64-wide budgeted foreach, a
-16×16 child tree, 1,000 `/mcp` sessions and a flood of unsigned hook calls, each with
-another user's p50/p99, on SQLite and on PostgreSQL (`--pg`, a fresh database).
 Every loop is bounded in time and count and talks to loopback only. Run from the project
-root: `python benchmarks/bench_hostile.py [--part language|shared|all] [--store sqlite|postgres]`.
+root: `python benchmarks/bench_hostile.py`.
 """
 
 from __future__ import annotations
@@ -39,7 +34,6 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks import hostile_shared  # noqa: E402
 from benchmarks.common import (  # noqa: E402
     median,
     orchestra_cli,
@@ -162,19 +156,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=8.0, help="length of each phase")
     parser.add_argument("--hostile", type=int, default=4, help="concurrent attacking connections")
     parser.add_argument("--poisoned", type=int, default=5, help="heavy runs left waiting across the restart")
-    parser.add_argument("--part", choices=("language", "shared", "all"), default="all")
-    parser.add_argument("--store", choices=("sqlite", "postgres"), help="the shared part on one store only")
-    parser.add_argument("--pg", default=os.environ.get("ORCHESTRA_TEST_POSTGRES_URL",
-                                                       "postgresql://postgres@127.0.0.1:5432/test"))
     args = parser.parse_args()
-    if args.part != "shared":
-        _language(args)
-    if args.part != "language":
-        hostile_shared.run([args.store] if args.store else ["sqlite", "postgres"], args.pg)
-
-
-def _language(args) -> None:
-    """The attacks on what users supply (issue "Trust"), on SQLite."""
     with tempfile.TemporaryDirectory(prefix="orchestra-hostile-") as tmp:
         home = Path(tmp)
         env = _env(home)

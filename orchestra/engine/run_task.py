@@ -364,7 +364,6 @@ class RunTasks:
         live.past_stopping()
         await live.writes.settle()
         try:
-            await self.store.keep_spends(live.trace_id, Spending.unfinished(live))
             if await self.parking.park(live):
                 if live.stop_reason != StopReason.PARK:  # cancelled while it parked: claimable
                     await self.parking.unpark(live.trace_id)

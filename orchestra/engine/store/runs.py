@@ -347,15 +347,6 @@ class RunStore:
             return False
         return True
 
-    async def keep_spends(self, trace_id: str, spends: dict[str, dict[str, Any]]) -> None:
-        """Unfinished instances' costs so far on their rows, in one fenced write (a run
-        about to park: the claim that resumes it goes on from them)."""
-        if not spends:
-            return
-        async with self.write_transaction():
-            await self.fence(trace_id)
-            await self._store_spends(trace_id, spends)
-
     async def _wake_parent(self, trace_id: str, events: list[Event]) -> str | None:
         """Inside a write of a child run whose events its parent reacts to (its end, a
         question, an answer, a pause for budget: `WAKE_PARENT`): the parent, when parked,
