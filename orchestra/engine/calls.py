@@ -154,10 +154,10 @@ class Calls:
             self.records.attempt_started(live, at, attempt, started)
         timeout = step.timeout_seconds
         try:
-            async with asyncio.timeout(remaining(timeout, earlier)) as window:
-                if human:  # its wait may park the run (engine/parking.py)
+            async with asyncio.timeout(remaining(timeout, earlier)):
+                if human:
                     return await self.questions.ask(live, at, prompt, earlier=earlier,
-                                                    schema=step.output_schema, window=window), None, ""
+                                                    schema=step.output_schema), None, ""
                 return await self.agents.run(live, step, at, prompt)
         except TimeoutError:
             if human and step.has_default:
@@ -174,13 +174,12 @@ class Calls:
             started = await self.code.clock(live, at)  # the instant its code sees as now
             self.records.attempt_started(live, at, attempt, {}, started_at=started)
         try:
-            async with asyncio.timeout(step.timeout_seconds) as window:
+            async with asyncio.timeout(step.timeout_seconds):
                 if step.http is not None:
                     return await self.http.attempt(live, step, at, scope)
                 if step.code is not None:
                     return await self.code.attempt(live, step, at, scope)
                 # the child run is stored with the attempt's `step_started` (one write)
-                return await self.children.attempt(live, step, at, scope, attempt, {"workflow": step.workflow},
-                                                   window=window)
+                return await self.children.attempt(live, step, at, scope, attempt, {"workflow": step.workflow})
         except TimeoutError:
             raise StepFailure(f"timed out after {step.timeout_seconds} s") from None

@@ -12,8 +12,7 @@ resume). The wait follows the child's event feed (signals across processes; no p
 connection held): a child's `reply_requested` / `reply_received` are shown on the parent
 with `child_trace_id` (answered on the child's trace), and its terminal event ends the
 wait; `child_finished` is stored with the step's end (or retry) in one transaction.
-While it waits the parent holds no run slot (`LiveRun.waiting_for`), and when all its
-calls wait it is parked (engine/parking.py): the child's end wakes it from the store.
+While it waits the parent holds no run slot (`LiveRun.waiting_for`).
 
 A parent that ends other than succeeded cancels its active descendants (all levels at
 once, `Engine.cancel_below`: those whose cancel nobody asked yet, so a run ended by the
@@ -27,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 import uuid
 from collections.abc import Awaitable, Callable
 from decimal import Decimal
@@ -35,9 +33,8 @@ from typing import Any
 
 from orchestra.db.models import WorkflowRun, utcnow
 from orchestra.engine.feed import Feeds
-from orchestra.engine.live import LiveRun, StepFailure, Wait
+from orchestra.engine.live import LiveRun, StepFailure
 from orchestra.engine.model import At, StepDef, StopReason
-from orchestra.engine.questions import epoch_of
 from orchestra.engine.records import Records
 from orchestra.engine.spend import BudgetStop, Spending
 from orchestra.engine.store import RunStore
@@ -88,36 +85,27 @@ class ChildSteps:
         self._tasks: set[asyncio.Task] = set()
 
     async def attempt(self, live: LiveRun, step: StepDef, at: At, scope: Scope, attempt: int,
-                      started: dict[str, Any], *, window: asyncio.Timeout | None = None) -> Any:
+                      started: dict[str, Any]) -> Any:
         """Start (or find) the attempt's child run and wait for its end; its output.
-        `started`: the attempt's `step_started` data, stored with the child (one write).
-        `window`: the step's timeout, counted from the child's start; the wait may park
-        the run (engine/parking.py)."""
+        `started`: the attempt's `step_started` data, stored with the child (one write)."""
         flow = step.workflow
         child = child_id(live.trace_id, at.path, attempt)
         live.waits += 1  # from now on this run holds no slot: the child may take it
         live.waiting.add(at.path)
         try:
-            exists, depth, since = await self.children.lookup(live.trace_id, child)
-            if exists:  # a take-over, or parked: wait for the child started before
+            exists, depth = await self.children.lookup(live.trace_id, child)
+            if exists:  # a take-over: wait for the child the earlier owner started
                 self.records.attempt_started(live, at, attempt, started)
-                await self._template_still_there(flow["template"], child)  # deleted while parked?
                 shown = await self.children.shown(live.trace_id, child)
-                if window is not None and window.when() is not None and step.timeout_seconds:
-                    window.reschedule(asyncio.get_running_loop().time() + step.timeout_seconds
-                                      - max(0.0, time.time() - since))
             else:
                 await self._start(live, at, attempt, started, flow, scope, child, depth + 1)
                 shown = set()  # a child just started has asked nothing yet
             await self.store.release()
-            wait = Wait(child=child, deadline=None if window is None else epoch_of(window))
-            with live.parkable(at.path, wait):
-                status, output, error, over = await self._wait(live, at, flow["template"], child, shown)
+            status, output, error, over = await self._wait(live, at, flow["template"], child, shown)
         except asyncio.CancelledError:
             # not when the run's whole tree was cancelled: the child was asked with it
             if not (self.stopping() or live.tree_cancelled) and live.stop_reason not in (StopReason.HANDBACK,
-                                                                                          StopReason.LOST,
-                                                                                          StopReason.PARK):
+                                                                                          StopReason.LOST):
                 self.in_background(self._cancel_tree(child, "Its parent step ended."))
             raise
         finally:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from typing import Any
 
 import pydantic
@@ -25,7 +25,6 @@ from orchestra.engine.questions import Questions
 from orchestra.engine.run_task import RunTasks
 from orchestra.engine.store import RunStore
 from orchestra.engine.store.events import RunGone
-from orchestra.engine.store.ownership import Ownership
 from orchestra.engine.writer import RunWriter
 from orchestra.observability import metrics
 from orchestra.observability import runs as observe
@@ -38,10 +37,8 @@ class Claims:
     """The claim loop, the lease loop, launching claimed runs, and `control` signals."""
 
     def __init__(self, settings: Settings, *, store: RunStore, runs: LiveRuns, tasks: RunTasks,
-                 questions: Questions, outage: StoreOutage,
-                 on_idle: Callable[[LiveRun], None] | None = None) -> None:
+                 questions: Questions, outage: StoreOutage) -> None:
         self.settings = settings
-        self.on_idle = on_idle  # every call of a run waits: it may park (engine/parking.py)
         self.store = store
         self.runs = runs
         self.tasks = tasks
@@ -77,7 +74,7 @@ class Claims:
             runs = await self.claim_many(take, attempt=attempt)
             lives = [self._live(run, CANCELLED_BY_REQUEST) for run in runs]
             for live in lives:
-                self.store.hold(live.trace_id, live.claim, live.parent_trace_id)
+                self.store.hold(live.trace_id, live.claim)
             try:
                 await self.tasks.begin_many(lives)
             finally:  # claimed: they run here whatever happened (a run not begun begins itself)
@@ -99,8 +96,7 @@ class Claims:
                            if run.started_at else None),
             claim=run.owner_process, forked_from=run.forked_from,
             budget_pusd=run.budget_pusd, parent_trace_id=run.parent_trace_id, fresh=fresh,
-            trace_parent=run.trace_parent, on_idle=self.on_idle,
-            unparked=Ownership.was_parked(run.owner_process),
+            trace_parent=run.trace_parent,
             writes=RunWriter(retry=self._write_failed, release=self.store.release),
         )
         if run.cancel_requested:
@@ -111,7 +107,7 @@ class Claims:
         """The run executes here from now on: its task starts."""
         live.renewed_at = asyncio.get_running_loop().time()
         self.runs.add(live)
-        self.store.hold(live.trace_id, live.claim, live.parent_trace_id)
+        self.store.hold(live.trace_id, live.claim)
         live.task = asyncio.get_running_loop().create_task(
             observe.observed_run(live.trace_id, live.trace_parent, live.attempt, self.tasks.run(live)),
             name=f"run-{live.trace_id}",
@@ -124,13 +120,12 @@ class Claims:
         runs = await self.claim_many([trace_id], attempt=attempt)
         return runs[0] if runs else None
 
-    async def claim_many(self, trace_ids: list[str], *, attempt: bool = True,
-                         parked: bool = False) -> list[WorkflowRun]:
+    async def claim_many(self, trace_ids: list[str], *, attempt: bool = True) -> list[WorkflowRun]:
         """`claim` for several runs in one statement: the rows of those taken. A run
         claimed while this process began stopping could miss the hand-back and be left
         to its lease, and its next claim would count as an attempt: it is given back at
-        once instead. `parked`: parked runs too (to end them: their cancel was asked)."""
-        runs = await self.store.claim_many(trace_ids, attempt=attempt, parked=parked)
+        once instead."""
+        runs = await self.store.claim_many(trace_ids, attempt=attempt)
         if runs and self.runs.stopping:
             for run in runs:
                 await self.store.hand_back(run.trace_id, run.owner_process)
@@ -267,27 +262,13 @@ class Claims:
         if verb == "wake":
             self.runs.wake()
         elif verb == "cancel":
-            parked = []
             for one in trace_id.split(","):
                 live = self.runs.get(one)
                 if live is not None:
                     live.tree_cancelled = True
                     self.runs.stop(live, StopReason.CANCELLED, CANCELLED_BY_REQUEST)
-                else:
-                    parked.append(one)
-            if parked and not self.runs.stopping:  # held nowhere: perhaps parked, to end here
-                self._spawn(self._end_parked(parked))
         elif verb == "reply" and (live := self.runs.get(trace_id)) is not None:
             self._spawn(self.questions.check_replies(live))
-
-    async def _end_parked(self, trace_ids: list[str]) -> None:
-        """Runs whose cancel was asked by a process that could not end them (it was
-        stopping): those parked are claimed and end here."""
-        try:
-            for run in await self.claim_many(trace_ids, parked=True):
-                self.launch(run)
-        finally:
-            await self.store.release()
 
     def on_resync(self) -> None:
         """Signals may have been missed: look for queued runs and stored answers again."""

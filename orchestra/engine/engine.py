@@ -32,7 +32,6 @@ from orchestra.engine.feed import Feeds, Follow
 from orchestra.engine.http_step import HttpSteps
 from orchestra.engine.live import CANCELLED_BY_REQUEST, LiveRuns
 from orchestra.engine.model import Question, StepKind, StopReason
-from orchestra.engine.parking import Parking
 from orchestra.engine.provider_gate import ProviderGate
 from orchestra.engine.questions import Questions
 from orchestra.engine.records import Records
@@ -119,13 +118,11 @@ class Engine:
         scheduler.register(StepKind.CALL, calls.step)
         scheduler.register(StepKind.FOREACH, containers.foreach)
         scheduler.register(StepKind.LOOP, containers.loop)
-        self.parking = Parking(store=self.store, runs=self.runs, signals=signals)  # SPEC §15b
-        self.store.on_woken = self.parking.woken
         self.tasks = RunTasks(settings, store=self.store, runs=self.runs, scheduler=scheduler,
-                              sandbox=self.sandbox, outage=outage, parking=self.parking,
+                              sandbox=self.sandbox, outage=outage,
                               on_unhappy_end=self.child_steps.cancel_descendants_soon)
         self.claims = Claims(settings, store=self.store, runs=self.runs, tasks=self.tasks,
-                             questions=self.questions, outage=outage, on_idle=self.parking.soon)
+                             questions=self.questions, outage=outage)
         self._started: asyncio.Future | None = None
         self._stopped: asyncio.Future | None = None
 
@@ -261,7 +258,6 @@ class Engine:
         await self.agent_steps.close()
         await self.http_steps.close()
         await self.child_steps.close()
-        await self.parking.close()
         await self.code_steps.close()
         await self.gate.close()
         await self.store.stop()
@@ -309,7 +305,7 @@ class Engine:
             live.tree_cancelled = True
             self.runs.stop(live, StopReason.CANCELLED, why(live.trace_id))
         if rest and not self.runs.stopping:
-            claimed = await self.claims.claim_many(rest, parked=True)  # nobody holds them (parked too): they end here
+            claimed = await self.claims.claim_many(rest)  # nobody holds them: they end here
             lives += [self.claims.launch(run, cancel_message=why(run.trace_id)) for run in claimed]  # at once
             taken = {run.trace_id for run in claimed}
             rest = [trace_id for trace_id in rest if trace_id not in taken]

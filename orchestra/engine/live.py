@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,16 +40,6 @@ class LimitReached(RunFailed):
 
 class HandBack(Exception):
     """The process is stopping and nothing of the run is in flight: give it up now."""
-
-
-@dataclass(frozen=True)
-class Wait:
-    """A wait that may park its run (SPEC §15b, engine/parking.py): a human step's
-    question or a child run, and when it ends by itself (epoch seconds: a timeout)."""
-
-    request_id: str | None = None
-    child: str | None = None
-    deadline: float | None = None
 
 
 @dataclass
@@ -90,17 +80,6 @@ class LiveRun:
     # no slot (`holds_slot`).
     calls: int = 0
     waits: int = 0
-    # Parking (engine/parking.py): the waits that may park it, by instance path; what is
-    # told when it may (`on_idle`: every call waits, each of them one of these); the
-    # waits it was parked on, kept as its task ends.
-    parked_on: dict[str, Wait] = field(default_factory=dict)
-    on_idle: Callable[[LiveRun], None] | None = None
-    parking: dict[str, Wait] = field(default_factory=dict)
-    park_timer: asyncio.TimerHandle | None = None
-    # Claimed from parked (ownership.UNPARKED): it goes on from its events with nothing
-    # said — the instances in flight when it parked (`quiet`) do not start again.
-    unparked: bool = False
-    quiet: dict[str, int] = field(default_factory=dict)  # path: the attempt in flight
     # Stored by this process a moment ago, claimed in that same write (a child run,
     # `Engine.adopt`): no events, no ended steps, so nothing to read back before it begins.
     fresh: bool = False
@@ -150,15 +129,6 @@ class LiveRun:
         in flight waits (a run between steps, starting or ending holds its slot)."""
         return not (self.waits and self.waits >= self.calls)
 
-    @property
-    def idle(self) -> bool:
-        """Every call in flight waits, each on something that can wake it parked."""
-        return bool(self.waits) and self.waits >= self.calls and len(self.parked_on) >= self.waits
-
-    def _maybe_idle(self) -> None:
-        if self.on_idle is not None and self.idle:
-            self.on_idle(self)
-
     @contextlib.contextmanager
     def calling(self) -> Iterator[None]:
         """A call step in flight (its attempts and retry delays)."""
@@ -167,26 +137,6 @@ class LiveRun:
             yield
         finally:
             self.calls -= 1
-            self._maybe_idle()  # the others may all wait now
-
-    @contextlib.contextmanager
-    def parkable(self, path: str, wait: Wait) -> Iterator[None]:
-        """Inside one of its `waits`: the run may be parked on this one."""
-        self.parked_on[path] = wait
-        try:
-            self._maybe_idle()
-            yield
-        finally:
-            self.parked_on.pop(path, None)
-
-    def again_quietly(self, path: str, attempt: int | None = None) -> bool:
-        """An unparked run re-entering an instance (a container, or a call's `attempt`)
-        that was in flight when it parked: its start is stored already (once: a later
-        attempt starts as usual)."""
-        if path in self.quiet and (attempt is None or self.quiet[path] == attempt):
-            del self.quiet[path]
-            return True
-        return False
 
     @contextlib.contextmanager
     def waiting_for(self) -> Iterator[None]:
@@ -342,16 +292,13 @@ class LiveRuns:
     # -- stopping ---------------------------------------------------------------------------
     def stop(self, live: LiveRun, reason: StopReason, message: str = "") -> None:
         """Stop a live run once: CANCELLED/INTERRUPTED end it, HANDBACK gives it back to
-        the store, LOST (another process holds it now) writes nothing more, PARK parks it.
-        A later LOST overrides an earlier reason: nothing may be written then; a cancel
-        overrides a PARK still being stored (`RunTasks._park`)."""
+        the store, LOST (another process holds it now) writes nothing more. A later LOST
+        overrides an earlier reason: nothing may be written then."""
         if live.task is None or live.task.done():
             return
         if live.stop_asked:
-            if reason == StopReason.LOST or (live.stop_reason == StopReason.PARK and reason in (
-                    StopReason.CANCELLED, StopReason.INTERRUPTED)):  # it ends instead of parking
-                live.stop_reason = reason
-                live.stop_message = message or live.stop_message
+            if reason == StopReason.LOST:
+                live.stop_reason = StopReason.LOST
             return
         live.stop_asked, live.stop_reason = True, reason
         if message:

@@ -32,7 +32,6 @@ class StopReason(StrEnum):
     INTERRUPTED = "interrupted"  # the run ends `interrupted`
     HANDBACK = "handback"  # the process stops: the run goes back to the store
     LOST = "lost"  # another process holds it now (or the lease ran out): write nothing
-    PARK = "park"  # every call waits (a reply, a child): the run is parked in the store
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,7 +202,6 @@ class Question:
     answered: bool = False  # an answer (or a timeout's default) is stored
     path: str = ""  # the instance that asked (SPEC §8); a top-level step's is its id
     asked_at: float | None = None  # when it was asked (epoch seconds), as stored
-    woke: bool = False  # its answer woke the run, parked (store_answer): claim it anywhere
 
     def __post_init__(self) -> None:
         self.path = self.path or self.step_id

@@ -10,15 +10,13 @@ same request is waited on.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import time
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from orchestra.db.models import WorkflowRun
 from orchestra.db.signals import Signals
-from orchestra.engine.live import LiveRun, LiveRuns, Wait
+from orchestra.engine.live import LiveRun, LiveRuns
 from orchestra.engine.model import At, Question, find_step, step_defs
 from orchestra.engine.store import RunStore
 from orchestra.errors import ConflictError, NotFoundError, ValidationError
@@ -55,12 +53,6 @@ def check_reply(steps: list[dict[str, Any]], step_id: str, content: Any, *,
     if found:
         raise ValidationError(f"The reply does not match the step's schema: {describe(found)}.",
                               detail=found)
-
-
-def epoch_of(window: asyncio.Timeout) -> float | None:
-    """When a timeout window ends, in epoch seconds (None: it has no end)."""
-    when = window.when()
-    return None if when is None else time.time() + (when - asyncio.get_running_loop().time())
 
 
 def open_questions(questions: list[Question]) -> list[dict[str, str]]:
@@ -124,9 +116,6 @@ class Questions:
         live = self.runs.get(trace_id)
         if live is not None:
             self.answer(live, chosen.request_id, content)
-        elif chosen.woke:  # it was parked: a claim round here, the others told too
-            self.runs.wake()
-            await self.signals.notify("control", f"wake:{trace_id}")
         else:
             await self.signals.notify("control", f"reply:{trace_id}")
         return chosen
@@ -163,15 +152,12 @@ class Questions:
             await self.store.release()
 
     async def ask(self, live: LiveRun, at: At, prompt: str, *,
-                  earlier: Question | None = None, schema: dict[str, Any] | None = None,
-                  window: asyncio.Timeout | None = None) -> Any:
+                  earlier: Question | None = None, schema: dict[str, Any] | None = None) -> Any:
         """Emit `reply_requested`, move the run to `waiting_reply`, wait for the answer.
         A question an earlier attempt asked is not asked again: its stored answer is
         used, or the same request is waited on. When the step asks something else, the
         open questions its earlier attempt asked are withdrawn first (`reply_withdrawn`:
-        a reply to one of them is 409 from now on). `window`: a human step's timeout
-        (its end may be when no deadline is set) — its wait may park the run (SPEC §15b);
-        none for `ask_user`, whose model conversation lives only in the run's task."""
+        a reply to one of them is 409 from now on)."""
         if earlier is not None and earlier.answered:
             return earlier.answer
         question = earlier or Question(uuid.uuid4().hex, at.step_id, prompt, path=at.path)
@@ -194,9 +180,8 @@ class Questions:
             if earlier is not None:
                 await self.check_replies(live)  # answered while nobody held the run
             await self.store.release()
-            with live.waiting_for(), (contextlib.nullcontext() if window is None else live.parkable(
-                    path, Wait(request_id=question.request_id, deadline=epoch_of(window)))):
-                content = await asyncio.shield(question.future)  # no run slot held meanwhile (SPEC §15b)
+            with live.waiting_for():  # no run slot held meanwhile (SPEC §15b)
+                content = await asyncio.shield(question.future)
         finally:
             live.questions.pop(question.request_id, None)
             live.waiting.discard(path)

@@ -49,8 +49,6 @@ class Records:
 
     def started(self, live: LiveRun, at: At, data: dict[str, Any]) -> None:
         """A container (a foreach, an item, a loop, an iteration) started."""
-        if live.again_quietly(at.path):  # started before the run parked
-            return
         self._submit(live, at.path, at.step_id, {"status": StepStatus.RUNNING, "started_at": utcnow()},
                      [(EventKind.STEP_STARTED, data, at)])
 
@@ -58,8 +56,6 @@ class Records:
                         started_at: Any = None) -> None:
         """A call's attempt started (`step_started`, with `attempt` from the second on);
         `started_at`: the instance's start when the step already knows it (a code step's clock)."""
-        if live.again_quietly(at.path, attempt):  # the attempt the run parked in: started already
-            return
         values: dict[str, Any] = {"status": StepStatus.RUNNING, "attempt": attempt}
         if attempt == 1:
             values["started_at"] = started_at or utcnow()

@@ -28,8 +28,7 @@ from orchestra.engine.live import (
     StepFailure,
 )
 from orchestra.engine.memory import trim_soon
-from orchestra.engine.model import StepDef, StepKind, StopReason, find_step
-from orchestra.engine.parking import Parking
+from orchestra.engine.model import StepDef, StopReason
 from orchestra.engine.reuse import reused_events
 from orchestra.engine.scheduler import Scheduler
 from orchestra.engine.sizes import check_output
@@ -54,25 +53,6 @@ def step_output(row: RunStep) -> Any:
     return row.output_value if row.output_value is not None else row.output
 
 
-IN_FLIGHT = (StepStatus.RUNNING, StepStatus.WAITING_REPLY)
-
-
-def _executions(live: LiveRun, row: RunStep) -> int:
-    """A stored row's step executions (limits.max_steps). For a run unparked, as it
-    counted them before it parked: a call's attempts, the one in flight entered again
-    (and counted then) and marked `quiet` — it starts nothing new."""
-    if not live.unparked:
-        return row.attempt if row.status != StepStatus.PENDING and not row.reused else 0
-    if row.status in IN_FLIGHT:
-        live.quiet[row.path or row.step_id] = row.attempt or 1
-        live.step_attempts[row.path or row.step_id] = row.attempt or 1
-    step = find_step(live.steps, row.step_id)
-    if step is None or step.kind != StepKind.CALL or row.reused or row.status not in (
-            *IN_FLIGHT, StepStatus.SUCCEEDED, StepStatus.FAILED):
-        return 0
-    return (row.attempt or 1) - (1 if row.status in IN_FLIGHT else 0)
-
-
 def started_data(live: LiveRun) -> dict[str, Any]:
     """The data of a fresh run's `run_started`."""
     return {"status": RunStatus.RUNNING, "input": live.input, "steps": [s.id for s in live.steps]}
@@ -82,10 +62,9 @@ class RunTasks:
     """A run's task, from its claim to its end or hand-back."""
 
     def __init__(self, settings: Settings, *, store: RunStore, runs: LiveRuns,
-                 scheduler: Scheduler, sandbox: Sandbox, outage: StoreOutage, parking: Parking,
+                 scheduler: Scheduler, sandbox: Sandbox, outage: StoreOutage,
                  on_unhappy_end: Callable[[str, str], None] | None = None) -> None:
         self.settings = settings
-        self.parking = parking
         self.on_unhappy_end = on_unhappy_end  # a run ended other than succeeded: its children go too
         self.store = store
         self.runs = runs
@@ -171,8 +150,6 @@ class RunTasks:
         """The task was stopped from outside (`LiveRuns.stop`): act on the reason."""
         if live.stop_reason == StopReason.HANDBACK:
             await self._hand_back(live)
-        elif live.stop_reason == StopReason.PARK:
-            await self._park(live)
         elif live.stop_reason == StopReason.INTERRUPTED:
             await self.end(live, RunStatus.INTERRUPTED, EventKind.RUN_FAILED, live.stop_message)
         elif live.stop_reason == StopReason.CANCELLED:
@@ -202,8 +179,6 @@ class RunTasks:
             restarted = await self._load_state(live)
         observe.run_began(trace_id, resumed=restarted is not None)
         live.resumed = restarted is not None
-        if live.unparked and restarted is not None:
-            return  # parked a moment ago: it goes on from its events, nothing to say
         if restarted is None:
             live.started_epoch = time.time()
             # with the steps copied from the run this one retries or forks
@@ -288,7 +263,7 @@ class RunTasks:
             live.finished.set(path, row.status, step_output(row))  # every instance (SPEC §8)
             if row.status in (StepStatus.PENDING, StepStatus.RUNNING, StepStatus.WAITING_REPLY):
                 Spending.resumed(live, path, row)  # paused with a cost so far: it adds to it
-            live.executions += _executions(live, row)
+            live.executions += row.attempt if row.status != StepStatus.PENDING and not row.reused else 0
             step = top.get(path)
             if step is None:
                 continue
@@ -357,26 +332,6 @@ class RunTasks:
         with contextlib.suppress(RunGone):  # another process holds it now
             await self.store.pause_for_budget(live.trace_id, {"status": RunStatus.WAITING_BUDGET, **data},
                                               spends=Spending.unfinished(live))
-
-    async def _park(self, live: LiveRun) -> None:
-        """Every call waited (engine/parking.py): the run is parked in the store, or handed
-        back — claimable at once — when what it waits for came meanwhile."""
-        live.past_stopping()
-        await live.writes.settle()
-        try:
-            if await self.parking.park(live):
-                if live.stop_reason != StopReason.PARK:  # cancelled while it parked: claimable
-                    await self.parking.unpark(live.trace_id)
-                return
-        except RunGone:
-            return
-        except Exception:  # noqa: BLE001 - handed back instead: any claim goes on with it
-            logger.warning("could not park run %s", live.trace_id, exc_info=True)
-        if live.stop_reason != StopReason.PARK:  # cancelled meanwhile: it ends now
-            await self._stopped(live)
-            return
-        await self._hand_back(live)
-        self.runs.wake()
 
     async def _hand_back(self, live: LiveRun) -> None:
         live.past_stopping()

@@ -20,7 +20,6 @@ from orchestra.db.models import (
     name_key,
     utcnow,
 )
-from orchestra.engine.parking import wake_parents_of
 from orchestra.errors import ConflictError, NotFoundError, PermissionDeniedError, ValidationError
 from orchestra.language.model import NAME_MAX, PROMPT_MAX
 from orchestra.language.typecheck import type_problems
@@ -402,13 +401,10 @@ async def delete_template(core: Shared, *, user_id: str, is_admin: bool, templat
                 WorkflowRun.select(WorkflowRun.trace_id)
                 .where((WorkflowRun.template == template.id) & WorkflowRun.status.in_(list(ACTIVE)))
                 .order_by(WorkflowRun.depth.desc(), WorkflowRun.trace_id).for_update())
-        woken = await wake_parents_of(core.db, template.id, lock=core.is_postgres)  # their steps fail (SPEC §14)
         deleted = await core.db.aexecute(WorkflowTemplate.delete().where(WorkflowTemplate.id == template.id))
         if deleted:
             await audit.record(core, action="template.delete",
                                target=audit.target("template", template.id, template.name),
                                changes=audit.diff(audited_fields(template), {}),
                                workspace_id=audit.workspace_of(template))
-    if woken:
-        await core.signals.notify("control", "wake:")
     await templates_changed(core)

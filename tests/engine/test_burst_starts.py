@@ -25,12 +25,6 @@ def database_url(both_stores):
     return both_stores
 
 
-@pytest.fixture(autouse=True)
-def live_while_waiting(core):
-    """These runs stay live while they wait (tests/engine/test_parking.py parks them)."""
-    core.engine.parking.after = None
-
-
 async def queued(core, count: int, *, steps=HUMAN) -> list[str]:
     """`count` queued runs of one template, stored as the fire loop stores them (nobody
     told the engine)."""

@@ -5,7 +5,6 @@ shown already)."""
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -54,15 +53,13 @@ class ChildRuns:
         self.store = store
         self.db = store.db
 
-    async def lookup(self, parent: str, child: str) -> tuple[bool, int, float]:
-        """(whether the child run is stored already, the parent's level in its chain, when
-        the child was stored: epoch seconds, or 0), in one read."""
-        rows = await self.db.list(WorkflowRun.select(WorkflowRun.trace_id, WorkflowRun.depth,
-                                                     WorkflowRun.created_at)
+    async def lookup(self, parent: str, child: str) -> tuple[bool, int]:
+        """(whether the child run is stored already, the parent's level in its chain), in
+        one read."""
+        rows = await self.db.list(WorkflowRun.select(WorkflowRun.trace_id, WorkflowRun.depth)
                                   .where(WorkflowRun.trace_id.in_([parent, child])))
-        found = {row.trace_id: row for row in rows}
-        since = found[child].created_at.replace(tzinfo=dt.UTC).timestamp() if child in found else 0.0
-        return child in found, (found[parent].depth or 1) if parent in found else 1, since
+        depths = {row.trace_id: row.depth or 1 for row in rows}
+        return child in depths, depths.get(parent, 1)
 
     async def template(self, template_id: str) -> WorkflowTemplate | None:
         return await WorkflowTemplate.aget_or_none(WorkflowTemplate.id == template_id)

@@ -16,14 +16,6 @@ Attempts count crashes: a claim adds one to `attempts` only when the run had an 
 whose lease ran out (the owner died). A queued run's first claim makes it 1; a run
 handed back (its owner cleared) keeps its count; and the caller says when a claim is
 not an attempt although a lease ran out (the store was unreachable meanwhile).
-
-Parking (SPEC §15b, `engine/parking.py`): a run whose every call waits — for a reply or
-a child run — is given up as `PARKED` (`owner_process`), its `lease_until` the moment
-it must go on by itself (a timeout, its deadline; `NEVER` else), so no claim takes it
-before. A reply, its child's end or a cancel clears the lease (`unpark`), and the next
-claim round anywhere takes it; that claim is not an attempt, and its token ends with
-`UNPARKED` so the run's task knows to go on without a take-over's `run_resumed`. A
-cancel claims it at once where it is asked (`claim_many(parked=True)`).
 """
 
 from __future__ import annotations
@@ -40,13 +32,6 @@ from peewee import SQL, Case, fn
 
 from orchestra.db.models import WorkflowRun
 from orchestra.vocabulary import ACTIVE
-
-#: `owner_process` of a parked run: held by nobody, claimable once `lease_until` passes.
-PARKED = "parked"
-#: The end of a claim's token when the run it claimed was parked.
-UNPARKED = "~p"
-#: `lease_until` of a parked run nothing but a reply or a child's end wakes (year 5138).
-NEVER = 1e11
 
 
 def process_identity() -> str:
@@ -72,11 +57,6 @@ class Ownership:
         """A new run's columns when this process stores it claimed (its first claim, made
         in the write that stores it)."""
         return {"owner_process": self.new_token(), "lease_until": time.time() + self.lease_seconds, "attempts": 1}
-
-    @staticmethod
-    def was_parked(token: str | None) -> bool:
-        """The claim `token` took a parked run (it goes on from its events, silently)."""
-        return bool(token) and token.endswith(UNPARKED)
 
     @staticmethod
     def holds(trace_id: str, token: str):
@@ -131,39 +111,29 @@ class Ownership:
         rows = await self.claim_many([trace_id], attempt=attempt)
         return rows[0] if rows else None
 
-    async def claim_many(self, trace_ids: list[str], *, attempt: bool = True,
-                         parked: bool = False) -> list[WorkflowRun]:
+    async def claim_many(self, trace_ids: list[str], *, attempt: bool = True) -> list[WorkflowRun]:
         """`claim` for several runs in two statements, whatever their number (a burst of
         runs queued at once): each run still gets a claim token of its own. The rows of
-        those taken, in the order asked. `parked`: parked runs too, before their wake
-        time (their cancel was asked: they end)."""
+        those taken, in the order asked."""
         if not trace_ids:
             return []
         now = time.time()
         tokens = {trace_id: self.new_token() for trace_id in dict.fromkeys(trace_ids)}
-        parked = WorkflowRun.owner_process == PARKED
-        crashed = (WorkflowRun.owner_process.is_null(False) & ~parked) if attempt else False
+        crashed = WorkflowRun.owner_process.is_null(False) if attempt else False
         counted = Case(None, [((WorkflowRun.attempts == 0) | crashed, WorkflowRun.attempts + 1)],
                        WorkflowRun.attempts)
-        owner = Case(WorkflowRun.trace_id, [(trace_id, Case(None, [(parked, token + UNPARKED)], token))
-                                            for trace_id, token in tokens.items()])
         changed = await self.db.aexecute(
             WorkflowRun.update(
-                owner_process=owner,
+                owner_process=Case(WorkflowRun.trace_id, list(tokens.items())),
                 lease_until=now + self.lease_seconds,
                 attempts=counted,
-            ).where(WorkflowRun.trace_id.in_(list(tokens)) & (
-                (self._claimable(now) | ((WorkflowRun.owner_process == PARKED)
-                                         & WorkflowRun.status.in_(list(ACTIVE)))) if parked
-                else self._claimable(now)))
+            ).where(WorkflowRun.trace_id.in_(list(tokens)) & self._claimable(now))
         )
         if not changed:
             return []
-        mine = [*tokens.values(), *(token + UNPARKED for token in tokens.values())]
         rows = {row.trace_id: row for row in await self.db.list(
-            WorkflowRun.select().where(WorkflowRun.owner_process.in_(mine)))}
-        return [rows[t] for t in tokens
-                if t in rows and rows[t].owner_process in (tokens[t], tokens[t] + UNPARKED)]
+            WorkflowRun.select().where(WorkflowRun.owner_process.in_(list(tokens.values()))))}
+        return [rows[t] for t in tokens if t in rows and rows[t].owner_process == tokens[t]]
 
     async def renew(self, claims: dict[str, str], *, db: Any = None) -> dict[str, bool]:
         """Extend the leases of these runs (`{trace_id: token}`), executing here, whose
@@ -194,21 +164,6 @@ class Ownership:
         )
         return bool(changed)
 
-    async def park(self, trace_id: str, token: str, wake: float) -> bool:
-        """Give a run up as parked until `wake` (epoch seconds) or an `unpark`, inside the
-        caller's transaction (which checks that nothing it waits for came meanwhile).
-        Not when its cancel was asked: a cancelled run ends instead of waiting."""
-        changed = await self.db.aexecute(
-            WorkflowRun.update(owner_process=PARKED, lease_until=wake).where(
-                self.holds(trace_id, token) & WorkflowRun.status.in_(list(ACTIVE))
-                & ~WorkflowRun.cancel_requested))
-        return bool(changed)
-
-    async def unpark(self, trace_ids: list[str]) -> int:
-        """Make these runs, those of them parked, claimable now (a reply, a child's end)."""
-        return await self.db.aexecute(WorkflowRun.update(lease_until=None).where(
-            WorkflowRun.trace_id.in_(trace_ids) & (WorkflowRun.owner_process == PARKED)))
-
     async def hand_back_many(self, tokens: list[str], *, db: Any = None) -> int:
         """`hand_back` for every run still held by one of these claims, in one statement
         (a stopping process whose run tasks did not finish handing back in time)."""
@@ -231,8 +186,6 @@ class Ownership:
     async def expire_all(self) -> int:
         """Make every unfinished run claimable now: only for a store that just one
         process can serve (SQLite), at that process's start — the last owner is gone."""
-        return await self.db.aexecute(  # a parked run waits on: its lease is its wake time
-            WorkflowRun.update(lease_until=None).where(
-                WorkflowRun.status.in_(list(ACTIVE))
-                & (WorkflowRun.owner_process.is_null() | (WorkflowRun.owner_process != PARKED)))
+        return await self.db.aexecute(
+            WorkflowRun.update(lease_until=None).where(WorkflowRun.status.in_(list(ACTIVE)))
         )

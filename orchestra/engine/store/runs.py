@@ -32,17 +32,12 @@ from orchestra.engine.store.events import (
     SeqRetry,
 )
 from orchestra.engine.store.ledger import Ledger
-from orchestra.engine.store.ownership import PARKED, Ownership, process_identity
+from orchestra.engine.store.ownership import Ownership, process_identity
 from orchestra.vocabulary import ACTIVE, EventKind, RunStatus, StepStatus
 
 #: One instance's change in a group write: (path, step id to create its row or None to
 #: update it, column values, events to append after it).
 InstanceChange = tuple[str, "str | None", dict[str, Any], list[Item]]
-
-#: A child run's events its waiting parent reacts to, besides its end: they wake the
-#: parent when it is parked (a child's questions, answers and pauses are shown on it).
-WAKE_PARENT = (EventKind.REPLY_REQUESTED, EventKind.REPLY_RECEIVED, EventKind.BUDGET_EXHAUSTED,
-               EventKind.BUDGET_EXCEEDED)
 
 #: A run not yet ended: active, or waiting for a top-up (nobody holds it).
 UNFINISHED = [*ACTIVE, RunStatus.WAITING_BUDGET]
@@ -70,8 +65,6 @@ class RunStore:
                                    locked=self.locked)
         self.lease_db = db  # the lease loop's connection (PostgreSQL: one of its own)
         self._held: dict[str, str] = {}  # runs executing here: trace_id → claim token
-        self._parents: dict[str, str] = {}  # those of them that are child runs: their parent
-        self.on_woken: Callable[[str], None] = lambda trace_id: None  # a parked parent woken
         self.ledger = Ledger(self)  # what runs spend (SPEC §12): stored and unstored changes
 
     # -- the dialect's part ------------------------------------------------------------
@@ -117,9 +110,8 @@ class RunStore:
     async def claim(self, trace_id: str, *, attempt: bool = True) -> WorkflowRun | None:
         return await self.ownership.claim(trace_id, attempt=attempt)
 
-    async def claim_many(self, trace_ids: list[str], *, attempt: bool = True,
-                         parked: bool = False) -> list[WorkflowRun]:
-        return await self.ownership.claim_many(trace_ids, attempt=attempt, parked=parked)
+    async def claim_many(self, trace_ids: list[str], *, attempt: bool = True) -> list[WorkflowRun]:
+        return await self.ownership.claim_many(trace_ids, attempt=attempt)
 
     async def renew(self, claims: dict[str, str]) -> dict[str, bool]:
         """Renew leases on the lease connection (never behind request traffic)."""
@@ -185,17 +177,13 @@ class RunStore:
         return [trace_id for (trace_id,) in rows]
 
     # -- fencing --------------------------------------------------------------------------
-    def hold(self, trace_id: str, token: str, parent: str | None = None) -> None:
-        """The run executes here under claim `token`: fence its writes on it from now on.
-        `parent`: a child run's (its writes may wake it, `_wake_parent`)."""
+    def hold(self, trace_id: str, token: str) -> None:
+        """The run executes here under claim `token`: fence its writes on it from now on."""
         self._held[trace_id] = token
-        if parent is not None:
-            self._parents[trace_id] = parent
 
     def let_go(self, trace_id: str) -> None:
         """The run's task here has ended: no more fenced writes, no cached seq."""
         self._held.pop(trace_id, None)
-        self._parents.pop(trace_id, None)
         self.ledger.forget(trace_id)
         self.events.forget(trace_id)
 
@@ -276,7 +264,6 @@ class RunStore:
                     if fenced:  # an owner's write: its claim still holds, or Fenced
                         await self.fence(trace_id, spent=spent)
                     events = await store()
-                    woken = await self._wake_parent(trace_id, events)
                 self.ledger.landed(trace_id, spent)
                 break
             except BaseException as exc:
@@ -291,8 +278,6 @@ class RunStore:
                 await retry.again(trace_id)
         self.events.remember(trace_id, events)
         self.events.published(trace_id, events)
-        if woken is not None:
-            self.on_woken(woken)
         return events
 
     # -- spend (SPEC §12; the ledger is store/ledger.py) -----------------------------------
@@ -318,56 +303,6 @@ class RunStore:
                                                         {**data, "paused_steps": paused}, None)])
 
         await self.write(trace_id, store)
-
-    async def park(self, trace_id: str, wake: float, *, questions: list[str],
-                   children: list[str]) -> bool:
-        """Give the run up as parked until `wake` (SPEC §15b, ownership.py): in one
-        transaction with the check that none of the `questions` it waits on was answered
-        and none of the `children` ended (or lost its template) meanwhile (a reply or a child's end that came
-        first was told to this process, which no longer listens). False, with nothing
-        written, when it came, when the run's cancel was asked, or when this process no
-        longer holds it: the caller hands it back (or lets it go) instead."""
-        token = self._held.get(trace_id, "")
-
-        class Came(Exception):
-            pass
-
-        try:
-            async with self.write_transaction():
-                if not await self.ownership.park(trace_id, token, wake):
-                    return False
-                if questions and any(q.answered for q in await self.events.questions(trace_id)
-                                     if q.request_id in questions):
-                    raise Came
-                if children and await self.db.exists(WorkflowRun.select(WorkflowRun.trace_id).where(
-                        WorkflowRun.trace_id.in_(children)
-                        & (WorkflowRun.status.not_in(UNFINISHED) | WorkflowRun.template.is_null()))):
-                    raise Came  # ended, or its template deleted (the step fails)
-        except Came:
-            return False
-        return True
-
-    async def _wake_parent(self, trace_id: str, events: list[Event]) -> str | None:
-        """Inside a write of a child run whose events its parent reacts to (its end, a
-        question, an answer, a pause for budget: `WAKE_PARENT`): the parent, when parked,
-        is claimable now — to show them, or to go on. The parent's row is locked first
-        (PostgreSQL), so a parent parking meanwhile either sees the write or is woken by
-        it. The parent woken, or None."""
-        if not any(event.terminal or event.kind in WAKE_PARENT for event in events):
-            return None
-        parent = self._parents.get(trace_id) if trace_id in self._held else await self._parent_of(trace_id)
-        if parent is None:
-            return None
-        rows = await self.db.list(self.locked(WorkflowRun.select(WorkflowRun.owner_process)
-                                              .where(WorkflowRun.trace_id == parent)).tuples())
-        if not rows or rows[0][0] != PARKED:
-            return None
-        return parent if await self.ownership.unpark([parent]) else None
-
-    async def _parent_of(self, trace_id: str) -> str | None:
-        rows = await self.db.list(WorkflowRun.select(WorkflowRun.parent_trace_id)
-                                  .where(WorkflowRun.trace_id == trace_id).tuples())
-        return rows[0][0] if rows else None
 
     async def _store_spends(self, trace_id: str, spends: dict[str, dict[str, Any]] | None) -> None:
         for path, fields in (spends or {}).items():
@@ -484,16 +419,13 @@ class RunStore:
         """Store `content` as the answer to the question `choose(run, open questions)`
         picks (it raises to refuse), `also(question)` (an audit entry) too, with
         the step and run back to `running`, in one transaction any process may write: the
-        run's row is locked, so replies to one run are taken one at a time. A parked
-        run is made claimable in it (`question.woke`)."""
+        run's row is locked, so replies to one run are taken one at a time."""
         chosen: list[Question] = []
 
         async def store() -> list[Event]:
             run = await self.run_row(trace_id, lock=True)
-            woke = run is not None and run.owner_process == PARKED
             open_ = [q for q in await self.events.questions(trace_id) if not q.answered] if run else []
             question = choose(run, open_)
-            question.woke = woke and bool(await self.ownership.unpark([trace_id]))
             chosen[:] = [question]
             events = await self.events.insert(trace_id, [(
                 EventKind.REPLY_RECEIVED,
