@@ -7,14 +7,15 @@ retention `RetentionTimer`) and the MCP host. The web app (`web/app.py`, which
 `orchestra serve` runs) builds HTTP around one and calls it from Sanic's listeners; it
 is the only owner of these parts in a process.
 
-It stands beside the composition root (layer 5): it imports the services and the
-engine, never the web layer. The MCP host is the web layer's (it serves HTTP), so the
+It has a layer of its own, just above the composition root and below the web layer
+(tests/test_architecture.py): it imports the core, services and engine, never the web
+layer. The MCP host is the web layer's (it serves HTTP), so the
 owner is given the function that builds it from the Core.
 
 Stopping is in two steps, because the HTTP server closes its connections between them:
 `stop()` before (the loops, the MCP host, then the engine's grace and hand-back, so a
-run is handed back while its readers' streams are still open), `close()` after (the
-engine again, a no-op by then, the signals, the store's pool; the last spans flushed).
+run is handed back while its readers' streams are still open), `close()` after (`stop()` if it has
+not run yet, then the signals, the store's pool; the last spans flushed).
 Each step goes on past a part that fails to stop: a loop's error never keeps the runs
 from being handed back.
 """
@@ -79,8 +80,7 @@ class Process:
             self.fires.start()
             self.deliveries.start()
         except BaseException:
-            await self.stop()
-            await self.close()
+            await self.close()  # stops what started first
             raise
 
     async def stop(self) -> None:
