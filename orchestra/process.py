@@ -28,6 +28,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from orchestra.core import Core
+from orchestra.money.prices import load_prices
 from orchestra.observability import tracing
 from orchestra.services.deliveries import DeliveryLoop
 from orchestra.services.retention import RetentionTimer
@@ -73,6 +74,7 @@ class Process:
         to start stops those started before it."""
         try:
             files, folders = await asyncio.to_thread(sweep_stray_files, self.core.settings.uploads_dir)
+            await asyncio.to_thread(load_prices)  # off the event loop, before any request
             if files or folders:
                 logger.info("removed %d stray upload temp file(s) and %d empty folder(s)", files, folders)
             await self.engine.start()

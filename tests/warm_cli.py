@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # What every command imports anyway, below the CLI (never orchestra.cli: see above).
 PRELOAD = ("httpx", "typer", "click", "rich.console", "rich.table", "peewee", "argon2", "jwt",
            "orchestra.settings", "orchestra.client", "orchestra.core", "orchestra.services.auth",
-           "orchestra.services.audit", "orchestra.web.app")
+           "orchestra.services.audit", "orchestra.web.app", "genai_prices.data_snapshot")
 MESSAGE_MAX = 1 << 20
 
 

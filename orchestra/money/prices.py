@@ -61,6 +61,16 @@ def override_price(prices: dict[str, Any] | None) -> Price | None:
                  Decimal(cached if cached is not None else prices["input_per_mtok"]))
 
 
+def load_prices() -> None:
+    """Read genai-prices' bundled snapshot now: the first read costs ~0.5 s of CPU (it
+    imports and validates the whole price table). A server calls this in a thread while
+    it starts, so no request or step pays it on the event loop (it stalled every other
+    request for as long the first time a provider was created or priced)."""
+    from genai_prices import data_snapshot
+
+    data_snapshot.get_snapshot()
+
+
 @functools.lru_cache(maxsize=1024)
 def _model_info(kind: str, model: str, base_url: str | None) -> Any:
     """genai-prices' model entry for this provider kind and model id, or None."""
