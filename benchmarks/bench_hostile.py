@@ -18,7 +18,9 @@ was answered. The attacks:
 Then it stops the server with `--poisoned` runs waiting on a heavy question, starts it
 again on the same store and prints how long the first request took to answer (goal < 5 s).
 Every loop is bounded in time and count and talks to loopback only. Run from the project
-root: `python benchmarks/bench_hostile.py`.
+root: `python benchmarks/bench_hostile.py`. `--part shared` runs, instead, what one user
+can take of what users share (waiting runs, a wide budgeted map, a child tree, `/mcp`
+sessions, a webhook flood: benchmarks/hostile_shared.py), `--pg URL` on PostgreSQL too.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks import hostile_shared  # noqa: E402
 from benchmarks.common import (  # noqa: E402
     median,
     orchestra_cli,
@@ -156,7 +159,19 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=8.0, help="length of each phase")
     parser.add_argument("--hostile", type=int, default=4, help="concurrent attacking connections")
     parser.add_argument("--poisoned", type=int, default=5, help="heavy runs left waiting across the restart")
+    parser.add_argument("--part", choices=("language", "shared", "all"), default="all",
+                        help="language: the attacks above; shared: what users share "
+                             "(benchmarks/hostile_shared.py); all: both")
+    parser.add_argument("--pg", default=None, help="a PostgreSQL server URL: the shared part runs on a "
+                                                    "fresh database there too")
+    parser.add_argument("--phases", default=",".join(hostile_shared.PHASES),
+                        help="the shared part's phases, comma-separated")
     args = parser.parse_args()
+    if args.part in ("shared", "all"):
+        for pg in (None, args.pg) if args.pg else (None,):
+            hostile_shared.run(pg, args.phases.split(","))
+    if args.part == "shared":
+        return
     with tempfile.TemporaryDirectory(prefix="orchestra-hostile-") as tmp:
         home = Path(tmp)
         env = _env(home)
