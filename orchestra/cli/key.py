@@ -2,6 +2,8 @@
 
 A key's secret is printed once, by `create`, on standard output (like `gh`): keep it
 then; the server stores only its hash. KEY arguments take a key_id or a key's exact name.
+A key reaches one workspace (SPEC §16): `--workspace` (or `ORCHESTRA_WORKSPACE`, a name or
+an id; you need admin there) at creation, your personal one by default.
 """
 
 from __future__ import annotations
@@ -15,11 +17,13 @@ from orchestra.cli.remote import (
     JSON,
     SERVER,
     TOKEN,
+    WORKSPACE,
     YES,
     confirm,
     connect,
     resolve_named,
     without_message,
+    workspace_id,
 )
 
 app = typer.Typer(help="Your API keys on a server: create (the secret is shown once), list, revoke.",
@@ -43,15 +47,20 @@ def create(
                                        help="Limit run:start to this template: a template_id or exact name (repeat)."),
     expires_at: str | None = typer.Option(None, "--expires-at",
                                           help="ISO 8601 time the key stops working (no offset: UTC)."),
+    workspace: str | None = WORKSPACE,
     server: str | None = SERVER, token: str | None = TOKEN, json_output: bool = JSON,
 ) -> None:
-    """Create a key; prints its secret (orc_…) once — it is never shown again."""
+    """Create a key in --workspace (default your personal one); prints its secret (orc_…)
+    once — it is never shown again. The key reaches that workspace only."""
     from orchestra.cli.template import template_id
 
     body = {"name": name, "scopes": list(scope)}
     if expires_at:
         body["expires_at"] = expires_at
     with connect(ctx, server, token) as client:
+        wid = workspace_id(client, workspace)
+        if wid:
+            body["workspace_id"] = wid
         if template:
             body["templates"] = [template_id(client, ref) for ref in template]
         created = without_message(client.post(PATH, json=body))
@@ -64,25 +73,26 @@ def create(
 
 @app.command("list")
 @handle_errors
-def list_keys(ctx: typer.Context, server: str | None = SERVER, token: str | None = TOKEN,
-              json_output: bool = JSON) -> None:
-    """List your keys (never their secrets), with their last use."""
+def list_keys(ctx: typer.Context, workspace: str | None = WORKSPACE, server: str | None = SERVER,
+              token: str | None = TOKEN, json_output: bool = JSON) -> None:
+    """List your keys (never their secrets), with their workspace and last use (--workspace: that one's)."""
     from rich.table import Table
 
     from orchestra.cli.template import template_names
 
     with connect(ctx, server, token) as client:
-        keys = client.get(PATH).get("keys", [])
+        wid = workspace_id(client, workspace)
+        keys = client.get(PATH, params={"workspace_id": wid} if wid else None).get("keys", [])
         names = template_names(client) if not json_output and any(k.get("templates") for k in keys) else {}
     if json_output:
         print_json(keys)
         return
-    table = Table("name", "prefix", "scopes", "templates", "last used", "expires")
+    table = Table("name", "prefix", "scopes", "templates", "workspace", "last used", "expires")
     table.add_column("key_id", no_wrap=True, min_width=36)
     for k in keys:
         table.add_row(k["name"], f"orc_{k['prefix']}…", " ".join(k["scopes"]),
                       "any" if k["templates"] is None else ", ".join(names.get(t, t) for t in k["templates"]),
-                      k["last_used_at"] or "never", k["expires_at"] or "never", k["key_id"])
+                      k.get("workspace_id") or "-", k["last_used_at"] or "never", k["expires_at"] or "never", k["key_id"])
     out.print(table)
 
 

@@ -1,5 +1,8 @@
 """API keys (SPEC §11): a user's long-lived credential for machines, narrowed by scopes
-and, for `run:start`, by a list of templates.
+and, for `run:start`, by a list of templates. A key belongs to a workspace and its user
+(SPEC §16): made there by an admin of it (every user owns their personal one, the
+default), it reaches that workspace only, with no more than its user's role there at the
+moment of use (web/auth.py's `protected` reads that role for every request).
 
 The secret is `orc_` + 32 random bytes (URL-safe base64), shown once at creation and
 stored only as its SHA-256. A slow password hash (argon2) guards low-entropy secrets
@@ -21,15 +24,21 @@ import secrets
 from dataclasses import dataclass
 from typing import Any
 
+from peewee import JOIN
+
 from orchestra.db.access_models import ApiKey
 from orchestra.db.database import release_connection
 from orchestra.db.models import iso, storable, utcnow
+from orchestra.db.workspace_models import Workspace, WorkspaceMember
 from orchestra.errors import NotFoundError, TokenInvalidError, ValidationError
-from orchestra.services import audit
+from orchestra.services import audit, workspace_scope
 from orchestra.services.key_cache import KeyEntry
+from orchestra.services.personal_workspace import personal_workspace_id
 from orchestra.services.providers import clean_name
+from orchestra.services.roles import Role
 from orchestra.services.run_access import require_runnable
 from orchestra.services.shared import Shared
+from orchestra.services.workspace_rights import Action, KeyReach, WorkspaceRole
 
 logger = logging.getLogger("orchestra.keys")
 
@@ -50,6 +59,13 @@ class KeyGrant:
     key_id: str
     scopes: frozenset[str]
     templates: frozenset[str] | None  # run:start is limited to these; None: any the user may run
+    workspace_id: str | None = None  # the one workspace it reaches (SPEC §16)
+    personal: bool = False  # that workspace is its user's personal one
+
+    def reach(self, user_id: str) -> KeyReach | None:
+        if self.workspace_id is None:
+            return None
+        return KeyReach(self.workspace_id, user_id, self.personal)
 
     def allows_template(self, template_id: str | None) -> bool:
         return self.templates is None or template_id in self.templates
@@ -113,15 +129,20 @@ def parse_expiry(value: str | None, *, now: dt.datetime | None = None) -> dt.dat
 async def create_key(
     core: Shared, *, user_id: str, name: str, scopes: list[str],
     templates: list[str] | None = None, expires_at: str | None = None,
+    workspace_id: str | None = None,
 ) -> tuple[ApiKey, str]:
-    """Store a new key of `user_id`; the row and the secret (returned this once)."""
+    """Store a new key of `user_id` in `workspace_id` (default: the user's personal one;
+    404 unless a member, 403 below `admin`); the row and the secret (returned this once).
+    `templates` must be ones the user may run, of that workspace or shared (else 422)."""
     name, scopes = _name(name), _scopes(scopes)
     expiry = parse_expiry(expires_at)
+    workspace_id = await workspace_scope.target(core, user_id, workspace_id, Action.MANAGE)
     if templates is not None:
         if len(templates) > TEMPLATES_MAX:
             raise ValidationError.field("templates", f"may list at most {TEMPLATES_MAX} templates")
         templates = list(dict.fromkeys(templates))
-        await require_runnable(core, user_id=user_id, template_ids=templates, field="templates")
+        await require_runnable(core, user_id=user_id, template_ids=templates, field="templates",
+                               workspace_id=workspace_id)
     active = await core.db.count(
         ApiKey.select().where((ApiKey.user == user_id) & ApiKey.revoked_at.is_null()))
     if active >= KEYS_MAX:
@@ -130,7 +151,7 @@ async def create_key(
     async with core.write_transaction():
         key = await ApiKey.acreate(
             user=user_id, name=name, key_hash=key_hash(secret), prefix=secret[len(PREFIX):][:8],
-            scopes=scopes, templates=templates, expires_at=expiry,
+            scopes=scopes, templates=templates, expires_at=expiry, workspace_id=workspace_id,
         )
         await audit.record(core, action="key.create", target=audit.target("key", key.id, name),
                            changes={"key": audit.change(None, secret, secret=True),
@@ -149,18 +170,21 @@ def key_view(key: ApiKey) -> dict[str, Any]:
         "prefix": key.prefix,
         "scopes": list(key.scopes or []),
         "templates": key.templates,
+        "workspace_id": key.workspace_id,
         "created_at": iso(key.created_at),
         "last_used_at": iso(key.last_used_at),
         "expires_at": iso(key.expires_at),
     }
 
 
-async def list_keys(core: Shared, *, user_id: str) -> list[ApiKey]:
-    """The user's keys that are not revoked, oldest first."""
-    return await core.db.list(
-        ApiKey.select().where((ApiKey.user == user_id) & ApiKey.revoked_at.is_null())
-        .order_by(ApiKey.created_at, ApiKey.id)
-    )
+async def list_keys(core: Shared, *, user_id: str, workspace_id: str | None = None) -> list[ApiKey]:
+    """The user's keys that are not revoked, oldest first; `workspace_id`: that
+    workspace's only (404 unless the user is a member)."""
+    where = (ApiKey.user == user_id) & ApiKey.revoked_at.is_null()
+    if workspace_id is not None:
+        workspace_id = await workspace_scope.target(core, user_id, workspace_id, Action.READ)
+        where &= ApiKey.workspace_id == workspace_id
+    return await core.db.list(ApiKey.select().where(where).order_by(ApiKey.created_at, ApiKey.id))
 
 
 async def revoke_key(core: Shared, *, user_id: str, key_id: str) -> None:
@@ -202,8 +226,45 @@ async def authenticate(core: Shared, token: str) -> KeyEntry:
     return entry
 
 
-def grant_of(entry: KeyEntry) -> KeyGrant:
-    return KeyGrant(entry.key_id, entry.scopes, entry.templates)
+@dataclass(frozen=True, slots=True)
+class KeyWorkspace:
+    """The key's workspace as one request sees it: its user's role there now."""
+
+    workspace_id: str
+    name: str
+    personal: bool
+    role: WorkspaceRole
+
+
+async def key_workspace(core: Shared, entry: KeyEntry) -> KeyWorkspace:
+    """The key's workspace and its user's role there, read from the store now (one
+    indexed row: the role is never cached, so a change made on any process counts at the
+    key's next use). 401 `TokenInvalidError` once the user is no longer a member (a
+    SUPER_ADMINISTRATOR is the owner of every workspace) or the workspace is gone: such a
+    key reaches nothing, and a client is told to stop using it, as for a revoked key."""
+    workspace_id = entry.workspace_id or await personal_workspace_id(core, entry.user_id)
+    rows = await core.db.list(
+        Workspace.select(Workspace.name, Workspace.personal, WorkspaceMember.role.alias("member_role"))
+        .join(WorkspaceMember, JOIN.LEFT_OUTER,
+              on=((WorkspaceMember.workspace == Workspace.id) & (WorkspaceMember.user == entry.user_id)))
+        .where(Workspace.id == workspace_id).dicts())
+    if not rows:
+        raise TokenInvalidError("The API key's workspace no longer exists.")
+    row = rows[0]
+    if entry.role == Role.SUPER_ADMINISTRATOR.value:
+        role = WorkspaceRole.OWNER
+    elif row["member_role"] is None:
+        raise TokenInvalidError("The API key's user is no longer a member of the key's workspace.")
+    else:
+        role = WorkspaceRole(row["member_role"])
+    return KeyWorkspace(workspace_id, row["name"], bool(row["personal"]), role)
+
+
+def grant_of(entry: KeyEntry, workspace: KeyWorkspace | None = None) -> KeyGrant:
+    if workspace is None:
+        return KeyGrant(entry.key_id, entry.scopes, entry.templates, entry.workspace_id)
+    return KeyGrant(entry.key_id, entry.scopes, entry.templates, workspace.workspace_id,
+                    workspace.personal)
 
 
 def _touch(core: Shared, entry: KeyEntry, now: dt.datetime) -> None:

@@ -8,6 +8,10 @@ and `api_key` (a key created, revoked or deleted; migration 0012) signal every p
 on `orchestra_cache`; the copy is trusted only while the listening connection is up. So
 a revoked key, a deleted user's key and a demoted user's key are seen at once on every
 process. An entry holds the key and its user's current name and role, read together.
+
+The user's role in the key's workspace (SPEC §16) is not kept here: `web/auth.py` reads
+it from the store for every request made with a key (one indexed row), so a role changed
+or a member removed on any process counts at the key's next use.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ class KeyEntry:
     expires_at: dt.datetime | None
     revoked_at: dt.datetime | None
     last_used_at: dt.datetime | None
+    workspace_id: str | None = None  # the key's workspace (None: stored before 0022 ran)
 
 
 @dataclass
@@ -113,4 +118,5 @@ def _entry(row: ApiKey) -> KeyEntry:
         expires_at=row.expires_at,
         revoked_at=row.revoked_at,
         last_used_at=row.last_used_at,
+        workspace_id=row.workspace_id,
     )

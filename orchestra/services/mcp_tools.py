@@ -3,7 +3,10 @@ its run, independent of the protocol: which tools a caller sees, the run a call 
 and how the run's events turn into progress, a question or the call's answer.
 
 A caller sees the templates they may start (their own and shared ones; an API key's
-`templates` narrow that) whose `expose: {"mcp": true}` is set. Tool names are template
+`templates` narrow that) whose `expose: {"mcp": true}` is set. An API key sees those of
+its workspace only (SPEC §16), and shared ones: a team workspace's templates (its user's
+role there, `runner` at least, is checked by the gate at every request), or in its user's
+personal workspace the user's own. Tool names are template
 names reduced to `[A-Za-z0-9_-]`, at most 64 characters, made unique per caller with a
 suffix (`_2`, `_3`, … in the order the templates were created). Each caller's list is kept
 in this process until a template changes on any process (the `cache` signal)."""
@@ -116,12 +119,26 @@ class ExposedTools:
 
     async def for_user(self, user_id: str) -> list[Tool]:
         """Every tool `user_id` may call (a key's `templates` are applied by `for_caller`)."""
-        found = self._lists.get(user_id)
+        return await self._listed(user_id, WorkflowTemplate.owner == user_id)
+
+    async def for_key(self, user_id: str, key: KeyGrant) -> list[Tool]:
+        """Every tool a key of `user_id` may call: its workspace's and shared templates."""
+        if key.workspace_id is None:
+            return await self.for_user(user_id)
+        if key.personal:
+            mine = (WorkflowTemplate.owner == user_id) & (
+                (WorkflowTemplate.workspace_id == key.workspace_id) | WorkflowTemplate.workspace_id.is_null())
+        else:
+            mine = WorkflowTemplate.workspace_id == key.workspace_id
+        return await self._listed(f"{user_id}@{key.workspace_id}", mine)
+
+    async def _listed(self, cached_as: str, mine: Any) -> list[Tool]:
+        found = self._lists.get(cached_as)
         if found is not None:
             return found
         generation = self.generation
         query = (WorkflowTemplate.select()
-                 .where((WorkflowTemplate.owner == user_id) | (WorkflowTemplate.shared == True))  # noqa: E712
+                 .where(mine | (WorkflowTemplate.shared == True))  # noqa: E712
                  .order_by(WorkflowTemplate.created_at, WorkflowTemplate.id))
         tools: list[Tool] = []
         taken: set[str] = set()
@@ -137,12 +154,14 @@ class ExposedTools:
                 break
         await release_connection(self.core.db)
         if generation == self.generation:
-            self._lists[user_id] = tools
+            self._lists[cached_as] = tools
         return tools
 
     async def for_caller(self, user_id: str, key: KeyGrant | None) -> list[Tool]:
-        tools = await self.for_user(user_id)
-        if key is None or key.templates is None:
+        if key is None:
+            return await self.for_user(user_id)
+        tools = await self.for_key(user_id, key)
+        if key.templates is None:
             return tools
         return [tool for tool in tools if key.allows_template(tool.template_id)]
 

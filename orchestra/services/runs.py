@@ -123,6 +123,7 @@ async def list_runs(
     if all_users and not is_admin:
         raise PermissionDeniedError("Only an ADMINISTRATOR or above may list every user's runs.")
     query = WorkflowRun.select()
+    workspace_id = workspace_scope.within_key(workspace_id)  # a key's request: its workspace's
     personal, teams = await workspace_scope.listed(core, user_id, workspace_id)
     if all_users:
         hidden = await workspace_scope.hidden_teams(core, user_id)
@@ -153,7 +154,7 @@ async def get_run(core: Shared, *, user_id: str, is_admin: bool, trace_id: str,
     missing = NotFoundError(f"No run has the trace_id '{trace_id}'.")
     if run is None:
         raise missing
-    team = await workspace_scope.team(core, run.workspace_id)
+    team = await workspace_scope.resource_team(core, run.workspace_id, run.owner_id, missing)
     if team is not None:
         await workspace_scope.require_in(core, user_id, team, action, missing)
     elif run.owner_id != user_id and not is_admin:

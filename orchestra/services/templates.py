@@ -301,6 +301,7 @@ async def list_templates(
 ) -> Page[WorkflowTemplate]:
     """A page of the caller's templates, every shared one and those of the caller's team
     workspaces, oldest first; `workspace_id`: that workspace's only (404 for a non-member)."""
+    workspace_id = workspace_scope.within_key(workspace_id)  # a key's request: its workspace's
     personal, teams = await workspace_scope.listed(core, user_id, workspace_id)
     if workspace_id is None:
         where = (WorkflowTemplate.owner == user_id) | (WorkflowTemplate.shared == True)  # noqa: E712
@@ -331,7 +332,8 @@ async def get_template(
     missing = NotFoundError(f"No template has the id '{template_id}'.")
     if template is None:
         raise missing
-    team = await workspace_scope.team(core, template.workspace_id)
+    team = await workspace_scope.resource_team(core, template.workspace_id, template.owner_id, missing,
+                                               shared=template.shared and not write)
     if team is not None:
         if write or not template.shared:  # a shared one is readable and runnable by every user
             await workspace_scope.require_in(core, user_id, team, Action.EDIT if write else action, missing)

@@ -12,10 +12,17 @@ runner > viewer. `RIGHTS` names, for every action, the least role that has it;
 
 No handler or service decides a workspace right on its own: they ask `require` (or
 `allows`, for a role already read).
+
+A request made with an API key reaches one workspace only, the key's (SPEC §16): the web
+layer binds it (`bind_key_reach`, from `web/auth.py`'s `protected`, at every request) and
+`access` here, like services/workspace_scope.py's `target`, `listed` and `resource_team`,
+answers 404 for any other workspace. The key's scopes are narrowed by its user's role in
+that workspace at the moment of use (`SCOPE_ACTIONS`, asked by `protected`).
 """
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
@@ -81,6 +88,18 @@ _WORDS = {
 }
 
 
+#: The right each API key scope (SPEC §11) acts with in the key's workspace: a key's
+#: scope is worth no more than its user's role there at the moment of use.
+SCOPE_ACTIONS: dict[str, Action] = {
+    "run:start": Action.RUN,
+    "run:read": Action.READ,
+    "run:reply": Action.RUN,
+    "run:cancel": Action.RUN,
+    "template:read": Action.READ,
+    "template:write": Action.EDIT,
+}
+
+
 class Caller(Protocol):
     """Who acts: a user id and the instance role in force (the web's Principal is one)."""
 
@@ -96,6 +115,43 @@ class Access:
     workspace: Workspace
     role: WorkspaceRole
     member: bool
+
+
+@dataclass(frozen=True, slots=True)
+class KeyReach:
+    """The one workspace a request made with an API key reaches: the key's (`personal`:
+    its user's personal workspace, whose resources are that user's own, SPEC §3)."""
+
+    workspace_id: str
+    user_id: str
+    personal: bool
+
+
+_key_reach: ContextVar[KeyReach | None] = ContextVar("orchestra_key_reach", default=None)
+
+
+def bind_key_reach(reach: KeyReach | None) -> None:
+    """The current request's key workspace (None: not a key's request). Bound at every
+    request's start and again once it is authenticated (a request's task is reused by
+    the next request of its connection, an MCP session's by its later requests)."""
+    _key_reach.set(reach)
+
+
+def key_reach() -> KeyReach | None:
+    return _key_reach.get()
+
+
+def within_key(workspace_id: str | None) -> str | None:
+    """The workspace a body's or a query's `workspace_id` names, for a key's request: the
+    key's when none is named, 404 for any other; unchanged for every other request."""
+    reach = _key_reach.get()
+    if reach is None:
+        return workspace_id
+    if workspace_id is None:
+        return reach.workspace_id
+    if workspace_id != reach.workspace_id:
+        raise not_found(workspace_id)
+    return workspace_id
 
 
 def allows(role: WorkspaceRole | str, action: Action) -> bool:
@@ -121,7 +177,9 @@ async def member_role(core: Shared, workspace_id: str, user_id: str) -> Workspac
 
 async def access(core: Shared, user: Caller, workspace_id: str) -> Access:
     """The workspace and the caller's role there; 404 for an unknown one or a non-member
-    (a SUPER_ADMINISTRATOR is the owner of every workspace)."""
+    (a SUPER_ADMINISTRATOR is the owner of every workspace); 404 too for any workspace
+    but an API key's own, for a key's request."""
+    within_key(workspace_id)
     workspace = None
     if len(workspace_id) <= 36 and storable(workspace_id):
         workspace = await Workspace.aget_or_none(Workspace.id == workspace_id)

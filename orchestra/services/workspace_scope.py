@@ -5,6 +5,12 @@ A personal workspace keeps the per-user rules of SPEC §3, §4 and §15b (servic
 and services/runs.py apply them, unchanged); a team workspace's templates and runs are
 its members', by role, as services/workspace_rights.py says. Resources stored without a
 workspace (before migration 0019 they all were) count as their owner's personal ones.
+
+A request made with an API key reaches its key's workspace only (SPEC §16,
+`workspace_rights.KeyReach`, bound by the web layer): `target` and `listed` take the
+key's workspace for the one named (another one is 404), and every read or act on a
+stored resource passes `resource_team`, which answers the resource's `missing` (404) for
+one of another workspace. Handlers and services need not know whether a key is in use.
 """
 
 from __future__ import annotations
@@ -21,10 +27,12 @@ from orchestra.services.workspace_rights import (
     Action,
     WorkspaceRole,
     allows,
+    key_reach,
     member_role,
     member_workspaces,
     not_found,
     refusal,
+    within_key,
 )
 
 
@@ -34,6 +42,26 @@ async def team(core: Shared, workspace_id: str | None) -> Workspace | None:
         return None
     workspace = await Workspace.aget_or_none(Workspace.id == workspace_id)
     return workspace if workspace is not None and not workspace.personal else None
+
+
+async def resource_team(core: Shared, workspace_id: str | None, owner_id: str | None,
+                        missing: OrchestraError, *, shared: bool = False) -> Workspace | None:
+    """`team` of a stored resource (its `workspace_id` and owner), after the check every
+    read or act on one passes for a request made with an API key: the resource is of the
+    key's workspace, else `missing` (a 404: another workspace's resources are not told,
+    even where the key's user is a member). In a personal workspace (or none) a resource
+    is its owner's: the key of the owner's personal workspace reaches it. `shared`: a
+    shared template, every workspace's (SPEC §16)."""
+    workspace = await team(core, workspace_id)
+    reach = key_reach()
+    if reach is not None and not shared:
+        if workspace is not None:
+            reached = workspace.id == reach.workspace_id
+        else:
+            reached = reach.personal and (workspace_id == reach.workspace_id or owner_id == reach.user_id)
+        if not reached:
+            raise missing
+    return workspace
 
 
 async def role_in(core: Shared, user_id: str, workspace_id: str) -> WorkspaceRole | None:
@@ -49,7 +77,11 @@ async def role_in(core: Shared, user_id: str, workspace_id: str) -> WorkspaceRol
 
 async def require_in(core: Shared, user_id: str, workspace: Workspace, action: Action,
                      missing: OrchestraError) -> WorkspaceRole:
-    """`missing` (a 404) for a non-member, 403 naming the least role for a member below it."""
+    """`missing` (a 404) for a non-member, or for any workspace but an API key's own in a
+    key's request; 403 naming the least role for a member below it."""
+    reach = key_reach()
+    if reach is not None and reach.workspace_id != workspace.id:
+        raise missing
     role = await role_in(core, user_id, workspace.id)
     if role is None:
         raise missing
@@ -61,7 +93,8 @@ async def require_in(core: Shared, user_id: str, workspace: Workspace, action: A
 async def target(core: Shared, user_id: str, workspace_id: str | None, action: Action) -> str:
     """The workspace a new resource goes to: the one named (404 unless the caller is a
     member: a personal one only its user's; 403 below `action`'s role), else the caller's
-    personal workspace."""
+    personal workspace. For a key's request: the key's workspace (another one: 404)."""
+    workspace_id = within_key(workspace_id)
     if workspace_id is None:
         return await personal_workspace_id(core, user_id)
     workspace = None
@@ -77,7 +110,10 @@ async def target(core: Shared, user_id: str, workspace_id: str | None, action: A
 async def listed(core: Shared, user_id: str, workspace_id: str | None) -> tuple[bool, list[str]]:
     """What a list covers: `(personal, team ids)`. With `workspace_id` (404 unless the
     caller is a member): that one alone, `(True, [])` for the caller's personal one;
-    without: the caller's own resources and every team workspace they are a member of."""
+    without: the caller's own resources and every team workspace they are a member of.
+    A key's request lists its key's workspace only (services apply `within_key` to their
+    own `workspace_id` first, to branch as this does)."""
+    workspace_id = within_key(workspace_id)
     if workspace_id is None:
         roles = await member_workspaces(core, user_id)
         teams = [w.id for w in await core.db.list(Workspace.select(Workspace.id).where(
@@ -106,7 +142,8 @@ async def owned_where(core: Shared, user_id: str, workspace_id: str | None, owne
     """A list's condition on an owned resource (`owner`, `column`: its owner and
     workspace_id columns): without `workspace_id`, the caller's own and those of every
     team workspace they are a member of; with it, that workspace's only (404 for a
-    non-member; the caller's own for their personal one)."""
+    non-member; the caller's own for their personal one); a key's request, its key's."""
+    workspace_id = within_key(workspace_id)
     personal, teams = await listed(core, user_id, workspace_id)
     mine = owner == user_id
     if workspace_id is None:
@@ -120,8 +157,8 @@ async def check_owned(core: Shared, user_id: str, owner_id: str, workspace_id: s
                       action: Action, missing: OrchestraError) -> None:
     """A read (`Action.READ`) or a change of an owned resource: in a team workspace the
     caller's role there decides (`missing` for a non-member, 403 below `action`'s role);
-    elsewhere the owner alone."""
-    workspace = await team(core, workspace_id)
+    elsewhere the owner alone; a key's request reaches its key's workspace only."""
+    workspace = await resource_team(core, workspace_id, owner_id, missing)
     if workspace is not None:
         await require_in(core, user_id, workspace, action, missing)
     elif owner_id != user_id:

@@ -3,7 +3,13 @@
 A bearer value is an access token (JWT) or an API key (`orc_…`, SPEC §11). A key acts
 as its user with the user's current role, narrowed to its scopes: a route says which
 scope it needs (`@protected(..., scope="run:read")`), and a route that names none
-(auth administration, key management, providers, …) refuses every key with 403."""
+(auth administration, key management, providers, …) refuses every key with 403.
+
+A key belongs to a workspace (SPEC §16), and this gate is where that is decided for every
+route, stream and MCP call: it reads the user's role in the key's workspace now (401 once
+the user is no longer a member there), refuses a scope the role does not cover (403 naming
+the least role, `workspace_rights.SCOPE_ACTIONS`), and binds the key's workspace
+(`workspace_rights.bind_key_reach`) so the services answer 404 for any other workspace."""
 
 from __future__ import annotations
 
@@ -19,6 +25,7 @@ from orchestra.services import auth as auth_service
 from orchestra.services.api_keys import KeyGrant
 from orchestra.services.roles import Role
 from orchestra.services.tokens import ACCESS, FAMILY_CLAIM
+from orchestra.services.workspace_rights import SCOPE_ACTIONS, allows, bind_key_reach, refusal
 
 
 @dataclass(frozen=True)
@@ -38,6 +45,13 @@ class Principal:
     @property
     def is_admin(self) -> bool:
         return self.role.at_least(Role.ADMINISTRATOR)
+
+
+def bind(principal: Principal) -> None:
+    """The caller for what the request does next: the audit log's actor and, for a key,
+    the one workspace it reaches (an MCP session's task binds again for each request)."""
+    audit.bind_actor(actor_of(principal))
+    bind_key_reach(principal.key.reach(principal.user_id) if principal.key is not None else None)
 
 
 def actor_of(principal: Principal) -> audit.Actor:
@@ -81,18 +95,24 @@ def require_role(principal: Principal, minimum: Role) -> None:
 
 async def _key_principal(request: Request, token: str, minimum: Role, scope: str | None) -> Principal:
     """The caller of an API key: its user with the user's current role (the key cache is
-    re-read whenever users or keys changed), refused unless the route takes `scope`."""
-    entry = await api_keys.authenticate(request.app.ctx.core, token)
+    re-read whenever users or keys changed), refused unless the route takes `scope` and
+    the user's role in the key's workspace, read now, has the right that scope acts with."""
+    core = request.app.ctx.core
+    entry = await api_keys.authenticate(core, token)
     try:
         role = Role(entry.role)
     except ValueError:
         raise TokenInvalidError("The key's user has an unknown role.") from None
+    workspace = await api_keys.key_workspace(core, entry)  # 401 for a member no more
     if scope is None:
         raise PermissionDeniedError("API keys cannot be used here; sign in as a person.")
     if scope not in entry.scopes:
         raise PermissionDeniedError(f"This API key lacks the scope '{scope}'.")
+    action = SCOPE_ACTIONS[scope]
+    if not allows(workspace.role, action):
+        raise refusal(workspace.role, action, workspace.name)
     principal = Principal(user_id=entry.user_id, name=entry.user_name, role=role,
-                          key=api_keys.grant_of(entry))
+                          key=api_keys.grant_of(entry, workspace))
     require_role(principal, minimum)
     return principal
 
@@ -134,7 +154,7 @@ def protected(minimum: Role = Role.USER, *, allow_query: bool = False, scope: st
                 # (there is no request middleware), so there is nothing to hand back.
                 await release_connection(core.db)
             request.ctx.principal = principal
-            audit.bind_actor(actor_of(principal))
+            bind(principal)
             return await handler(request, *args, **kwargs)
 
         wrapper.required_role = minimum  # read by the OpenAPI document (security, 401/403)

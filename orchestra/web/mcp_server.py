@@ -45,11 +45,11 @@ from orchestra import __version__
 from orchestra.db.database import end_task_store_work
 from orchestra.db.models import WorkflowRun
 from orchestra.errors import ConflictError, NotFoundError, OrchestraError, PermissionDeniedError
-from orchestra.services import audit, mcp_tools, runs
+from orchestra.services import mcp_tools, runs
 from orchestra.services.mcp_tools import Ended, ExposedTools, Question, Tool
 from orchestra.vocabulary import RunStatus
 from orchestra.web import asgi_bridge
-from orchestra.web.auth import Principal, actor_of
+from orchestra.web.auth import Principal, bind
 
 logger = logging.getLogger("orchestra.mcp")
 
@@ -178,6 +178,7 @@ class McpEndpoint:
     async def _list_tools(self, ctx: ServerRequestContext, params: Any) -> types.ListToolsResult:
         self._remember_session(ctx)
         principal = _principal(ctx)
+        bind(principal)  # the session's task may be another request's
         try:
             tools = await self.tools.for_caller(principal.user_id, principal.key)
         finally:
@@ -204,7 +205,7 @@ class McpEndpoint:
                          params: types.CallToolRequestParams) -> types.CallToolResult | types.InputRequiredResult:
         self._remember_session(ctx)
         principal = _principal(ctx)
-        audit.bind_actor(actor_of(principal))  # the session's task may be another request's
+        bind(principal)  # the session's task may be another request's: its actor, its key's workspace
         try:
             return await self._call(ctx, principal, params)
         except OrchestraError as exc:

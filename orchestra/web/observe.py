@@ -27,6 +27,7 @@ from orchestra.db.models import WorkflowRun, utcnow
 from orchestra.errors import AuthenticationRequiredError, TokenInvalidError
 from orchestra.observability import context, metrics, tracing
 from orchestra.services import audit
+from orchestra.services.workspace_rights import bind_key_reach
 from orchestra.vocabulary import RunStatus
 
 _PARAM = re.compile(r"<([^:>]+)(?::[^>]*)?>")
@@ -67,6 +68,7 @@ def begin(request: Request) -> None:
     context.run_id.set(None)
     # who acts is bound once the request is authenticated (web/auth.py); until then no one
     audit.bind(None, request.remote_addr or request.ip or None)
+    bind_key_reach(None)  # and no API key's workspace narrows it (web/auth.py binds one)
     tracing.begin_request(ctx, request.method, request.path, request.headers)
 
 

@@ -46,6 +46,32 @@ def test_key_create_list_revoke(world):
     assert bad.returncode != 0 and "scopes" in bad.stderr
 
 
+def test_key_create_and_list_in_a_workspace(world):
+    """`key create --workspace NAME` makes the key there (SPEC §16); `key list --workspace`
+    lists that workspace's keys only; every key shows its workspace."""
+    cli, api = world["cli"], world["api"]
+    made = api.post("/workspace", json={"name": "keyteam"})
+    assert made.status_code == 201, made.text
+    workspace_id = made.json()["workspace_id"]
+    done = cli("key", "create", "teamkey", "-s", "run:read", "--workspace", "keyteam")
+    assert done.returncode == 0, done.stderr
+    personal = cli("key", "create", "mine", "-s", "run:read")
+    assert personal.returncode == 0, personal.stderr
+    try:
+        [info] = api.get("/auth/key", params={"workspace_id": workspace_id}).json()["keys"]
+        assert info["name"] == "teamkey" and info["workspace_id"] == workspace_id
+        as_json = json.loads(cli("key", "list", "--workspace", workspace_id, "--json").stdout)
+        assert [k["key_id"] for k in as_json] == [info["key_id"]]
+        assert {k["name"]: k["workspace_id"] for k in json.loads(cli("key", "list", "--json").stdout)}[
+            "teamkey"] == workspace_id and cli("key", "list").returncode == 0
+        unknown = cli("key", "create", "x", "-s", "run:read", "--workspace", "no such team")
+        assert unknown.returncode != 0 and "no workspace of yours" in unknown.stderr
+    finally:
+        for key in api.get("/auth/key").json()["keys"]:
+            api.delete(f"/auth/key/{key['key_id']}")
+        api.delete(f"/workspace/{workspace_id}")
+
+
 def test_hook_create_list_show_delete(world):
     cli, api = world["cli"], world["api"]
     template = world["templates"]["with_human"]

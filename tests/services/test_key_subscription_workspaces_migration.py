@@ -55,3 +55,32 @@ async def test_keys_and_subscriptions_land_in_their_users_personal_workspace(dat
                 ("s-u-bob", "u-bob", personal["u-bob"], ["run.failed"], "https://example.com/h")]
     finally:
         await db.close_pool()
+
+
+async def test_keys_stored_without_a_workspace_land_in_their_users_personal_one(database_url):
+    """Migration 0022: a key made after 0021 by a release that stored no workspace on keys
+    is put in its user's personal workspace; one that names a workspace keeps it."""
+    db = connect(database_url)
+    try:
+        runner = Runner(db, directory=str(migrate.MIGRATIONS_DIR))
+        await db.run(lambda: runner.up("0021_key_subscription_workspaces"))
+        p = db.param
+        await db.aexecute_sql(
+            f'INSERT INTO "user" (id, user_name, user_name_key, password_hash, role, created_at) '
+            f"VALUES ('u-ann', 'ann', 'ann', 'x', 'USER', {p})", (utcnow(),))
+        await db.aexecute_sql(
+            f"INSERT INTO workspace (id, name, personal, personal_user_id, created_at) "
+            f"VALUES ('w-ann', 'ann', {p}, 'u-ann', {p}), ('w-team', 'team', {p}, NULL, {p})",
+            (True, utcnow(), False, utcnow()))
+        for key_id, workspace_id in (("k-none", None), ("k-team", "w-team")):
+            await db.aexecute_sql(
+                f"INSERT INTO api_key (id, user_id, name, key_hash, prefix, scopes, created_at, workspace_id) "
+                f"VALUES ({p}, 'u-ann', 'ci', {p}, 'abcd', '[\"run:read\"]', {p}, {p})",
+                (key_id, f"hash-{key_id}", utcnow(), workspace_id))
+        assert "0022_key_workspace_backfill" in await migrate.upgrade(db)
+        with db.bind_ctx([ApiKey]):
+            keys = await db.list(ApiKey.select().order_by(ApiKey.id))
+            assert [(k.id, k.workspace_id, k.scopes) for k in keys] == [
+                ("k-none", "w-ann", ["run:read"]), ("k-team", "w-team", ["run:read"])]
+    finally:
+        await db.close_pool()

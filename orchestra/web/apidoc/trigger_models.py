@@ -13,6 +13,7 @@ class KeyInfo(Shape):
     prefix: str = Field(description="The first 8 characters after `orc_`, to tell keys apart.")
     scopes: list[str]
     templates: list[str] | None = Field(description="Templates run:start is limited to; null: any.")
+    workspace_id: str | None = Field(description="The one workspace the key reaches (SPEC §16).")
     created_at: Timestamp
     last_used_at: Timestamp | None = Field(description="Kept to within a minute.")
     expires_at: Timestamp | None

@@ -1,5 +1,7 @@
 """`/api/v1/auth/key`: a person's API keys (SPEC §11). Keys themselves cannot call these
-routes (403): a leaked key cannot mint more keys or hide its own revocation."""
+routes (403): a leaked key cannot mint more keys or hide its own revocation. A key is made
+in a workspace (SPEC §16: `admin` there; by default the caller's personal one) and
+reaches that workspace only."""
 
 from __future__ import annotations
 
@@ -10,8 +12,10 @@ from orchestra.services import api_keys as service
 from orchestra.services.roles import Role
 from orchestra.web.apidoc import trigger_models as out
 from orchestra.web.apidoc.operation import documented
-from orchestra.web.apidoc.rules import ID_PATTERN, rule, stripped
+from orchestra.web.apidoc.rules import ID_PATTERN, id_rule, rule, stripped
+from orchestra.web.apidoc.workspace_shapes import NOT_A_MEMBER, WORKSPACE_FILTER
 from orchestra.web.auth import protected
+from orchestra.web.paging import workspace_arg
 from orchestra.web.responses import SUCCESS
 from orchestra.web.validation import Body, parse_body
 
@@ -27,14 +31,17 @@ class KeyBody(Body):
         items={"type": "string", "enum": list(service.SCOPES)},
     )
     templates: list[str] | None = rule(
-        None, description="Template ids run:start is limited to (each one you may run); "
-        "null or absent: any you may run.", maxItems=service.TEMPLATES_MAX,
+        None, description="Template ids run:start is limited to (each one you may run, of the "
+        "key's workspace or shared); null or absent: any you may run there.", maxItems=service.TEMPLATES_MAX,
         items={"type": "string", "pattern": ID_PATTERN},
     )
     expires_at: str | None = rule(
         None, description="ISO 8601 date and time in the future (no offset: UTC); absent: never.",
         format="date-time",
     )
+    workspace_id: str | None = id_rule(
+        None, description="The one workspace the key reaches (you need admin there; 404 when you "
+        "are not a member); default: your personal one.")
 
 
 @bp.post("", strict_slashes=False)
@@ -42,10 +49,14 @@ class KeyBody(Body):
     "Create an API key (its secret is shown this once)", body=KeyBody, response=out.KeyCreated,
     status=201,
     description="Send the key as `Authorization: Bearer orc_…`: it acts as you, with your "
-    "current role, narrowed to its scopes. Keys never reach the auth administration routes, "
+    "current role, narrowed to its scopes, in its workspace only (anything of another workspace "
+    "is 404), never beyond your role there at the moment of use (403 naming the role needed; "
+    "401 once you are no longer a member). Keys never reach the auth administration routes, "
     "key management or providers (403).",
-    errors={422: "ValidationError: unknown scopes, a template you may not run (templates), "
-                 "an expiry not in the future."},
+    errors={403: "PermissionDeniedError: your role in workspace_id is below admin (detail.role_needed).",
+            404: NOT_A_MEMBER,
+            422: "ValidationError: unknown scopes, a template you may not run or of another "
+                 "workspace (templates), an expiry not in the future."},
 )
 @protected(Role.USER)
 async def create_key(request: Request):
@@ -53,16 +64,19 @@ async def create_key(request: Request):
     key, secret = await service.create_key(
         request.app.ctx.core, user_id=request.ctx.principal.user_id, name=body.name,
         scopes=body.scopes, templates=body.templates, expires_at=body.expires_at,
+        workspace_id=body.workspace_id,
     )
     return json({"message": SUCCESS, "key_id": key.id, "key": secret,
                  "key_info": service.key_view(key)}, status=201)
 
 
 @bp.get("", strict_slashes=False)
-@documented("List your API keys (not revoked), oldest first", response=out.KeyList)
+@documented("List your API keys (not revoked), oldest first", response=out.KeyList,
+           errors={404: NOT_A_MEMBER}, params=(WORKSPACE_FILTER,))
 @protected(Role.USER)
 async def list_keys(request: Request):
-    keys = await service.list_keys(request.app.ctx.core, user_id=request.ctx.principal.user_id)
+    keys = await service.list_keys(request.app.ctx.core, user_id=request.ctx.principal.user_id,
+                                   workspace_id=workspace_arg(request))
     return json({"message": SUCCESS, "keys": [service.key_view(k) for k in keys]})
 
 
