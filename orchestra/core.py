@@ -31,6 +31,7 @@ from orchestra.services.passwords import PasswordService
 from orchestra.services.shared import Shared
 from orchestra.services.tokens import TokenService
 from orchestra.services.user_snapshot import UserSnapshot
+from orchestra.services.workspaces import TABLE as WORKSPACE_TABLE
 from orchestra.settings import Settings
 
 MCP_TABLES = frozenset({"mcp_server"})
@@ -136,7 +137,7 @@ def build_engine(core: Shared) -> Engine:
     async def read_upload(owner_id: str, file_id: str) -> str:
         return await uploads.read_text(core, owner_id=owner_id, file_id=file_id)
 
-    return Engine(
+    engine = Engine(
         db=core.db,
         settings=core.settings,
         outage=core.outage,
@@ -149,3 +150,7 @@ def build_engine(core: Shared) -> Engine:
         # in the transaction that stores them; this process's delivery loop is woken after.
         outbox=EventOutbox(core.db, on_queued=core.delivery_wake.set),
     )
+    # Which workspaces have a monthly budget is a copy too (SPEC §16): a change of any
+    # workspace's limits, here or in another process, drops it.
+    core.caches.register([WORKSPACE_TABLE], engine.workspace_limits_changed)
+    return engine

@@ -149,7 +149,9 @@ class ChildSteps:
         if over is not None and status == RunStatus.FAILED:  # stopped by a budget above it: so is this run
             self.records.event(live, at, EventKind.CHILD_FINISHED, finished)
             raise BudgetStop(_usd(over.get("budget_usd")), _usd(over.get("spent_usd")),
-                             trace_id=over["budget_trace_id"], on_budget="fail")
+                             trace_id=over.get("budget_trace_id"), on_budget="fail",
+                             next_call=_usd(over.get("next_call_usd")), workspace_id=over.get("workspace_id"),
+                             workspace_name=over.get("workspace_name") or "", month=over.get("month"))
         # stored with the step's end (or its retry): one transaction, not two
         self.records.carry(live, at, EventKind.CHILD_FINISHED, finished)
         if status != RunStatus.SUCCEEDED:
@@ -255,7 +257,8 @@ class ChildSteps:
                     self.records.event(live, at, event.kind, {
                         **data, "child_trace_id": child, "child_step_id": event.data.get("step_id"),
                         "child_path": event.data.get("path")})
-                if event.kind == EventKind.BUDGET_EXCEEDED and event.data.get("budget_trace_id") not in (None, child):
+                if event.kind == EventKind.BUDGET_EXCEEDED and (  # a budget above the child: its workspace's too
+                        event.data.get("budget_trace_id") not in (None, child) or event.data.get("workspace_id")):
                     over = event.data
                 if event.terminal:
                     status = event.data.get("status") or _TERMINAL_STATUS.get(event.kind, RunStatus.FAILED)

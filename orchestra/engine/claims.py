@@ -96,6 +96,7 @@ class Claims:
                            if run.started_at else None),
             claim=run.owner_process, forked_from=run.forked_from,
             budget_pusd=run.budget_pusd, parent_trace_id=run.parent_trace_id, fresh=fresh,
+            workspace_id=run.workspace_id,
             trace_parent=run.trace_parent,
             writes=RunWriter(retry=self._write_failed, release=self.store.release),
         )

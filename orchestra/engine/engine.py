@@ -165,6 +165,11 @@ class Engine:
             self._started.set_exception(exc)
             raise
 
+    def workspace_limits_changed(self) -> None:
+        """A workspace's limits changed somewhere (the `cache` hint for `workspace`):
+        whether its calls reserve under a monthly budget is read again (SPEC §16)."""
+        self.store.ledger.months.invalidate()
+
     def wake(self) -> None:
         """Look for runs to claim now (as a `wake` signal would)."""
         self.runs.wake()

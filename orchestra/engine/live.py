@@ -99,6 +99,7 @@ class LiveRun:
     # instance's calls and cost so far, and the calls in flight holding a reservation.
     budget_pusd: int | None = None
     parent_trace_id: str | None = None  # a child run's parent (SPEC §14): its costs roll up
+    workspace_id: str | None = None  # its workspace (SPEC §16): a monthly budget caps its calls too
     ancestors: list[Any] | None = None  # the runs above it (store/ledger.Ancestor), read at its first call
     spends: dict[str, Any] = field(default_factory=dict)
     reserved_calls: int = 0

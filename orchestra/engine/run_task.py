@@ -322,7 +322,7 @@ class RunTasks:
         after `budget_exhausted`, until a top-up queues it again (SPEC §12)."""
         budget_exhausted()
         data = stop.data()
-        whose = "The run's budget" if stop.trace_id == live.trace_id else f"The budget of run {stop.trace_id} above it"
+        whose = stop.whose(live.trace_id)
         if stop.on_budget != "pause":
             live.writes.submit(self.store.append, live.trace_id, EventKind.BUDGET_EXCEEDED, data)
             await self.end(live, RunStatus.FAILED, EventKind.RUN_FAILED, stop.message(whose))

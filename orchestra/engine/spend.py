@@ -16,6 +16,11 @@ transaction in one process, but the run then waits for its writer before each ca
 writes stop piling up into groups, and the peer benchmark committed more transactions
 per step, 3.2 against 2.3.)
 
+A run of a workspace with a monthly budget (SPEC §16) reserves under the workspace's
+month as well, one more level above its chain (store/workspace_month.py), in the same
+one transaction; whether the workspace has a cap is known in the process without a
+store round (a workspace without one costs its calls nothing more).
+
 The ledger (`workflow_run.spent_pusd`) is in whole pico-dollars, rounded up; each
 step instance keeps its exact cost (`run_step.cost_usd`, decimal text). Runs without a
 budget add their calls' costs to the ledger the same way, without reserving.
@@ -35,6 +40,7 @@ from orchestra.engine.provider_gate import ProviderGate
 from orchestra.engine.records import Records
 from orchestra.engine.sizes import utf8_size
 from orchestra.engine.store import RunStore
+from orchestra.engine.store.workspace_month import MonthKey, month_of
 from orchestra.money.amounts import from_pico, to_pico, usd_text
 from orchestra.money.prices import Price, find_price
 from orchestra.observability import metrics
@@ -46,26 +52,43 @@ SCHEMA_MARGIN_BYTES = 1024  # the words a client wraps an output schema in
 
 class BudgetStop(Exception):
     """A call's reservation does not fit in a budget of the run's chain (its own, or an
-    ancestor's: `trace_id`), and no call of the run is in flight to give room back: the
-    run stops (`fail`) or waits for a top-up (`pause`), as that budget's run says.
-    `next_call`: the worst case of the call that did not fit (None: not known here)."""
+    ancestor's: `trace_id`) or its workspace's month (`workspace_id`, `month`), and no
+    call of the run is in flight to give room back: the run stops (`fail`) or waits for
+    a top-up (`pause`), as that budget's run (or workspace) says. `next_call`: the worst
+    case of the call that did not fit (None: not known here)."""
 
-    def __init__(self, budget: Decimal | None, spent: Decimal | None, *, trace_id: str,
-                 on_budget: str, next_call: Decimal | None = None) -> None:
+    def __init__(self, budget: Decimal | None, spent: Decimal | None, *, trace_id: str | None,
+                 on_budget: str, next_call: Decimal | None = None, workspace_id: str | None = None,
+                 workspace_name: str = "", month: str | None = None) -> None:
         super().__init__("budget exhausted")
         self.budget, self.spent, self.next_call = budget, spent, next_call
         self.trace_id, self.on_budget = trace_id, on_budget
+        self.workspace_id, self.workspace_name, self.month = workspace_id, workspace_name, month
 
     def again(self) -> BudgetStop:
         """The same stop, for another call of the run that asks after it was decided."""
         return BudgetStop(self.budget, self.spent, trace_id=self.trace_id, on_budget=self.on_budget,
-                          next_call=self.next_call)
+                          next_call=self.next_call, workspace_id=self.workspace_id,
+                          workspace_name=self.workspace_name, month=self.month)
 
     def data(self) -> dict[str, Any]:
-        """`budget_exceeded` / `budget_exhausted` data: the budget, what is spent, whose,
-        and the next call's worst case."""
-        return {"budget_usd": usd_text(self.budget), "spent_usd": usd_text(self.spent),
+        """`budget_exceeded` / `budget_exhausted` data: the budget, what is spent, whose
+        (a workspace's month: `workspace_id`, `month`, and no `budget_trace_id`), and the
+        next call's worst case."""
+        data = {"budget_usd": usd_text(self.budget), "spent_usd": usd_text(self.spent),
                 "budget_trace_id": self.trace_id, "next_call_usd": usd_text(self.next_call)}
+        if self.workspace_id is not None:
+            data |= {"budget_trace_id": None, "workspace_id": self.workspace_id, "month": self.month}
+        return data
+
+    def whose(self, trace_id: str) -> str:
+        """Whose budget it is, as the run's error names it (the run is `trace_id`)."""
+        if self.workspace_id is not None:
+            name = f"workspace '{self.workspace_name}'" if self.workspace_name else "its workspace"
+            return f"The monthly budget of {name} for {self.month}"
+        if self.trace_id == trace_id:
+            return "The run's budget"
+        return f"The budget of run {self.trace_id} above it"
 
     def message(self, whose: str) -> str:
         """What the run's error says: the budget, what is left, what the next call may cost."""
@@ -86,6 +109,7 @@ class Reservation:
     price: Price | None
     pico: int
     when: dt.datetime
+    month: MonthKey | None = None  # the workspace's month it was reserved under
 
 
 @dataclass
@@ -166,11 +190,14 @@ class Spending:
         spend = self._spend_of(live, path)
         spend.provider_id, spend.model = config.provider_id, config.model
         spend.provider_name = config.provider_name or ""
-        if not await self._budgeted(live):
+        budgeted = await self._budgeted(live)  # a child's chain is read here (its costs roll up)
+        month = await self._month(live, when)
+        if month is None and not budgeted:
             return Reservation(price, 0, when)
         if price is None:
+            whose = "The run" if budgeted else "The run's workspace"
             raise StepFailure(
-                f"The run has a budget, and the model '{config.model}' of provider "
+                f"{whose} has a budget, and the model '{config.model}' of provider "
                 f"'{config.provider_name}' has no known price: set the provider's prices "
                 f"(PUT /api/v1/provider/{config.provider_id} with prices).")
         pico = to_pico(price.cost(bound, self.max_tokens))
@@ -181,28 +208,42 @@ class Spending:
                 if live.budget_stop is not None:
                     raise live.budget_stop.again()
                 change = ledger.changed(live.trace_id)  # a call settles, a write lands
-                if await ledger.reserve(live.trace_id, pico):
+                if await ledger.reserve(live.trace_id, pico, month):
                     live.reserved_calls += 1
                     break
                 if change.done():  # something settled meanwhile: look again at once
                     continue
                 if not live.reserved_calls and not ledger.in_transit(live.trace_id):
-                    live.budget_stop = await self._stop(live, pico)
+                    live.budget_stop = await self._stop(live, pico, month)
                     ledger.wake(live.trace_id)  # the run's other waiting calls stop too
                     raise live.budget_stop.again()
             await self.store.release()  # no pooled connection held through the wait
             await change
         await self.store.release()  # no connection held through the call
-        return Reservation(price, pico, when)
+        return Reservation(price, pico, when, month)
 
-    async def _stop(self, live: LiveRun, pico: int) -> BudgetStop:
+    async def _stop(self, live: LiveRun, pico: int, month: MonthKey | None) -> BudgetStop:
         """The budget the reservation `pico` does not fit under, with nothing in flight
         that could give room back: the run's stop."""
-        short = await self.store.ledger.shortfall(live.trace_id, pico)
+        short = await self.store.ledger.shortfall(live.trace_id, pico, month)
+        if short.workspace is not None:  # the workspace's month: its `on_budget` decides
+            return BudgetStop(from_pico(short.budget_pusd), from_pico(short.spent_pusd), trace_id=None,
+                              on_budget=short.workspace.on_budget, next_call=from_pico(pico),
+                              workspace_id=short.workspace.workspace_id, workspace_name=short.workspace.name,
+                              month=short.month)
         on_budget = live.options.on_budget if short.trace_id == live.trace_id else next(
             (a.on_budget for a in live.ancestors or () if a.trace_id == short.trace_id), "fail")
         return BudgetStop(from_pico(short.budget_pusd), from_pico(short.spent_pusd),
                           trace_id=short.trace_id, on_budget=on_budget, next_call=from_pico(pico))
+
+    async def _month(self, live: LiveRun, when: dt.datetime) -> MonthKey | None:
+        """The workspace's month the call reserves under: its workspace has a monthly
+        budget (known in the process, store/workspace_month.py), else None."""
+        if not live.workspace_id:
+            return None
+        cap = await self.store.ledger.months.cap(live.workspace_id)
+        await self.store.release()
+        return None if cap.budget_pusd is None else (live.workspace_id, month_of(when))
 
     async def _budgeted(self, live: LiveRun) -> bool:
         """Whether the run's calls reserve: it has a budget, or a run above it has one
@@ -226,14 +267,14 @@ class Spending:
             self.store.ledger.wake(live.trace_id)
         if usage is None:
             if not billed:
-                self.store.ledger.spend(live.trace_id, -reservation.pico)
+                self.store.ledger.spend(live.trace_id, -reservation.pico, reservation.month)
             return
         if reservation.price is None:
             return
         cost = reservation.price.cost(usage.prompt_tokens, usage.completion_tokens,
                                       usage.cached_tokens)
         spend.cost = cost if spend.cost is None else spend.cost + cost
-        self.store.ledger.spend(live.trace_id, to_pico(cost) - reservation.pico)
+        self.store.ledger.spend(live.trace_id, to_pico(cost) - reservation.pico, reservation.month)
         metrics.llm_cost(spend.provider_name, spend.model or "", cost)
 
     @staticmethod

@@ -75,7 +75,12 @@ async def _budget_run(core: Shared, run: WorkflowRun) -> WorkflowRun:
     last = await core.db.list(RunEvent.select(RunEvent.data).where(
         (RunEvent.run == run.trace_id) & (RunEvent.kind == EventKind.BUDGET_EXHAUSTED))
         .order_by(RunEvent.seq.desc()).limit(1))
-    whose = (last[0].data or {}).get("budget_trace_id") if last else None
+    paused_by = (last[0].data or {}) if last else {}
+    if paused_by.get("workspace_id"):  # its workspace's month (SPEC §16): a top-up does not help
+        raise ConflictError(
+            f"The run waits for its workspace's monthly budget ({paused_by.get('month')}): raise "
+            f"limits.monthly_budget_usd (PUT /api/v1/workspace/{paused_by['workspace_id']}) and it goes on.")
+    whose = paused_by.get("budget_trace_id")
     if not whose or whose == run.trace_id:
         return run
     return await WorkflowRun.aget_or_none(WorkflowRun.trace_id == whose) or run

@@ -2,6 +2,16 @@
 list, change and remove members. What each role may do is services/workspace_rights.py,
 asked through `require` before every act.
 
+Money (SPEC §16): a workspace's `limits.monthly_budget_usd` caps what all its runs
+spend in a calendar month (UTC); the engine reserves each call under it
+(engine/store/workspace_month.py). Changing the limits here: every process is told
+(`caches.changed(TABLE)`; on PostgreSQL also the trigger's hint); a cap set where there
+was none counts the month so far (its finished step instances' costs, as `GET /usage`
+reads them) when the month has no running total yet; and a cap raised or removed
+queues again, in the same transaction, the workspace's runs that its month paused
+(`waiting_budget`, their last `budget_exhausted` naming the workspace), as a run's
+top-up does for its run (services/spend.py).
+
 Rules kept here: a personal workspace is never shared (a member add is 409) nor deleted
 (409); a workspace is not deleted while it holds active runs or enabled schedules (409);
 only an owner grants or removes `owner`; the last owner can neither leave nor be demoted
@@ -10,15 +20,17 @@ only an owner grants or removes `owner`; the last owner can neither leave nor be
 
 from __future__ import annotations
 
+import datetime as dt
+from decimal import Decimal
 from typing import Any
 
 from peewee import IntegrityError
 
-from orchestra.db.models import User, WorkflowRun, iso
+from orchestra.db.models import RunEvent, RunStep, User, WorkflowRun, iso
 from orchestra.db.trigger_models import WorkflowSchedule
-from orchestra.db.workspace_models import Workspace, WorkspaceMember
+from orchestra.db.workspace_models import Workspace, WorkspaceMember, WorkspaceMonth
 from orchestra.errors import ConflictError, NotFoundError, PermissionDeniedError, ValidationError
-from orchestra.money.amounts import parse_usd, read_usd, usd_text
+from orchestra.money.amounts import parse_usd, read_usd, to_pico, usd_text
 from orchestra.services import audit, auth
 from orchestra.services.personal_workspace import personal_workspace
 from orchestra.services.providers import clean_name
@@ -36,9 +48,11 @@ from orchestra.services.workspace_rights import (
     refusal,
     require,
 )
-from orchestra.vocabulary import ACTIVE
+from orchestra.vocabulary import ACTIVE, EventKind, RunStatus
 
+TABLE = "workspace"  # the caches built from it: the engine's copy of which have a monthly budget
 NAME_MAX = 128
+MONTH_SEED_ROWS_MAX = 200_000  # step instances a new cap's month so far reads at most
 ON_BUDGET = ("fail", "pause")
 LIMIT_FIELDS = ("monthly_budget_usd", "on_budget")
 
@@ -97,6 +111,12 @@ def monthly_budget(workspace: Workspace):
     return read_usd((workspace.limits or {}).get("monthly_budget_usd"))
 
 
+def _cap_pusd(limits: dict[str, Any] | None) -> int | None:
+    """The cap as the engine compares with it: whole pico-dollars, rounded down."""
+    amount = read_usd((limits or {}).get("monthly_budget_usd"))
+    return None if amount is None else to_pico(amount, up=False)
+
+
 # --- workspaces ----------------------------------------------------------------------------
 
 
@@ -120,7 +140,8 @@ async def create_workspace(core: Shared, user: Caller, *, name: str, limits: Any
     name = clean_name(name, "name", NAME_MAX)
     cleaned = clean_limits(limits)
     async with core.write_transaction():
-        workspace = await Workspace.acreate(name=name, personal=False, limits=cleaned)
+        workspace = await Workspace.acreate(name=name, personal=False, limits=cleaned,
+                                            monthly_budget_pusd=_cap_pusd(cleaned))
         await WorkspaceMember.acreate(workspace=workspace.id, user=user.user_id, role=WorkspaceRole.OWNER.value)
         await audit.record(core, action="workspace.create", target=_target(workspace),
                            changes=audit.diff({}, audited_fields(workspace)), workspace_id=workspace.id)
@@ -158,14 +179,67 @@ async def update_workspace(core: Shared, user: Caller, workspace_id: str, *,
         changed.append(Workspace.name)
     if "limits" in fields:
         workspace.limits = clean_limits(fields["limits"])
-        changed.append(Workspace.limits)
+        workspace.monthly_budget_pusd = _cap_pusd(workspace.limits)
+        changed += [Workspace.limits, Workspace.monthly_budget_pusd]
     changes = audit.diff(before, audited_fields(workspace))
+    resumed: list[str] = []
     if changed and changes:
+        old_cap, new_cap = read_usd((before["limits"] or {}).get("monthly_budget_usd")), monthly_budget(workspace)
         async with core.write_transaction():
             await workspace.asave(only=changed)
+            if new_cap is not None and old_cap is None:
+                await _seed_month(core, workspace.id)
+            if old_cap is not None and (new_cap is None or new_cap > old_cap):
+                resumed = await _requeue_paused(core, workspace.id)
             await audit.record(core, action="workspace.update", target=_target(workspace),
                                changes=changes, workspace_id=workspace.id)
+        if "limits" in changes:
+            core.caches.changed(TABLE)
+        for trace_id in resumed:
+            await core.engine.submit(trace_id)
     return found
+
+
+def month_start(now: dt.datetime | None = None) -> tuple[str, dt.datetime]:
+    """The current calendar month (UTC): its key "YYYY-MM" and its first moment (naive UTC)."""
+    now = now or dt.datetime.now(dt.UTC)
+    return f"{now.year:04d}-{now.month:02d}", dt.datetime(now.year, now.month, 1)
+
+
+async def _seed_month(core: Shared, workspace_id: str) -> None:
+    """A cap set where there was none: the month's running total, when it has none yet,
+    starts from what the month's finished step instances of the workspace's runs cost."""
+    month, start = month_start()
+    rows = await core.db.list(
+        RunStep.select(RunStep.cost_usd).join(WorkflowRun, on=(RunStep.run == WorkflowRun.trace_id))
+        .where((WorkflowRun.workspace_id == workspace_id) & (RunStep.finished_at >= start)
+               & RunStep.cost_usd.is_null(False))
+        .limit(MONTH_SEED_ROWS_MAX).tuples())
+    spent = sum((Decimal(cost) for (cost,) in rows), Decimal(0))
+    await core.db.aexecute(WorkspaceMonth.insert(workspace=workspace_id, month=month, spent_pusd=to_pico(spent))
+                           .on_conflict_ignore())
+
+
+async def _requeue_paused(core: Shared, workspace_id: str) -> list[str]:
+    """Queue again the workspace's runs its month paused (their last `budget_exhausted`
+    names the workspace), inside the caller's transaction; their trace ids."""
+    waiting = [trace_id for (trace_id,) in await core.db.list(
+        WorkflowRun.select(WorkflowRun.trace_id).where(
+            (WorkflowRun.workspace_id == workspace_id) & (WorkflowRun.status == RunStatus.WAITING_BUDGET)).tuples())]
+    if not waiting:
+        return []
+    last: dict[str, Any] = {}
+    for run_id, data in await core.db.list(
+            RunEvent.select(RunEvent.run, RunEvent.data).where(
+                RunEvent.run.in_(waiting) & (RunEvent.kind == EventKind.BUDGET_EXHAUSTED))
+            .order_by(RunEvent.seq).tuples()):
+        last[run_id] = data
+    paused = [trace_id for trace_id in waiting if ((last.get(trace_id) or {}).get("workspace_id")) == workspace_id]
+    if paused:
+        await core.db.aexecute(
+            WorkflowRun.update(status=RunStatus.QUEUED, owner_process=None, lease_until=None)
+            .where(WorkflowRun.trace_id.in_(paused) & (WorkflowRun.status == RunStatus.WAITING_BUDGET)))
+    return paused
 
 
 async def delete_workspace(core: Shared, user: Caller, workspace_id: str) -> Workspace:

@@ -31,7 +31,7 @@ from orchestra.engine.store.events import (
     RunGone,
     SeqRetry,
 )
-from orchestra.engine.store.ledger import Ledger
+from orchestra.engine.store.ledger import NO_CHANGE, Change, Ledger
 from orchestra.engine.store.ownership import Ownership, process_identity
 from orchestra.vocabulary import ACTIVE, EventKind, RunStatus, StepStatus
 
@@ -187,24 +187,24 @@ class RunStore:
         self.ledger.forget(trace_id)
         self.events.forget(trace_id)
 
-    async def fence(self, trace_id: str, *, spent: int = 0) -> None:
+    async def fence(self, trace_id: str, *, spent: Change = NO_CHANGE) -> None:
         """Inside a transaction, for a run executing here: lock its row while this
         process's claim holds it, else raise Fenced (nothing of the transaction is
         written, and the run's task stops). Other runs: nothing to check. `spent`: a
         change to the run's ledger, stored by the same statement (and rolled up to the
-        runs above it, store/ledger.py)."""
+        runs above it and to its workspace's months, store/ledger.py)."""
         token = self._held.get(trace_id)
         if not token:
-            await self.ledger.add(trace_id, spent)
+            await self.ledger.add(trace_id, spent.pico, spent.months)
             return
         values: dict[str, Any] = {"owner_process": WorkflowRun.owner_process}
-        if spent:
-            values["spent_pusd"] = fn.COALESCE(WorkflowRun.spent_pusd, 0) + spent
+        if spent.pico:
+            values["spent_pusd"] = fn.COALESCE(WorkflowRun.spent_pusd, 0) + spent.pico
         changed = await self.db.aexecute(
             WorkflowRun.update(**values).where(self.ownership.holds(trace_id, token)))
         if not changed:
             raise Fenced(f"run {trace_id}: this process no longer holds its claim")
-        await self.ledger.add_above(trace_id, spent)
+        await self.ledger.add_above(trace_id, spent.pico, spent.months)
 
     def held(self, trace_id: str) -> str:
         """The claim token this process executes the run under ("" if none)."""
@@ -258,7 +258,7 @@ class RunStore:
         `fenced=False`: a write any process may make (a reply)."""
         retry: SeqRetry | None = None
         while True:
-            spent = self.ledger.take(trace_id) if fenced else 0
+            spent = self.ledger.take(trace_id) if fenced else NO_CHANGE
             try:
                 async with self.write_transaction():
                     if fenced:  # an owner's write: its claim still holds, or Fenced
