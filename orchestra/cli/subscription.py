@@ -18,7 +18,8 @@ app = typer.Typer(help="Event subscriptions: add, list, deliveries, retry, remov
 PATH = "/workflow/subscription"
 SUBSCRIPTION = typer.Argument(..., help="A subscription_id.")
 EVENTS = ("run.succeeded", "run.failed", "run.cancelled", "run.waiting_reply")
-EVENT_HELP = f"An event ({', '.join(EVENTS)}); repeat. Default: all."
+EVENT_HELP = (f"An event ({', '.join(EVENTS)}), or audit entries of the workspace (audit.*, "
+              "audit.<type>.*, audit.<type>.<verb>; admin there); repeat. Default: every run event.")
 
 
 def register(root: typer.Typer) -> None:
@@ -96,7 +97,7 @@ def deliveries(ctx: typer.Context, subscription: str = SUBSCRIPTION, server: str
     table = Table("event", "trace_id", "status", "attempts", "next attempt")
     table.add_column("delivery_id", no_wrap=True, min_width=36)
     for d in rows:
-        table.add_row(d["event"], d["trace_id"], d["status"], Text(attempts_text(d["attempts"])),
+        table.add_row(d["event"], d["trace_id"] or "", d["status"], Text(attempts_text(d["attempts"])),
                       d.get("next_attempt_at") or "", d["delivery_id"])
     out.print(table)
 

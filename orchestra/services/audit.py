@@ -16,7 +16,9 @@ address for each request (`bind`); a hook or a schedule binds its own (`acting_a
 without either the change came from the store's own command line (`via: "store"`).
 `request_id` is the request's `X-Request-ID` (observability/context.py).
 
-`verify` (orchestra audit verify) and `prune` (retention) are in services/audit_chain.py.
+`verify` (orchestra audit verify) and `prune` (retention) are in services/audit_chain.py;
+an entry of a workspace is also an `audit.<action>` event for the subscriptions that take
+it, queued in the same transaction (services/audit_events.py).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from orchestra.db.audit_models import INSTANCE_CHAIN, AuditChain, AuditEntry
 from orchestra.db.models import iso, storable, utcnow
 from orchestra.errors import ValidationError
 from orchestra.observability import context
+from orchestra.services import audit_events
 from orchestra.services.paging import DEFAULT_LIMIT, Page, keyset_page
 from orchestra.services.roles import Role
 from orchestra.services.shared import Shared
@@ -187,6 +190,8 @@ async def record_many(core: Shared, pending: list[Pending]) -> list[AuditEntry]:
         chains.setdefault(item.workspace_id or INSTANCE_CHAIN, []).append(item)
     for chain in sorted(chains):  # one order of chain locks in every writer
         items = chains[chain]
+        # who takes these as `audit.*` events: read before the chain's head is held
+        listeners = await audit_events.listeners(core, chain) if chain != INSTANCE_CHAIN else []
         last, prev_hash = await _take(core, chain, len(items))
         entries = []
         for seq, item in enumerate(items, start=last - len(items) + 1):
@@ -201,6 +206,8 @@ async def record_many(core: Shared, pending: list[Pending]) -> list[AuditEntry]:
             entries.append(entry)
         await core.db.aexecute(AuditEntry.insert_many([e.__data__ for e in entries]))
         await core.db.aexecute(AuditChain.update(hash=prev_hash).where(AuditChain.chain == chain))
+        if listeners:
+            await audit_events.queue(core, listeners, [view(e) for e in entries])
         written += entries
     return written
 

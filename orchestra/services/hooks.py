@@ -82,11 +82,22 @@ async def create_hook(core: Shared, *, owner_id: str, template_id: str,
     if count >= HOOKS_MAX:
         raise ValidationError.field("template_id", f"you have {HOOKS_MAX} hooks, the limit; delete one first")
     secret = "whsec_" + base64.b64encode(secrets.token_bytes(SECRET_BYTES)).decode()
-    hook = await WebhookHook.acreate(owner=owner_id, template=template.id, input=source,
-                                     secret_encrypted=core.secrets.encrypt(secret),
-                                     workspace_id=workspace_id)
+    async with core.write_transaction():
+        hook = await WebhookHook.acreate(owner=owner_id, template=template.id, input=source,
+                                         secret_encrypted=core.secrets.encrypt(secret),
+                                         workspace_id=workspace_id)
+        await audit.record(core, action="hook.create", target=_target(hook, template),
+                           changes={"template_id": audit.change(None, template.id),
+                                    "input": audit.change(None, source),
+                                    "secret": audit.change(None, secret, secret=True)},
+                           workspace_id=workspace_id)
     hook.template = template
     return hook, secret
+
+
+def _target(hook: WebhookHook, template: WorkflowTemplate) -> dict[str, Any]:
+    """A hook's entry names it by its template's name (a hook has none)."""
+    return audit.target("hook", hook.id, template.name)
 
 
 def hook_view(hook: WebhookHook, url: str) -> dict[str, Any]:
@@ -134,7 +145,13 @@ async def get_hook(core: Shared, *, owner_id: str, hook_id: str, action: Action 
 
 async def delete_hook(core: Shared, *, owner_id: str, hook_id: str) -> None:
     hook = await get_hook(core, owner_id=owner_id, hook_id=hook_id, action=Action.EDIT)
-    await core.db.aexecute(WebhookHook.delete().where(WebhookHook.id == hook.id))
+    async with core.write_transaction():
+        if await core.db.aexecute(WebhookHook.delete().where(WebhookHook.id == hook.id)):
+            await audit.record(core, action="hook.delete", target=_target(hook, hook.template),
+                               changes={"template_id": audit.change(hook.template_id, None),
+                                        "input": audit.change(hook.input, None),
+                                        "secret": audit.change(hook.secret_encrypted, None, secret=True)},
+                               workspace_id=audit.workspace_of(hook))
 
 
 # --- calls --------------------------------------------------------------------------------

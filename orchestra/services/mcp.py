@@ -37,6 +37,7 @@ from orchestra.engine.tools.mcp.stdio import (
     env_refusal,
 )
 from orchestra.errors import ConflictError, NotFoundError, ValidationError
+from orchestra.services import audit
 from orchestra.services.providers import BASE_URL
 from orchestra.services.shared import Shared
 
@@ -254,6 +255,52 @@ def _valid_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
 # --- operations -----------------------------------------------------------------------------
 
 
+def audited_fields(server: McpServer) -> dict[str, Any]:
+    """What an audit entry shows of a server's change (SPEC §16; instance-level): header
+    and env values never (`_secrets_change`), nor the tools it lists."""
+    return {"name": server.name, "transport": server.transport, "url": server.url, "command": server.command,
+            "args": list(server.args or []), "timeout_seconds": server.timeout_seconds}
+
+
+def _masked(names: Any) -> dict[str, str] | None:
+    return {name: audit.MASK for name in sorted(names)} or None
+
+
+def _names(server: McpServer | None) -> dict[str, list[str]]:
+    """The header and env names a server has stored."""
+    return {field: list(getattr(server, f"{field}_hint") or {}) if server is not None else []
+            for field in ("headers", "env")}
+
+
+def _secrets_changes(names: dict[str, list[str]], plain: dict[str, dict[str, str] | None],
+                     after: dict[str, dict[str, str]]) -> dict[str, Any]:
+    """`headers`/`env` of an entry: the names set before (`names`) and after, every value
+    as "***", when the values changed (`plain`: those stored before, None: unreadable)."""
+    changes = {}
+    for field in ("headers", "env"):
+        if plain.get(field) is not None and plain[field] == after[field]:
+            continue
+        if names[field] or after[field]:
+            changes[field] = audit.change(_masked(names[field]), _masked(after[field]))
+    return changes
+
+
+def _stored_secrets(core: Shared, server: McpServer) -> dict[str, dict[str, str] | None]:
+    """The stored header and env values (None for one that cannot be decrypted)."""
+    opened: dict[str, dict[str, str] | None] = {}
+    for field in ("headers", "env"):
+        ciphertext = getattr(server, f"{field}_encrypted")
+        try:
+            opened[field] = json.loads(core.secrets.decrypt(ciphertext)) if ciphertext else {}
+        except ValueError:
+            opened[field] = None
+    return opened
+
+
+def _target(server: McpServer) -> dict[str, Any]:
+    return audit.target("mcp_server", server.id, server.name)
+
+
 def _name_taken(name: str) -> ConflictError:
     return ConflictError(f"An MCP server named '{name}' already exists (names ignore case).")
 
@@ -339,8 +386,12 @@ async def create_server(
     await _ensure_name_free(core, name)
     config = _apply(core, server, fields)
     _record_probe(server, *await probe(core, config, limit=SAVE_PROBE_SECONDS))
+    changes = {**audit.diff({}, audited_fields(server)),
+               **_secrets_changes(_names(None), {"headers": {}, "env": {}}, fields)}
     try:
-        await server.asave(force_insert=True)
+        async with core.write_transaction():
+            await server.asave(force_insert=True)
+            await audit.record(core, action="mcp_server.create", target=_target(server), changes=changes)
     except IntegrityError:
         raise _name_taken(name) from None
     core.caches.changed("mcp_server")
@@ -389,7 +440,8 @@ async def update_server(
     """Replace a server's fields (a masked secret sent back keeps the stored one) and list
     its tools again; a rename carries the workers using its tools along."""
     server = await get_server(core, server_id)
-    old_name = server.name
+    old_name, before, stored = server.name, audited_fields(server), _stored_secrets(core, server)
+    old_names = _names(server)
     name = clean_server_name(name)
     fields = _shape(core, transport=transport, url=url, headers=headers, command=command,
                     args=args, env=env, stored=server if server.transport == transport else None)
@@ -401,16 +453,20 @@ async def update_server(
     config = _apply(core, server, fields)
     _record_probe(server, *await probe(core, config, limit=SAVE_PROBE_SECONDS))
     server.updated_at = utcnow()
+    changes = {**audit.diff(before, audited_fields(server)), **_secrets_changes(old_names, stored, fields)}
     async with core.write_transaction():
         try:
-            await server.asave()
+            saved = await server.asave()
         except IntegrityError:
             raise _name_taken(name) from None
+        if not saved:  # deleted meanwhile: no change, no entry
+            raise NotFoundError(f"No MCP server has the id '{server_id}'.")
         if name != old_name:
             for worker in await _workers_using(core, [old_name]):
                 tools = [f"{name}.{t[len(old_name) + 1:]}" if t.startswith(f"{old_name}.") else t
                          for t in worker.tools]
                 await core.db.aexecute(Worker.update(tools=tools).where(Worker.id == worker.id))
+        await audit.record(core, action="mcp_server.update", target=_target(server), changes=changes)
     core.caches.changed("mcp_server")
     if name != old_name:  # workers' tool names were renamed with it
         core.caches.changed("worker")
@@ -431,6 +487,10 @@ async def delete_server(core: Shared, *, server_id: str) -> McpServer:
                                     for w in workers]},
             )
         await core.db.aexecute(McpServer.delete().where(McpServer.id == server.id))
+        changes = {**audit.diff(audited_fields(server), {}),
+                   **_secrets_changes(_names(server), {"headers": None, "env": None},
+                                      {"headers": {}, "env": {}})}
+        await audit.record(core, action="mcp_server.delete", target=_target(server), changes=changes)
     core.caches.changed("mcp_server")
     return server
 

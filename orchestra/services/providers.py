@@ -22,6 +22,7 @@ from orchestra.engine.llm.base import LLMError
 from orchestra.engine.llm.factory import SUPPORTED_KINDS, make_client
 from orchestra.engine.llm.openai_compat import DEFAULT_BASE_URLS
 from orchestra.errors import ConflictError, NotFoundError, ValidationError
+from orchestra.services import audit
 from orchestra.services.charset import has_control
 from orchestra.services.crypto import mask
 from orchestra.services.provider_terms import clean_limits, clean_prices, price_view
@@ -171,6 +172,17 @@ async def providers_by_id(core: Shared, ids: set[str]) -> dict[str, Provider]:
 # --- operations -------------------------------------------------------------------------
 
 
+def audited_fields(provider: Provider) -> dict[str, Any]:
+    """What an audit entry shows of a provider's change (SPEC §16; instance-level): its
+    key only as "***" (`api_key_change`)."""
+    return {"name": provider.name, "provider": provider.kind, "model_id": provider.model_id,
+            "base_url": provider.base_url, "prices": provider.prices, "limits": provider.limits}
+
+
+def _target(provider: Provider) -> dict[str, Any]:
+    return audit.target("provider", provider.id, provider.name)
+
+
 def _name_taken(name: str) -> ConflictError:
     return ConflictError(f"A provider named '{name}' already exists (names ignore case).")
 
@@ -235,17 +247,22 @@ async def create_provider(
     if api_key:
         redaction.remember_credentials([api_key])
     try:
-        provider = await Provider.acreate(
-            name=name,
-            kind=kind,
-            model_id=model_id,
-            base_url=base_url,
-            api_key_encrypted=core.secrets.encrypt(api_key) if api_key else None,
-            api_key_hint=mask(api_key) if api_key else None,
-            prices=prices,
-            limits=limits,
-            created_by=created_by,
-        )
+        async with core.write_transaction():
+            provider = await Provider.acreate(
+                name=name,
+                kind=kind,
+                model_id=model_id,
+                base_url=base_url,
+                api_key_encrypted=core.secrets.encrypt(api_key) if api_key else None,
+                api_key_hint=mask(api_key) if api_key else None,
+                prices=prices,
+                limits=limits,
+                created_by=created_by,
+            )
+            changes = audit.diff({}, audited_fields(provider))
+            if api_key:
+                changes["api_key"] = audit.change(None, api_key, secret=True)
+            await audit.record(core, action="provider.create", target=_target(provider), changes=changes)
     except IntegrityError:  # the unique name_key index: a concurrent create took the name
         raise _name_taken(name) from None
     core.caches.changed("provider")
@@ -290,6 +307,7 @@ async def update_provider(
     """Change the named fields (the kind is fixed); an empty or null api_key removes it,
     and the masked key sent back as shown keeps it, while base_url is unchanged."""
     provider = await get_provider(core, provider_id)
+    before, had_key = audited_fields(provider), provider.api_key_encrypted
     if prices is not _UNSET:
         provider.prices = clean_prices(prices)
     if limits is not _UNSET:
@@ -315,8 +333,19 @@ async def update_provider(
     _check_shape(provider.kind, provider.base_url)
     if base_url is not _UNSET:
         await _check_egress(core, provider.kind, provider.base_url)
+    changes = audit.diff(before, audited_fields(provider))
+    if not kept and (had_key is not None or provider.api_key_encrypted is not None):
+        changes["api_key"] = audit.change(had_key, provider.api_key_encrypted, secret=True)
+    return await _save_update(core, provider, changes)
+
+
+async def _save_update(core: Shared, provider: Provider, changes: dict[str, Any]) -> Provider:
+    """Save a changed provider and its audit entry in one transaction (SPEC §16)."""
     try:
-        await provider.asave()
+        async with core.write_transaction():
+            if not await provider.asave():
+                raise NotFoundError(f"No provider has the id '{provider.id}'.")  # deleted meanwhile
+            await audit.record(core, action="provider.update", target=_target(provider), changes=changes)
     except IntegrityError:  # the unique name_key index: a concurrent rename took the name
         raise _name_taken(provider.name) from None
     core.caches.changed("provider")
@@ -353,6 +382,10 @@ async def delete_provider(core: Shared, *, provider_id: str) -> Provider:
             raise ConflictError(
                 f"Provider '{provider.name}' is in use by a worker; try again."
             ) from None
+        changes = audit.diff(audited_fields(provider), {})
+        if provider.api_key_encrypted is not None:
+            changes["api_key"] = audit.change(provider.api_key_encrypted, None, secret=True)
+        await audit.record(core, action="provider.delete", target=_target(provider), changes=changes)
     core.caches.changed("provider")
     return provider
 

@@ -20,10 +20,10 @@ import datetime as dt
 import logging
 from typing import Any
 
-from orchestra.db.models import WorkflowRun, iso, utcnow
+from orchestra.db.models import WorkflowRun, WorkflowTemplate, iso, utcnow
 from orchestra.db.trigger_models import ScheduleFire, WorkflowSchedule
 from orchestra.errors import NotFoundError, ValidationError
-from orchestra.services import caps, cron, workspace_scope
+from orchestra.services import audit, caps, cron, workspace_scope
 from orchestra.services.paging import Page, decode_cursor, encode_cursor, keyset_page
 from orchestra.services.run_access import require_runnable
 from orchestra.services.shared import Shared
@@ -100,6 +100,25 @@ async def _fields(core: Shared, user_id: str, body: dict[str, Any],
     }
 
 
+AUDITED = ("template_id", "cron", "timezone", "input", "overlap", "catchup", "catchup_window_seconds",
+           "enabled")
+
+
+def audited_fields(row: WorkflowSchedule | dict[str, Any]) -> dict[str, Any]:
+    """What an audit entry shows of a schedule's change (SPEC §16): enabling or pausing
+    one is an update of `enabled`."""
+    if isinstance(row, dict):
+        return {name: row["template" if name == "template_id" else name] for name in AUDITED}
+    return {name: getattr(row, name) for name in AUDITED}
+
+
+async def _target(core: Shared, schedule_id: str, template_id: str) -> dict[str, Any]:
+    """A schedule's entry names it by its template's name (a schedule has none)."""
+    rows = await core.db.list(WorkflowTemplate.select(WorkflowTemplate.name)
+                              .where(WorkflowTemplate.id == template_id))
+    return audit.target("schedule", schedule_id, rows[0].name if rows else None)
+
+
 def _next_due(fields: dict[str, Any], now: dt.datetime) -> dt.datetime | None:
     if not fields["enabled"]:
         return None
@@ -120,6 +139,8 @@ async def create_schedule(core: Shared, *, user_id: str, body: dict[str, Any]) -
                          setting="max_schedules_per_user", what="schedules", field="template_id")
         row = await WorkflowSchedule.acreate(owner=user_id, next_due_at=_next_due(fields, now),
                                              created_at=now, updated_at=now, **fields)
+        await audit.record(core, action="schedule.create", target=await _target(core, row.id, fields["template"]),
+                           changes=audit.diff({}, audited_fields(fields)), workspace_id=workspace_id)
     await announce_change(core)
     return row
 
@@ -134,14 +155,21 @@ async def update_schedule(core: Shared, *, user_id: str, schedule_id: str, body:
     if timing:
         values["next_due_at"] = _next_due(fields, now)
     async with core.write_transaction():
-        await core.db.aexecute(WorkflowSchedule.update(**values).where(WorkflowSchedule.id == row.id))
+        if not await core.db.aexecute(WorkflowSchedule.update(**values).where(WorkflowSchedule.id == row.id)):
+            raise NotFoundError(f"No schedule has the id '{schedule_id}'.")  # deleted meanwhile
+        await audit.record(core, action="schedule.update", target=await _target(core, row.id, fields["template"]),
+                           changes=audit.diff(audited_fields(row), audited_fields(fields)),
+                           workspace_id=audit.workspace_of(row))
     await announce_change(core)
     return await WorkflowSchedule.aget(WorkflowSchedule.id == row.id)
 
 
 async def delete_schedule(core: Shared, *, user_id: str, schedule_id: str) -> None:
     row = await get_schedule(core, user_id=user_id, schedule_id=schedule_id, action=Action.EDIT)
-    await core.db.aexecute(WorkflowSchedule.delete().where(WorkflowSchedule.id == row.id))
+    async with core.write_transaction():
+        if await core.db.aexecute(WorkflowSchedule.delete().where(WorkflowSchedule.id == row.id)):
+            await audit.record(core, action="schedule.delete", target=await _target(core, row.id, row.template_id),
+                               changes=audit.diff(audited_fields(row), {}), workspace_id=audit.workspace_of(row))
     await announce_change(core)
 
 

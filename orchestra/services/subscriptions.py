@@ -1,6 +1,7 @@
 """Outbound event subscriptions (SPEC §11): a user's URL, told of their runs' events
 (`run.succeeded`, `run.failed`, `run.cancelled`, `run.waiting_reply`), optionally only
-of one template's runs. The secret (`whsec_…`, 24 random bytes) is shown once, at
+of one template's runs, and of its workspace's audit entries (`audit.*`, SPEC §16:
+services/audit_events.py). The secret (`whsec_…`, 24 random bytes) is shown once, at
 creation, and kept encrypted; it signs every delivery. Queueing is `outbox`, sending
 `deliveries`; this module saves subscriptions and shows their deliveries.
 
@@ -20,7 +21,7 @@ from orchestra.db.models import iso, utcnow
 from orchestra.db.trigger_models import EventSubscription, WebhookDelivery
 from orchestra.egress import STEP_SETTING
 from orchestra.errors import NotFoundError, ValidationError
-from orchestra.services import caps, workspace_scope
+from orchestra.services import audit, audit_events, caps, workspace_scope
 from orchestra.services.deliveries import webhook_id
 from orchestra.services.outbox import TYPES
 from orchestra.services.paging import Page, keyset_page
@@ -70,16 +71,29 @@ async def check_url(core: Shared, url: str) -> str:
     return url
 
 
+def check_events(events: list[str]) -> None:
+    """One to four run events and up to FILTERS_MAX audit events (`audit.*`,
+    `audit.<type>.*`, `audit.<action>`: services/audit_events.py); 422 naming `events`."""
+    runs = [e for e in events if not audit_events.is_filter(e)]
+    audits = [e for e in events if audit_events.is_filter(e)]
+    if (not events or len(runs) > len(TYPES) or len(audits) > audit_events.FILTERS_MAX
+            or any(e not in TYPES for e in runs) or not all(audit_events.valid_filter(e) for e in audits)):
+        raise ValidationError.field("events", f"must be one to {len(TYPES)} of {', '.join(TYPES)}, and up to "
+                                    f"{audit_events.FILTERS_MAX} audit events (audit.*, audit.<type>.*, "
+                                    "audit.<type>.<verb>)")
+
+
 async def create_subscription(core: Shared, *, user_id: str, url: str, events: list[str],
                               template_id: str | None,
                               workspace_id: str | None = None) -> tuple[EventSubscription, str]:
     """The stored subscription and its secret (shown this once), in `workspace_id` (an
-    editor's there; default the caller's personal one); its template, if any, of that
-    workspace (or shared)."""
-    workspace_id = await workspace_scope.target(core, user_id, workspace_id, Action.EDIT)
-    unknown = [e for e in events if e not in TYPES]
-    if unknown or not events or len(events) > len(TYPES):
-        raise ValidationError.field("events", f"must be one to {len(TYPES)} of {', '.join(TYPES)}")
+    editor's there, an admin's for audit events; default the caller's personal one); its
+    template, if any, of that workspace (or shared)."""
+    named = workspace_id
+    workspace_id = await workspace_scope.target(core, user_id, named, Action.EDIT)
+    check_events(events)
+    if any(audit_events.is_filter(e) for e in events):  # the audit log is its admins' (SPEC §16)
+        await workspace_scope.target(core, user_id, named, Action.MANAGE)
     if template_id is not None:
         await require_runnable(core, user_id=user_id, template_ids=[template_id], field="template_id",
                                workspace_id=workspace_id)
@@ -91,7 +105,21 @@ async def create_subscription(core: Shared, *, user_id: str, url: str, events: l
         row = await EventSubscription.acreate(
             owner=user_id, template=template_id, url=url, events=list(dict.fromkeys(events)),
             secret_encrypted=core.secrets.encrypt(secret), created_at=utcnow(), workspace_id=workspace_id)
+        await audit.record(core, action="subscription.create", target=_target(row),
+                           changes={**audit.diff({}, audited_fields(row)),
+                                    "secret": audit.change(None, secret, secret=True)},
+                           workspace_id=workspace_id)
     return row, secret
+
+
+def audited_fields(row: EventSubscription) -> dict[str, Any]:
+    """What an audit entry shows of a subscription (SPEC §16); its secret only as "***"."""
+    return {"url": row.url, "events": list(row.events), "template_id": row.template_id}
+
+
+def _target(row: EventSubscription) -> dict[str, Any]:
+    """A subscription's entry names it by its URL (it has no name)."""
+    return audit.target("subscription", row.id, row.url)
 
 
 async def list_subscriptions(core: Shared, *, user_id: str, limit: int, cursor: str | None,
@@ -108,7 +136,11 @@ async def delete_subscription(core: Shared, *, user_id: str, subscription_id: st
     row = await get_subscription(core, user_id=user_id, subscription_id=subscription_id, action=Action.EDIT)
     async with core.write_transaction():
         await core.db.aexecute(WebhookDelivery.delete().where(WebhookDelivery.subscription == row.id))
-        await core.db.aexecute(EventSubscription.delete().where(EventSubscription.id == row.id))
+        if await core.db.aexecute(EventSubscription.delete().where(EventSubscription.id == row.id)):
+            await audit.record(core, action="subscription.delete", target=_target(row),
+                               changes={**audit.diff(audited_fields(row), {}),
+                                        "secret": audit.change(row.secret_encrypted, None, secret=True)},
+                               workspace_id=audit.workspace_of(row))
 
 
 def subscription_view(row: EventSubscription) -> dict[str, Any]:
@@ -145,7 +177,7 @@ def delivery_view(row: WebhookDelivery) -> dict[str, Any]:
         "delivery_id": row.id,
         "webhook_id": webhook_id(row.id),
         "event": row.event,
-        "trace_id": row.trace_id,
+        "trace_id": row.trace_id or None,  # none for an audit event
         "status": row.status,
         "attempts": list(row.attempts or []),
         "next_attempt_at": iso(row.next_attempt_at),

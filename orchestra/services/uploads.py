@@ -45,7 +45,9 @@ from python_multipart.multipart import MultipartParser, parse_options_header
 from orchestra.db.database import release_connection
 from orchestra.db.models import Upload, User, iso, new_id, storable
 from orchestra.errors import BadRequestError, NotFoundError, PayloadTooLargeError, ValidationError
+from orchestra.services import audit
 from orchestra.services.paging import DEFAULT_LIMIT, Page, keyset_page
+from orchestra.services.personal_workspace import personal_workspace_id
 from orchestra.services.shared import Shared
 
 FIELD = "file"
@@ -440,6 +442,16 @@ async def stored_bytes(core: Shared, owner_id: str) -> int:
     return int(rows[0].total) if rows else 0
 
 
+def _audited(upload: Upload) -> dict[str, Any]:
+    """What an audit entry shows of a file (SPEC §16): never its content."""
+    return {"filename": upload.filename, "size": upload.size, "content_type": upload.content_type,
+            "sha256": upload.sha256}
+
+
+def _target(upload: Upload) -> dict[str, Any]:
+    return audit.target("file", upload.id, upload.filename)
+
+
 async def _commit(core: Shared, owner_id: str, parts: list[_Part]) -> list[Upload]:
     """Check the quota, rename the finished temp files into place and record them, in one
     transaction that holds the owner's lock: concurrent uploads of one user (on any
@@ -452,6 +464,7 @@ async def _commit(core: Shared, owner_id: str, parts: list[_Part]) -> list[Uploa
 
     incoming = sum(part.size for part in parts)
     quota = core.settings.upload_quota_bytes
+    workspace_id = await personal_workspace_id(core, owner_id)  # a user's files: their audit chain
     try:
         async with core.write_transaction():
             if core.is_postgres:  # SQLite's write transaction is already exclusive
@@ -460,7 +473,7 @@ async def _commit(core: Shared, owner_id: str, parts: list[_Part]) -> list[Uploa
             if used + incoming > quota:
                 raise PayloadTooLargeError(quota_message(quota, used, incoming))
             await asyncio.to_thread(rename_all)
-            return [
+            rows = [
                 await Upload.acreate(
                     id=part.file_id,
                     owner=owner_id,
@@ -471,6 +484,9 @@ async def _commit(core: Shared, owner_id: str, parts: list[_Part]) -> list[Uploa
                 )
                 for part in parts
             ]
+            await audit.record_many(core, [audit.Pending(
+                "file.create", _target(row), audit.diff({}, _audited(row)), workspace_id) for row in rows])
+            return rows
     except BaseException:
         for part in parts:
             part.final_path.unlink(missing_ok=True)
@@ -514,9 +530,12 @@ async def open_upload(core: Shared, *, owner_id: str, file_id: str) -> tuple[Upl
 async def delete_upload(core: Shared, *, owner_id: str, file_id: str) -> None:
     """Remove the row, then the file."""
     upload = await get_upload(core, owner_id=owner_id, file_id=file_id)
-    deleted = await core.db.aexecute(Upload.delete().where(Upload.id == upload.id))
-    if not deleted:
-        raise NotFoundError("No such file.")
+    workspace_id = await personal_workspace_id(core, owner_id)
+    async with core.write_transaction():
+        if not await core.db.aexecute(Upload.delete().where(Upload.id == upload.id)):
+            raise NotFoundError("No such file.")
+        await audit.record(core, action="file.delete", target=_target(upload),
+                           changes=audit.diff(_audited(upload), {}), workspace_id=workspace_id)
     await asyncio.to_thread((owner_dir(core, owner_id) / upload.id).unlink, missing_ok=True)
 
 

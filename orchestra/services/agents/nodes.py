@@ -10,6 +10,7 @@ from peewee import IntegrityError
 
 from orchestra.db.models import Provider, SystemNode, iso, storable, utcnow
 from orchestra.errors import NotFoundError, ValidationError
+from orchestra.services import audit
 from orchestra.services.node_specs import NODE_SPECS, NodeSpec
 from orchestra.services.providers import clean_model, providers_by_id
 from orchestra.services.shared import Shared
@@ -73,7 +74,15 @@ async def update_node(core: Shared, *, name: str, provider: str | None = _UNSET,
         conflict_target=[SystemNode.name], update=values
     )
     try:
-        await core.db.aexecute(upsert)
+        async with core.write_transaction():
+            rows = await core.db.list(SystemNode.select().where(SystemNode.name == spec.name))
+            row = rows[0] if rows else None
+            before = {"provider": row.provider_id if row else None, "model": row.model if row else None}
+            await core.db.aexecute(upsert)
+            after = {"provider": before["provider"] if provider is _UNSET else provider,
+                     "model": before["model"] if model is _UNSET else model}
+            await audit.record(core, action="node.update", target=audit.target("node", spec.name, spec.name),
+                               changes=audit.diff(before, after))
     except IntegrityError:  # the provider was deleted meanwhile
         raise ValidationError.field("provider", f"unknown provider '{provider}'") from None
     core.caches.changed("system_node")

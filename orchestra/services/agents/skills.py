@@ -12,6 +12,7 @@ from peewee import IntegrityError
 
 from orchestra.db.models import Skill, Worker, iso, name_key, storable, utcnow
 from orchestra.errors import ConflictError, NotFoundError
+from orchestra.services import audit
 from orchestra.services.providers import clean_name, clean_text
 from orchestra.services.shared import Shared
 
@@ -30,6 +31,15 @@ def skill_view(skill: Skill) -> dict[str, Any]:
         "created_at": iso(skill.created_at),
         "updated_at": iso(skill.updated_at),
     }
+
+
+def audited_fields(skill: Skill) -> dict[str, Any]:
+    """What an audit entry shows of a skill's change (SPEC §16; instance-level)."""
+    return {"name": skill.name, "description": skill.description, "instructions": skill.instructions}
+
+
+def _target(skill: Skill) -> dict[str, Any]:
+    return audit.target("skill", skill.id, skill.name)
 
 
 def _skill_name_taken(name: str) -> ConflictError:
@@ -52,7 +62,10 @@ async def create_skill(core: Shared, *, name: str, description: str = "", instru
     instructions = clean_text(instructions, "instructions", PROMPT_MAX)
     await _ensure_skill_name_free(core, name)
     try:
-        skill = await Skill.acreate(name=name, description=description, instructions=instructions)
+        async with core.write_transaction():
+            skill = await Skill.acreate(name=name, description=description, instructions=instructions)
+            await audit.record(core, action="skill.create", target=_target(skill),
+                               changes=audit.diff({}, audited_fields(skill)))
     except IntegrityError:  # the unique name_key index: a concurrent create took the name
         raise _skill_name_taken(name) from None
     core.caches.changed("skill")
@@ -81,7 +94,7 @@ async def update_skill(
     """Change the named fields; a rename carries the workers bound to the skill along."""
     async with core.write_transaction():
         skill = await get_skill(core, skill_id)
-        old_name = skill.name
+        old_name, before = skill.name, audited_fields(skill)
         if name is not _UNSET:
             skill.name = clean_name(name)
             await _ensure_skill_name_free(core, skill.name, except_id=skill.id)
@@ -98,6 +111,8 @@ async def update_skill(
             await core.db.aexecute(
                 Worker.update(bound_skill=skill.name).where(Worker.bound_skill == old_name)
             )
+        await audit.record(core, action="skill.update", target=_target(skill),
+                           changes=audit.diff(before, audited_fields(skill)))
     core.caches.changed("skill")
     return skill
 
@@ -118,5 +133,7 @@ async def delete_skill(core: Shared, *, skill_id: str) -> Skill:
                 detail={"workers": [{"worker_id": w.id, "name": w.name} for w in workers]},
             )
         await core.db.aexecute(Skill.delete().where(Skill.id == skill.id))
+        await audit.record(core, action="skill.delete", target=_target(skill),
+                           changes=audit.diff(audited_fields(skill), {}))
     core.caches.changed("skill")
     return skill

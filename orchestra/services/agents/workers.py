@@ -13,7 +13,7 @@ from peewee import IntegrityError
 
 from orchestra.db.models import Provider, Skill, Worker, iso, name_key, storable, utcnow
 from orchestra.errors import ConflictError, NotFoundError, ValidationError
-from orchestra.services import workspace_scope
+from orchestra.services import audit, workspace_scope
 from orchestra.services.agents.skills import PROMPT_MAX
 from orchestra.services.paging import DEFAULT_LIMIT, Page, keyset_page
 from orchestra.services.providers import clean_model, clean_name, clean_text, providers_by_id
@@ -98,11 +98,26 @@ async def _ensure_worker_name_free(
         raise _worker_name_taken(name)
 
 
-async def _save_worker(core: Shared, worker: Worker, *, create: bool) -> Worker:
-    """Insert or update; an IntegrityError is the name index (409) or a provider deleted
-    meanwhile (422): which one is read back from the store."""
+def audited_fields(worker: Worker) -> dict[str, Any]:
+    """What an audit entry shows of a worker's change (SPEC §16)."""
+    return {"name": worker.name, "description": worker.description, "system_prompt": worker.system_prompt,
+            "provider_id": worker.provider_id, "model": worker.model, "tools": list(worker.tools or []),
+            "bound_skill": worker.bound_skill}
+
+
+async def _save_worker(core: Shared, worker: Worker, *, create: bool, before: dict[str, Any]) -> Worker:
+    """Insert or update, with its audit entry in the same transaction (SPEC §16); an
+    IntegrityError is the name index (409) or a provider deleted meanwhile (422): which
+    one is read back from the store, once the transaction is rolled back."""
     try:
-        await worker.asave(force_insert=create)
+        async with core.write_transaction():
+            saved = await worker.asave(force_insert=create)
+            if not create and not saved:  # deleted meanwhile: no change, no entry
+                raise NotFoundError(f"You have no worker with the id '{worker.id}'.")
+            await audit.record(core, action="worker.create" if create else "worker.update",
+                               target=audit.target("worker", worker.id, worker.name),
+                               changes=audit.diff(before, audited_fields(worker)),
+                               workspace_id=audit.workspace_of(worker))
     except IntegrityError:
         taken = Worker.select(Worker.id).where(
             (Worker.owner == worker.owner_id)
@@ -144,7 +159,7 @@ async def create_worker(
         provider=provider_id, model=model, tools=tools, bound_skill=bound_skill,
         workspace_id=workspace_id,
     )
-    await _save_worker(core, worker, create=True)
+    await _save_worker(core, worker, create=True, before={})
     core.caches.changed("worker")
     return worker
 
@@ -183,6 +198,7 @@ async def update_worker(core: Shared, *, owner_id: str, worker_id: str, **change
     if unknown:
         raise ValidationError.field(min(unknown), "cannot be changed")
     worker = await get_worker(core, owner_id=owner_id, worker_id=worker_id, action=Action.EDIT)
+    before = audited_fields(worker)
     if "name" in changes:
         worker.name = clean_name(changes["name"])
         await _ensure_worker_name_free(core, worker.owner_id, worker.name, except_id=worker.id)
@@ -205,14 +221,18 @@ async def update_worker(core: Shared, *, owner_id: str, worker_id: str, **change
     if skill is not _UNSET:
         worker.bound_skill = skill
     worker.updated_at = utcnow()
-    await _save_worker(core, worker, create=False)
+    await _save_worker(core, worker, create=False, before=before)
     core.caches.changed("worker")
     return worker
 
 
 async def delete_worker(core: Shared, *, owner_id: str, worker_id: str) -> Worker:
     worker = await get_worker(core, owner_id=owner_id, worker_id=worker_id, action=Action.EDIT)
-    await core.db.aexecute(Worker.delete().where(Worker.id == worker.id))
+    async with core.write_transaction():
+        if await core.db.aexecute(Worker.delete().where(Worker.id == worker.id)):
+            await audit.record(core, action="worker.delete", target=audit.target("worker", worker.id, worker.name),
+                               changes=audit.diff(audited_fields(worker), {}),
+                               workspace_id=audit.workspace_of(worker))
     core.caches.changed("worker")
     return worker
 

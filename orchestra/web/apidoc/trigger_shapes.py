@@ -7,11 +7,16 @@ from typing import Any, Literal
 from pydantic import Field
 
 from orchestra import vocabulary
+from orchestra.services.audit_events import FILTER_PATTERN
 from orchestra.web.apidoc.models import NextCursor, Shape, Success, Timestamp
 
 Outcome = Literal[tuple(o.value for o in vocabulary.FireOutcome)]  # type: ignore[valid-type]
 DeliveryStatus = Literal[tuple(s.value for s in vocabulary.DeliveryStatus)]  # type: ignore[valid-type]
-EventType = Literal["run.succeeded", "run.failed", "run.cancelled", "run.waiting_reply"]
+RUN_EVENTS = ("run.succeeded", "run.failed", "run.cancelled", "run.waiting_reply")
+EventType = Literal[RUN_EVENTS]  # type: ignore[valid-type]
+#: a run event, or an audit filter (SPEC §16): audit.*, audit.<type>.*, audit.<type>.<verb>
+EVENT_SCHEMA = {"anyOf": [{"type": "string", "enum": list(RUN_EVENTS)},
+                          {"type": "string", "pattern": FILTER_PATTERN}]}
 Offset = Field(description="ISO 8601 with the offset of the schedule's zone at that instant.")
 
 
@@ -72,7 +77,8 @@ class FireList(Success):
 class SubscriptionView(Shape):
     subscription_id: str
     url: str
-    events: list[EventType]
+    events: list[str] = Field(description="Run events, and audit filters (audit.*, audit.<type>.*, "
+                              "audit.<type>.<verb>).", json_schema_extra={"items": EVENT_SCHEMA})
     template_id: str | None
     owner_id: str
     workspace_id: str | None = Field(description="The workspace it belongs to (SPEC §16).")
@@ -104,8 +110,10 @@ class Attempt(Shape):
 class DeliveryView(Shape):
     delivery_id: str
     webhook_id: str = Field(description="The webhook-id header of every attempt.")
-    event: EventType
-    trace_id: str
+    event: str = Field(description="A run event, or audit.<action> (an audit entry).",
+                       json_schema_extra={"anyOf": [{"enum": list(RUN_EVENTS)},
+                                                    {"pattern": r"^audit\.[a-z_]+\.[a-z_]+$"}]})
+    trace_id: str | None = Field(description="The run whose event it is; null for an audit event.")
     status: DeliveryStatus
     attempts: list[Attempt]
     next_attempt_at: Timestamp | None

@@ -4,12 +4,11 @@ workspace's members' by role (SPEC §16): others get 404."""
 
 from __future__ import annotations
 
-from typing import Literal
-
 from sanic import Blueprint, Request
 from sanic.response import json
 
 from orchestra.services import subscriptions as service
+from orchestra.services.audit_events import FILTERS_MAX
 from orchestra.services.roles import Role
 from orchestra.web.apidoc import trigger_shapes as out
 from orchestra.web.apidoc.models import Done
@@ -31,14 +30,17 @@ from orchestra.web.validation import Body, parse_body
 bp = Blueprint("subscription", url_prefix="/workflow/subscription")
 
 _ID = {"subscription_id": "$response.body#/subscription_id"}
-EventName = Literal["run.succeeded", "run.failed", "run.cancelled", "run.waiting_reply"]
 
 
 class SubscriptionBody(Body):
     url: str = rule(description="Where deliveries are POSTed: http(s)://host[:port][/path]. A host the "
                     "egress rule refuses is 422 (ORCHESTRA_STEP_EGRESS_ALLOW).",
                     maxLength=service.URL_MAX, pattern=URL_PATTERN)
-    events: list[EventName] = rule(description="The events to deliver.", minItems=1, maxItems=4)
+    events: list[str] = rule(description="The events to deliver: one to four run events, and up to "
+                             f"{FILTERS_MAX} audit events (SPEC §16: `audit.*`, `audit.<type>.*`, "
+                             "`audit.<type>.<verb>`; the entries of the subscription's workspace, for "
+                             "its admins only). template_id limits the run events only.",
+                             minItems=1, maxItems=4 + FILTERS_MAX, items=out.EVENT_SCHEMA)
     template_id: str | None = id_rule(None, description="Only runs of this template (one you may run, "
                                       "of the subscription's workspace or shared).")
     workspace_id: str | None = id_rule(None, description="The workspace it belongs to (you need editor "
@@ -47,13 +49,16 @@ class SubscriptionBody(Body):
 
 
 _BELOW = "PermissionDeniedError: your role in the subscription's workspace is below editor."
+_BELOW_NEW = ("PermissionDeniedError: your role in the workspace is below editor, or below admin for "
+              "audit events (`detail.role_needed`).")
 
 
 @bp.post("", strict_slashes=False)
 @documented(
-    "Subscribe a URL to your runs' events (the secret is shown this once)",
+    "Subscribe a URL to your runs' events, or your workspace's audit entries (the secret is shown "
+    "this once)",
     body=SubscriptionBody, response=out.SubscriptionCreated, status=201,
-    errors={403: _BELOW, 404: NOT_A_MEMBER,
+    errors={403: _BELOW_NEW, 404: NOT_A_MEMBER,
             422: "ValidationError: a URL the egress rule refuses (`url`, with the setting), a "
                  "template you may not run or of another workspace (`template_id`)."},
     links={

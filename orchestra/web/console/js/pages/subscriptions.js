@@ -60,7 +60,9 @@ function Deliveries({ subscription }) {
       <thead><tr><th>Event</th><th>Run</th><th>Status</th><th>Attempts (response code or error)</th><th>Next attempt</th><th>Actions</th></tr></thead>
       <tbody>${data.deliveries.map((d) => html`<tr key=${d.delivery_id} data-delivery=${d.delivery_id}>
         <td data-label="Event">${d.event}</td>
-        <td data-label="Run"><a href=${`#/run/${d.trace_id}`}><code>${d.trace_id.slice(0, 8)}</code></a></td>
+        <td data-label="Run">${d.trace_id
+          ? html`<a href=${`#/run/${d.trace_id}`}><code>${d.trace_id.slice(0, 8)}</code></a>`
+          : '–'}</td>
         <td data-label="Status"><span class=${`badge delivery-${d.status}`}>${d.status}</span></td>
         <td class="codes" data-label="Attempts"><ol class="attempts">${d.attempts.map((a, i) => html`<li key=${i}>
           ${a.response_code === null
