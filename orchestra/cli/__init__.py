@@ -41,10 +41,14 @@ def root(
         None, "--db", envvar="ORCHESTRA_DATABASE_URL",
         help="Database URL: sqlite:////abs/path.db or postgresql://user@host/db.",
     ),
+    workspace: str | None = typer.Option(
+        None, "--workspace", envvar="ORCHESTRA_WORKSPACE",
+        help="The workspace (id or exact name) of every command after it; a command's own "
+             "--workspace wins (default: your personal one; lists: all of yours)."),
     version: bool = typer.Option(False, "--version", "-V", callback=_version, is_eager=True,
                                  help="Print the version and exit."),
 ) -> None:
-    ctx.obj = {"home": home, "database_url": db}
+    ctx.obj = {"home": home, "database_url": db, "workspace": workspace}
 
 
 def _register_commands() -> None:
@@ -80,6 +84,40 @@ def _register_commands() -> None:
     for area in (login, account, key, provider, node, tool, mcp, secret, skill, worker, template, files,
                  workflow, versions, schedule, subscription, hook, usage, audit, workspace):
         area.register(app)
+    _every_command_takes_workspace(app)
+
+
+def _every_command_takes_workspace(group: typer.Typer) -> None:
+    """SPEC §16: `--workspace` is an option of every command. Commands that act in a
+    workspace declare it (`remote.WORKSPACE`); every other one gets `UNUSED_WORKSPACE`
+    here, so scripts may pass it (or set ORCHESTRA_WORKSPACE) to any command alike."""
+    for info in group.registered_commands:
+        info.callback = _taking_workspace(info.callback)
+    for sub in group.registered_groups:
+        _every_command_takes_workspace(sub.typer_instance)
+
+
+def _taking_workspace(callback):
+    """`callback` with a `--workspace` it ignores, unless it has a `workspace` parameter
+    (its option, or `workspace delete`'s argument, which names the workspace itself)."""
+    import functools
+    import inspect
+
+    from orchestra.cli.remote import UNUSED_WORKSPACE
+
+    signature = inspect.signature(callback)
+    if "workspace" in signature.parameters:
+        return callback
+
+    @functools.wraps(callback)
+    def command(*args, workspace: str | None = None, **kwargs):
+        return callback(*args, **kwargs)
+
+    extra = inspect.Parameter("workspace", inspect.Parameter.KEYWORD_ONLY, default=UNUSED_WORKSPACE,
+                              annotation=str | None)
+    command.__signature__ = signature.replace(parameters=[*signature.parameters.values(), extra])
+    command.__annotations__ = {**callback.__annotations__, "workspace": str | None}
+    return command
 
 
 _register_commands()

@@ -49,10 +49,10 @@ def create(
 ) -> None:
     """Create a hook; prints its URL and its signing secret (shown this once)."""
     with connect(ctx, server, token) as client:
-        template_id = resolve_named(client, "/workflow/template", "templates", "template_id", template,
-                                    "template")
-        body = {"template_id": template_id, "input": input}
         wid = workspace_id(client, workspace)
+        template_id = resolve_named(client, "/workflow/template", "templates", "template_id", template,
+                                    "template", params={"workspace_id": wid} if wid else None)
+        body = {"template_id": template_id, "input": input}
         if wid:
             body["workspace_id"] = wid
         created = without_message(client.post(PATH, json=body))

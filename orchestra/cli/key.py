@@ -62,7 +62,7 @@ def create(
         if wid:
             body["workspace_id"] = wid
         if template:
-            body["templates"] = [template_id(client, ref) for ref in template]
+            body["templates"] = [template_id(client, ref, wid) for ref in template]
         created = without_message(client.post(PATH, json=body))
     if json_output:
         print_json(created)

@@ -124,10 +124,11 @@ def resolve_provider(client: Client, ref: str, missing: ExitCode = ExitCode.USAG
 
 
 def resolve_named(client: Client, path: str, key: str, id_field: str, ref: str, what: str,
-                  missing: ExitCode = ExitCode.NOT_FOUND) -> str:
-    """The id of the item of `GET path` (a list under `key`) whose id or exact,
-    case-sensitive name is `ref`; none → one line and exit `missing`."""
-    items = client.get_all(path, key)
+                  missing: ExitCode = ExitCode.NOT_FOUND, params: dict[str, Any] | None = None) -> str:
+    """The id of the item of `GET path` (a list under `key`, with `params`: e.g. one
+    workspace's) whose id or exact, case-sensitive name is `ref`; none → one line and
+    exit `missing`."""
+    items = client.get_all(path, key, params=params)
     for item in items:
         if ref in (item.get(id_field), item.get("id")):
             return str(item.get(id_field) or item.get("id"))
@@ -140,9 +141,21 @@ def resolve_named(client: Client, path: str, key: str, id_field: str, ref: str, 
     return str(named[0].get(id_field) or named[0].get("id"))
 
 
-WORKSPACE: str | None = typer.Option(
-    None, "--workspace", envvar="ORCHESTRA_WORKSPACE",
-    help="A workspace by id or exact name (default: your personal one; lists: all of yours).")
+def _or_global_workspace(ctx: typer.Context, value: str | None) -> str | None:
+    """A command's `--workspace`, else the root's (`orchestra --workspace W …`, which is
+    itself `--workspace` over $ORCHESTRA_WORKSPACE): the command's option wins."""
+    if value is not None:
+        return value
+    return ((ctx.find_root().obj or {}) if ctx else {}).get("workspace")
+
+
+WORKSPACE_HELP = ("A workspace by id or exact name (default: `orchestra --workspace`, else "
+                  "$ORCHESTRA_WORKSPACE, else your personal one; lists: all of yours).")
+WORKSPACE: str | None = typer.Option(None, "--workspace", callback=_or_global_workspace, help=WORKSPACE_HELP)
+UNUSED_WORKSPACE: str | None = typer.Option(
+    None, "--workspace",
+    help="Taken by every command (as is $ORCHESTRA_WORKSPACE); this one does not use it: what it "
+         "acts on is instance-wide, local, or named by its id.")
 
 
 def workspace_id(client: Client, ref: str | None) -> str | None:
@@ -161,3 +174,10 @@ def workspace_id(client: Client, ref: str | None) -> str | None:
     if len(named) > 1:
         fail(f"{len(named)} of your workspaces are named {ref!r}: give its id", ExitCode.USAGE)
     return str(named[0]["workspace_id"])
+
+
+def workspace_scope(client: Client, ref: str | None) -> dict[str, str]:
+    """`{"workspace_id": id}` for a list's query (or a creation's body) when `ref` names
+    a workspace, else `{}` (lists: all of yours; creations: your personal one)."""
+    wid = workspace_id(client, ref)
+    return {"workspace_id": wid} if wid else {}

@@ -89,10 +89,10 @@ def add(
     from orchestra.cli.template import template_id
 
     with connect(ctx, server, token) as client:
-        body = {"template_id": template_id(client, template), "cron": cron, "timezone": timezone,
+        wid = workspace_id(client, workspace)
+        body = {"template_id": template_id(client, template, wid), "cron": cron, "timezone": timezone,
                 "input": _input(input_text, input_json), "overlap": overlap, "catchup": catchup,
                 "catchup_window_seconds": window, "enabled": not disabled}
-        wid = workspace_id(client, workspace)
         if wid:
             body["workspace_id"] = wid
         created = client.post(PATH, json=body)

@@ -1,7 +1,9 @@
 """`orchestra subscription …`: other systems told of your runs' events, through
 `/api/v1/workflow/subscription` (SPEC §11). The signing secret (`whsec_…`) is printed
 once, by `add`, on stdout (the subscription_id goes to stderr then): keep it, it is
-never shown again.
+never shown again. `--workspace` (or `orchestra --workspace`, or $ORCHESTRA_WORKSPACE)
+is where `add` puts the subscription (told of that workspace's runs) and what `list`
+lists (SPEC §16).
 """
 
 from __future__ import annotations
@@ -11,7 +13,16 @@ import sys
 import typer
 
 from orchestra.cli.console import handle_errors, out, print_json, success
-from orchestra.cli.remote import JSON, SERVER, TOKEN, YES, confirm, connect
+from orchestra.cli.remote import (
+    JSON,
+    SERVER,
+    TOKEN,
+    WORKSPACE,
+    YES,
+    confirm,
+    connect,
+    workspace_scope,
+)
 
 app = typer.Typer(help="Event subscriptions: add, list, deliveries, retry, remove.", no_args_is_help=True)
 
@@ -33,15 +44,17 @@ def add(
     url: str = typer.Argument(..., help="Where deliveries are POSTed (http:// or https://)."),
     event: list[str] = typer.Option([], "--event", "-e", help=EVENT_HELP),
     template: str | None = typer.Option(None, "--template", help="Only runs of this template (id or exact name)."),
+    workspace: str | None = WORKSPACE,
     server: str | None = SERVER, token: str | None = TOKEN, json_output: bool = JSON,
 ) -> None:
-    """Subscribe URL; prints the signing secret (shown this once) on stdout."""
+    """Subscribe URL to --workspace's runs (default: your personal one's); prints the
+    signing secret (shown this once) on stdout."""
     from orchestra.cli.template import template_id
 
     with connect(ctx, server, token) as client:
-        body = {"url": url, "events": list(event) or list(EVENTS)}
+        body = {"url": url, "events": list(event) or list(EVENTS), **workspace_scope(client, workspace)}
         if template is not None:
-            body["template_id"] = template_id(client, template)
+            body["template_id"] = template_id(client, template, body.get("workspace_id"))
         created = client.post(PATH, json=body)
     if json_output:
         print_json({k: v for k, v in created.items() if k != "message"})
@@ -52,15 +65,16 @@ def add(
 
 @app.command("list")
 @handle_errors
-def list_subscriptions(ctx: typer.Context, server: str | None = SERVER, token: str | None = TOKEN,
-                       json_output: bool = JSON) -> None:
-    """List your subscriptions (never their secrets), each template by its name."""
+def list_subscriptions(ctx: typer.Context, workspace: str | None = WORKSPACE, server: str | None = SERVER,
+                       token: str | None = TOKEN, json_output: bool = JSON) -> None:
+    """List your subscriptions and your workspaces' (--workspace: that one's only; never
+    their secrets), each template by its name."""
     from rich.table import Table
 
     from orchestra.cli.template import template_names
 
     with connect(ctx, server, token) as client:
-        rows = client.get_all(PATH, "subscriptions")
+        rows = client.get_all(PATH, "subscriptions", params=workspace_scope(client, workspace))
         names = template_names(client) if not json_output and any(r.get("template_id") for r in rows) else {}
     if json_output:
         print_json(rows)

@@ -45,17 +45,19 @@ def register(root: typer.Typer) -> None:
     root.add_typer(app, name="template")
 
 
-def template_id(client, ref: str) -> str:
+def template_id(client, ref: str, in_workspace: str | None = None) -> str:
     """The template_id `ref` names: an id-looking `ref` is sent as it is (the server
     decides, and a key needs no `template:read` for it); a name is looked up in the
-    templates list, which an API key may read only with `template:read`."""
+    templates list (`in_workspace`, a workspace_id: that workspace's), which an API key
+    may read only with `template:read`."""
     from orchestra.cli.remote import UUID
     from orchestra.client import APIError
 
     if UUID.fullmatch(ref):
         return ref
     try:
-        return resolve_named(client, PATH, "templates", "template_id", ref, "template")
+        return resolve_named(client, PATH, "templates", "template_id", ref, "template",
+                             params={"workspace_id": in_workspace} if in_workspace else None)
     except APIError as exc:
         if exc.status == 403 and "template:read" in exc.message:
             fail(f"{ref!r} is a template name, and finding a template by name needs the scope "
@@ -123,11 +125,11 @@ def list_templates(ctx: typer.Context, workspace: str | None = WORKSPACE, server
 
 @app.command()
 @handle_errors
-def show(ctx: typer.Context, template: str = TEMPLATE, server: str | None = SERVER,
-         token: str | None = TOKEN, json_output: bool = JSON) -> None:
-    """Show a template and its steps."""
+def show(ctx: typer.Context, template: str = TEMPLATE, workspace: str | None = WORKSPACE,
+         server: str | None = SERVER, token: str | None = TOKEN, json_output: bool = JSON) -> None:
+    """Show a template and its steps (a name is looked up in --workspace when given)."""
     with connect(ctx, server, token) as client:
-        body = client.get(f"{PATH}/{template_id(client, template)}")["template"]
+        body = client.get(f"{PATH}/{template_id(client, template, workspace_id(client, workspace))}")["template"]
         if json_output:
             print_json(body)
             return
@@ -154,13 +156,15 @@ def create(ctx: typer.Context, file: str = FILE, shared: bool | None = SHARED,
 @app.command()
 @handle_errors
 def update(ctx: typer.Context, template: str = TEMPLATE, file: str = FILE, shared: bool | None = SHARED,
+           workspace: str | None = WORKSPACE,
            server: str | None = SERVER, token: str | None = TOKEN, json_output: bool = JSON) -> None:
-    """Change a template: its current fields overlaid with those in the JSON file."""
+    """Change a template: its current fields overlaid with those in the JSON file (a name
+    is looked up in --workspace when given)."""
     changes = _object(read_json_file(file), file)
     if shared is not None:
         changes["shared"] = shared
     with connect(ctx, server, token) as client:
-        tid = template_id(client, template)
+        tid = template_id(client, template, workspace_id(client, workspace))
         current = client.get(f"{PATH}/{tid}")["template"]
         body = {**{k: current[k] for k in EDITABLE if k in current}, **changes}
         updated = client.put(f"{PATH}/{tid}", json=body)
@@ -171,12 +175,13 @@ def update(ctx: typer.Context, template: str = TEMPLATE, file: str = FILE, share
 
 @app.command()
 @handle_errors
-def delete(ctx: typer.Context, template: str = TEMPLATE, yes: bool = YES, server: str | None = SERVER,
-           token: str | None = TOKEN) -> None:
-    """Delete a template (runs keep their own copy of the steps)."""
+def delete(ctx: typer.Context, template: str = TEMPLATE, yes: bool = YES, workspace: str | None = WORKSPACE,
+           server: str | None = SERVER, token: str | None = TOKEN) -> None:
+    """Delete a template (runs keep their own copy of the steps; a name is looked up in
+    --workspace when given)."""
     confirm(f"delete template {template}", yes)
     with connect(ctx, server, token) as client:
-        client.delete(f"{PATH}/{template_id(client, template)}")
+        client.delete(f"{PATH}/{template_id(client, template, workspace_id(client, workspace))}")
     success(f"deleted template {template}")
 
 

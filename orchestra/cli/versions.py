@@ -19,7 +19,7 @@ import typer
 from orchestra.cli import template as templates
 from orchestra.cli import workflow as workflows
 from orchestra.cli.console import ExitCode, fail, handle_errors, out, print_json, success
-from orchestra.cli.remote import JSON, SERVER, TOKEN, connect
+from orchestra.cli.remote import JSON, SERVER, TOKEN, WORKSPACE, connect, workspace_id
 
 PATH = templates.PATH
 
@@ -32,13 +32,18 @@ def register(root: typer.Typer) -> None:
     workflows.app.command("fork")(handle_errors(fork))
 
 
-def versions(ctx: typer.Context, template: str = templates.TEMPLATE, server: str | None = SERVER,
-             token: str | None = TOKEN, json_output: bool = JSON) -> None:
+def _template(client, template: str, workspace: str | None) -> str:
+    """The template_id of `template` (a name looked up in `workspace` when one is named)."""
+    return templates.template_id(client, template, workspace_id(client, workspace))
+
+
+def versions(ctx: typer.Context, template: str = templates.TEMPLATE, workspace: str | None = WORKSPACE,
+             server: str | None = SERVER, token: str | None = TOKEN, json_output: bool = JSON) -> None:
     """List a template's versions, newest first (every save made one)."""
     from rich.table import Table
 
     with connect(ctx, server, token) as client:
-        rows = client.get(f"{PATH}/{templates.template_id(client, template)}/versions")["versions"]
+        rows = client.get(f"{PATH}/{_template(client, template, workspace)}/versions")["versions"]
     if json_output:
         print_json(rows)
         return
@@ -51,11 +56,11 @@ def versions(ctx: typer.Context, template: str = templates.TEMPLATE, server: str
 def diff(ctx: typer.Context, template: str = templates.TEMPLATE,
          from_: int | None = typer.Option(None, "--from", min=1, help="The older version (default: the one before --to)."),
          to: int | None = typer.Option(None, "--to", min=1, help="The newer version (default: the latest)."),
-         server: str | None = SERVER, token: str | None = TOKEN, json_output: bool = JSON) -> None:
+         workspace: str | None = WORKSPACE, server: str | None = SERVER, token: str | None = TOKEN, json_output: bool = JSON) -> None:
     """What changed between two versions, by step id (+ added, - removed, ~ changed fields)."""
     params = {k: v for k, v in (("from", from_), ("to", to)) if v is not None}
     with connect(ctx, server, token) as client:
-        body = client.get(f"{PATH}/{templates.template_id(client, template)}/diff", params=params)
+        body = client.get(f"{PATH}/{_template(client, template, workspace)}/diff", params=params)
     if json_output:
         print_json({k: v for k, v in body.items() if k != "message"})
         return
@@ -70,10 +75,10 @@ def diff(ctx: typer.Context, template: str = templates.TEMPLATE,
 
 def restore(ctx: typer.Context, template: str = templates.TEMPLATE,
             version: int = typer.Argument(..., min=1, help="The version whose content becomes the newest."),
-            server: str | None = SERVER, token: str | None = TOKEN, json_output: bool = JSON) -> None:
+            workspace: str | None = WORKSPACE, server: str | None = SERVER, token: str | None = TOKEN, json_output: bool = JSON) -> None:
     """Save an earlier version's content as the newest version."""
     with connect(ctx, server, token) as client:
-        tid = templates.template_id(client, template)
+        tid = _template(client, template, workspace)
         body = client.post(f"{PATH}/{tid}/versions/{version}/restore")
     if json_output:
         print_json({k: v for k, v in body.items() if k != "message"})

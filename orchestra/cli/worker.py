@@ -4,6 +4,9 @@ Workers belong to a user, so these commands talk to `/api/v1/agent/worker` with 
 kept login (or `--server`/`--token`), never to the store. `create` prints only the new
 worker_id on stdout, so `WORKER=$(orchestra worker create …)` works; `--provider`
 takes a provider_id or a provider's exact name (looked up in `GET /provider`).
+`--workspace` (or `orchestra --workspace`, or $ORCHESTRA_WORKSPACE; an id or exact name)
+is where `create` puts the worker, what `list` lists, and where `show`, `update` and
+`delete` look a worker's name up (SPEC §16).
 """
 
 from __future__ import annotations
@@ -18,16 +21,18 @@ from orchestra.cli.remote import (
     JSON,
     SERVER,
     TOKEN,
+    WORKSPACE,
     connect,
     resolve_named,
     resolve_provider,
     show_fields,
+    workspace_scope,
 )
 from orchestra.cli.remote import without_message as _worker
 
 app = typer.Typer(help="Your workers on a server: list, create, show, update, delete.", no_args_is_help=True)
 
-FIELDS = ("worker_id", "name", "description", "provider_id", "provider_name", "model", "tools", "bound_skill",
+FIELDS = ("worker_id", "name", "workspace_id", "description", "provider_id", "provider_name", "model", "tools", "bound_skill",
           "system_prompt", "created_at", "updated_at")
 
 
@@ -38,14 +43,14 @@ def register(root: typer.Typer) -> None:
 @app.command("list")
 @handle_errors
 def list_(
-    ctx: typer.Context,
+    ctx: typer.Context, workspace: str | None = WORKSPACE,
     server: str | None = SERVER, token: str | None = TOKEN, json_output: bool = JSON,
 ) -> None:
-    """List your workers."""
+    """List your workers and your workspaces' (--workspace: that one's only)."""
     from rich.table import Table
 
     with connect(ctx, server, token) as client:
-        workers = client.get_all("/agent/worker", "workers")
+        workers = client.get_all("/agent/worker", "workers", params=workspace_scope(client, workspace))
     if json_output:
         print_json(workers)
         return
@@ -69,12 +74,13 @@ def create(
     skill: str | None = typer.Option(None, "--skill", help="The name of a skill to bind."),
     system_prompt: str | None = typer.Option(None, "--system-prompt", help="The worker's system prompt."),
     description: str | None = typer.Option(None, "--description", help="A description."),
+    workspace: str | None = WORKSPACE,
     server: str | None = SERVER, token: str | None = TOKEN, json_output: bool = JSON,
 ) -> None:
-    """Create a worker; prints its worker_id alone on stdout."""
+    """Create a worker (in --workspace; default your personal one); prints its worker_id alone on stdout."""
     with connect(ctx, server, token) as client:
         body: dict[str, Any] = {"name": name, "provider_id": resolve_provider(client, provider),
-                                "tools": list(tools)}
+                                "tools": list(tools), **workspace_scope(client, workspace)}
         for key, value in (("model", model), ("bound_skill", skill),
                            ("system_prompt", system_prompt), ("description", description)):
             if value is not None:
@@ -89,10 +95,11 @@ def create(
     success(f"created worker {name} ({worker_id})")
 
 
-def _resolve(client, ref: str) -> str:
-    """The worker_id of `ref`: one of your workers' id or exact name (exit 3 naming the
-    workers there are when none matches)."""
-    return resolve_named(client, "/agent/worker", "workers", "worker_id", ref, "worker")
+def _resolve(client, ref: str, workspace: str | None = None) -> str:
+    """The worker_id of `ref`: one of your workers' id or exact name, looked up in
+    `workspace` when one is named (exit 3 naming the workers there are when none matches)."""
+    return resolve_named(client, "/agent/worker", "workers", "worker_id", ref, "worker",
+                         params=workspace_scope(client, workspace))
 
 
 @app.command()
@@ -100,11 +107,12 @@ def _resolve(client, ref: str) -> str:
 def show(
     ctx: typer.Context,
     worker_id: str = typer.Argument(..., help="The worker's worker_id or name."),
+    workspace: str | None = WORKSPACE,
     server: str | None = SERVER, token: str | None = TOKEN, json_output: bool = JSON,
 ) -> None:
-    """Show one of your workers."""
+    """Show one of your workers (a name is looked up in --workspace when given)."""
     with connect(ctx, server, token) as client:
-        worker = _worker(client.get(f"/agent/worker/{_resolve(client, worker_id)}"))
+        worker = _worker(client.get(f"/agent/worker/{_resolve(client, worker_id, workspace)}"))
     show_fields(worker, FIELDS, json_output)
 
 
@@ -124,9 +132,10 @@ def update(
     no_skill: bool = typer.Option(False, "--no-skill", help="Unbind the skill."),
     system_prompt: str | None = typer.Option(None, "--system-prompt", help="A new system prompt."),
     description: str | None = typer.Option(None, "--description", help="A new description."),
+    workspace: str | None = WORKSPACE,
     server: str | None = SERVER, token: str | None = TOKEN, json_output: bool = JSON,
 ) -> None:
-    """Change one of your workers; only the fields given change."""
+    """Change one of your workers (a name is looked up in --workspace when given); only the fields given change."""
     for a, b, one, other in ((model, default_model, "--model", "--default-model"),
                              (tools, no_tools, "--tool", "--no-tools"), (skill, no_skill, "--skill", "--no-skill")):
         if a and b:
@@ -142,7 +151,7 @@ def update(
     with connect(ctx, server, token) as client:
         if provider is not None:
             body["provider_id"] = resolve_provider(client, provider)
-        worker_id = _resolve(client, worker_id)
+        worker_id = _resolve(client, worker_id, workspace)
         updated = _worker(client.put(f"/agent/worker/{worker_id}", json=body))
     if json_output:
         print_json(updated)
@@ -154,10 +163,11 @@ def update(
 def delete(
     ctx: typer.Context,
     worker_id: str = typer.Argument(..., help="The worker's worker_id or name."),
+    workspace: str | None = WORKSPACE,
     server: str | None = SERVER, token: str | None = TOKEN,
 ) -> None:
-    """Delete one of your workers."""
+    """Delete one of your workers (a name is looked up in --workspace when given)."""
     with connect(ctx, server, token) as client:
-        worker_id = _resolve(client, worker_id)
+        worker_id = _resolve(client, worker_id, workspace)
         client.request("DELETE", f"/agent/worker/{worker_id}")
     success(f"deleted worker {worker_id}")

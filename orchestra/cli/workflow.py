@@ -166,13 +166,14 @@ def create(
     ctx: typer.Context,
     file: str = typer.Argument(..., help="Template JSON file ({name, description?, steps}); '-' reads stdin."),
     shared: bool | None = typer.Option(None, "--shared/--private", help="Share with every user (admins)."),
+    workspace: str | None = WORKSPACE,
     server: str | None = SERVER, token: str | None = TOKEN, json_output: bool = JSON,
 ) -> None:
-    """Create a workflow template from a JSON file; prints its template_id (same as
-    `orchestra template create`)."""
+    """Create a workflow template from a JSON file (in --workspace; default your personal
+    one); prints its template_id (same as `orchestra template create`)."""
     from orchestra.cli.template import create_from_file
 
-    create_from_file(ctx, file, shared, server, token, json_output)
+    create_from_file(ctx, file, shared, server, token, json_output, workspace)
 
 
 @app.command()
@@ -190,9 +191,11 @@ def run(
     budget: str | None = typer.Option(None, "--budget", metavar="USD",
                                       help="The run's budget in USD, e.g. 0.50 (instead of the template's limits.budget_usd)."),
     watch_: bool = typer.Option(False, "--watch", "-w", help="Follow the run until it ends."),
+    workspace: str | None = WORKSPACE,
     server: str | None = SERVER, token: str | None = TOKEN, json_output: bool = JSON,
 ) -> None:
-    """Start a run; print its trace_id, or with --watch follow it live."""
+    """Start a run (of the template's workspace); print its trace_id, or with --watch
+    follow it live. A template name is looked up in --workspace when given."""
     from orchestra.cli.template import template_id
 
     text: Any = None if input_ is None else (sys.stdin.read() if input_ == "-" else input_)
@@ -202,7 +205,8 @@ def run(
         except ValueError as exc:
             fail(f"--input is not JSON: {exc}", ExitCode.USAGE)
     with connect(ctx, server, token) as client:
-        trace_id = client.start_run(template_id(client, template), text, files, version=version, budget_usd=budget)
+        tid = template_id(client, template, workspace_id(client, workspace))
+        trace_id = client.start_run(tid, text, files, version=version, budget_usd=budget)
         if not watch_:
             if json_output:
                 print_json({"trace_id": trace_id})
