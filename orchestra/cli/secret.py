@@ -1,5 +1,6 @@
 """`orchestra secret …`: secrets for HTTP steps through `/api/v1/resource/secret`
-(ADMINISTRATOR and above), each with the hosts HTTP steps may send it to (`--host`,
+(instance-wide: ADMINISTRATOR and above; with `--workspace`, that workspace's own: its
+admins, SPEC §16), each with the hosts HTTP steps may send it to (`--host`,
 repeated). A value is read from a hidden prompt or, with `--value-stdin`, one line of
 standard input; never from the command line."""
 
@@ -10,7 +11,17 @@ import sys
 import typer
 
 from orchestra.cli.console import ExitCode, fail, handle_errors, out, print_json, success
-from orchestra.cli.remote import JSON, SERVER, TOKEN, YES, confirm, connect, without_message
+from orchestra.cli.remote import (
+    JSON,
+    SERVER,
+    TOKEN,
+    YES,
+    _or_global_workspace,
+    confirm,
+    connect,
+    without_message,
+    workspace_id,
+)
 
 app = typer.Typer(help="Secrets for HTTP steps on a server: set, hosts, list, delete (values are never shown).",
                   no_args_is_help=True)
@@ -19,6 +30,16 @@ NAME = typer.Argument(..., help="The secret's name, as templates write it: {{ se
 HOST_HELP = ("A host HTTP steps may send the secret to (repeat for more): api.example.com, *.example.com, "
              "127.0.0.1:8080, [::1]; no port: any port. Compared with the host as written in the URL.")
 PATH = "/resource/secret"
+WORKSPACE: str | None = typer.Option(
+    None, "--workspace", callback=_or_global_workspace,
+    help="A workspace by id or exact name: its own secrets (you need admin there); default: "
+         "`orchestra --workspace`, else $ORCHESTRA_WORKSPACE, else the instance-wide ones (ADMINISTRATOR+).")
+
+
+def _where(client, workspace: str | None) -> dict:
+    """The query naming the workspace (none: the instance-wide secrets)."""
+    wid = workspace_id(client, workspace)
+    return {"workspace_id": wid} if wid else {}
 
 
 def register(root: typer.Typer) -> None:
@@ -43,6 +64,7 @@ def set_secret(
     value_stdin: bool = typer.Option(False, "--value-stdin", help="Read the value from one line of stdin."),
     host: list[str] = typer.Option([], "--host", help=HOST_HELP + " Needed for a new secret; for an "
                                    "existing one, given hosts replace its hosts."),
+    workspace: str | None = WORKSPACE,
     server: str | None = SERVER, token: str | None = TOKEN, json_output: bool = JSON,
 ) -> None:
     """Store a secret with its hosts, or replace the value (and hosts) of an existing one."""
@@ -51,9 +73,11 @@ def set_secret(
     value = _read_value(value_stdin)
     hosts = {"hosts": list(host)} if host else {}
     with connect(ctx, server, token) as client:
+        where = _where(client, workspace)
         if not host:  # only an existing secret may keep its hosts
             try:
-                stored, verb = without_message(client.put(f"{PATH}/{name}", json={"value": value})), "replaced"
+                stored, verb = without_message(client.put(f"{PATH}/{name}", json={"value": value},
+                                                          params=where)), "replaced"
             except APIError as exc:
                 if exc.status != 404:
                     raise
@@ -61,11 +85,13 @@ def set_secret(
                      ExitCode.USAGE)
         else:
             try:
-                stored, verb = without_message(client.post(PATH, json={"name": name, "value": value, **hosts})), "stored"
+                stored, verb = without_message(client.post(
+                    PATH, json={"name": name, "value": value, **hosts, **where})), "stored"
             except APIError as exc:
                 if exc.status != 409:
                     raise
-                stored, verb = without_message(client.put(f"{PATH}/{name}", json={"value": value, **hosts})), "replaced"
+                stored, verb = without_message(client.put(f"{PATH}/{name}", json={"value": value, **hosts},
+                                                          params=where)), "replaced"
     if json_output:
         print_json(stored)
     success(f"{verb} secret {stored['name']} ({stored['hint']}), sent only to {_hosts(stored)}")
@@ -79,12 +105,13 @@ def _hosts(stored: dict) -> str:
 @handle_errors
 def set_hosts(
     ctx: typer.Context, name: str = NAME,
-    host: list[str] = typer.Option(..., "--host", help=HOST_HELP),
+    host: list[str] = typer.Option(..., "--host", help=HOST_HELP), workspace: str | None = WORKSPACE,
     server: str | None = SERVER, token: str | None = TOKEN, json_output: bool = JSON,
 ) -> None:
     """Set where a secret may be sent (a secret stored before hosts existed needs this)."""
     with connect(ctx, server, token) as client:
-        stored = without_message(client.put(f"{PATH}/{name}", json={"hosts": list(host)}))
+        stored = without_message(client.put(f"{PATH}/{name}", json={"hosts": list(host)},
+                                            params=_where(client, workspace)))
     if json_output:
         print_json(stored)
     success(f"secret {stored['name']} is sent only to {_hosts(stored)}")
@@ -92,13 +119,13 @@ def set_hosts(
 
 @app.command("list")
 @handle_errors
-def list_secrets(ctx: typer.Context, server: str | None = SERVER, token: str | None = TOKEN,
-                 json_output: bool = JSON) -> None:
-    """List the secrets: names and hints (…abcd), never values."""
+def list_secrets(ctx: typer.Context, workspace: str | None = WORKSPACE, server: str | None = SERVER,
+                 token: str | None = TOKEN, json_output: bool = JSON) -> None:
+    """List the secrets (a workspace's, or the instance-wide ones): names and hints (…abcd), never values."""
     from rich.table import Table
 
     with connect(ctx, server, token) as client:
-        rows = client.get(PATH).get("secrets", [])
+        rows = client.get(PATH, params=_where(client, workspace)).get("secrets", [])
     if json_output:
         print_json(rows)
         return
@@ -111,10 +138,10 @@ def list_secrets(ctx: typer.Context, server: str | None = SERVER, token: str | N
 
 @app.command()
 @handle_errors
-def delete(ctx: typer.Context, name: str = NAME, yes: bool = YES, server: str | None = SERVER,
-           token: str | None = TOKEN) -> None:
+def delete(ctx: typer.Context, name: str = NAME, yes: bool = YES, workspace: str | None = WORKSPACE,
+           server: str | None = SERVER, token: str | None = TOKEN) -> None:
     """Delete a secret (a template naming it then fails that step when it runs)."""
     confirm(f"delete secret {name}", yes)
     with connect(ctx, server, token) as client:
-        client.delete(f"{PATH}/{name}")
+        client.delete(f"{PATH}/{name}", params=_where(client, workspace))
     success(f"deleted secret {name}")

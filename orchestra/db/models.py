@@ -323,9 +323,11 @@ class Secret(BaseModel):
     SecretBox ciphertext, plus a masked hint (`…abcd`) for lists; never returned."""
 
     id = CharField(primary_key=True, max_length=36, default=new_id)
-    name = CharField(max_length=64, unique=True)
+    name = CharField(max_length=64)  # unique per workspace, and among instance-wide ones (migration 0024)
     value_encrypted = TextField()
     hint = CharField(max_length=16)
+    # Its workspace (SPEC §16; deleted with it); None: instance-wide, usable by every workspace.
+    workspace_id = CharField(max_length=36, null=True)
     hosts = JSONField(null=True)  # where a step may send it (SPEC §15b); null: stored before hosts, unusable
     created_by = CharField(max_length=36, null=True)
     created_at = DateTimeField(default=utcnow)

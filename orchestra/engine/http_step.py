@@ -66,14 +66,16 @@ class HttpSteps:
             self._caller = HttpCaller(self.settings.step_egress)
         return self._caller
 
-    async def secrets_of(self, names: set[str]) -> tuple[dict[str, str], dict[str, list[str] | None]]:
-        """The plain values and the hosts of `names`. A name no secret has gets `***` (what
+    async def secrets_of(self, names: set[str], workspace_id: str | None = None
+                         ) -> tuple[dict[str, str], dict[str, list[str] | None]]:
+        """The plain values and the hosts of `names`, as a run of `workspace_id` sees them
+        (its workspace's secret, else the instance-wide one). A name no secret has gets `***` (what
         a value shows as; no stored value is that short) and no hosts: its step then fails
         at the request with the sentence, and the URL as shown, that a secret which may not
         go there gets (SPEC §15b: nothing tells a user which names exist)."""
         if not names:
             return {}, {}
-        rows = await self.secrets.read(names)
+        rows = await self.secrets.read(names, workspace_id)
         values: dict[str, str] = dict.fromkeys(names, redaction.MASK)
         hosts: dict[str, list[str] | None] = dict.fromkeys(names)
         for row in rows:
@@ -88,10 +90,11 @@ class HttpSteps:
         redaction.remember(v for v in values.values() if v != redaction.MASK)
         return values, hosts
 
-    async def request(self, step: StepDef, at: At, scope: Scope) -> tuple[HttpRequest, dict[str, str]]:
-        """The request an http step sends, and the secret values it holds."""
+    async def request(self, step: StepDef, at: At, scope: Scope,
+                      workspace_id: str | None = None) -> tuple[HttpRequest, dict[str, str]]:
+        """The request an http step of a run of `workspace_id` sends, and the secret values it holds."""
         http, where = step.http, at.path
-        values, hosts = await self.secrets_of(secret_names(http))
+        values, hosts = await self.secrets_of(secret_names(http), workspace_id)
         limit = self.settings.prompt_max_bytes
         try:
             url = await _render(http["url"], scope, values, limit, where)
@@ -110,7 +113,7 @@ class HttpSteps:
 
     async def attempt(self, live: LiveRun, step: StepDef, at: At, scope: Scope) -> dict[str, Any]:
         """Send the request; its answer, or StepRequestFailure (secrets hidden)."""
-        request, values = await self.request(step, at, scope)
+        request, values = await self.request(step, at, scope, live.workspace_id)
         secrets = tuple(values.values())
         shown = redaction.scrub_text(request.url, secrets) if secrets else request.url
         span = tracing.start_span(f"http {request.method}", {

@@ -37,12 +37,14 @@ def calls_of(steps: list[dict[str, Any]]) -> set[tuple[str, int | None]]:
     return found
 
 
-async def check_calls(core: Shared, checked: Checked, *, owner_id: str, template_id: str | None) -> None:
-    """Add to `checked.problems` every secret a step may not send where its URL says and
+async def check_calls(core: Shared, checked: Checked, *, owner_id: str, template_id: str | None,
+                      workspace_id: str | None = None) -> None:
+    """Add to `checked.problems` every secret a step may not send where its URL says (a
+    template of `workspace_id` sees that workspace's secrets and the instance-wide ones) and
     every child template that is
     unknown, the template itself (or calls it), or makes a chain too deep; a child named
     by name is rewritten to its id."""
-    for field, problem in await secret_service.save_refusals(core, checked.secrets):
+    for field, problem in await secret_service.save_refusals(core, checked.secrets, workspace_id):
         checked.add(field, problem)
     if not checked.children:
         return

@@ -10,6 +10,14 @@ ciphertext (Fernet, the key derived from the server secret, as provider keys are
 a hint (`…abcd`, the last four characters of a value of 8 or more, else `…`); no route
 returns it. A run reads the values its step names when the step runs, and the values
 join this process's redaction set (orchestra/redaction.py).
+
+Teams (SPEC §16): a secret stored with a `workspace_id` is that workspace's, managed by
+its admins (`workspace_rights.require(…, Action.MANAGE)`: 404 for a non-member, 403
+below `admin`), its audit entries in the workspace's chain; one stored without is
+instance-wide, managed by ADMINISTRATOR and above as before. Names are unique per
+workspace and among instance-wide secrets. A run (and a save or a check in a workspace)
+sees its workspace's secrets and the instance-wide ones, its workspace's first where
+both have a name; another workspace's secret reads as one that does not exist.
 """
 
 from __future__ import annotations
@@ -21,9 +29,11 @@ from peewee import IntegrityError
 
 from orchestra import redaction, secret_hosts
 from orchestra.db.models import Secret, iso, storable, utcnow
-from orchestra.errors import ConflictError, NotFoundError, ValidationError
-from orchestra.services import audit
+from orchestra.errors import ConflictError, NotFoundError, PermissionDeniedError, ValidationError
+from orchestra.services import audit, workspace_rights
+from orchestra.services.roles import Role
 from orchestra.services.shared import Shared
+from orchestra.services.workspace_rights import Action, Caller
 
 NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 NAME_RULE = "must be 1 to 64 letters, digits or '_', not starting with a digit"
@@ -63,6 +73,7 @@ def secret_view(secret: Secret) -> dict[str, Any]:
     stored before hosts existed (no step may send it until they are set)."""
     return {
         "name": secret.name,
+        "workspace_id": secret.workspace_id,
         "hint": secret.hint,
         "hosts": secret.hosts,
         "created_at": iso(secret.created_at),
@@ -70,14 +81,31 @@ def secret_view(secret: Secret) -> dict[str, Any]:
     }
 
 
+async def scope_of(core: Shared, caller: Caller, workspace_id: str | None) -> str | None:
+    """Where a caller manages secrets: `workspace_id`'s (404 for a non-member, 403 naming
+    `admin` below it), else the instance-wide ones (ADMINISTRATOR and above, 403 else)."""
+    if workspace_id is None:
+        if Role(caller.role).rank < Role.ADMINISTRATOR.rank:
+            raise PermissionDeniedError(f"This operation needs the role {Role.ADMINISTRATOR.value} or above "
+                                        "(or admin in the workspace named by workspace_id).")
+        return None
+    found = await workspace_rights.require(core, caller, workspace_id, Action.MANAGE)
+    return found.workspace.id
+
+
+def _in(workspace_id: str | None) -> Any:
+    return Secret.workspace_id.is_null() if workspace_id is None else Secret.workspace_id == workspace_id
+
+
 async def create_secret(core: Shared, *, name: str, value: str, hosts: list[str],
-                        created_by: str | None = None) -> Secret:
-    """Store a new secret; 422 for a bad name, value or hosts, 409 for a name in use."""
+                        created_by: str | None = None, workspace_id: str | None = None) -> Secret:
+    """Store a new secret (in `workspace_id`, else instance-wide; the caller's right is
+    `scope_of`'s); 422 for a bad name, value or hosts, 409 for a name in use there."""
     name, value, hosts = clean_name(name), clean_value(value), clean_hosts(hosts)
     secret = Secret(name=name, value_encrypted=core.secrets.encrypt(value), hint=hint(value),
-                    hosts=hosts, created_by=created_by)
-    if await Secret.aget_or_none(Secret.name == name) is not None:
-        raise _taken(name)
+                    hosts=hosts, created_by=created_by, workspace_id=workspace_id)
+    if await Secret.aget_or_none((Secret.name == name) & _in(workspace_id)) is not None:
+        raise _taken(name, workspace_id)
     try:
         async with core.write_transaction():
             await secret.asave(force_insert=True)
@@ -86,18 +114,19 @@ async def create_secret(core: Shared, *, name: str, value: str, hosts: list[str]
                                         "hosts": audit.change(None, hosts)},
                                workspace_id=audit.workspace_of(secret))
     except IntegrityError:  # a concurrent create took the name
-        raise _taken(name) from None
+        raise _taken(name, workspace_id) from None
     redaction.remember([value])
     return secret
 
 
 async def update_secret(core: Shared, *, name: str, value: str | None = None,
-                        hosts: list[str] | None = None) -> Secret:
-    """Replace a secret's value, its hosts, or both; 404 for an unknown name."""
+                        hosts: list[str] | None = None, workspace_id: str | None = None) -> Secret:
+    """Replace a secret's value, its hosts, or both (`workspace_id`'s secret, else the
+    instance-wide one); 404 for an unknown name."""
     if value is None and hosts is None:
         raise ValidationError("Send the secret's new value, its hosts, or both.", detail=[
             {"field": "value", "problem": "value or hosts is required"}])
-    secret = await get_secret(name)
+    secret = await get_secret(name, workspace_id)
     changed = [Secret.updated_at]
     changes = {}
     if value is not None:
@@ -120,20 +149,24 @@ async def update_secret(core: Shared, *, name: str, value: str | None = None,
     return secret
 
 
-async def list_secrets(core: Shared) -> list[Secret]:
-    return await core.db.list(Secret.select().order_by(Secret.name))
+async def list_secrets(core: Shared, workspace_id: str | None = None) -> list[Secret]:
+    """`workspace_id`'s secrets, else the instance-wide ones, by name."""
+    return await core.db.list(Secret.select().where(_in(workspace_id)).order_by(Secret.name))
 
 
-async def get_secret(name: str) -> Secret:
-    secret = await Secret.aget_or_none(Secret.name == name) if storable(name) and NAME.fullmatch(name) else None
+async def get_secret(name: str, workspace_id: str | None = None) -> Secret:
+    secret = None
+    if storable(name) and NAME.fullmatch(name):
+        secret = await Secret.aget_or_none((Secret.name == name) & _in(workspace_id))
     if secret is None:
-        raise NotFoundError(f"No secret is named '{name}'.")
+        raise NotFoundError(f"No secret is named '{name}'" + (" in this workspace." if workspace_id else "."))
     return secret
 
 
-async def delete_secret(core: Shared, *, name: str) -> None:
-    """Delete a secret; a template that names it fails that step when it runs."""
-    secret = await get_secret(name)
+async def delete_secret(core: Shared, *, name: str, workspace_id: str | None = None) -> None:
+    """Delete a secret (`workspace_id`'s, else the instance-wide one); a template that
+    names it fails that step when it runs (or uses the instance-wide one of that name)."""
+    secret = await get_secret(name, workspace_id)
     async with core.write_transaction():
         if await core.db.aexecute(Secret.delete().where(Secret.id == secret.id)):
             await audit.record(core, action="secret.delete", target=audit.target("secret", secret.id, secret.name),
@@ -142,35 +175,31 @@ async def delete_secret(core: Shared, *, name: str) -> None:
                                workspace_id=audit.workspace_of(secret))
 
 
-async def save_refusals(core: Shared, uses: list[tuple[str, str, str]]) -> list[tuple[str, str]]:
+async def save_refusals(core: Shared, uses: list[tuple[str, str, str]],
+                        workspace_id: str | None = None) -> list[tuple[str, str]]:
     """(field, problem) of each `{{ secrets.NAME }}` (field, name, the step's URL template)
-    that a save refuses: where the URL writes its host literally, a secret that does not
-    exist and one whose hosts do not list that host get the same sentence (no answer
+    that a save in `workspace_id` refuses: where the URL writes its host literally, a secret that does not
+    exist (another workspace's included) and one whose hosts do not list that host get the same sentence (no answer
     tells which names exist). Where the host comes from an expression nothing is
-    refused here, exists or not: the run checks at every connection."""
+    refused here, exists or not: the run checks at every connection. The workspace's
+    secret of a name is the one checked, else the instance-wide one."""
     literal = [(field, name, found) for field, name, url in uses
                if (found := secret_hosts.literal_destination(url)) is not None]
     if not literal:
         return []
-    rows = await core.db.list(Secret.select(Secret.name, Secret.hosts)
-                              .where(Secret.name.in_(sorted({name for _f, name, _d in literal}))))
-    hosts = {row.name: row.hosts for row in rows}
+    reach = Secret.workspace_id.is_null()
+    if workspace_id is not None:
+        reach = reach | (Secret.workspace_id == workspace_id)
+    rows = await core.db.list(Secret.select(Secret.name, Secret.hosts, Secret.workspace_id)
+                              .where(Secret.name.in_(sorted({name for _f, name, _d in literal})) & reach))
+    hosts: dict[str, Any] = {}
+    for row in sorted(rows, key=lambda r: r.workspace_id is not None):  # the workspace's last: it wins
+        hosts[row.name] = row.hosts
     return [(field, secret_hosts.refusal(name, *where)) for field, name, where in literal
             if not secret_hosts.allows(hosts.get(name), *where)]
 
 
-async def values(core: Shared, names: set[str]) -> dict[str, str]:
-    """The plain values of `names` (for a step about to send them); a name that no
-    longer exists is left out. The values join this process's redaction set."""
-    if not names:
-        return {}
-    rows = await core.db.list(Secret.select(Secret.name, Secret.value_encrypted)
-                              .where(Secret.name.in_(sorted(names))))
-    found = {row.name: core.secrets.decrypt(row.value_encrypted) for row in rows}
-    redaction.remember(found.values())
-    return found
-
-
-def _taken(name: str) -> ConflictError:
+def _taken(name: str, workspace_id: str | None = None) -> ConflictError:
+    where = f"?workspace_id={workspace_id}" if workspace_id else ""
     return ConflictError(f"A secret named '{name}' exists already; change its value with "
-                         f"PUT /api/v1/resource/secret/{name}.")
+                         f"PUT /api/v1/resource/secret/{name}{where}.")

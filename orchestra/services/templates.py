@@ -56,13 +56,15 @@ def _clean_name(name: str) -> str:
 
 async def check_template(
     core: Shared, *, owner_id: str, steps: Any, options: dict[str, Any] | None = None,
-    template_id: str | None = None, run_code: bool = False,
+    template_id: str | None = None, run_code: bool = False, workspace_id: str | None = None,
 ) -> Checked:
     """Every problem of a template (language.validate, plus whether each worker is
     the owner's, each secret exists and each child template may be called: see
     composition.py), without storing anything: `POST /template/check` and saves use it.
     `template_id`: the template being replaced (a child must not call it back);
-    `run_code`: also run each code step on examples (`template check`, never a save)."""
+    `run_code`: also run each code step on examples (`template check`, never a save);
+    `workspace_id`: the template's workspace (its secrets are the ones it may name, with
+    the instance-wide ones)."""
     checked = check_template_language(steps, options)
     if not checked.problems:  # a template otherwise sound: do its expressions fit its types?
         for field, problem in type_problems(checked.steps, checked.options):
@@ -70,7 +72,8 @@ async def check_template(
     if run_code and not checked.problems:
         for field, problem in await code_check.code_problems(core, checked):
             add_problem(checked.problems, field, problem)
-    await composition.check_calls(core, checked, owner_id=owner_id, template_id=template_id)
+    await composition.check_calls(core, checked, owner_id=owner_id, template_id=template_id,
+                                  workspace_id=workspace_id)
     if not checked.workers:
         return checked
     refs = {ref for _field, ref, _agent in checked.workers}
@@ -89,6 +92,12 @@ async def check_template(
         else:
             agent["worker"] = worker.id  # a name is resolved once, here: runs use the id
     return checked
+
+
+async def draft_workspace(core: Shared, user_id: str, workspace_id: str | None) -> str:
+    """The workspace a checked draft would be saved in (`template/check`): the one named
+    (404 unless the caller is a member), else the caller's personal one."""
+    return await workspace_scope.target(core, user_id, workspace_id, Action.READ)
 
 
 async def _worker_names(core: Shared, owner_id: str, most: int = 20) -> list[str]:
@@ -253,7 +262,8 @@ async def create_template(
     name = _clean_name(name)
     if len(description) > PROMPT_MAX:
         raise ValidationError.field("description", f"must be at most {PROMPT_MAX} characters long")
-    checked = await check_template(core, owner_id=owner_id, steps=steps, options=options)
+    checked = await check_template(core, owner_id=owner_id, steps=steps, options=options,
+                                   workspace_id=workspace_id)
     if checked.problems:
         _raise(checked.problems)
     await _ensure_name_free(core, owner_id, name, team_id=team.id if team else None)
@@ -373,7 +383,8 @@ async def update_template(
         raise ValidationError.field("description", f"must be at most {PROMPT_MAX} characters long")
     template.description = description
     checked = await check_template(core, owner_id=template.owner_id, steps=steps, options=options,
-                                   template_id=template.id)
+                                   template_id=template.id,
+                                   workspace_id=await workspace_scope.workspace_of_template(core, template))
     if checked.problems:
         _raise(checked.problems)
     template.steps, template.spec = checked.steps, checked.options or None

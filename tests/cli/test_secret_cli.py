@@ -45,3 +45,26 @@ def test_secret_set_list_replace_delete(world):
     assert world["api"].get("/resource/secret").json()["secrets"] == []
     missing = cli("secret", "delete", "CRM_KEY", "--yes")
     assert missing.returncode != 0 and "No secret" in missing.stderr
+
+
+def test_secret_commands_take_a_workspace(world):
+    cli, api = world["cli"], world["api"]
+    made = api.post("/workspace", json={"name": "secretteam"})
+    assert made.status_code == 201, made.text
+    wid = made.json()["workspace_id"]
+    done = cli("secret", "set", "TEAM_KEY", "--value-stdin", "--host", "team.example", "--workspace", "secretteam",
+               input=VALUE + "\n")
+    assert done.returncode == 0, done.stderr
+    [stored] = api.get("/resource/secret", params={"workspace_id": wid}).json()["secrets"]
+    assert (stored["name"], stored["workspace_id"]) == ("TEAM_KEY", wid)
+    assert "TEAM_KEY" not in [s["name"] for s in api.get("/resource/secret").json()["secrets"]]
+    listed = cli("secret", "list", "--workspace", wid, "--json")
+    assert listed.returncode == 0 and '"TEAM_KEY"' in listed.stdout and VALUE not in listed.stdout
+    assert '"TEAM_KEY"' not in cli("secret", "list", "--json").stdout  # the instance-wide ones
+    moved = cli("secret", "hosts", "TEAM_KEY", "--host", "other.example", "--workspace", "secretteam")
+    assert moved.returncode == 0, moved.stderr
+    assert api.get("/resource/secret", params={"workspace_id": wid}).json()["secrets"][0]["hosts"] == ["other.example"]
+    assert cli("secret", "delete", "TEAM_KEY", "--yes").returncode != 0  # not an instance-wide secret
+    gone = cli("secret", "delete", "TEAM_KEY", "--yes", "--workspace", "secretteam")
+    assert gone.returncode == 0, gone.stderr
+    assert api.get("/resource/secret", params={"workspace_id": wid}).json()["secrets"] == []

@@ -1,5 +1,7 @@
 """The secrets an HTTP step names, as the store holds them (SPEC §14): the engine's one
-read of the `secret` table, given to `HttpSteps` in its constructor."""
+read of the `secret` table, given to `HttpSteps` in its constructor. A run sees its
+workspace's secrets and the instance-wide ones (SPEC §16); where both have a name, its
+workspace's wins; another workspace's secret is never read."""
 
 from __future__ import annotations
 
@@ -23,11 +25,20 @@ class SecretReader:
     def __init__(self, db: Any) -> None:
         self.db = db
 
-    async def read(self, names: set[str]) -> list[StoredSecret]:
-        """The stored secrets among `names` (a name nobody stored is left out)."""
+    async def read(self, names: set[str], workspace_id: str | None = None) -> list[StoredSecret]:
+        """The stored secrets among `names` that a run of `workspace_id` may name: the
+        workspace's own, else the instance-wide one (a name neither has is left out)."""
         if not names:
             return []
-        rows = await self.db.list(Secret.select(Secret.name, Secret.value_encrypted, Secret.hosts)
-                                  .where(Secret.name.in_(sorted(names))))
+        reach = Secret.workspace_id.is_null()
+        if workspace_id is not None:
+            reach = reach | (Secret.workspace_id == workspace_id)
+        rows = await self.db.list(Secret.select(Secret.name, Secret.value_encrypted, Secret.hosts,
+                                                Secret.workspace_id)
+                                  .where(Secret.name.in_(sorted(names)) & reach))
         await release_connection(self.db)
-        return [StoredSecret(row.name, row.value_encrypted, row.hosts) for row in rows]
+        chosen: dict[str, Secret] = {}
+        for row in rows:  # the workspace's own first
+            if row.name not in chosen or row.workspace_id is not None:
+                chosen[row.name] = row
+        return [StoredSecret(row.name, row.value_encrypted, row.hosts) for row in chosen.values()]

@@ -185,6 +185,8 @@ class SkillList(Success):
 
 class SecretView(Shape):
     name: str
+    workspace_id: str | None = Field(description="The workspace it belongs to (SPEC §16); null: instance-wide, "
+                                     "usable by every workspace's runs.")
     hint: str = Field(description="'…' and the value's last four characters (none of a value under 8).")
     hosts: list[str] | None = Field(description="Where HTTP steps may send it, each entry in its canonical "
                                     "spelling; null for a secret stored before hosts existed, which no "

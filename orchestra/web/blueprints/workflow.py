@@ -93,6 +93,12 @@ class TemplateDraft(Body):
         return sent
 
 
+class CheckedDraft(TemplateDraft):
+    workspace_id: str | None = id_rule(None, description="The workspace the template would belong to: its "
+                                       "secrets are checked with the instance-wide ones (404 when you are not "
+                                       "a member); default: your personal one.")
+
+
 class TemplateBody(TemplateDraft):
     name: str = rule(
         description=f"1-{templates.NAME_MAX} characters (stripped); unique among your templates.",
@@ -238,7 +244,7 @@ async def create_template(request: Request):
 
 @bp.post("/template/check")
 @documented(
-    "Check a template without saving it", body=TemplateDraft, response=out.TemplateCheck,
+    "Check a template without saving it", body=CheckedDraft, response=out.TemplateCheck,
     description="Runs every save-time check (shapes, ids, references, cycles, expressions, "
     "schemas, your workers), then runs each top-level code step once on examples of its inputs "
     "(SPEC §17), and answers 200 with each problem and its path; nothing is stored. "
@@ -246,10 +252,11 @@ async def create_template(request: Request):
 )
 @protected(Role.USER, scope="template:read")
 async def check_template(request: Request):
-    body = parse_body(request, TemplateDraft)
+    body = parse_body(request, CheckedDraft)
+    core, user_id = request.app.ctx.core, request.ctx.principal.user_id
     checked = await templates.check_template(
-        request.app.ctx.core, owner_id=request.ctx.principal.user_id, steps=body.steps,
-        options=body.options(), run_code=True,
+        core, owner_id=user_id, steps=body.steps, options=body.options(), run_code=True,
+        workspace_id=await templates.draft_workspace(core, user_id, body.workspace_id),
     )
     return json({"message": SUCCESS, "valid": not checked.problems, "problems": checked.problems})
 
