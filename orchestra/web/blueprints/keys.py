@@ -72,7 +72,8 @@ async def create_key(request: Request):
 
 @bp.get("", strict_slashes=False)
 @documented("List your API keys (not revoked), oldest first", response=out.KeyList,
-           errors={404: NOT_A_MEMBER}, params=(WORKSPACE_FILTER,))
+           errors={404: NOT_A_MEMBER, 422: "ValidationError: a blank workspace_id."},
+           params=(WORKSPACE_FILTER,))
 @protected(Role.USER)
 async def list_keys(request: Request):
     keys = await service.list_keys(request.app.ctx.core, user_id=request.ctx.principal.user_id,

@@ -53,6 +53,7 @@ _WORKSPACE = query("workspace_id", "The workspace's secrets (you need admin ther
                    "member); default: the instance-wide ones (ADMINISTRATOR+).", type="string", pattern=ID_PATTERN)
 _ERRORS = {403: "PermissionDeniedError: instance-wide secrets need ADMINISTRATOR+, a workspace's need admin there.",
            404: NOT_A_MEMBER}
+_QUERY_ERRORS = {**_ERRORS, 422: "ValidationError: a blank workspace_id."}  # ?workspace_id=
 
 
 class SecretChangeBody(ClosedBody):
@@ -98,7 +99,7 @@ async def _scope(request: Request) -> str | None:
 
 @bp.get("", strict_slashes=False)
 @documented("List the secrets by name (names and hints, never values): a workspace's, or the "
-            "instance-wide ones", response=out.SecretList, params=(_WORKSPACE,), errors=_ERRORS)
+            "instance-wide ones", response=out.SecretList, params=(_WORKSPACE,), errors=_QUERY_ERRORS)
 @protected(Role.USER)
 async def list_all(request: Request):
     rows = await secret_service.list_secrets(request.app.ctx.core, await _scope(request))
@@ -107,7 +108,7 @@ async def list_all(request: Request):
 
 @bp.put("/<name:str>")
 @documented("Replace a secret's value, its hosts, or both", body=SecretChangeBody, response=out.Secret,
-            params=(_WORKSPACE,), errors=_ERRORS)
+            params=(_WORKSPACE,), errors=_QUERY_ERRORS)
 @protected(Role.USER)
 async def replace(request: Request, name: str):
     workspace_id = await _scope(request)
@@ -119,7 +120,7 @@ async def replace(request: Request, name: str):
 
 @bp.delete("/<name:str>")
 @documented("Delete a secret (a template naming it fails that step when it runs)", response=out.Done,
-            params=(_WORKSPACE,), errors=_ERRORS)
+            params=(_WORKSPACE,), errors=_QUERY_ERRORS)
 @protected(Role.USER)
 async def delete(request: Request, name: str):
     workspace_id = await _scope(request)

@@ -249,6 +249,7 @@ async def create_template(request: Request):
     "schemas, your workers), then runs each top-level code step once on examples of its inputs "
     "(SPEC §17), and answers 200 with each problem and its path; nothing is stored. "
     "`orchestra template check FILE` uses it.",
+    errors={404: NOT_A_MEMBER},
 )
 @protected(Role.USER, scope="template:read")
 async def check_template(request: Request):
