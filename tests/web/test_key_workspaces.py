@@ -14,6 +14,8 @@ import pytest
 from orchestra.db.access_models import ApiKey
 from orchestra.services.personal_workspace import personal_workspace_id
 from tests.conftest import Users, make_settings, running_app
+from tests.web.test_api_keys import bearer
+from tests.web.test_workflow_routes import assert_error
 
 KEYS = "/api/v1/auth/key"
 WS = "/api/v1/workspace"
@@ -29,15 +31,6 @@ def database_url(both_stores):
     return both_stores
 
 
-def bearer(secret: str) -> dict:
-    return {"Authorization": f"Bearer {secret}"}
-
-
-def assert_error(response, status: int, error: str) -> dict:
-    assert response.status_code == status, response.text
-    body = response.json()
-    assert body["error"] == error and body["message"], body
-    return body
 
 
 async def workspace(client, owner: dict, name: str, members: dict[str, str] | None = None,

@@ -20,6 +20,7 @@ import pytest
 
 from orchestra.db.models import WorkflowRun
 from orchestra.db.workspace_models import WorkspaceMonth
+from tests.web.test_spend_routes import events, wait_for
 
 API = "/api/v1/workflow"
 WS = "/api/v1/workspace"
@@ -67,19 +68,6 @@ async def start(client, who, steps, workspace_id=None, *, input_value="hi", **te
                                 json={"template_id": made.json()["template_id"], "input": input_value})
     assert started.status_code == 202, started.text
     return started.json()["trace_id"]
-
-
-async def wait_for(client, who, trace_id, *statuses, timeout=30.0):
-    for _ in range(int(timeout / 0.02)):
-        body = (await client.get(f"{API}/run/{trace_id}", headers=who["headers"])).json()
-        if body["status"] in statuses:
-            return body
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"status stayed {body['status']}")
-
-
-async def events(client, who, trace_id):
-    return (await client.get(f"{API}/run/{trace_id}/events", headers=who["headers"])).json()["events"]
 
 
 async def month_spent(workspace_id: str, month: str | None = None) -> Decimal:

@@ -17,7 +17,7 @@ from orchestra.db.audit_models import AuditEntry
 from orchestra.db.models import RunEvent, RunStep, Secret
 from orchestra.testing.fake_http import FakeHttp
 from tests.conftest import LOOPBACK_STEPS
-from tests.web.test_workflow_routes import API, wait_for
+from tests.web.test_workflow_routes import API, assert_error, wait_for
 
 SECRETS = "/api/v1/resource/secret"
 WS = "/api/v1/workspace"
@@ -41,12 +41,6 @@ def settings_overrides():
 def database_url(both_stores):
     return both_stores
 
-
-def assert_error(response, status: int, error: str) -> dict:
-    assert response.status_code == status, response.text
-    body = response.json()
-    assert body["error"] == error and body["message"]
-    return body
 
 
 @pytest.fixture
