@@ -21,6 +21,7 @@ from orchestra.errors import ConflictError, ValidationError
 from orchestra.money.amounts import from_pico, parse_usd, to_pico, usd_text
 from orchestra.services import audit, workspace_scope
 from orchestra.services.shared import Shared
+from orchestra.services.workspace_rights import Action
 from orchestra.vocabulary import EventKind, RunStatus
 
 GROUPS = ("user", "template", "provider", "model", "day", "workspace")
@@ -119,12 +120,13 @@ def _bound(value: str | None, field: str, *, end: bool) -> dt.datetime | None:
 
 
 async def usage(core: Shared, *, user_id: str, is_admin: bool, group_by: str,
-                start: str | None, end: str | None) -> list[dict[str, Any]]:
+                start: str | None, end: str | None, workspace_id: str | None = None) -> list[dict[str, Any]]:
     """`[{key, runs, calls, input_tokens, output_tokens, cost_usd}]` of the step instances
     that called a model, grouped; the caller's own runs and those of the team workspaces
     they are a member of (SPEC §16: a viewer reads usage), every run for an administrator
-    but those of team workspaces it is not a member of. A step counts on the day it
-    finished (else started)."""
+    but those of team workspaces it is not a member of; with `workspace_id`, that
+    workspace's runs alone (404 unless the caller is a member; a key's request: its key's
+    workspace only). A step counts on the day it finished (else started)."""
     if group_by not in GROUPS:
         raise ValidationError.field("group_by", f"must be one of {', '.join(GROUPS)}")
     lower, upper = _bound(start, "from", end=False), _bound(end, "to", end=True)
@@ -134,7 +136,10 @@ async def usage(core: Shared, *, user_id: str, is_admin: bool, group_by: str,
                             WorkflowRun.workspace_id)
              .join(WorkflowRun, on=(RunStep.run == WorkflowRun.trace_id))
              .where(RunStep.calls > 0))
-    if is_admin:
+    if workspace_scope.within_key(workspace_id) is not None:
+        named = await workspace_scope.target(core, user_id, workspace_id, Action.READ)
+        query = query.where(WorkflowRun.workspace_id == named)
+    elif is_admin:
         hidden = await workspace_scope.hidden_teams(core, user_id)
         if hidden:
             query = query.where(WorkflowRun.workspace_id.is_null() | WorkflowRun.workspace_id.not_in(hidden))

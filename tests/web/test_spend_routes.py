@@ -219,3 +219,15 @@ async def test_usage_groups_by_workspace_and_members_see_their_team_runs(client,
     assert (await client.get("/api/v1/usage?group_by=workspace", headers=eve["headers"])).json()["rows"] == []
     everyone = (await client.get("/api/v1/usage?group_by=workspace", headers=admin["headers"])).json()["rows"]
     assert [r["key"] for r in everyone] == [personal["workspace_id"]]  # no member of Ops
+    # ?workspace_id= : that workspace's runs alone; a non-member's is 404, a blank one 422
+    only = (await client.get(f"/api/v1/usage?group_by=workspace&workspace_id={wid}",
+                             headers=alice["headers"])).json()["rows"]
+    assert [(r["key"], r["runs"], r["calls"]) for r in only] == [(wid, 1, 2)]
+    mine = (await client.get(f"/api/v1/usage?group_by=workspace&workspace_id={personal['workspace_id']}",
+                             headers=alice["headers"])).json()["rows"]
+    assert [(r["key"], r["runs"], r["calls"]) for r in mine] == [(personal["workspace_id"], 1, 1)]
+    for who in (eve, admin):
+        refused = await client.get(f"/api/v1/usage?workspace_id={wid}", headers=who["headers"])
+        assert refused.status_code == 404 and refused.json()["error"] == "NotFoundError", refused.text
+    blank = await client.get("/api/v1/usage?workspace_id=", headers=alice["headers"])
+    assert blank.status_code == 422 and blank.json()["detail"][0]["field"] == "workspace_id", blank.text
