@@ -63,6 +63,15 @@ def child_id(parent_trace_id: str, path: str, attempt: int) -> str:
     return str(uuid.uuid5(_NAMESPACE, f"{parent_trace_id}/{path}/{attempt}"))
 
 
+def _answers(asked: tuple[float, asyncio.Task[bool]] | None, now: float) -> bool:
+    """Whether a look of this period answers: in flight, or done with an answer (one that
+    failed or was cancelled is asked again)."""
+    if asked is None or now - asked[0] >= TEMPLATE_CHECK_SECONDS:
+        return False
+    look = asked[1]
+    return not look.done() or (not look.cancelled() and look.exception() is None)
+
+
 class TemplateCheck:
     """Whether child templates still exist, for every waiting parent of this process: one
     store query per template per TEMPLATE_CHECK_SECONDS, however many parents wait on it
@@ -79,7 +88,7 @@ class TemplateCheck:
     async def exists(self, template_id: str) -> bool:
         now = time.monotonic()
         asked = self._asked.get(template_id)
-        if asked is None or now - asked[0] >= TEMPLATE_CHECK_SECONDS or (asked[1].done() and asked[1].exception()):
+        if not _answers(asked, now):
             if len(self._asked) >= self.KEPT:
                 self._asked = {k: v for k, v in self._asked.items() if now - v[0] < TEMPLATE_CHECK_SECONDS}
             asked = (now, asyncio.create_task(self._look(template_id)))

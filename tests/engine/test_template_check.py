@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from orchestra.engine import child_step
 from orchestra.engine.child_step import TemplateCheck
 from orchestra.services import auth, templates
@@ -69,3 +71,18 @@ async def test_a_cancelled_waiter_leaves_the_look_to_the_others(core):
     assert await second is True
     assert first.cancelled()
     assert looks == [leaf]
+
+
+async def test_a_look_that_failed_or_was_cancelled_is_asked_again(core):
+    _owner, leaf = await leaf_template(core)
+    looks: list[str] = []
+    gate = asyncio.Event()
+    check = counted_check(core, looks, gate)
+    waiter = asyncio.create_task(check.exists(leaf))
+    await asyncio.sleep(0.05)
+    check._asked[leaf][1].cancel()  # as when the process stops mid-look
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    gate.set()
+    assert await check.exists(leaf) is True  # a new look, not the cancelled one's error
+    assert looks == [leaf, leaf]
