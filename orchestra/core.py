@@ -48,7 +48,9 @@ class Core(Shared):
         secret = settings.load_secret_key()
         postgres = is_postgres_url(settings.database_url)
         db = connect(settings.database_url, pool_size=settings.db_pool_size if postgres else 8,
-                     busy_timeout=settings.db_busy_timeout)
+                     busy_timeout=settings.db_busy_timeout,
+                     # a frozen process's open transaction must not outlast its leases
+                     idle_transaction_timeout=max(5.0, settings.run_lease_seconds))
         if migrate_schema:
             await migrate.upgrade(db)
         secrets = SecretBox(secret)

@@ -185,10 +185,13 @@ class DatabaseUrlError(ValueError):
     """The database URL is not one orchestra can open."""
 
 
-def connect(url: str, *, pool_size: int = 8, busy_timeout: float | None = None):
+def connect(url: str, *, pool_size: int = 8, busy_timeout: float | None = None,
+            idle_transaction_timeout: float | None = None):
     """Build (not yet connect) the async database for `url` and bind the models to it;
-    `busy_timeout`: seconds a SQLite statement waits on a lock (SQLITE_PRAGMAS' otherwise)."""
-    db = make_database(url, pool_size=pool_size, busy_timeout=busy_timeout)
+    `busy_timeout`: seconds a SQLite statement waits on a lock (SQLITE_PRAGMAS' otherwise);
+    `idle_transaction_timeout`: see `make_database`."""
+    db = make_database(url, pool_size=pool_size, busy_timeout=busy_timeout,
+                       idle_transaction_timeout=idle_transaction_timeout)
     database_proxy.initialize(db)
     return db
 
@@ -218,7 +221,12 @@ def sqlite_path(url: str) -> str:
     return path
 
 
-def make_database(url: str, *, pool_size: int = 8, busy_timeout: float | None = None):
+def make_database(url: str, *, pool_size: int = 8, busy_timeout: float | None = None,
+                  idle_transaction_timeout: float | None = None):
+    """The async database for `url`. On PostgreSQL, `idle_transaction_timeout` (seconds) has
+    the server end a session left idle inside a transaction that long: a process frozen
+    (SIGSTOP, a VM paused) while it held a transaction would otherwise keep its row locks
+    for as long as it is frozen, and the process taking its runs over would wait on them."""
     parsed = urlparse(url)
     scheme = parsed.scheme.split("+")[0]
     if scheme == "sqlite":
@@ -230,6 +238,9 @@ def make_database(url: str, *, pool_size: int = 8, busy_timeout: float | None = 
         return SettlingSqliteDatabase(path, pragmas=pragmas, pool_size=pool_size)
     if scheme in ("postgres", "postgresql"):
         params = postgres_params(url)
+        if idle_transaction_timeout:
+            params["server_settings"] = {
+                "idle_in_transaction_session_timeout": str(max(1, round(idle_transaction_timeout * 1000)))}
         return CachedStatementPostgresqlDatabase(params.pop("database"), pool_size=pool_size,
                                        reset=_keep_session, **params)
     raise DatabaseUrlError(
