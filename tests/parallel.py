@@ -3,12 +3,10 @@ pyproject.toml's addopts): pytest-xdist workers, the order work is handed out in
 what each worker has of its own (a Redis database, a range of ports).
 
 - `pytest -m "not e2e"` (the fast loop) runs in one worker more than there are cores;
-  a whole run with the end-to-end tests (CI's plain `pytest`) in one process, or in
-  ORCHESTRA_TEST_WORKERS workers when that is set (`E2E_WORKERS`, 4, once the few
-  timing-bound tests that fail under four workers' load are mended), since most of
-  their time is spent waiting. `-n N` chooses for itself, `-n 0` keeps one process; a
-  run of named files or folders that includes e2e tests stays in one process unless
-  given `-n`.
+  a whole run with the end-to-end tests (CI's plain `pytest`) in `E2E_WORKERS` (4)
+  workers, or ORCHESTRA_TEST_WORKERS when that is set, since most of their time is
+  spent waiting. `-n N` chooses for itself, `-n 0` keeps one process; a run of named
+  files or folders that includes e2e tests stays in one process unless given `-n`.
 - Work is handed out in groups (`--dist loadgroup`): the tests of a module that share a
   module-scoped fixture (a server, a browser, a logged-in CLI) go to one worker together,
   so it starts once; every other test, e2e or not, goes wherever a worker is free. A
@@ -38,7 +36,12 @@ E2E_WORKERS = 4  # on 2 cores: see docs/architecture.md, "Tests", for the measur
 # longest first: started first, so that no worker begins one near the end. A module not
 # listed here is scheduled after them, e2e before the others, in collection order.
 SLOW_FIRST = (
+    "tests/e2e/test_openapi_fuzz.py",  # three tests of 4-4.5 min each under four workers' load
     "tests/e2e/test_schedules_e2e.py",
+    "tests/e2e/test_store_connections.py",
+    "tests/e2e/test_expression_restart.py",
+    "tests/e2e/test_docs_walkthrough.py",
+    "tests/e2e/test_rolling_restart.py",
 )
 
 
@@ -67,9 +70,10 @@ def choose_workers(config) -> None:
     elif "not e2e" in (config.option.markexpr or ""):
         # many fast tests wait on a timer or a child process: a third worker fills that time
         config.option.numprocesses = (os.cpu_count() or 1) + 1
-    elif _whole_suite(config) and os.environ.get("ORCHESTRA_TEST_WORKERS", "").strip():
-        # opt-in: four workers pass but for a few timing-bound tests (docs/architecture.md, "Tests")
-        config.option.numprocesses = int(os.environ["ORCHESTRA_TEST_WORKERS"])
+    elif _whole_suite(config):
+        # most e2e time is spent waiting on servers, leases and streams (docs/architecture.md, "Tests")
+        chosen = os.environ.get("ORCHESTRA_TEST_WORKERS", "").strip()
+        config.option.numprocesses = int(chosen) if chosen else E2E_WORKERS
     if not config.option.numprocesses:
         return
     if config.option.dist == "no":
