@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from orchestra.cli.console import handle_errors, out, print_json
-from orchestra.cli.remote import JSON, SERVER, TOKEN, connect
+from orchestra.cli.remote import JSON, SERVER, TOKEN, WORKSPACE, connect, workspace_scope
 
 GROUPS = ("day", "template", "model", "provider", "user", "workspace")
 
@@ -16,13 +16,16 @@ def usage(
     by: str = typer.Option("day", "--by", help="Group by day, template, model, provider, user or workspace."),
     start: str | None = typer.Option(None, "--from", help="From this UTC date (2026-11-01) or date-time."),
     end: str | None = typer.Option(None, "--to", help="Up to this UTC date (included) or date-time."),
+    workspace: str | None = WORKSPACE,
     server: str | None = SERVER, token: str | None = TOKEN, json_output: bool = JSON,
 ) -> None:
-    """Model calls, tokens and cost (USD) of your runs and your workspaces' (an administrator's: everyone's), grouped."""
+    """Model calls, tokens and cost (USD) of your runs and your workspaces' (an administrator's: everyone's), grouped;
+    with --workspace, that workspace's runs only."""
     from rich.table import Table
 
     params = {"group_by": by} | ({"from": start} if start else {}) | ({"to": end} if end else {})
     with connect(ctx, server, token) as client:
+        params |= workspace_scope(client, workspace)
         rows = client.get("/usage", params=params).get("rows", [])
     if json_output:
         print_json(rows)

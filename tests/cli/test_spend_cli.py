@@ -141,3 +141,22 @@ def test_usage_groups_what_runs_cost_as_the_api_does(world):
     assert bad.returncode == ExitCode.USAGE and "group_by" in bad.stderr, (bad.returncode, bad.stderr)
     bad = cli("usage", "--from", "yesterday")
     assert bad.returncode == ExitCode.USAGE and "from" in bad.stderr, (bad.returncode, bad.stderr)
+
+
+def test_usage_of_one_workspace_is_what_the_api_gives_for_it(world):
+    """`usage --workspace` (by name or id) asks `GET /usage?workspace_id=`: the personal
+    workspace holds every run so far, a new team workspace none; an unknown one is exit 3."""
+    cli, api = world["cli"], world["api"]
+    made = api.post("/workspace", json={"name": "usage-team"})
+    assert made.status_code == 201, made.text
+    [personal] = [w["workspace_id"] for w in api.get("/workspace").json()["workspaces"] if w["personal"]]
+    everything = api.get("/usage", params={"group_by": "model"}).json()["rows"]
+    assert everything and everything[0]["calls"] >= 3
+    mine = json.loads(cli("usage", "--by", "model", "--workspace", personal, "--json").stdout)
+    assert mine == api.get("/usage", params={"group_by": "model", "workspace_id": personal}).json()["rows"]
+    assert mine == everything
+    assert json.loads(cli("usage", "--by", "model", "--workspace", "usage-team", "--json").stdout) == []
+    assert json.loads(cli("--workspace", "usage-team", "usage", "--json").stdout) == []
+    unknown = cli("usage", "--workspace", "no-such-team")
+    assert unknown.returncode == ExitCode.NOT_FOUND, (unknown.returncode, unknown.stderr)
+    assert "no workspace of yours" in unknown.stderr
