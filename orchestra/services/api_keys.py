@@ -28,7 +28,7 @@ from peewee import JOIN
 
 from orchestra.db.access_models import ApiKey
 from orchestra.db.database import release_connection
-from orchestra.db.models import iso, storable, utcnow
+from orchestra.db.models import User, iso, storable, utcnow
 from orchestra.db.workspace_models import Workspace, WorkspaceMember
 from orchestra.errors import NotFoundError, TokenInvalidError, ValidationError
 from orchestra.services import audit, workspace_scope
@@ -228,36 +228,49 @@ async def authenticate(core: Shared, token: str) -> KeyEntry:
 
 @dataclass(frozen=True, slots=True)
 class KeyWorkspace:
-    """The key's workspace as one request sees it: its user's role there now."""
+    """The key's workspace as one request sees it: its user's role there now, and the
+    user's instance role as stored now."""
 
     workspace_id: str
     name: str
     personal: bool
     role: WorkspaceRole
+    user_role: str
 
 
 async def key_workspace(core: Shared, entry: KeyEntry) -> KeyWorkspace:
-    """The key's workspace and its user's role there, read from the store now (one
-    indexed row: the role is never cached, so a change made on any process counts at the
-    key's next use). 401 `TokenInvalidError` once the user is no longer a member (a
-    SUPER_ADMINISTRATOR is the owner of every workspace) or the workspace is gone: such a
-    key reaches nothing, and a client is told to stop using it, as for a revoked key."""
+    """The key's workspace and its user's roles, read from the store now in one indexed
+    round trip, with the key itself: the cache's copy is only a hint, so a key revoked or
+    deleted, a user demoted or deleted, or a member removed on any process counts at the
+    key's next use here (a PostgreSQL signal may still be on its way). 401
+    `TokenInvalidError` for a key revoked or gone, a user who is no longer a member (a
+    SUPER_ADMINISTRATOR is the owner of every workspace) or a workspace that is gone: such
+    a key reaches nothing, and a client is told to stop using it."""
     workspace_id = entry.workspace_id or await personal_workspace_id(core, entry.user_id)
     rows = await core.db.list(
-        Workspace.select(Workspace.name, Workspace.personal, WorkspaceMember.role.alias("member_role"))
+        ApiKey.select(ApiKey.revoked_at, User.role.alias("user_role"), Workspace.id.alias("workspace"),
+                      Workspace.name, Workspace.personal, WorkspaceMember.role.alias("member_role"))
+        .join(User, on=(ApiKey.user == User.id))
+        .join(Workspace, JOIN.LEFT_OUTER, on=(Workspace.id == workspace_id))
         .join(WorkspaceMember, JOIN.LEFT_OUTER,
               on=((WorkspaceMember.workspace == Workspace.id) & (WorkspaceMember.user == entry.user_id)))
-        .where(Workspace.id == workspace_id).dicts())
+        .where(ApiKey.id == entry.key_id).dicts())
     if not rows:
-        raise TokenInvalidError("The API key's workspace no longer exists.")
+        core.key_cache.changed()
+        raise TokenInvalidError("The API key is not known (or its user was deleted).")
     row = rows[0]
-    if entry.role == Role.SUPER_ADMINISTRATOR.value:
+    if row["revoked_at"] is not None:
+        core.key_cache.changed()
+        raise TokenInvalidError("The API key has been revoked.")
+    if row["workspace"] is None:
+        raise TokenInvalidError("The API key's workspace no longer exists.")
+    if row["user_role"] == Role.SUPER_ADMINISTRATOR.value:
         role = WorkspaceRole.OWNER
     elif row["member_role"] is None:
         raise TokenInvalidError("The API key's user is no longer a member of the key's workspace.")
     else:
         role = WorkspaceRole(row["member_role"])
-    return KeyWorkspace(workspace_id, row["name"], bool(row["personal"]), role)
+    return KeyWorkspace(workspace_id, row["name"], bool(row["personal"]), role, row["user_role"])
 
 
 def grant_of(entry: KeyEntry, workspace: KeyWorkspace | None = None) -> KeyGrant:

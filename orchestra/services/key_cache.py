@@ -9,9 +9,11 @@ on `orchestra_cache`; the copy is trusted only while the listening connection is
 a revoked key, a deleted user's key and a demoted user's key are seen at once on every
 process. An entry holds the key and its user's current name and role, read together.
 
-The user's role in the key's workspace (SPEC §16) is not kept here: `web/auth.py` reads
-it from the store for every request made with a key (one indexed row), so a role changed
-or a member removed on any process counts at the key's next use.
+What may change is never trusted from here alone: `api_keys.key_workspace` reads the
+key's revocation, its user's role and the user's role in the key's workspace (SPEC §16)
+from the store for every request made with a key (one indexed row), so a key revoked, a
+role changed or a member removed on any process counts at the key's next use, even in
+the moment before a PostgreSQL signal arrives. The copy spares the lookup by hash.
 """
 
 from __future__ import annotations

@@ -94,16 +94,16 @@ def require_role(principal: Principal, minimum: Role) -> None:
 
 
 async def _key_principal(request: Request, token: str, minimum: Role, scope: str | None) -> Principal:
-    """The caller of an API key: its user with the user's current role (the key cache is
-    re-read whenever users or keys changed), refused unless the route takes `scope` and
-    the user's role in the key's workspace, read now, has the right that scope acts with."""
+    """The caller of an API key: its user with the user's role as stored now, refused
+    unless the key is still valid now, the route takes `scope` and the user's role in the
+    key's workspace, read now, has the right that scope acts with."""
     core = request.app.ctx.core
     entry = await api_keys.authenticate(core, token)
+    workspace = await api_keys.key_workspace(core, entry)  # the key, the user's roles: now
     try:
-        role = Role(entry.role)
+        role = Role(workspace.user_role)
     except ValueError:
         raise TokenInvalidError("The key's user has an unknown role.") from None
-    workspace = await api_keys.key_workspace(core, entry)  # 401 for a member no more
     if scope is None:
         raise PermissionDeniedError("API keys cannot be used here; sign in as a person.")
     if scope not in entry.scopes:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 
+import asyncpg
+
 import pytest
 
 from orchestra.db.access_models import ApiKey
@@ -290,3 +292,33 @@ async def test_a_demotion_on_one_process_counts_at_once_for_a_key_used_on_anothe
 
         assert (await here.delete(f"{WS}/{a}/member/{bob['user_id']}", headers=alice["headers"])).status_code == 200
         assert_error(await there.get(f"{WF}/template/{in_a}", headers=key), 401, "TokenInvalidError")
+
+
+async def _write_unsignalled(postgres_url: str, sql: str, *args) -> None:
+    """A change whose PostgreSQL signal has not reached this process (its triggers off):
+    what a request on another process sees in the moment before the NOTIFY arrives."""
+    conn = await asyncpg.connect(postgres_url)
+    try:
+        await conn.execute("SET session_replication_role = replica")
+        await conn.execute(sql, *args)
+    finally:
+        await conn.close()
+
+
+async def test_a_key_revoked_or_demoted_before_the_signal_arrives_is_judged_as_stored(tmp_path, postgres_url):
+    """The key cache is a hint: the key and its user's role are read with the workspace
+    role at every use, so a revocation or demotion counts even while its signal is on its
+    way (CI caught a revoked key answered 200 on the other process under load)."""
+    async with running_app(make_settings(tmp_path, postgres_url)) as client:
+        users = Users(client)
+        root = await users.make("root", role="SUPER_ADMINISTRATOR")
+        made = (await make_key(client, root, ["run:read"])).json()
+        key = bearer(made["key"])
+        assert (await client.get(f"{WF}/run?all=1", headers=key)).status_code == 200  # cached now
+        await _write_unsignalled(postgres_url, "UPDATE \"user\" SET role = 'USER' WHERE id = $1",
+                                 root["user_id"])
+        assert_error(await client.get(f"{WF}/run?all=1", headers=key), 403, "PermissionDeniedError")
+        await _write_unsignalled(postgres_url, "UPDATE api_key SET revoked_at = now() WHERE id = $1",
+                                 made["key_id"])
+        revoked = assert_error(await client.get(f"{WF}/run", headers=key), 401, "TokenInvalidError")
+        assert "revoked" in revoked["message"]
