@@ -2,7 +2,10 @@
 through the server's `/api/v1/provider` (kept login, or `--server`/`--token`).
 
 API keys come from a hidden prompt or `--api-key-stdin`, never argv. PROVIDER arguments
-take a provider_id or a provider's exact name.
+take a provider_id or a provider's exact name. Each command takes `--workspace` (or
+`orchestra --workspace`, or $ORCHESTRA_WORKSPACE; an id or exact name): that workspace's
+own providers (its admins change them, its members read them; SPEC §16); without it, the
+instance-wide ones (ADMINISTRATOR and above change them).
 """
 
 from __future__ import annotations
@@ -18,11 +21,13 @@ from orchestra.cli.remote import (
     SERVER,
     TOKEN,
     YES,
+    _or_global_workspace,
     confirm,
     connect,
     resolve_provider,
     show_fields,
     without_message,
+    workspace_id,
 )
 
 app = typer.Typer(help="Model providers on a server: list, show, add, update, remove, check.",
@@ -32,6 +37,22 @@ KINDS_HELP = "openai, deepseek, anthropic, ollama or openai_compatible"
 KEYLESS_KINDS = ("ollama", "openai_compatible")
 FIELDS = ("provider_id", "name", "provider", "model_id", "base_url", "api_key", "has_api_key", "created_at")
 PROVIDER = typer.Argument(..., help="A provider_id or a provider's exact name.")
+WORKSPACE: str | None = typer.Option(
+    None, "--workspace", callback=_or_global_workspace,
+    help="A workspace by id or exact name: its own providers (you need admin there to change them); default: "
+         "`orchestra --workspace`, else $ORCHESTRA_WORKSPACE, else the instance-wide ones (ADMINISTRATOR+ "
+         "to change them).")
+
+
+def _where(client, workspace: str | None) -> dict:
+    """The query naming the workspace (none: the instance-wide providers)."""
+    wid = workspace_id(client, workspace)
+    return {"workspace_id": wid} if wid else {}
+
+
+def _find(client, provider: str, where: dict) -> str:
+    """The provider_id of PROVIDER among the providers `where` names."""
+    return resolve_provider(client, provider, ExitCode.NOT_FOUND, where.get("workspace_id"))
 
 
 def register(root: typer.Typer) -> None:
@@ -71,13 +92,13 @@ def _summary(view: dict) -> str:
 
 @app.command("list")
 @handle_errors
-def list_providers(ctx: typer.Context, server: str | None = SERVER, token: str | None = TOKEN,
-                   json_output: bool = JSON) -> None:
-    """List the registered providers (API keys masked)."""
+def list_providers(ctx: typer.Context, workspace: str | None = WORKSPACE, server: str | None = SERVER,
+                   token: str | None = TOKEN, json_output: bool = JSON) -> None:
+    """List the registered providers (a workspace's, or the instance-wide ones; API keys masked)."""
     from rich.table import Table
 
     with connect(ctx, server, token) as client:
-        rows = client.get("/provider").get("providers", [])
+        rows = client.get("/provider", params=_where(client, workspace)).get("providers", [])
     if json_output:
         print_json(rows)
         return
@@ -91,11 +112,12 @@ def list_providers(ctx: typer.Context, server: str | None = SERVER, token: str |
 
 @app.command()
 @handle_errors
-def show(ctx: typer.Context, provider: str = PROVIDER, server: str | None = SERVER,
-         token: str | None = TOKEN, json_output: bool = JSON) -> None:
+def show(ctx: typer.Context, provider: str = PROVIDER, workspace: str | None = WORKSPACE,
+         server: str | None = SERVER, token: str | None = TOKEN, json_output: bool = JSON) -> None:
     """Show one provider (its API key masked)."""
     with connect(ctx, server, token) as client:
-        view = without_message(client.get(f"/provider/{resolve_provider(client, provider, ExitCode.NOT_FOUND)}"))
+        where = _where(client, workspace)
+        view = without_message(client.get(f"/provider/{_find(client, provider, where)}", params=where))
     show_fields(view, FIELDS, json_output)
 
 
@@ -109,10 +131,11 @@ def add(
     base_url: str | None = typer.Option(None, "--base-url", help="API URL (required for openai_compatible)."),
     api_key_stdin: bool = typer.Option(False, "--api-key-stdin", help="Read the API key from standard input."),
     no_api_key: bool = typer.Option(False, "--no-api-key", help="Register without an API key."),
+    workspace: str | None = WORKSPACE,
     server: str | None = SERVER, token: str | None = TOKEN, json_output: bool = JSON,
 ) -> None:
-    """Register a provider (ADMINISTRATOR and above); prints its provider_id. The API key
-    is asked for without echo."""
+    """Register a provider (instance-wide: ADMINISTRATOR and above; in --workspace: its
+    admins); prints its provider_id. The API key is asked for without echo."""
     _check_kind(kind)
     api_key = read_api_key(api_key_stdin, no_api_key, kind)
     body = {"name": name, "provider": kind, "model_id": model_id}
@@ -121,7 +144,7 @@ def add(
     if base_url is not None:
         body["base_url"] = base_url
     with connect(ctx, server, token) as client:
-        view = without_message(client.post("/provider", json=body))
+        view = without_message(client.post("/provider", json={**body, **_where(client, workspace)}))
     if json_output:
         print_json(view)
     else:
@@ -158,10 +181,11 @@ def update(
         '"output_per_mtok": "1.1", "cached_input_per_mtok"?}; "null" removes them.')),
     limits: str | None = typer.Option(None, "--limits", help=(
         'JSON {"requests_per_minute"?, "tokens_per_minute"?, "max_concurrency"?}; "null" removes them.')),
+    workspace: str | None = WORKSPACE,
     server: str | None = SERVER, token: str | None = TOKEN, json_output: bool = JSON,
 ) -> None:
-    """Change a provider's name, model, URL, key, prices or limits (ADMINISTRATOR and above);
-    its kind is fixed."""
+    """Change a provider's name, model, URL, key, prices or limits (instance-wide:
+    ADMINISTRATOR and above; in --workspace: its admins); its kind is fixed."""
     if base_url is not None and no_base_url:
         fail("--base-url and --no-base-url exclude each other", ExitCode.USAGE)
     if sum((api_key_stdin, api_key_prompt, no_api_key)) > 1:
@@ -185,8 +209,8 @@ def update(
         fail("nothing to change: give --name, --model-id, --base-url, --no-base-url, --api-key, "
              "--api-key-stdin, --no-api-key, --prices or --limits", ExitCode.USAGE)
     with connect(ctx, server, token) as client:
-        provider_id = resolve_provider(client, provider, ExitCode.NOT_FOUND)
-        view = without_message(client.put(f"/provider/{provider_id}", json=body))
+        where = _where(client, workspace)
+        view = without_message(client.put(f"/provider/{_find(client, provider, where)}", json=body, params=where))
     if json_output:
         print_json(view)
     success(f"updated {_summary(view)}")
@@ -198,13 +222,15 @@ def remove(
     ctx: typer.Context,
     provider: str = PROVIDER,
     yes: bool = YES,
+    workspace: str | None = WORKSPACE,
     server: str | None = SERVER, token: str | None = TOKEN,
 ) -> None:
-    """Remove a provider that no worker or system node uses (ADMINISTRATOR and above)."""
+    """Remove a provider that no worker or system node uses (instance-wide: ADMINISTRATOR
+    and above; in --workspace: its admins)."""
     confirm(f"remove provider {provider}", yes)
     with connect(ctx, server, token) as client:
-        provider_id = resolve_provider(client, provider, ExitCode.NOT_FOUND)
-        client.delete(f"/provider/{provider_id}")
+        where = _where(client, workspace)
+        client.delete(f"/provider/{_find(client, provider, where)}", params=where)
     success(f"removed provider {provider}")
 
 
@@ -213,12 +239,14 @@ def remove(
 def check(
     ctx: typer.Context,
     provider: str = PROVIDER,
+    workspace: str | None = WORKSPACE,
     server: str | None = SERVER, token: str | None = TOKEN, json_output: bool = JSON,
 ) -> None:
-    """Ask the provider for its models with the stored key and URL (ADMINISTRATOR and above)."""
+    """Ask the provider for its models with the stored key and URL (instance-wide:
+    ADMINISTRATOR and above; in --workspace: its admins)."""
     with connect(ctx, server, token) as client:
-        provider_id = resolve_provider(client, provider, ExitCode.NOT_FOUND)
-        answer = without_message(client.post(f"/provider/{provider_id}/check"))
+        where = _where(client, workspace)
+        answer = without_message(client.post(f"/provider/{_find(client, provider, where)}/check", params=where))
     models = answer.get("models", [])
     if json_output:
         print_json(answer)

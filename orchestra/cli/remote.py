@@ -118,9 +118,18 @@ def read_text_arg(value: str) -> str:
     return sys.stdin.read().rstrip("\n") if value == "-" else value
 
 
-def resolve_provider(client: Client, ref: str, missing: ExitCode = ExitCode.USAGE) -> str:
-    """The provider_id for `ref`: a provider_id, else a provider's exact name."""
-    return resolve_named(client, "/provider", "providers", "provider_id", ref, "provider", missing)
+def resolve_provider(client: Client, ref: str, missing: ExitCode = ExitCode.USAGE,
+                     workspace_id: str | None = None, *, instance_too: bool = False) -> str:
+    """The provider_id for `ref`: a provider_id, else a provider's exact name, among
+    `workspace_id`'s own providers (None: the instance-wide ones); `instance_too`: among
+    the workspace's and then the instance-wide ones, the providers a worker there may use
+    (SPEC §16)."""
+    if workspace_id is None:
+        return resolve_named(client, "/provider", "providers", "provider_id", ref, "provider", missing)
+    items = client.get_all("/provider", "providers", params={"workspace_id": workspace_id})
+    if instance_too:
+        items += client.get_all("/provider", "providers")
+    return pick_named(items, "provider_id", ref, "provider", missing)
 
 
 def resolve_named(client: Client, path: str, key: str, id_field: str, ref: str, what: str,
@@ -128,7 +137,12 @@ def resolve_named(client: Client, path: str, key: str, id_field: str, ref: str, 
     """The id of the item of `GET path` (a list under `key`, with `params`: e.g. one
     workspace's) whose id or exact, case-sensitive name is `ref`; none → one line and
     exit `missing`."""
-    items = client.get_all(path, key, params=params)
+    return pick_named(client.get_all(path, key, params=params), id_field, ref, what, missing)
+
+
+def pick_named(items: list[dict[str, Any]], id_field: str, ref: str, what: str,
+               missing: ExitCode = ExitCode.NOT_FOUND) -> str:
+    """`resolve_named` on items already read (the first of a name wins)."""
     for item in items:
         if ref in (item.get(id_field), item.get("id")):
             return str(item.get(id_field) or item.get("id"))

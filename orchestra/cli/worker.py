@@ -3,7 +3,8 @@
 Workers belong to a user, so these commands talk to `/api/v1/agent/worker` with the
 kept login (or `--server`/`--token`), never to the store. `create` prints only the new
 worker_id on stdout, so `WORKER=$(orchestra worker create …)` works; `--provider`
-takes a provider_id or a provider's exact name (looked up in `GET /provider`).
+takes a provider_id or a provider's exact name (looked up among the worker's workspace's
+providers, then the instance-wide ones: `GET /provider`).
 `--workspace` (or `orchestra --workspace`, or $ORCHESTRA_WORKSPACE; an id or exact name)
 is where `create` puts the worker, what `list` lists, and where `show`, `update` and
 `delete` look a worker's name up (SPEC §16).
@@ -79,8 +80,9 @@ def create(
 ) -> None:
     """Create a worker (in --workspace; default your personal one); prints its worker_id alone on stdout."""
     with connect(ctx, server, token) as client:
-        body: dict[str, Any] = {"name": name, "provider_id": resolve_provider(client, provider),
-                                "tools": list(tools), **workspace_scope(client, workspace)}
+        where = workspace_scope(client, workspace)
+        body: dict[str, Any] = {"name": name, "provider_id": _provider(client, provider, where.get("workspace_id")),
+                                "tools": list(tools), **where}
         for key, value in (("model", model), ("bound_skill", skill),
                            ("system_prompt", system_prompt), ("description", description)):
             if value is not None:
@@ -93,6 +95,15 @@ def create(
         sys.stdout.write(worker_id + "\n")
         sys.stdout.flush()
     success(f"created worker {name} ({worker_id})")
+
+
+def _provider(client, ref: str, workspace_id: str | None) -> str:
+    """The provider_id of `ref` for a worker of `workspace_id` (None: your personal one):
+    one of that workspace's providers, else an instance-wide one."""
+    if workspace_id is None:
+        personal = [w["workspace_id"] for w in client.get("/workspace").get("workspaces", []) if w.get("personal")]
+        workspace_id = personal[0] if personal else None
+    return resolve_provider(client, ref, ExitCode.USAGE, workspace_id, instance_too=True)
 
 
 def _resolve(client, ref: str, workspace: str | None = None) -> str:
@@ -149,9 +160,10 @@ def update(
         fail("nothing to change: give --name, --provider, --model, --tool, --skill, --system-prompt, "
              "--description or one of the --no-… / --default-model flags", ExitCode.USAGE)
     with connect(ctx, server, token) as client:
-        if provider is not None:
-            body["provider_id"] = resolve_provider(client, provider)
         worker_id = _resolve(client, worker_id, workspace)
+        if provider is not None:
+            stored = _worker(client.get(f"/agent/worker/{worker_id}"))
+            body["provider_id"] = _provider(client, provider, stored.get("workspace_id"))
         updated = _worker(client.put(f"/agent/worker/{worker_id}", json=body))
     if json_output:
         print_json(updated)

@@ -113,8 +113,8 @@ class RefreshToken(BaseModel):
 
 class Provider(NamedModel):
     id = CharField(primary_key=True, max_length=36, default=new_id)
-    name = CharField(max_length=128, unique=True)
-    name_key = CharField(max_length=512, unique=True)
+    name = CharField(max_length=128)  # unique per workspace, and among instance-wide ones (migration 0025)
+    name_key = CharField(max_length=512)  # the same
     kind = CharField(max_length=32)
     model_id = CharField(max_length=256)
     base_url = CharField(max_length=1024, null=True)
@@ -124,6 +124,8 @@ class Provider(NamedModel):
     limits = JSONField(null=True)  # {requests_per_minute, tokens_per_minute, max_concurrency}
     created_by = ForeignKeyField(User, null=True, on_delete="SET NULL")
     created_at = DateTimeField(default=utcnow)
+    # Its workspace (SPEC §16; deleted with it); None: instance-wide, usable by every workspace.
+    workspace_id = CharField(max_length=36, null=True)
 
 
 class Skill(NamedModel):

@@ -2,6 +2,14 @@
 
 A provider is shared: administrators manage it, every user's workers may use it. The
 API key is stored only as SecretBox ciphertext plus a masked hint (`sk-…abcd`).
+
+Teams (SPEC §16): a provider stored with a `workspace_id` is that workspace's, managed by
+its admins (`workspace_rights.require(…, Action.MANAGE)`: 404 for a non-member, 403
+below `admin`) and read by its members, its audit entries in the workspace's chain; one
+stored without is instance-wide, managed by ADMINISTRATOR and above as before and usable
+by every workspace. Names are unique per workspace and among instance-wide providers. A
+worker may use its workspace's providers and the instance-wide ones (`usable_by`); a
+system node, instance-wide itself, only the instance-wide ones.
 """
 
 from __future__ import annotations
@@ -21,12 +29,14 @@ from orchestra.egress import find_refusal
 from orchestra.engine.llm.base import LLMError
 from orchestra.engine.llm.factory import SUPPORTED_KINDS, make_client
 from orchestra.engine.llm.openai_compat import DEFAULT_BASE_URLS
-from orchestra.errors import ConflictError, NotFoundError, ValidationError
-from orchestra.services import audit
+from orchestra.errors import ConflictError, NotFoundError, PermissionDeniedError, ValidationError
+from orchestra.services import audit, workspace_rights
 from orchestra.services.charset import has_control
 from orchestra.services.crypto import mask
 from orchestra.services.provider_terms import clean_limits, clean_prices, price_view
+from orchestra.services.roles import Role
 from orchestra.services.shared import Shared
+from orchestra.services.workspace_rights import Action, Caller
 
 NAME_MAX = 128
 MODEL_MAX = 256
@@ -141,6 +151,7 @@ def provider_view(provider: Provider) -> dict[str, Any]:
         "provider_id": provider.id,
         "id": provider.id,
         "name": provider.name,
+        "workspace_id": provider.workspace_id,
         "provider": provider.kind,
         "model_id": provider.model_id,
         "base_url": provider.base_url,
@@ -169,6 +180,35 @@ async def providers_by_id(core: Shared, ids: set[str]) -> dict[str, Provider]:
     return {p.id: p for p in rows}
 
 
+# --- workspaces (SPEC §16) -------------------------------------------------------------
+
+
+async def scope_of(core: Shared, caller: Caller, workspace_id: str | None,
+                   action: Action = Action.MANAGE) -> str | None:
+    """Where a caller acts on providers: `workspace_id`'s (404 for a non-member, 403
+    naming the least role below `action`'s: `admin` to manage, any member to read), else
+    the instance-wide ones (managing them needs ADMINISTRATOR and above, 403 else; every
+    user reads them)."""
+    if workspace_id is None:
+        if action != Action.READ and Role(caller.role).rank < Role.ADMINISTRATOR.rank:
+            raise PermissionDeniedError(f"This operation needs the role {Role.ADMINISTRATOR.value} or above "
+                                        "(or admin in the workspace named by workspace_id).")
+        return None
+    found = await workspace_rights.require(core, caller, workspace_id, action)
+    return found.workspace.id
+
+
+def _in(workspace_id: str | None) -> Any:
+    return Provider.workspace_id.is_null() if workspace_id is None else Provider.workspace_id == workspace_id
+
+
+def usable_by(workspace_id: str | None) -> Any:
+    """The providers a resource of `workspace_id` may use (None: an instance-wide one,
+    such as a system node): the instance-wide ones and, given one, its workspace's own."""
+    reach = Provider.workspace_id.is_null()
+    return reach if workspace_id is None else reach | (Provider.workspace_id == workspace_id)
+
+
 # --- operations -------------------------------------------------------------------------
 
 
@@ -183,17 +223,20 @@ def _target(provider: Provider) -> dict[str, Any]:
     return audit.target("provider", provider.id, provider.name)
 
 
-def _name_taken(name: str) -> ConflictError:
-    return ConflictError(f"A provider named '{name}' already exists (names ignore case).")
+def _name_taken(name: str, workspace_id: str | None = None) -> ConflictError:
+    where = " in this workspace" if workspace_id else " among the instance-wide providers"
+    return ConflictError(f"A provider named '{name}' already exists{where} (names ignore case).")
 
 
-async def _ensure_name_free(core: Shared, name: str, *, except_id: str | None = None) -> None:
-    """A friendly early 409; the unique index on `name_key` is what decides under races."""
-    query = Provider.select(Provider.id).where(Provider.name_key == name_key(name))
+async def _ensure_name_free(core: Shared, name: str, *, workspace_id: str | None = None,
+                            except_id: str | None = None) -> None:
+    """A friendly early 409 (in `workspace_id`, else among the instance-wide providers);
+    the partial unique indexes on `name_key` are what decide under races."""
+    query = Provider.select(Provider.id).where((Provider.name_key == name_key(name)) & _in(workspace_id))
     if except_id is not None:
         query = query.where(Provider.id != except_id)
     if await core.db.exists(query):
-        raise _name_taken(name)
+        raise _name_taken(name, workspace_id)
 
 
 def _check_shape(kind: str, base_url: str | None) -> None:
@@ -233,8 +276,10 @@ async def create_provider(
     created_by: str | None = None,
     prices: Any = None,
     limits: Any = None,
+    workspace_id: str | None = None,
 ) -> Provider:
-    """Register a provider; 422 for a bad field, 409 for a taken name."""
+    """Register a provider (in `workspace_id`, else instance-wide; the caller's right is
+    `scope_of`'s); 422 for a bad field, 409 for a name taken there."""
     name = clean_name(name)
     prices, limits = clean_prices(prices), clean_limits(limits)
     kind = clean_kind(kind)
@@ -243,7 +288,7 @@ async def create_provider(
     api_key = clean_api_key(api_key)
     _check_shape(kind, base_url)
     await _check_egress(core, kind, base_url)
-    await _ensure_name_free(core, name)
+    await _ensure_name_free(core, name, workspace_id=workspace_id)
     if api_key:
         redaction.remember_credentials([api_key])
     try:
@@ -258,36 +303,55 @@ async def create_provider(
                 prices=prices,
                 limits=limits,
                 created_by=created_by,
+                workspace_id=workspace_id,
             )
             changes = audit.diff({}, audited_fields(provider))
             if api_key:
                 changes["api_key"] = audit.change(None, api_key, secret=True)
-            await audit.record(core, action="provider.create", target=_target(provider), changes=changes)
+            await audit.record(core, action="provider.create", target=_target(provider), changes=changes,
+                               workspace_id=workspace_id)
     except IntegrityError:  # the unique name_key index: a concurrent create took the name
-        raise _name_taken(name) from None
+        raise _name_taken(name, workspace_id) from None
     core.caches.changed("provider")
     return provider
 
 
-async def list_providers(core: Shared) -> list[Provider]:
-    """Every provider, oldest first."""
-    return await core.db.list(Provider.select().order_by(Provider.created_at, Provider.id))
+async def list_providers(core: Shared, workspace_id: str | None = None) -> list[Provider]:
+    """`workspace_id`'s providers, else the instance-wide ones, oldest first."""
+    return await core.db.list(Provider.select().where(_in(workspace_id))
+                              .order_by(Provider.created_at, Provider.id))
 
 
-async def get_provider(core: Shared, provider_id: str) -> Provider:
-    provider = await Provider.aget_or_none(Provider.id == provider_id) if storable(provider_id) else None
+_ANY: Any = object()
+
+
+async def get_provider(core: Shared, provider_id: str, workspace_id: str | None = _ANY) -> Provider:
+    """The provider of that id; given `workspace_id`, only one of that workspace (None:
+    an instance-wide one): any other is 404, like a missing one."""
+    provider = None
+    if storable(provider_id) and len(provider_id) <= 36:
+        where = Provider.id == provider_id
+        if workspace_id is not _ANY:
+            where = where & _in(workspace_id)
+        provider = await Provider.aget_or_none(where)
     if provider is None:
-        raise NotFoundError(f"No provider has the id '{provider_id}'.")
+        in_ws = " in this workspace" if workspace_id is not _ANY and workspace_id else ""
+        raise NotFoundError(f"No provider has the id '{provider_id[:80]}'{in_ws}.")
     return provider
 
 
-async def find_provider(core: Shared, name_or_id: str) -> Provider:
-    """A provider by id, or by name (case-insensitive); for the CLI."""
+async def find_provider(core: Shared, name_or_id: str, workspace_id: str | None = None) -> Provider:
+    """A provider a resource of `workspace_id` may use (`usable_by`; None: the
+    instance-wide ones), by id or by name (case-insensitive; the workspace's first)."""
     if not storable(name_or_id):
         raise NotFoundError(f"No provider is named or has the id '{name_or_id}'.")
-    provider = await Provider.aget_or_none(Provider.id == name_or_id)
+    reach = usable_by(workspace_id)
+    provider = await Provider.aget_or_none((Provider.id == name_or_id) & reach)
     if provider is None:
-        provider = await Provider.aget_or_none(Provider.name_key == name_key(name_or_id.strip()))
+        rows = await core.db.list(Provider.select().where(
+            (Provider.name_key == name_key(name_or_id.strip())) & reach))
+        rows.sort(key=lambda row: row.workspace_id is None)  # the workspace's own first
+        provider = rows[0] if rows else None
     if provider is None:
         raise NotFoundError(f"No provider is named or has the id '{name_or_id}'.")
     return provider
@@ -303,10 +367,12 @@ async def update_provider(
     base_url: str | None = _UNSET,
     prices: Any = _UNSET,
     limits: Any = _UNSET,
+    workspace_id: str | None = None,
 ) -> Provider:
-    """Change the named fields (the kind is fixed); an empty or null api_key removes it,
-    and the masked key sent back as shown keeps it, while base_url is unchanged."""
-    provider = await get_provider(core, provider_id)
+    """Change the named fields of `workspace_id`'s provider (else an instance-wide one;
+    the kind is fixed); an empty or null api_key removes it, and the masked key sent back
+    as shown keeps it, while base_url is unchanged."""
+    provider = await get_provider(core, provider_id, workspace_id)
     before, had_key = audited_fields(provider), provider.api_key_encrypted
     if prices is not _UNSET:
         provider.prices = clean_prices(prices)
@@ -314,7 +380,7 @@ async def update_provider(
         provider.limits = clean_limits(limits)
     if name is not _UNSET:
         provider.name = clean_name(name)
-        await _ensure_name_free(core, provider.name, except_id=provider.id)
+        await _ensure_name_free(core, provider.name, workspace_id=provider.workspace_id, except_id=provider.id)
     if model_id is not _UNSET:
         provider.model_id = clean_model(model_id)
     kept = api_key is _UNSET or (
@@ -345,17 +411,19 @@ async def _save_update(core: Shared, provider: Provider, changes: dict[str, Any]
         async with core.write_transaction():
             if not await provider.asave():
                 raise NotFoundError(f"No provider has the id '{provider.id}'.")  # deleted meanwhile
-            await audit.record(core, action="provider.update", target=_target(provider), changes=changes)
+            await audit.record(core, action="provider.update", target=_target(provider), changes=changes,
+                               workspace_id=provider.workspace_id)
     except IntegrityError:  # the unique name_key index: a concurrent rename took the name
-        raise _name_taken(provider.name) from None
+        raise _name_taken(provider.name, provider.workspace_id) from None
     core.caches.changed("provider")
     return provider
 
 
-async def delete_provider(core: Shared, *, provider_id: str) -> Provider:
-    """Delete a provider no worker or system node uses; 409 naming the users otherwise."""
+async def delete_provider(core: Shared, *, provider_id: str, workspace_id: str | None = None) -> Provider:
+    """Delete a provider (`workspace_id`'s, else an instance-wide one) no worker or system
+    node uses; 409 naming the users otherwise."""
     async with core.write_transaction():
-        provider = await get_provider(core, provider_id)
+        provider = await get_provider(core, provider_id, workspace_id)
         workers = await core.db.list(
             Worker.select(Worker.id, Worker.name)
             .where(Worker.provider == provider.id)
@@ -385,7 +453,8 @@ async def delete_provider(core: Shared, *, provider_id: str) -> Provider:
         changes = audit.diff(audited_fields(provider), {})
         if provider.api_key_encrypted is not None:
             changes["api_key"] = audit.change(provider.api_key_encrypted, None, secret=True)
-        await audit.record(core, action="provider.delete", target=_target(provider), changes=changes)
+        await audit.record(core, action="provider.delete", target=_target(provider), changes=changes,
+                           workspace_id=provider.workspace_id)
     core.caches.changed("provider")
     return provider
 
@@ -414,11 +483,11 @@ def _check_error(name: str, err: LLMError) -> str:
     return f"Provider '{name}' refused the request (HTTP {status})."
 
 
-async def check_provider(core: Shared, *, provider_id: str) -> dict[str, Any]:
-    """Ask the provider for its models with the stored key and URL: `{ok: true, models}`,
-    or `{ok: false, error}` when it cannot be reached or refuses (SPEC §3); 404 only for
-    an unknown provider."""
-    provider = await get_provider(core, provider_id)
+async def check_provider(core: Shared, *, provider_id: str, workspace_id: str | None = None) -> dict[str, Any]:
+    """Ask the provider (`workspace_id`'s, else an instance-wide one) for its models with
+    the stored key and URL: `{ok: true, models}`, or `{ok: false, error}` when it cannot
+    be reached or refuses (SPEC §3); 404 only for an unknown provider."""
+    provider = await get_provider(core, provider_id, workspace_id)
     try:
         api_key = decrypt_api_key(core, provider)
     except ValueError:

@@ -211,3 +211,39 @@ def test_hidden_prompt_never_echoes_the_key(world):
     assert KEY.encode() not in seen and "sk-…7777".encode() in seen
     assert stored_providers(world)["tty"]["api_key"] == "sk-…7777"
     world["cli"]("provider", "remove", "tty", "--yes")
+
+
+def test_provider_commands_take_a_workspace(world):
+    """SPEC §16: `--workspace` names the workspace whose own providers a command acts on
+    (without it: the instance-wide ones); `worker create --provider NAME` in a workspace
+    finds that workspace's provider by name."""
+    cli, api = world["cli"], world["api"]
+    made = api.post("/workspace", json={"name": "providerteam"})
+    assert made.status_code == 201, made.text
+    wid = made.json()["workspace_id"]
+    done = cli("provider", "add", "teammodel", "-k", "deepseek", "-m", "deepseek-chat", "--api-key-stdin",
+               "--workspace", "providerteam", input=KEY + "\n")
+    assert done.returncode == 0, done.stderr
+    provider_id = done.stdout.strip()
+    [stored] = api.get("/provider", params={"workspace_id": wid}).json()["providers"]
+    assert (stored["provider_id"], stored["name"], stored["workspace_id"]) == (provider_id, "teammodel", wid)
+    assert "teammodel" not in stored_providers(world)  # not an instance-wide one
+    listed = cli("provider", "list", "--workspace", wid, "--json")
+    assert listed.returncode == 0 and [p["provider_id"] for p in json.loads(listed.stdout)] == [provider_id]
+    assert provider_id not in cli("provider", "list", "--json").stdout
+    shown = cli("provider", "show", "teammodel", "--workspace", "providerteam", "--json")
+    assert shown.returncode == 0 and json.loads(shown.stdout)["workspace_id"] == wid, shown.stderr
+    assert cli("provider", "show", "teammodel").returncode == ExitCode.NOT_FOUND
+    changed = cli("provider", "update", "teammodel", "--model-id", "deepseek-reasoner", "--workspace", "providerteam")
+    assert changed.returncode == 0, changed.stderr
+    assert api.get(f"/provider/{provider_id}", params={"workspace_id": wid}).json()["model_id"] == "deepseek-reasoner"
+    worker = cli("worker", "create", "teamhand", "--provider", "teammodel", "--workspace", "providerteam")
+    assert worker.returncode == 0, worker.stderr
+    assert api.get(f"/agent/worker/{worker.stdout.strip()}").json()["provider_id"] == provider_id
+    elsewhere = cli("worker", "create", "minehand", "--provider", "teammodel")  # another workspace's: unknown
+    assert elsewhere.returncode != 0 and "unknown provider 'teammodel'" in one_error_line(elsewhere)
+    assert api.delete(f"/agent/worker/{worker.stdout.strip()}").status_code == 200
+    assert cli("provider", "remove", "teammodel", "--yes").returncode == ExitCode.NOT_FOUND
+    gone = cli("provider", "remove", "teammodel", "--yes", "--workspace", "providerteam")
+    assert gone.returncode == 0, gone.stderr
+    assert api.get("/provider", params={"workspace_id": wid}).json()["providers"] == []

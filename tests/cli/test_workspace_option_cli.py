@@ -193,21 +193,40 @@ def test_an_unknown_workspace_is_one_line_and_exit_3(world, args, env):
 
 
 def test_every_command_takes_the_option(world):
-    """Commands whose objects are instance-wide (tools, providers) accept it and say in
-    --help that they do not use it; the answer is the same as without it."""
-    cli = world["cli"]
-    for args in (("tool", "list", "--json"), ("provider", "list", "--json")):
-        plain = cli(*args)
-        assert plain.returncode == 0, plain.stderr
+    """Commands whose objects are instance-wide (tools) accept it and say in --help that
+    they do not use it; the answer is the same as without it. Providers are no longer
+    such objects (a workspace has its own, SPEC §16): `provider list` with the option
+    lists that workspace's own providers, without it the instance-wide ones."""
+    cli, api = world["cli"], world["api"]
+    args = ("tool", "list", "--json")
+    plain = cli(*args)
+    assert plain.returncode == 0, plain.stderr
+    for extra, env in (((*args, "--workspace", "team"), None), (args, {"ORCHESTRA_WORKSPACE": "team"}),
+                       (("--workspace", "team", *args), None)):
+        done = cli(*extra, env=env)
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout) == json.loads(plain.stdout)
+    helped = cli("tool", "list", "--help", env={"COLUMNS": "300"})
+    assert helped.returncode == 0 and "--workspace" in helped.stdout and "does not use it" in helped.stdout
+
+    made = api.post("/provider", json={"name": "team-only", "provider": "deepseek", "model_id": "deepseek-chat",
+                                       "workspace_id": world["team"]})
+    assert made.status_code == 201, made.text
+    try:
+        args = ("provider", "list", "--json")
+        wide = json.loads(cli(*args).stdout)
+        assert wide and all(p["workspace_id"] is None for p in wide)
+        assert made.json()["provider_id"] not in [p["provider_id"] for p in wide]
         for extra, env in (((*args, "--workspace", "team"), None), (args, {"ORCHESTRA_WORKSPACE": "team"}),
                            (("--workspace", "team", *args), None)):
             done = cli(*extra, env=env)
             assert done.returncode == 0, done.stderr
-            assert json.loads(done.stdout) == json.loads(plain.stdout)
-    helped = cli("provider", "list", "--help", env={"COLUMNS": "300"})
-    assert helped.returncode == 0 and "--workspace" in helped.stdout and "does not use it" in helped.stdout
-    helped = cli("worker", "list", "--help", env={"COLUMNS": "300"})
-    assert "--workspace" in helped.stdout and "does not use it" not in helped.stdout
+            assert [p["provider_id"] for p in json.loads(done.stdout)] == [made.json()["provider_id"]]
+    finally:
+        api.delete(f"/provider/{made.json()['provider_id']}", params={"workspace_id": world["team"]})
+    for command in ("provider", "worker"):
+        helped = cli(command, "list", "--help", env={"COLUMNS": "300"})
+        assert "--workspace" in helped.stdout and "does not use it" not in helped.stdout
 
 
 def test_every_command_in_the_tree_has_a_workspace_option():

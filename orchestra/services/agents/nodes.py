@@ -1,5 +1,7 @@
 """System nodes (SPEC §3): the built-in nodes of `node_specs`; only their provider and
-model are stored and editable. A change drops the agent cache's copy (`Caches`).
+model are stored and editable. A change drops the agent cache's copy (`Caches`). A node
+is instance-wide: its provider is an instance-wide one (a workspace's provider reads as
+unknown, SPEC §16).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from orchestra.db.models import Provider, SystemNode, iso, storable, utcnow
 from orchestra.errors import NotFoundError, ValidationError
 from orchestra.services import audit
 from orchestra.services.node_specs import NODE_SPECS, NodeSpec
-from orchestra.services.providers import clean_model, providers_by_id
+from orchestra.services.providers import clean_model, providers_by_id, usable_by
 from orchestra.services.shared import Shared
 
 _UNSET: Any = object()
@@ -60,9 +62,10 @@ async def update_node(core: Shared, *, name: str, provider: str | None = _UNSET,
     if provider is _UNSET and model is _UNSET:
         raise ValidationError.field("body", "send provider and/or model")
     if provider is not _UNSET and provider is not None and (
-        not storable(provider) or await Provider.aget_or_none(Provider.id == provider) is None
+        not storable(provider) or await Provider.aget_or_none((Provider.id == provider) & usable_by(None)) is None
     ):
-        raise ValidationError.field("provider", f"unknown provider '{provider}'")
+        raise ValidationError.field("provider", f"unknown provider '{provider}' (a system node uses an "
+                                    "instance-wide provider)")
     if model is not _UNSET and model is not None:
         model = clean_model(model, "model")
     values: dict[Any, Any] = {SystemNode.updated_at: utcnow()}

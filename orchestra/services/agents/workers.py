@@ -2,7 +2,9 @@
 found. A worker also belongs to a workspace (SPEC §16; default its owner's personal
 one): in a team workspace its members read it and its editors change and delete it
 (services/workspace_scope.py). Provider, tools and bound skill are checked together (one 422 naming every
-unknown reference); a write drops the agent cache's copy (through `Caches`).
+unknown reference); a write drops the agent cache's copy (through `Caches`). A worker's
+provider is its workspace's or an instance-wide one: another workspace's reads as an
+unknown provider (SPEC §16: references never cross workspaces).
 """
 
 from __future__ import annotations
@@ -16,7 +18,14 @@ from orchestra.errors import ConflictError, NotFoundError, ValidationError
 from orchestra.services import audit, workspace_scope
 from orchestra.services.agents.skills import PROMPT_MAX
 from orchestra.services.paging import DEFAULT_LIMIT, Page, keyset_page
-from orchestra.services.providers import clean_model, clean_name, clean_text, providers_by_id
+from orchestra.services.personal_workspace import personal_workspace_id
+from orchestra.services.providers import (
+    clean_model,
+    clean_name,
+    clean_text,
+    providers_by_id,
+    usable_by,
+)
 from orchestra.services.shared import Shared
 from orchestra.services.workspace_rights import Action
 
@@ -47,16 +56,26 @@ async def worker_views(core: Shared, workers: list[Worker]) -> list[dict[str, An
     return [worker_view(w, providers.get(w.provider_id)) for w in workers]
 
 
+def unknown_provider(provider_id: str) -> str:
+    """The problem of a provider a worker may not use: one that does not exist and one of
+    another workspace read alike (nothing tells which ids exist elsewhere)."""
+    return (f"unknown provider '{provider_id}' (a worker uses a provider of its own workspace "
+            "or an instance-wide one)")
+
+
 async def _check_references(
-    core: Shared, *, provider_id: str = _UNSET, tools: list[str] = _UNSET, bound_skill: str | None = _UNSET
+    core: Shared, *, workspace_id: str | None, provider_id: str = _UNSET, tools: list[str] = _UNSET,
+    bound_skill: str | None = _UNSET,
 ) -> tuple[list[str] | Any, str | None | Any]:
-    """Check provider, tools and skill together; one 422 listing every unknown name.
-    Returns (tools without duplicates, the skill's stored name)."""
+    """Check provider (`workspace_id`'s or an instance-wide one), tools and skill
+    together; one 422 listing every unknown name. Returns (tools without duplicates, the
+    skill's stored name)."""
     problems: list[dict[str, str]] = []
     if provider_id is not _UNSET and (
-        not storable(provider_id) or await Provider.aget_or_none(Provider.id == provider_id) is None
+        not storable(provider_id)
+        or await Provider.aget_or_none((Provider.id == provider_id) & usable_by(workspace_id)) is None
     ):
-        problems.append({"field": "provider_id", "problem": f"unknown provider '{provider_id}'"})
+        problems.append({"field": "provider_id", "problem": unknown_provider(provider_id)})
     if tools is not _UNSET:
         registry = core.tool_registry
         await registry.load()
@@ -126,7 +145,7 @@ async def _save_worker(core: Shared, worker: Worker, *, create: bool, before: di
         )
         if await core.db.exists(taken):
             raise _worker_name_taken(worker.name) from None
-        raise ValidationError.field("provider_id", f"unknown provider '{worker.provider_id}'") from None
+        raise ValidationError.field("provider_id", unknown_provider(worker.provider_id)) from None
     return worker
 
 
@@ -152,7 +171,7 @@ async def create_worker(
     model = clean_model(model, "model") if model is not None else None
     await _ensure_worker_name_free(core, owner_id, name)
     tools, bound_skill = await _check_references(
-        core, provider_id=provider_id, tools=list(tools), bound_skill=bound_skill
+        core, workspace_id=workspace_id, provider_id=provider_id, tools=list(tools), bound_skill=bound_skill
     )
     worker = Worker(
         owner=owner_id, name=name, description=description, system_prompt=system_prompt,
@@ -210,6 +229,7 @@ async def update_worker(core: Shared, *, owner_id: str, worker_id: str, **change
         worker.model = clean_model(changes["model"], "model") if changes["model"] is not None else None
     tools, skill = await _check_references(
         core,
+        workspace_id=worker.workspace_id or await personal_workspace_id(core, worker.owner_id),
         provider_id=changes.get("provider_id", _UNSET),
         tools=list(changes["tools"]) if "tools" in changes else _UNSET,
         bound_skill=changes.get("bound_skill", _UNSET),

@@ -89,6 +89,8 @@ class ProviderView(Shape):
     provider_id: str
     id: str = Field(description="The same as provider_id.")
     name: str
+    workspace_id: str | None = Field(description="The workspace it belongs to (SPEC §16); null: instance-wide, "
+                                     "usable by every workspace's workers.")
     provider: ProviderKind
     model_id: str
     base_url: str | None
