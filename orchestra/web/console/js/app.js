@@ -16,6 +16,10 @@ import { Subscriptions } from './pages/subscriptions.js';
 import { Keys } from './pages/keys.js';
 import { Hooks } from './pages/hooks.js';
 import { Usage } from './pages/usage.js';
+import { Members } from './pages/members.js';
+import { Audit } from './pages/audit.js';
+import { WorkspaceBar, WORKSPACE_PAGES } from './switcher.js';
+import { useWorkspaces, workspaceOf, atLeast } from './workspace.js';
 
 function currentRoute() {
   const [path, query = ''] = location.hash.replace(/^#\/?/, '').split('?');
@@ -58,12 +62,18 @@ const NAV = [
   ['workers', 'Workers', () => true],
   ['providers', 'Providers', isAdmin],
   ['mcp', 'MCP servers', () => true],
-  ['secrets', 'Secrets', isAdmin],
+  ['secrets', 'Secrets', mayKeepSecrets],
   ['hooks', 'Webhooks', () => true],
   ['keys', 'API keys', () => true],
   ['usage', 'Usage', () => true],
   ['users', 'Users', isSuperAdmin],
 ];
+
+/** Instance-wide secrets are ADMINISTRATOR+'s; a workspace's, its admins' and owners'. */
+function mayKeepSecrets() {
+  const workspace = workspaceOf();
+  return workspace ? atLeast(workspace.role, 'admin') : isAdmin();
+}
 
 // The header's role, short (the whole name is its title), so the navigation keeps to one line at 1280 px.
 const ROLE_SHORT = { SUPER_ADMINISTRATOR: 'super admin', ADMINISTRATOR: 'admin', USER: 'user' };
@@ -74,7 +84,7 @@ function Page({ route }) {
     case 'providers': return isAdmin() ? html`<${Providers} />` : html`<${Forbidden} />`;
     case 'workers': return html`<${Workers} />`;
     case 'mcp': return html`<${McpServers} />`;
-    case 'secrets': return isAdmin() ? html`<${Secrets} />` : html`<${Forbidden} />`;
+    case 'secrets': return mayKeepSecrets() ? html`<${Secrets} />` : html`<${Forbidden} />`;
     case 'hooks': return html`<${Hooks} />`;
     case 'keys': return html`<${Keys} />`;
     case 'templates': return arg ? html`<${TemplateEditor} key=${arg} templateId=${arg} />` : html`<${Templates} />`;
@@ -84,6 +94,8 @@ function Page({ route }) {
     case 'users': return isSuperAdmin() ? html`<${Users} />` : html`<${Forbidden} />`;
     case 'runs': return html`<${Runs} query=${route.query} />`;
     case 'usage': return html`<${Usage} />`;
+    case 'members': return html`<${Members} />`;
+    case 'audit': return html`<${Audit} />`;
     default: return html`<section><h1>Not found</h1><p>Nothing is at <code>#/${page}</code>.</p></section>`;
   }
 }
@@ -96,10 +108,11 @@ function Forbidden() {
 function App() {
   const session = useSession();
   const route = useRoute();
+  const { workspaces, error: workspacesError, chosen } = useWorkspaces();
   const [menu, setMenu] = useState(false);  // the navigation, folded into a menu on a phone (console.css)
   useEffect(() => setMenu(false), [route]);
   useEffect(() => {
-    const label = NAV.find(([page]) => page === route.page);
+    const label = [...NAV, ...WORKSPACE_PAGES].find(([page]) => page === route.page);
     document.title = `${label ? label[1] : 'orchestra'} · orchestra`;
   }, [route]);
   if (!session) {
@@ -120,7 +133,11 @@ function App() {
       <span class="who" title=${`${session.user_name} (${session.role})`}>${session.user_name} <small>${ROLE_SHORT[session.role] || session.role}</small></span>
       <button type="button" class="link" onClick=${() => signOut('You signed out.')}>Sign out</button>
     </header>
-    <main id="main"><${Page} route=${route} /></main>`;
+    <${WorkspaceBar} page=${route.page} />
+    <main id="main">${workspaces || workspacesError
+      // A page is drawn for one workspace (or all): choosing another draws it again, its lists reloaded.
+      ? html`<${Page} key=${route.page === 'members' ? 'members' : chosen} route=${route} />`
+      : html`<p class="loading">Loading…</p>`}</main>`;
 }
 
 const root = document.getElementById('app');

@@ -3,6 +3,7 @@
 import { html, useState } from '../html.js';
 import { api, apiAll } from '../api.js';
 import { TextField, Select, ErrorBox, Notice, useLoad, problemsByField, when, ConfirmButton } from '../ui.js';
+import { scoped, inWorkspace } from '../workspace.js';
 
 function CreateHook({ templates, onCreated }) {
   const [templateId, setTemplateId] = useState('');
@@ -13,7 +14,7 @@ function CreateHook({ templates, onCreated }) {
   const submit = async (e) => {
     e.preventDefault();
     try {
-      const made = await api('POST', '/workflow/hook', { template_id: chosen, input });
+      const made = await api('POST', '/workflow/hook', inWorkspace({ template_id: chosen, input }));
       setError(null);
       onCreated(made);
     } catch (err) {
@@ -34,8 +35,8 @@ function CreateHook({ templates, onCreated }) {
 }
 
 export function Hooks() {
-  const [data, loadError, reload] = useLoad(() => api('GET', '/workflow/hook'));
-  const [templates] = useLoad(() => apiAll('/workflow/template', 'templates'));
+  const [data, loadError, reload] = useLoad(() => api('GET', scoped('/workflow/hook')));
+  const [templates] = useLoad(() => apiAll(scoped('/workflow/template'), 'templates'));
   const [created, setCreated] = useState(null);
   const [notice, setNotice] = useState('');
   const [error, setError] = useState(null);

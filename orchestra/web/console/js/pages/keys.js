@@ -3,6 +3,7 @@
 import { html, useState } from '../html.js';
 import { api, apiAll } from '../api.js';
 import { TextField, ErrorBox, Notice, useLoad, problemsByField, when, ConfirmButton } from '../ui.js';
+import { scoped, inWorkspace } from '../workspace.js';
 
 export const SCOPES = ['run:start', 'run:read', 'run:reply', 'run:cancel', 'template:read', 'template:write'];
 
@@ -34,7 +35,7 @@ function CreateKey({ templates, onCreated }) {
     if (chosen.length) body.templates = chosen;
     if (expires) body.expires_at = new Date(expires).toISOString();
     try {
-      const made = await api('POST', '/auth/key', body);
+      const made = await api('POST', '/auth/key', inWorkspace(body));
       setName(''); setChosen([]); setExpires(''); setError(null);
       onCreated(made);
     } catch (err) {
@@ -60,8 +61,8 @@ function CreateKey({ templates, onCreated }) {
 }
 
 export function Keys() {
-  const [data, loadError, reload] = useLoad(() => api('GET', '/auth/key'));
-  const [templates] = useLoad(async () => (await apiAll('/workflow/template', 'templates')).templates);
+  const [data, loadError, reload] = useLoad(() => api('GET', scoped('/auth/key')));
+  const [templates] = useLoad(async () => (await apiAll(scoped('/workflow/template'), 'templates')).templates);
   const names = Object.fromEntries((templates || []).map((t) => [t.template_id, t.name]));
   const [created, setCreated] = useState(null);
   const [notice, setNotice] = useState('');

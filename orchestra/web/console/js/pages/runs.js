@@ -3,6 +3,7 @@ import { html, useState, useEffect } from '../html.js';
 import { api, apiAll, upload, isAdmin } from '../api.js';
 import { TextArea, Select, ErrorBox, useLoad, when, duration, StatusBadge, go, useId, problemsByField } from '../ui.js';
 import { SchemaFields, emptyDraft, draftValue } from '../schema_form.js';
+import { scoped, chosenWorkspace } from '../workspace.js';
 
 const STATUSES = ['queued', 'running', 'waiting_reply', 'succeeded', 'failed', 'cancelled', 'interrupted'];
 const KINDS = { schedule: 'schedule', webhook: 'webhook', mcp: 'MCP', experiment: 'experiment' };
@@ -96,8 +97,8 @@ export function Runs({ query }) {
   const [all, setAll] = useState(false);
   const [status, setStatus] = useState('');
   const [text, setText] = useState('');
-  const [runs, runsError, reload] = useLoad(() => api('GET', `/workflow/run?limit=200${all ? '&all=1' : ''}`), [all]);
-  const [templates, templatesError] = useLoad(() => apiAll('/workflow/template', 'templates'));
+  const [runs, runsError, reload] = useLoad(() => api('GET', scoped(`/workflow/run?limit=200${all && !chosenWorkspace() ? '&all=1' : ''}`)), [all]);
+  const [templates, templatesError] = useLoad(() => apiAll(scoped('/workflow/template'), 'templates'));
   const filterId = useId('filter');
   const live = !!runs && runs.runs.some((r) => !r.finished_at);
   useEffect(() => {  // while a run is going, its row follows without a click on Refresh
@@ -117,7 +118,7 @@ export function Runs({ query }) {
       <div class="field"><label for=${filterId}>Filter</label>
         <input id=${filterId} type="search" value=${text} placeholder="template or trace id"
                onInput=${(e) => setText(e.target.value)} /></div>
-      ${isAdmin() && html`<label class="check"><input type="checkbox" checked=${all} onChange=${(e) => setAll(e.target.checked)} /> every user's</label>`}
+      ${isAdmin() && !chosenWorkspace() && html`<label class="check"><input type="checkbox" checked=${all} onChange=${(e) => setAll(e.target.checked)} /> every user's</label>`}
       <button type="button" onClick=${reload}>Refresh</button>
     </div>
     <${ErrorBox} error=${runsError} />

@@ -5,6 +5,7 @@
 import { html, useState, useEffect } from '../html.js';
 import { api, apiAll } from '../api.js';
 import { TextField, Select, ErrorBox, Notice, useLoad, problemsByField, ConfirmButton, StatusBadge } from '../ui.js';
+import { scoped, inWorkspace } from '../workspace.js';
 
 const FIRES_PAGE = 20;
 
@@ -73,7 +74,7 @@ function AddSchedule({ templates, onAdded }) {
     e.preventDefault();
     setBusy(true);
     try {
-      const answer = await api('POST', '/workflow/schedule', { ...form, input: form.input || null });
+      const answer = await api('POST', '/workflow/schedule', inWorkspace({ ...form, input: form.input || null }));
       setError(null);
       onAdded(`Schedule added; next fire ${answer.schedule.next_fires[0] || '–'}.`);
     } catch (err) {
@@ -104,8 +105,8 @@ function AddSchedule({ templates, onAdded }) {
 
 export function Schedules() {
   const [data, loadError, reload] = useLoad(async () => ({
-    schedules: (await apiAll('/workflow/schedule', 'schedules')).schedules,
-    templates: (await apiAll('/workflow/template', 'templates')).templates,
+    schedules: (await apiAll(scoped('/workflow/schedule'), 'schedules')).schedules,
+    templates: (await apiAll(scoped('/workflow/template'), 'templates')).templates,
   }));
   const [notice, setNotice] = useState('');
   const [error, setError] = useState(null);

@@ -1,9 +1,11 @@
-// Secrets (administrators): values HTTP steps send as {{ secrets.NAME }}, to the secret's
-// hosts only. The API never returns a value: the list shows names, hints (…abcd) and
+// Secrets: values HTTP steps send as {{ secrets.NAME }}, to the secret's hosts only —
+// the instance-wide ones (administrators), or the chosen workspace's (its admins and
+// owners). The API never returns a value: the list shows names, hints (…abcd) and
 // hosts; a value is typed once, hidden.
 import { html, useState } from '../html.js';
 import { api } from '../api.js';
 import { TextField, ErrorBox, Notice, useLoad, when, problemsByField, ConfirmButton } from '../ui.js';
+import { scoped, inWorkspace, workspaceOf } from '../workspace.js';
 
 function SetSecret({ onSet }) {
   const [form, setForm] = useState({ name: '', value: '', hosts: '' });
@@ -18,10 +20,10 @@ function SetSecret({ onSet }) {
       const hosts = form.hosts.split(/[\s,]+/).filter((h) => h);
       const change = hosts.length ? { value: form.value, hosts } : { value: form.value };
       try {
-        answer = await api('POST', '/resource/secret', { name: form.name, value: form.value, hosts });
+        answer = await api('POST', '/resource/secret', inWorkspace({ name: form.name, value: form.value, hosts }));
       } catch (err) {
         if (err.status !== 409) throw err;  // the name exists: set means replace its value (and hosts)
-        answer = await api('PUT', `/resource/secret/${encodeURIComponent(form.name)}`, change);
+        answer = await api('PUT', scoped(`/resource/secret/${encodeURIComponent(form.name)}`), change);
       }
       setForm({ name: '', value: '', hosts: '' });
       setError(null);
@@ -50,20 +52,26 @@ function SetSecret({ onSet }) {
 }
 
 export function Secrets() {
-  const [data, loadError, reload] = useLoad(() => api('GET', '/resource/secret'));
+  const [data, loadError, reload] = useLoad(() => api('GET', scoped('/resource/secret')));
   const [notice, setNotice] = useState('');
   const [error, setError] = useState(null);
   const remove = async (s) => {
     try {
-      await api('DELETE', `/resource/secret/${encodeURIComponent(s.name)}`);
+      await api('DELETE', scoped(`/resource/secret/${encodeURIComponent(s.name)}`));
       setNotice(`Secret '${s.name}' deleted.`);
       reload();
     } catch (err) {
       setError(err);
     }
   };
+  const workspace = workspaceOf();
   return html`<section>
     <h1>Secrets</h1>
+    <p class="hint" data-secret-scope>${workspace
+      ? html`The secrets of the workspace <strong>${workspace.name}</strong> (its admins and owners keep them); its
+          templates may also use the instance-wide ones.`
+      : html`The instance-wide secrets (administrators keep them), usable by every workspace. Choose a workspace in
+          the header for its own.`}</p>
     <p class="hint">HTTP steps send them as <code>{{ secrets.NAME }}</code> in their URL or header values, and only
       to the secret's hosts (compared with the host as written in the URL, redirects included); anywhere else a
       template is refused. Runs show <code>***</code> wherever a value could appear. A secret without hosts (stored

@@ -5,6 +5,7 @@
 import { html, useState } from '../html.js';
 import { api, apiAll } from '../api.js';
 import { TextField, Select, ErrorBox, Notice, useLoad, problemsByField, ConfirmButton, when } from '../ui.js';
+import { scoped, inWorkspace } from '../workspace.js';
 
 const EVENTS = ['run.succeeded', 'run.failed', 'run.cancelled', 'run.waiting_reply'];
 
@@ -18,7 +19,7 @@ function AddSubscription({ templates, onAdded }) {
   const submit = async (e) => {
     e.preventDefault();
     try {
-      const answer = await api('POST', '/workflow/subscription', { url, events, ...(templateId ? { template_id: templateId } : {}) });
+      const answer = await api('POST', '/workflow/subscription', inWorkspace({ url, events, ...(templateId ? { template_id: templateId } : {}) }));
       setUrl('');
       setTemplateId('');
       setError(null);
@@ -85,8 +86,8 @@ function Filter({ subscription, names }) {
 }
 
 export function Subscriptions() {
-  const [data, loadError, reload] = useLoad(async () => (await apiAll('/workflow/subscription', 'subscriptions')).subscriptions);
-  const [templates] = useLoad(async () => (await apiAll('/workflow/template', 'templates')).templates);
+  const [data, loadError, reload] = useLoad(async () => (await apiAll(scoped('/workflow/subscription'), 'subscriptions')).subscriptions);
+  const [templates] = useLoad(async () => (await apiAll(scoped('/workflow/template'), 'templates')).templates);
   const names = Object.fromEntries((templates || []).map((t) => [t.template_id, t.name]));
   const [secret, setSecret] = useState('');
   const [notice, setNotice] = useState('');

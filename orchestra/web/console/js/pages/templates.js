@@ -7,6 +7,7 @@ import { StepGraph, stages } from '../graph.js';
 import { StepPolicies, ContainerControls, ShapeSelect, policyDraft, policyApi, usesAgent, unreadableJson, innerField } from '../step_policies.js';
 import { TemplateSettings, SETTINGS_FIELDS } from '../template_settings.js';
 import { TemplateVersions } from './versions.js';
+import { scoped, inWorkspace } from '../workspace.js';
 
 const NODES = ['planner', 'reviewer', 'summarizer'];
 // What each system node does (its description in GET /agent/node; orchestra/services/agents.py).
@@ -25,7 +26,7 @@ function StepsInStages({ steps }) {
 }
 
 export function Templates() {
-  const [data, error] = useLoad(() => apiAll('/workflow/template', 'templates'));
+  const [data, error] = useLoad(() => apiAll(scoped('/workflow/template'), 'templates'));
   return html`<section>
     <h1>Templates</h1>
     <p><a class="button primary" href="#/templates/new">New template</a></p>
@@ -423,7 +424,7 @@ function TemplateForm({ templateId, template, workers }) {
     }
     try {
       const saved = templateId === 'new'
-        ? await api('POST', '/workflow/template', payload)
+        ? await api('POST', '/workflow/template', inWorkspace(payload))
         : await api('PUT', `/workflow/template/${templateId}`, payload);
       setError(null);
       setSaves((n) => n + 1);

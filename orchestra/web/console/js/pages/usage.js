@@ -5,12 +5,19 @@ import { api } from '../api.js';
 import { ErrorBox, useLoad } from '../ui.js';
 import { usd } from '../money.js';
 import { BarChart } from '../charts.js';
+import { scoped, workspaceOf } from '../workspace.js';
 
-const GROUPS = ['day', 'template', 'model', 'provider', 'user'];
+const GROUPS = ['day', 'template', 'model', 'provider', 'user', 'workspace'];
 
 function query(groupBy, from, to) {
   const params = new URLSearchParams({ group_by: groupBy, ...(from ? { from } : {}), ...(to ? { to } : {}) });
-  return `/usage?${params}`;
+  return scoped(`/usage?${params}`);
+}
+
+/** A workspace's name (its id when it is not one of yours: a deleted one). */
+function workspaceName(id) {
+  const w = workspaceOf(id);
+  return w ? w.name : String(id);
 }
 
 export function Usage() {
@@ -19,7 +26,7 @@ export function Usage() {
   const [groupBy, setGroupBy] = useState('model');
   const [days, dayError] = useLoad(() => api('GET', query('day', from, to)), [from, to]);
   const [templates] = useLoad(() => api('GET', query('template', from, to)), [from, to]);
-  const [names] = useLoad(() => api('GET', '/workflow/template?limit=1000').catch(() => ({ templates: [] })), []);
+  const [names] = useLoad(() => api('GET', scoped('/workflow/template?limit=1000')).catch(() => ({ templates: [] })), []);
   const [table, tableError] = useLoad(() => api('GET', query(groupBy, from, to)), [groupBy, from, to]);
   const nameOf = (id) => ((names && names.templates.find((t) => t.template_id === id)) || {}).name || (id ? id.slice(0, 8) : 'deleted');
   return html`<section class="usage-page">
@@ -39,7 +46,7 @@ export function Usage() {
     <div class="table-wrap"><table class="stack">
       <thead><tr><th>${groupBy}</th><th>Runs</th><th>Calls</th><th>Input tokens</th><th>Output tokens</th><th>Cost</th></tr></thead>
       <tbody>${table && table.rows.map((r) => html`<tr key=${String(r.key)}>
-        <td data-label=${groupBy}>${groupBy === 'template' ? nameOf(r.key) : String(r.key)}</td>
+        <td data-label=${groupBy}>${groupBy === 'template' ? nameOf(r.key) : groupBy === 'workspace' ? workspaceName(r.key) : String(r.key)}</td>
         <td data-label="Runs">${r.runs}</td><td data-label="Calls">${r.calls}</td>
         <td data-label="Input tokens">${r.input_tokens}</td><td data-label="Output tokens">${r.output_tokens}</td>
         <td data-label="Cost">${usd(r.cost_usd)}</td></tr>`)}</tbody>

@@ -4,6 +4,7 @@ import { html, useState } from '../html.js';
 import { api, apiAll, isAdmin } from '../api.js';
 import { TextField, TextArea, Select, ErrorBox, Notice, useLoad, problemsByField, ConfirmButton, attempt } from '../ui.js';
 import { NODE_TEXT } from './templates.js';
+import { scoped, inWorkspace } from '../workspace.js';
 
 const BLANK = { name: '', description: '', system_prompt: '', provider_id: '', model: '', tools: [], bound_skill: '' };
 
@@ -26,7 +27,7 @@ function WorkerForm({ worker, catalog, onSaved, onCancel }) {
     try {
       const saved = worker
         ? await api('PUT', `/agent/worker/${worker.worker_id}`, body)
-        : await api('POST', '/agent/worker', body);
+        : await api('POST', '/agent/worker', inWorkspace(body));
       onSaved(`Worker '${saved.name}' ${worker ? 'saved' : 'created'}.`);
     } catch (err) {
       setError(err);
@@ -121,7 +122,7 @@ function NodeRow({ node, providers, onChanged }) {
 
 async function loadCatalog() {
   const [workers, providers, tools, skills, nodes] = await Promise.all([
-    apiAll('/agent/worker', 'workers'), api('GET', '/provider'), api('GET', '/resource/tool'),
+    apiAll(scoped('/agent/worker'), 'workers'), api('GET', '/provider'), api('GET', '/resource/tool'),
     api('GET', '/resource/skill'), api('GET', '/agent/node'),
   ]);
   return { workers: workers.workers, providers: providers.providers, tools: tools.tools,
