@@ -8,6 +8,7 @@ nothing is wider than the screen. Each step is checked against the API."""
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from pathlib import Path
 
@@ -63,7 +64,7 @@ def test_a_team_workspace_its_members_and_its_audit_log(chromium, served, screen
     assert bob_api.post("/workflow/template", json={"name": "bob-own", "steps": steps}).status_code == 201
 
     alice = Console(chromium, served, screenshots)
-    bob = carol = None
+    bob = carol = root = None
     try:
         page = alice.page
         alice.sign_in("alice")
@@ -215,6 +216,31 @@ def test_a_team_workspace_its_members_and_its_audit_log(chromium, served, screen
         expect(bob_row.locator("td[data-label='Changes']")).to_have_text("role: – → runner")
         assert any("action=member.add" in url and f"workspace_id={support}" in url for url in alice.requested)
         alice.shot("workspace-audit")
+        # Dates: `from` is included, so from tomorrow (UTC) nothing matches, up to tomorrow all of it.
+        tomorrow = (dt.datetime.now(dt.UTC) + dt.timedelta(days=1)).date().isoformat()
+        page.get_by_label("From").fill(tomorrow)
+        page.get_by_role("button", name="Filter").click()
+        page.get_by_text("No entries match the filter.").wait_for()
+        assert alice_api.get(f"/audit?workspace_id={support}&from={tomorrow}").json()["entries"] == []
+        page.get_by_role("button", name="Clear").click()
+        page.get_by_label("To", exact=True).fill(tomorrow)
+        page.get_by_role("button", name="Filter").click()
+        expect(rows).to_have_count(50)
+        expect(page.get_by_label("Action")).to_have_value("")
+
+        # A super administrator's "All workspaces": every chain, the instance-level logins too.
+        root = Console(chromium, served, screenshots)
+        root.sign_in("root")
+        root.open("audit")
+        root.page.get_by_label("Action").fill("auth.login")
+        root.page.get_by_role("button", name="Filter").click()
+        token = httpx.post(f"{served.base_url}/api/v1/auth/login",
+                           json={"user_name": "root", "password": PASSWORD}).json()["access_token"]
+        logins = httpx.get(f"{served.base_url}/api/v1/audit?action=auth.login&actor=carol",
+                           headers={"Authorization": f"Bearer {token}"}).json()["entries"]
+        assert len(logins) == 2 and {e["workspace_id"] for e in logins} == {None}  # the API's and the console's
+        expect(root.page.locator("tr[data-audit='auth.login']", has_text="carol")).to_have_count(2)
+        assert not any("workspace_id=" in url for url in root.requested if "/audit" in url)
 
         # At 390 px: nothing wider than the screen; the workspace bar one line, in sight.
         page.set_viewport_size({"width": 390, "height": 844})
@@ -229,8 +255,8 @@ def test_a_team_workspace_its_members_and_its_audit_log(chromium, served, screen
         page.get_by_role("heading", name="Members of support").wait_for()
         assert page.evaluate(OVERFLOWING) == []
         alice.shot("workspace-members-390")
-        assert alice.errors == [] and bob.errors == [] and carol.errors == []
+        assert alice.errors == [] and bob.errors == [] and carol.errors == [] and root.errors == []
     finally:
-        for console in (alice, bob, carol):
+        for console in (alice, bob, carol, root):
             if console:
                 console.close()
