@@ -98,6 +98,23 @@ def test_a_team_workspace_its_members_and_its_audit_log(chromium, served, screen
         in_support = alice_api.get(f"/workflow/template?workspace_id={support}").json()["templates"]
         assert [(t["name"], t["workspace_id"]) for t in in_support] == [("support-intake", support)]
 
+        # A provider of support's own (alice is a USER: the page is hers as support's owner),
+        # offered to support's workers beside the instance-wide ones.
+        page.get_by_role("link", name="Providers").click()
+        expect(page.locator("[data-provider-scope]")).to_contain_text("support")
+        page.get_by_label("Name", exact=True).fill("support-llm")
+        page.get_by_label("Kind").select_option("openai_compatible")
+        page.get_by_label("Model id").fill("fake-model")
+        page.get_by_label("Base URL").fill("http://127.0.0.1:9/v1")
+        page.get_by_role("button", name="Add provider").click()
+        page.get_by_text("Provider 'support-llm' added.").wait_for()
+        own = alice_api.get(f"/provider?workspace_id={support}").json()["providers"]
+        assert [(p["name"], p["workspace_id"]) for p in own] == [("support-llm", support)]
+        assert alice_api.get("/provider").json()["providers"] == []  # not an instance-wide one
+        page.get_by_role("link", name="Workers").click()
+        expect(page.get_by_label("Provider").locator("option")).to_have_text(
+            ["support-llm (openai_compatible, fake-model, this workspace's)"])
+
         # Members: the API's refusals next to the form, in its own words.
         page.get_by_role("link", name="Members").click()
         form = page.locator("form", has=page.get_by_role("heading", name="Add a member"))
@@ -161,6 +178,7 @@ def test_a_team_workspace_its_members_and_its_audit_log(chromium, served, screen
         assert "alice-own" not in main and "bob-own" not in main
         assert [t["name"] for t in bob_api.get(f"/workflow/template?workspace_id={support}").json()["templates"]] \
             == ["support-intake"]
+        expect(bob_page.locator("header nav").get_by_role("link", name="Providers")).to_have_count(0)  # a runner's
         # The members without controls: a runner changes nothing.
         bob_page.get_by_role("link", name="Members").click()
         bob_page.get_by_role("heading", name="Members of support").wait_for()

@@ -60,17 +60,17 @@ const NAV = [
   ['schedules', 'Schedules', () => true],
   ['subscriptions', 'Subscriptions', () => true],
   ['workers', 'Workers', () => true],
-  ['providers', 'Providers', isAdmin],
+  ['providers', 'Providers', adminHere],
   ['mcp', 'MCP servers', () => true],
-  ['secrets', 'Secrets', mayKeepSecrets],
+  ['secrets', 'Secrets', adminHere],
   ['hooks', 'Webhooks', () => true],
   ['keys', 'API keys', () => true],
   ['usage', 'Usage', () => true],
   ['users', 'Users', isSuperAdmin],
 ];
 
-/** Instance-wide secrets are ADMINISTRATOR+'s; a workspace's, its admins' and owners'. */
-function mayKeepSecrets() {
+/** Instance-wide providers and secrets are ADMINISTRATOR+'s; a workspace's own, its admins' and owners'. */
+function adminHere() {
   const workspace = workspaceOf();
   return workspace ? atLeast(workspace.role, 'admin') : isAdmin();
 }
@@ -81,10 +81,10 @@ const ROLE_SHORT = { SUPER_ADMINISTRATOR: 'super admin', ADMINISTRATOR: 'admin',
 function Page({ route }) {
   const { page, arg } = route;
   switch (page) {
-    case 'providers': return isAdmin() ? html`<${Providers} />` : html`<${Forbidden} />`;
+    case 'providers': return adminHere() ? html`<${Providers} />` : html`<${Forbidden} />`;
     case 'workers': return html`<${Workers} />`;
     case 'mcp': return html`<${McpServers} />`;
-    case 'secrets': return mayKeepSecrets() ? html`<${Secrets} />` : html`<${Forbidden} />`;
+    case 'secrets': return adminHere() ? html`<${Secrets} />` : html`<${Forbidden} />`;
     case 'hooks': return html`<${Hooks} />`;
     case 'keys': return html`<${Keys} />`;
     case 'templates': return arg ? html`<${TemplateEditor} key=${arg} templateId=${arg} />` : html`<${Templates} />`;

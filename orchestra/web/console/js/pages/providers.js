@@ -1,8 +1,10 @@
-// Providers (administrators): list, add, check (the provider's own error), delete
-// (the workers and nodes that block it).
+// Providers: the instance-wide ones (administrators), or the chosen workspace's own (its
+// admins and owners): list, add, check (the provider's own error), delete (the workers
+// and nodes that block it).
 import { html, useState } from '../html.js';
 import { api } from '../api.js';
 import { TextField, Select, ErrorBox, Notice, useLoad, problemsByField, when, ConfirmButton } from '../ui.js';
+import { scoped, inWorkspace, workspaceOf } from '../workspace.js';
 
 // The kinds the API accepts (docs/api.md, "Providers"); anything else is its 422.
 export const PROVIDER_KINDS = ['openai', 'deepseek', 'anthropic', 'ollama', 'openai_compatible'];
@@ -20,7 +22,7 @@ function AddProvider({ onAdded }) {
     if (form.base_url) body.base_url = form.base_url;
     if (form.api_key) body.api_key = form.api_key;
     try {
-      await api('POST', '/provider', body);
+      await api('POST', '/provider', inWorkspace(body));
       setForm(EMPTY);
       setError(null);
       onAdded(`Provider '${body.name}' added.`);
@@ -48,14 +50,15 @@ function AddProvider({ onAdded }) {
 }
 
 export function Providers() {
-  const [data, loadError, reload] = useLoad(() => api('GET', '/provider'));
+  const [data, loadError, reload] = useLoad(() => api('GET', scoped('/provider')));
+  const workspace = workspaceOf();
   const [results, setResults] = useState({});
   const [notice, setNotice] = useState('');
   const show = (id, result) => setResults({ ...results, [id]: result });
   const check = async (p) => {
     show(p.provider_id, { busy: true });
     try {
-      const answer = await api('POST', `/provider/${p.provider_id}/check`);
+      const answer = await api('POST', scoped(`/provider/${p.provider_id}/check`));
       if (!answer.ok) { show(p.provider_id, { error: answer.error }); return; }  // cannot be reached or refuses
       show(p.provider_id, { ok: `Works: ${answer.models.length} models (${answer.models.slice(0, 5).join(', ')}${answer.models.length > 5 ? ', …' : ''}).` });
     } catch (err) {
@@ -64,7 +67,7 @@ export function Providers() {
   };
   const remove = async (p) => {
     try {
-      await api('DELETE', `/provider/${p.provider_id}`);
+      await api('DELETE', scoped(`/provider/${p.provider_id}`));
       setNotice(`Provider '${p.name}' deleted.`);
       reload();
     } catch (err) {
@@ -73,6 +76,11 @@ export function Providers() {
   };
   return html`<section>
     <h1>Providers</h1>
+    <p class="hint" data-provider-scope>${workspace
+      ? html`The providers of the workspace <strong>${workspace.name}</strong> (its admins and owners keep them); its
+          workers may also use the instance-wide ones.`
+      : html`The instance-wide providers (administrators keep them), usable by every workspace's workers. Choose a
+          workspace in the header for its own.`}</p>
     <${Notice} text=${notice} />
     <${ErrorBox} error=${loadError} />
     <div class="table-wrap"><table class="stack">

@@ -4,7 +4,7 @@ import { html, useState } from '../html.js';
 import { api, apiAll, isAdmin } from '../api.js';
 import { TextField, TextArea, Select, ErrorBox, Notice, useLoad, problemsByField, ConfirmButton, attempt } from '../ui.js';
 import { NODE_TEXT } from './templates.js';
-import { scoped, inWorkspace } from '../workspace.js';
+import { scoped, inWorkspace, chosenWorkspace } from '../workspace.js';
 
 const BLANK = { name: '', description: '', system_prompt: '', provider_id: '', model: '', tools: [], bound_skill: '' };
 
@@ -39,7 +39,7 @@ function WorkerForm({ worker, catalog, onSaved, onCancel }) {
     <div class="grid">
       <${TextField} label="Name" value=${form.name} onInput=${set('name')} required problem=${problems.name} />
       <${Select} label="Provider" value=${form.provider_id} onChange=${set('provider_id')} problem=${problems.provider_id}
-                 options=${catalog.providers.length ? catalog.providers.map((p) => [p.provider_id, `${p.name} (${p.provider}, ${p.model_id})`])
+                 options=${catalog.providers.length ? catalog.providers.map((p) => [p.provider_id, `${p.name} (${p.provider}, ${p.model_id}${p.workspace_id ? ", this workspace's" : ''})`])
                                                     : [['', 'no provider yet: an administrator adds one']]} />
       <${TextField} label="Model" value=${form.model} onInput=${set('model')} problem=${problems.model}
                     hint="empty: the provider's model" />
@@ -121,12 +121,14 @@ function NodeRow({ node, providers, onChanged }) {
 }
 
 async function loadCatalog() {
-  const [workers, providers, tools, skills, nodes] = await Promise.all([
-    apiAll(scoped('/agent/worker'), 'workers'), api('GET', '/provider'), api('GET', '/resource/tool'),
-    api('GET', '/resource/skill'), api('GET', '/agent/node'),
+  const [workers, providers, own, tools, skills, nodes] = await Promise.all([
+    apiAll(scoped('/agent/worker'), 'workers'), api('GET', '/provider'),
+    // a worker of the chosen workspace may also use the workspace's own providers (listed first)
+    chosenWorkspace() ? api('GET', scoped('/provider')) : { providers: [] },
+    api('GET', '/resource/tool'), api('GET', '/resource/skill'), api('GET', '/agent/node'),
   ]);
-  return { workers: workers.workers, providers: providers.providers, tools: tools.tools,
-    skills: skills.skills, nodes: nodes.nodes };
+  return { workers: workers.workers, providers: [...own.providers, ...providers.providers], instanceProviders: providers.providers,
+    tools: tools.tools, skills: skills.skills, nodes: nodes.nodes };
 }
 
 export function Workers() {
@@ -166,7 +168,7 @@ export function Workers() {
           <p class="hint">Built-in agents that a template's step can use instead of a worker (agent “a system
             node”), each with fixed tools. They run only once they have a provider.</p>
           <ul class="plain">${catalog.nodes.map((n) => html`<${NodeRow} key=${n.name + n.updated_at} node=${n}
-                                  providers=${catalog.providers} onChanged=${changed} />`)}</ul>
+                                  providers=${catalog.instanceProviders} onChanged=${changed} />`)}</ul>
         </section>`}`}
   </section>`;
 }
