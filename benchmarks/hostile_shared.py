@@ -5,7 +5,7 @@ One real `orchestra serve` (SQLite in a temp home, or `--pg URL`: a fresh databa
 that server, dropped afterwards) and the fake model (20 ms a chunk, priced) in a process
 of its own. Two plain users: while the attacker does one thing for a phase, the victim
 calls `GET /api/v1/workflow/template` one request after another (10 ms apart, from a
-thread of its own) and, at the phase's end, starts a one-step run of its own and times
+process of its own) and, at the phase's end, starts a one-step run of its own and times
 it to `succeeded`. Printed for each phase: the victim's p50 and p99 (goal p99 < 100 ms),
 its run's time, and what the attacker was answered. The phases:
 
@@ -31,9 +31,9 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import multiprocessing
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from contextlib import contextmanager
@@ -56,37 +56,49 @@ MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": 
 RUN_ENDED = ("succeeded", "failed", "cancelled", "interrupted", "waiting_budget")
 
 
-class Victim:
-    """Another user's sequential requests, timed, from a thread of its own (the attacker's
-    event loop never delays them)."""
-
-    def __init__(self, http: httpx.Client) -> None:
-        self.http = http
-        self.latencies: list[float] = []
-        self.failures = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-
-    def _loop(self) -> None:
-        while not self._stop.is_set() and len(self.latencies) < 100_000:
+def _victim_loop(base_url: str, headers: dict, stop, out) -> None:
+    """The victim's requests, in a process of its own: one after another, 10 ms apart,
+    until `stop` is set; then (latencies in ms, failures) on `out`."""
+    latencies: list[float] = []
+    failures = 0
+    with httpx.Client(base_url=base_url, headers=headers, timeout=60) as http:
+        while not stop.is_set() and len(latencies) < 100_000:
             began = time.perf_counter()
             try:
-                ok = self.http.get("/workflow/template").status_code == 200
+                ok = http.get("/workflow/template").status_code == 200
             except httpx.TransportError:
                 ok = False
             if ok:
-                self.latencies.append((time.perf_counter() - began) * 1000)
+                latencies.append((time.perf_counter() - began) * 1000)
             else:
-                self.failures += 1
+                failures += 1
             time.sleep(0.01)
+    out.send((latencies, failures))
+
+
+class Victim:
+    """Another user's sequential requests, timed, from a process of its own: neither the
+    attacker's event loop nor its share of this process's GIL (parsing a thousand
+    answers) delays them, so what is measured is the server."""
+
+    def __init__(self, http: httpx.Client) -> None:
+        self.latencies: list[float] = []
+        self.failures = 0
+        context = multiprocessing.get_context("spawn")
+        self._stop = context.Event()
+        self._out, into = context.Pipe(duplex=False)
+        self._process = context.Process(
+            target=_victim_loop, args=(str(http.base_url), dict(http.headers), self._stop, into), daemon=True)
 
     def __enter__(self) -> Victim:
-        self._thread.start()
+        self._process.start()
+        time.sleep(1.0)  # the interpreter's start is not the server's latency
         return self
 
     def __exit__(self, *exc) -> None:
         self._stop.set()
-        self._thread.join()
+        self.latencies, self.failures = self._out.recv()
+        self._process.join(timeout=30)
 
 
 def wait_status(http: httpx.Client, trace_id: str, statuses: tuple[str, ...], timeout: float) -> dict:

@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import sqlite3
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
+from peewee import OperationalError, __exception_wrapper__
 from playhouse.pwasyncio import (
     AsyncPostgresqlConnection,
     AsyncPostgresqlDatabase,
@@ -76,17 +78,72 @@ async def end_task_store_work(db) -> None:
         logger.warning("could not release a request's store connection", exc_info=True)
 
 
+_WRITES = ("INSERT", "UPDATE", "DELETE", "REPLACE", "CREATE", "DROP", "ALTER")
+
+
+def _needs_turn(sql: str, in_transaction: bool) -> bool:
+    """Whether `sql` takes SQLite's write lock: a `BEGIN IMMEDIATE`/`EXCLUSIVE`, or a
+    write (by itself, or the first in a deferred transaction). A deferred `BEGIN`, a read,
+    `COMMIT` and `ROLLBACK` take none."""
+    head = sql.lstrip()[:16].upper()
+    if head.startswith("BEGIN"):
+        return "IMMEDIATE" in head or "EXCLUSIVE" in head
+    return head.startswith(_WRITES)
+
+
+class WriteTurns:
+    """This process's writers to one SQLite file, one at a time, first come first served.
+
+    SQLite lets one connection write at a time; the others sleep in its busy handler and
+    retry (1, 2, 5 … 100 ms apart), so under many writers each one's wait grows to
+    seconds while it holds a pooled connection, and every other request (reads too)
+    waits for a connection behind them: a user starting 20 runs at once made another
+    user's reads wait 0.5 s (benchmarks/bench_hostile.py). Writers of this process take
+    a turn here before they ask SQLite for the lock, so they wait in order, hand the lock
+    on at once, and the lock's own wait is left for other processes (the CLI). A turn not
+    had within the busy timeout fails as SQLite's own wait would ("database is locked")."""
+
+    def __init__(self, wait_seconds: float) -> None:
+        self._lock = asyncio.Lock()
+        self.wait_seconds = wait_seconds
+
+    async def take(self) -> None:
+        try:
+            async with asyncio.timeout(self.wait_seconds):
+                await self._lock.acquire()
+        except TimeoutError:
+            raise sqlite3.OperationalError("database is locked") from None
+
+    def give_back(self) -> None:
+        self._lock.release()
+
+
 class _SettlingConnection(AsyncSqliteConnection):
-    """Remembers that a statement was interrupted (its task cancelled) while it ran."""
+    """Remembers that a statement was interrupted (its task cancelled) while it ran, and
+    holds its process's write turn (`WriteTurns`) from its first write to the end of the
+    transaction, or for the one statement that writes by itself."""
 
     interrupted = False
+    turns: WriteTurns | None = None
+    has_turn = False
 
     async def execute(self, sql, params=None):
+        if self.turns is not None and not self.has_turn and _needs_turn(sql, self.conn.in_transaction):
+            await self.turns.take()
+            self.has_turn = True
         try:
             return await super().execute(sql, params)
         except asyncio.CancelledError:
-            self.interrupted = True
+            self.interrupted = True  # the statement still runs: the pool's release settles it
             raise
+        finally:
+            if not self.interrupted and not self.conn.in_transaction:
+                self.give_back_turn()
+
+    def give_back_turn(self) -> None:
+        if self.has_turn:
+            self.has_turn = False
+            self.turns.give_back()
 
 
 class _SettlingPool(AsyncSqlitePool):
@@ -96,35 +153,97 @@ class _SettlingPool(AsyncSqlitePool):
     once; the BEGIN then succeeded behind the pool's back, and that idle connection held
     the write lock: every other writer got "database is locked" until it happened to be
     reused. Here an interrupted connection first waits for its statement to finish, so
-    the release then sees the open transaction and rolls it back."""
+    the release then sees the open transaction and rolls it back; only then does its
+    write turn pass on."""
+
+    def __init__(self, database, *, turns: WriteTurns, **kwargs) -> None:
+        super().__init__(database, **kwargs)
+        self.turns = turns
 
     async def _create_connection(self):
         plain = await super()._create_connection()
-        return _SettlingConnection(plain.conn)
+        settling = _SettlingConnection(plain.conn)
+        settling.turns = self.turns
+        return settling
 
     async def release(self, conn):
-        if getattr(conn, "interrupted", False) and not self._closed and not conn.stale():
+        try:
+            if getattr(conn, "interrupted", False) and not self._closed and not conn.stale():
+                conn.interrupted = False
+                try:  # queued behind the interrupted statement in the connection's thread
+                    await (await conn.conn.execute("SELECT 1")).close()
+                except Exception:  # the rollback below decides; a broken one is replaced
+                    logger.warning("an interrupted store connection did not settle", exc_info=True)
+            await super().release(conn)
+        finally:
             conn.interrupted = False
-            try:  # queued behind the interrupted statement in the connection's thread
-                await (await conn.conn.execute("SELECT 1")).close()
-            except Exception:  # the rollback below decides; a broken one is replaced
-                logger.warning("an interrupted store connection did not settle", exc_info=True)
-        await super().release(conn)
+            conn.give_back_turn()
+
+
+READERS = 8  # connections a SQLite store keeps for reads made outside any task's connection
 
 
 class SettlingSqliteDatabase(AsyncSqliteDatabase):
     """`AsyncSqliteDatabase` whose pool never hands out a connection that a cancelled
-    statement may still put in a transaction (see `_SettlingPool`)."""
+    statement may still put in a transaction (see `_SettlingPool`), whose writers take
+    turns (`WriteTurns`) rather than poll for SQLite's lock, and whose reads never wait
+    behind writers: a read by a task that holds no connection (an authenticated list,
+    a page of events) runs on a reader of its own (`PRAGMA query_only`), handed back at
+    once, so writers holding every pooled connection while they wait their turn never
+    make another user's read wait for one. What a task wrote and committed, its later
+    reads see (WAL: a reader sees every commit before it began); inside a transaction, or
+    once the task holds a connection, its reads go where its writes do."""
+
+    _readers: AsyncSqlitePool | None = None
 
     async def _create_pool_async(self):
+        busy_ms = dict(self._pragmas or ()).get("busy_timeout", SQLITE_PRAGMAS["busy_timeout"])
         pool = _SettlingPool(
             self.database,
+            turns=WriteTurns(int(busy_ms) / 1000),
             pool_size=1 if self.database == ":memory:" else self._pool_size,
             on_connect=self._add_conn_hooks,
             timeout=self._timeout,
             **self.connect_params,
         )
-        return await pool.initialize()
+        await pool.initialize()
+        if self.database != ":memory:":  # another connection to :memory: is another database
+            self._readers = await AsyncSqlitePool(
+                self.database, pool_size=READERS, on_connect=self._add_reader_hooks,
+                timeout=self._timeout, **self.connect_params).initialize()
+        return pool
+
+    async def _add_reader_hooks(self, conn) -> None:
+        await self._add_conn_hooks(conn)
+        await (await conn.execute("PRAGMA query_only = 1")).close()
+
+    async def aexecute_sql(self, sql, params=None):
+        readers = self._readers
+        if readers is None or self._state.conn is not None or not _is_read(sql):
+            return await super().aexecute_sql(sql, params)
+        self._log_query(sql, params)
+        try:
+            conn = await asyncio.wait_for(readers.acquire(), timeout=self._acquire_timeout)
+        except TimeoutError:
+            raise OperationalError("Timed out acquiring a reader "
+                                   f"(acquire_timeout={self._acquire_timeout}).") from None
+        try:
+            with __exception_wrapper__:
+                return await conn.execute(sql, params)
+        finally:
+            await readers.release(conn)
+
+    async def _pool_close(self):
+        readers, self._readers = self._readers, None
+        try:
+            await super()._pool_close()
+        finally:
+            if readers is not None:
+                await readers.close()
+
+
+def _is_read(sql: str) -> bool:
+    return sql.lstrip()[:6].upper() == "SELECT"
 
 
 async def _keep_session(conn) -> None:

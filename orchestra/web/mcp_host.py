@@ -27,10 +27,10 @@ class McpHost:
         self.endpoint: Any = None  # web.mcp_server.McpEndpoint, once a request needed it
         self._building = asyncio.Lock()
 
-    async def handle(self, request: Request, principal: Principal) -> None:
-        """Serve one `/mcp` request (authenticated by the route)."""
+    async def handle(self, request: Request, principal: Principal, *, opening: bool = False) -> None:
+        """Serve one `/mcp` request (authenticated by the route; `opening`: an `initialize`)."""
         endpoint = self.endpoint or await self._build()
-        await endpoint.handle(request, principal)
+        await endpoint.handle(request, principal, opening=opening)
 
     async def _build(self) -> Any:
         async with self._building:

@@ -57,6 +57,28 @@ PRINCIPAL = "orchestra.principal"  # the scope key the caller rides in
 REPLY_KEY = "reply"  # the input request's key in an InputRequiredResult
 NOTIFY_TIMEOUT = 2.0  # seconds a list_changed may take to reach one session
 SESSIONS_MAX = 10_000
+OPENINGS_PER_USER = 2  # session openings of one user served at once (the rest wait)
+
+
+class PerUserTurns:
+    """At most `width` at a time per user; a user with none running or waiting costs
+    nothing here (the entry goes with its last holder)."""
+
+    def __init__(self, width: int) -> None:
+        self.width = width
+        self._gates: dict[str, tuple[asyncio.Semaphore, list[int]]] = {}
+
+    @contextlib.asynccontextmanager
+    async def turn(self, user_id: str):
+        gate, users = self._gates.setdefault(user_id, (asyncio.Semaphore(self.width), [0]))
+        users[0] += 1
+        try:
+            async with gate:
+                yield
+        finally:
+            users[0] -= 1
+            if users[0] == 0:
+                self._gates.pop(user_id, None)
 
 
 class _Sessions(StreamableHTTPSessionManager):
@@ -134,6 +156,7 @@ class McpEndpoint:
         self.manager = _Sessions(self.server, per_user=core.settings.max_mcp_sessions_per_user,
                                  max_sessions=SESSIONS_MAX)
         self._sessions: dict[str, Any] = {}  # handshake-era session id → its ServerSession
+        self._openings = PerUserTurns(OPENINGS_PER_USER)
         self._stop = asyncio.Event()
         self._task: asyncio.Task | None = None
         core.caches.register(["workflow_template"], self._templates_changed)
@@ -157,14 +180,21 @@ class McpEndpoint:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await asyncio.wait_for(self._task, 5)
 
-    async def handle(self, request: Request, principal: Principal) -> None:
+    async def handle(self, request: Request, principal: Principal, *, opening: bool = False) -> None:
         """Serve one `/mcp` request of a caller the route authenticated (a key with
-        `run:start`)."""
+        `run:start`). `opening`: the request opens a session (`initialize`): one user's
+        openings are served `OPENINGS_PER_USER` at a time, the rest wait their turn (holding
+        no store connection), so a user opening sessions in a loop takes no more of this
+        process's time than that from everybody else's requests."""
         # the session belongs to the user who opened it (the SDK compares this identity)
         owner = AuthenticatedUser(AccessToken(token="-", client_id="orchestra", scopes=[],
                                               subject=principal.user_id))
-        await asgi_bridge.serve(request, self.manager.handle_request,
-                                {PRINCIPAL: principal, "user": owner})
+        scope = {PRINCIPAL: principal, "user": owner}
+        if not opening:
+            await asgi_bridge.serve(request, self.manager.handle_request, scope)
+            return
+        async with self._openings.turn(principal.user_id):
+            await asgi_bridge.serve(request, self.manager.handle_request, scope)
 
     # --- tool list ------------------------------------------------------------------
 

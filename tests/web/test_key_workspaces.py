@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 
 import asyncpg
-
 import pytest
 
 from orchestra.db.access_models import ApiKey

@@ -24,11 +24,13 @@ PARSE_ERROR = -32700
 async def mcp_endpoint(request: Request):
     """Streamable HTTP: POST carries JSON-RPC messages, GET opens a handshake-era session's
     stream, DELETE ends that session. An access token or an API key with `run:start`."""
+    opening = False
     if request.method == "POST" and (request.body or b"").strip():
         try:
-            json_body.parse(request.body)
+            message = json_body.parse(request.body)
         except json_body.JSONBodyError as exc:
             return json({"jsonrpc": "2.0", "id": None,
                          "error": {"code": PARSE_ERROR, "message": f"Parse error: {exc}"}}, status=400)
-    await request.app.ctx.mcp.handle(request, request.ctx.principal)
+        opening = isinstance(message, dict) and message.get("method") == "initialize"
+    await request.app.ctx.mcp.handle(request, request.ctx.principal, opening=opening)
     return None
