@@ -2,7 +2,10 @@
 
 SERVER arguments take a server_id or a server's exact name. Reading is open to every
 signed-in user; adding, refreshing and removing need ADMINISTRATOR or above. Header and
-env values are secrets: the server shows them masked (`…abcd`).
+env values are secrets: the server shows them masked (`…abcd`). Each command takes
+`--workspace` (or `orchestra --workspace`, or $ORCHESTRA_WORKSPACE; an id or exact name):
+that workspace's own servers (its admins change them, its members read them; SPEC §16);
+without it, the instance-wide ones.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from orchestra.cli.remote import (
     YES,
     confirm,
     connect,
+    own_scope,
+    own_workspace_option,
     resolve_named,
     show_fields,
 )
@@ -30,14 +35,16 @@ MCP_SERVER = typer.Argument(..., help="A server_id or an MCP server's exact name
 FIELDS = ("server_id", "name", "transport", "url", "headers", "command", "args", "env",
           "timeout_seconds", "last_error", "refreshed_at", "created_at")
 PATH = "/resource/mcp"
+WORKSPACE: str | None = own_workspace_option("MCP servers")
 
 
 def register(root: typer.Typer) -> None:
     root.add_typer(app, name="mcp")
 
 
-def _server_id(client, ref: str) -> str:
-    return resolve_named(client, PATH, "servers", "server_id", ref, "MCP server")
+def _server_id(client, ref: str, where: dict) -> str:
+    """The server_id of SERVER among the servers `where` names."""
+    return resolve_named(client, PATH, "servers", "server_id", ref, "MCP server", params=where)
 
 
 def _secrets(names: list[str], option: str) -> dict[str, str]:
@@ -86,9 +93,11 @@ def add(
     env: list[str] = typer.Option(
         [], "--env", help="stdio: a variable NAME; its value is read hidden (or a line of stdin)."),
     timeout: float | None = typer.Option(None, "--timeout", help="Seconds for connecting and each call (30)."),
+    workspace: str | None = WORKSPACE,
     server: str | None = SERVER, token: str | None = TOKEN, json_output: bool = JSON,
 ) -> None:
-    """Add an MCP server (it is connected and its tools listed); prints its server_id."""
+    """Add an MCP server (instance-wide: ADMINISTRATOR and above; in --workspace: its admins;
+    it is connected and its tools listed); prints its server_id."""
     if (url is None) == (command is None):
         fail("give either --url (streamable HTTP) or --command (stdio)", ExitCode.USAGE)
     body: dict[str, Any] = {"name": name, "transport": "stdio" if command else "streamable_http"}
@@ -99,7 +108,7 @@ def add(
     if timeout is not None:
         body["timeout_seconds"] = timeout
     with connect(ctx, server, token) as client:
-        created = client.post(PATH, json=body)
+        created = client.post(PATH, json={**body, **own_scope(client, workspace)})
     made = created["server"]
     if json_output:
         print_json(made)
@@ -111,13 +120,14 @@ def add(
 
 @app.command("list")
 @handle_errors
-def list_servers(ctx: typer.Context, server: str | None = SERVER, token: str | None = TOKEN,
-                 json_output: bool = JSON) -> None:
-    """List the MCP servers: transport, where, tools, and whether the last connection worked."""
+def list_servers(ctx: typer.Context, workspace: str | None = WORKSPACE, server: str | None = SERVER,
+                 token: str | None = TOKEN, json_output: bool = JSON) -> None:
+    """List the MCP servers (a workspace's, or the instance-wide ones): transport, where,
+    tools, and whether the last connection worked."""
     from rich.table import Table
 
     with connect(ctx, server, token) as client:
-        servers = client.get(PATH).get("servers", [])
+        servers = client.get(PATH, params=own_scope(client, workspace)).get("servers", [])
     if json_output:
         print_json(servers)
         return
@@ -132,11 +142,12 @@ def list_servers(ctx: typer.Context, server: str | None = SERVER, token: str | N
 
 @app.command()
 @handle_errors
-def show(ctx: typer.Context, mcp_server: str = MCP_SERVER, server: str | None = SERVER,
-         token: str | None = TOKEN, json_output: bool = JSON) -> None:
+def show(ctx: typer.Context, mcp_server: str = MCP_SERVER, workspace: str | None = WORKSPACE,
+         server: str | None = SERVER, token: str | None = TOKEN, json_output: bool = JSON) -> None:
     """Show one MCP server (secrets masked) and its tools."""
     with connect(ctx, server, token) as client:
-        body = client.get(f"{PATH}/{_server_id(client, mcp_server)}")["server"]
+        where = own_scope(client, workspace)
+        body = client.get(f"{PATH}/{_server_id(client, mcp_server, where)}", params=where)["server"]
     show_fields(body, FIELDS, json_output)
     if not json_output:
         _tools_table(body)
@@ -144,11 +155,12 @@ def show(ctx: typer.Context, mcp_server: str = MCP_SERVER, server: str | None = 
 
 @app.command()
 @handle_errors
-def refresh(ctx: typer.Context, mcp_server: str = MCP_SERVER, server: str | None = SERVER,
-            token: str | None = TOKEN, json_output: bool = JSON) -> None:
+def refresh(ctx: typer.Context, mcp_server: str = MCP_SERVER, workspace: str | None = WORKSPACE,
+            server: str | None = SERVER, token: str | None = TOKEN, json_output: bool = JSON) -> None:
     """Connect and list the server's tools again; exits 6 when it cannot be reached."""
     with connect(ctx, server, token) as client:
-        body = client.post(f"{PATH}/{_server_id(client, mcp_server)}/refresh")["server"]
+        where = own_scope(client, workspace)
+        body = client.post(f"{PATH}/{_server_id(client, mcp_server, where)}/refresh", params=where)["server"]
     if json_output:
         print_json(body)
     else:
@@ -160,10 +172,11 @@ def refresh(ctx: typer.Context, mcp_server: str = MCP_SERVER, server: str | None
 
 @app.command()
 @handle_errors
-def remove(ctx: typer.Context, mcp_server: str = MCP_SERVER, yes: bool = YES, server: str | None = SERVER,
-           token: str | None = TOKEN) -> None:
+def remove(ctx: typer.Context, mcp_server: str = MCP_SERVER, yes: bool = YES, workspace: str | None = WORKSPACE,
+           server: str | None = SERVER, token: str | None = TOKEN) -> None:
     """Remove an MCP server (refused while a worker uses its tools)."""
     confirm(f"remove MCP server {mcp_server}", yes)
     with connect(ctx, server, token) as client:
-        client.delete(f"{PATH}/{_server_id(client, mcp_server)}")
+        where = own_scope(client, workspace)
+        client.delete(f"{PATH}/{_server_id(client, mcp_server, where)}", params=where)
     success(f"removed MCP server {mcp_server}")

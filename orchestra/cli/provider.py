@@ -21,13 +21,13 @@ from orchestra.cli.remote import (
     SERVER,
     TOKEN,
     YES,
-    _or_global_workspace,
     confirm,
     connect,
+    own_scope,
+    own_workspace_option,
     resolve_provider,
     show_fields,
     without_message,
-    workspace_id,
 )
 
 app = typer.Typer(help="Model providers on a server: list, show, add, update, remove, check.",
@@ -37,17 +37,8 @@ KINDS_HELP = "openai, deepseek, anthropic, ollama or openai_compatible"
 KEYLESS_KINDS = ("ollama", "openai_compatible")
 FIELDS = ("provider_id", "name", "provider", "model_id", "base_url", "api_key", "has_api_key", "created_at")
 PROVIDER = typer.Argument(..., help="A provider_id or a provider's exact name.")
-WORKSPACE: str | None = typer.Option(
-    None, "--workspace", callback=_or_global_workspace,
-    help="A workspace by id or exact name: its own providers (you need admin there to change them); default: "
-         "`orchestra --workspace`, else $ORCHESTRA_WORKSPACE, else the instance-wide ones (ADMINISTRATOR+ "
-         "to change them).")
-
-
-def _where(client, workspace: str | None) -> dict:
-    """The query naming the workspace (none: the instance-wide providers)."""
-    wid = workspace_id(client, workspace)
-    return {"workspace_id": wid} if wid else {}
+WORKSPACE: str | None = own_workspace_option("providers")
+_where = own_scope
 
 
 def _find(client, provider: str, where: dict) -> str:

@@ -172,6 +172,22 @@ UNUSED_WORKSPACE: str | None = typer.Option(
          "acts on is instance-wide, local, or named by its id.")
 
 
+def own_workspace_option(what: str) -> Any:
+    """`--workspace` of the commands on things that are instance-wide or a workspace's own
+    (providers, MCP servers; SPEC §16): without one, the instance-wide ones."""
+    return typer.Option(
+        None, "--workspace", callback=_or_global_workspace,
+        help=f"A workspace by id or exact name: its own {what} (you need admin there to change them); default: "
+             "`orchestra --workspace`, else $ORCHESTRA_WORKSPACE, else the instance-wide ones (ADMINISTRATOR+ "
+             "to change them).")
+
+
+def own_scope(client: Client, ref: str | None) -> dict[str, str]:
+    """The query naming the workspace of `own_workspace_option` (`{}`: the instance-wide ones)."""
+    wid = workspace_id(client, ref)
+    return {"workspace_id": wid} if wid else {}
+
+
 def workspace_id(client: Client, ref: str | None) -> str | None:
     """The id of the caller's workspace `ref` (an id or an exact, case-sensitive name;
     None stays None); none → one line and exit 3, two of that name → exit 2."""

@@ -301,8 +301,8 @@ class McpServer(NamedModel):
     hints (`…abcd`) for display. `tools` is what the last refresh listed."""
 
     id = CharField(primary_key=True, max_length=36, default=new_id)
-    name = CharField(max_length=64, unique=True)
-    name_key = CharField(max_length=256, unique=True)
+    name = CharField(max_length=64)  # unique per workspace, and among instance-wide ones (migration 0026)
+    name_key = CharField(max_length=256)  # the same
     transport = CharField(max_length=32)  # streamable_http | stdio
     url = CharField(max_length=1024, null=True)
     command = CharField(max_length=1024, null=True)
@@ -318,6 +318,8 @@ class McpServer(NamedModel):
     created_by = ForeignKeyField(User, null=True, on_delete="SET NULL")
     created_at = DateTimeField(default=utcnow)
     updated_at = DateTimeField(default=utcnow)
+    # Its workspace (SPEC §16; deleted with it); None: instance-wide, its tools every workspace's.
+    workspace_id = CharField(max_length=36, null=True)
 
 
 class Secret(BaseModel):

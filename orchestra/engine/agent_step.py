@@ -131,7 +131,7 @@ class AgentSteps:
         registry = self.registry
         try:
             await registry.load()  # the MCP servers' tools, when their copy is stale
-            tools, catalog_names = registry.offer(config.tools)
+            tools, catalog_names = registry.offer(config.tools, live.workspace_id)
             client = await self.client_for(config)
         except (ToolError, LLMError) as exc:
             raise StepFailure(exc.message) from None
@@ -238,7 +238,8 @@ class AgentSteps:
         try:
             await self.store.release()  # no pooled connection held while a tool (an MCP server) works
             result = await observe.observed_tool(
-                name, registry.run(name, call.arguments, ctx), known=name in registry)
+                name, registry.run(name, call.arguments, ctx, live.workspace_id),
+                known=registry.has(name, live.workspace_id))
         except ToolError as exc:
             error = exc.message
         except (asyncio.CancelledError, RunGone, StepFailure):

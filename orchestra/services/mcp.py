@@ -9,6 +9,15 @@ names no runtime interprets (stdio.py); an HTTP server's url obeys the egress ru
 Saving or refreshing connects to the server and lists its tools, holding no store
 connection meanwhile; a server that cannot be reached is saved with its `last_error` and
 keeps the tools it listed before.
+
+Teams (SPEC §16): a server stored with a `workspace_id` is that workspace's, managed by
+its admins (`workspace_rights.instance_or_workspace`: 404 for a non-member, 403 below
+`admin`) and read by its members, its audit entries in the workspace's chain; its tools
+are offered to that workspace's workers alone. One stored without is instance-wide,
+managed by ADMINISTRATOR and above as before, its tools every workspace's. Names are
+unique per workspace and among the instance-wide servers; a workspace's server of an
+instance-wide server's name stands for it in that workspace (engine/tools/mcp/catalog.py),
+so the workers "using" a server are the ones whose tool names resolve to it.
 """
 
 from __future__ import annotations
@@ -37,9 +46,10 @@ from orchestra.engine.tools.mcp.stdio import (
     env_refusal,
 )
 from orchestra.errors import ConflictError, NotFoundError, ValidationError
-from orchestra.services import audit
+from orchestra.services import audit, workspace_rights
 from orchestra.services.providers import BASE_URL
 from orchestra.services.shared import Shared
+from orchestra.services.workspace_rights import Action, Caller
 
 TRANSPORTS = ("streamable_http", "stdio")
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -198,6 +208,7 @@ def server_view(server: McpServer) -> dict[str, Any]:
         "server_id": server.id,
         "id": server.id,
         "name": server.name,
+        "workspace_id": server.workspace_id,
         "transport": server.transport,
         "url": None if stdio else server.url,
         "headers": {} if stdio else dict(server.headers_hint or {}),
@@ -301,16 +312,30 @@ def _target(server: McpServer) -> dict[str, Any]:
     return audit.target("mcp_server", server.id, server.name)
 
 
-def _name_taken(name: str) -> ConflictError:
-    return ConflictError(f"An MCP server named '{name}' already exists (names ignore case).")
+async def scope_of(core: Shared, caller: Caller, workspace_id: str | None,
+                   action: Action = Action.MANAGE) -> str | None:
+    """Where a caller acts on MCP servers: `workspace_id`'s (404 for a non-member, 403
+    naming the least role below `action`'s: `admin` to manage, any member to read), else
+    the instance-wide ones (ADMINISTRATOR and above change them; every user reads them)."""
+    return await workspace_rights.instance_or_workspace(core, caller, workspace_id, action)
 
 
-async def _ensure_name_free(core: Shared, name: str, *, except_id: str | None = None) -> None:
-    query = McpServer.select(McpServer.id).where(McpServer.name_key == name_key(name))
+def _in(workspace_id: str | None) -> Any:
+    return McpServer.workspace_id.is_null() if workspace_id is None else McpServer.workspace_id == workspace_id
+
+
+def _name_taken(name: str, workspace_id: str | None = None) -> ConflictError:
+    where = " in this workspace" if workspace_id else " among the instance-wide servers"
+    return ConflictError(f"An MCP server named '{name}' already exists{where} (names ignore case).")
+
+
+async def _ensure_name_free(core: Shared, name: str, *, workspace_id: str | None = None,
+                            except_id: str | None = None) -> None:
+    query = McpServer.select(McpServer.id).where((McpServer.name_key == name_key(name)) & _in(workspace_id))
     if except_id is not None:
         query = query.where(McpServer.id != except_id)
     if await core.db.exists(query):
-        raise _name_taken(name)
+        raise _name_taken(name, workspace_id)
 
 
 def _shape(
@@ -373,17 +398,19 @@ async def create_server(
     env: dict[str, str] | None = None,
     timeout_seconds: float | None = None,
     created_by: str | None = None,
+    workspace_id: str | None = None,
 ) -> McpServer:
-    """Register a server and list its tools; 422 for a bad field (stdio: a command the
-    operator did not allow), 409 for a taken name."""
+    """Register a server (in `workspace_id`, else instance-wide; the caller's right is
+    `scope_of`'s) and list its tools; 422 for a bad field (stdio: a command the operator
+    did not allow), 409 for a name taken there."""
     name = clean_server_name(name)
     fields = _shape(core, transport=transport, url=url, headers=headers, command=command,
                     args=args, env=env)
     if fields["url"]:
         await check_url_egress(core, fields["url"])
     server = McpServer(name=name, transport=transport, timeout_seconds=clean_timeout(timeout_seconds),
-                       created_by=created_by, tools=[])
-    await _ensure_name_free(core, name)
+                       created_by=created_by, tools=[], workspace_id=workspace_id)
+    await _ensure_name_free(core, name, workspace_id=workspace_id)
     config = _apply(core, server, fields)
     _record_probe(server, *await probe(core, config, limit=SAVE_PROBE_SECONDS))
     changes = {**audit.diff({}, audited_fields(server)),
@@ -391,27 +418,43 @@ async def create_server(
     try:
         async with core.write_transaction():
             await server.asave(force_insert=True)
-            await audit.record(core, action="mcp_server.create", target=_target(server), changes=changes)
+            await audit.record(core, action="mcp_server.create", target=_target(server), changes=changes,
+                               workspace_id=workspace_id)
     except IntegrityError:
-        raise _name_taken(name) from None
+        raise _name_taken(name, workspace_id) from None
     core.caches.changed("mcp_server")
     return server
 
 
-async def list_servers(core: Shared) -> list[McpServer]:
-    """Every server, by name."""
-    return await core.db.list(McpServer.select().order_by(McpServer.name_key, McpServer.id))
+async def list_servers(core: Shared, workspace_id: str | None = None) -> list[McpServer]:
+    """`workspace_id`'s servers, else the instance-wide ones, by name."""
+    return await core.db.list(McpServer.select().where(_in(workspace_id))
+                              .order_by(McpServer.name_key, McpServer.id))
 
 
-async def get_server(core: Shared, server_id: str) -> McpServer:
-    server = await McpServer.aget_or_none(McpServer.id == server_id) if storable(server_id) else None
+_ANY: Any = object()
+
+
+async def get_server(core: Shared, server_id: str, workspace_id: str | None = _ANY) -> McpServer:
+    """The server of that id; given `workspace_id`, only one of that workspace (None: an
+    instance-wide one): any other is 404, like a missing one."""
+    server = None
+    if storable(server_id) and len(server_id) <= 36:
+        where = McpServer.id == server_id
+        if workspace_id is not _ANY:
+            where = where & _in(workspace_id)
+        server = await McpServer.aget_or_none(where)
     if server is None:
-        raise NotFoundError(f"No MCP server has the id '{server_id}'.")
+        in_ws = " in this workspace" if workspace_id is not _ANY and workspace_id else ""
+        raise NotFoundError(f"No MCP server has the id '{server_id[:80]}'{in_ws}.")
     return server
 
 
-async def _workers_using(core: Shared, names: list[str]) -> list[Worker]:
-    """Workers (of any user) whose tools include one named `<name>.…` for a name given."""
+async def _workers_using(core: Shared, names: list[str], workspace_id: str | None = None) -> list[Worker]:
+    """Workers whose tools include one named `<name>.…` for a name given, as the server of
+    that name in `workspace_id` (None: the instance-wide one) resolves them: a workspace's
+    server, that workspace's workers; an instance-wide one, every user's but those of a
+    workspace with its own server of that name."""
     if not names:
         return []
     prefixes = tuple(f"{n}." for n in names)
@@ -420,6 +463,12 @@ async def _workers_using(core: Shared, names: list[str]) -> list[Worker]:
     for n in names:
         part = Expression(Worker.tools, OP.ILIKE, Value(f'%"{n}.%', converter=False))  # the JSON text
         condition = part if condition is None else condition | part
+    if workspace_id is not None:
+        condition = condition & (Worker.workspace_id == workspace_id)
+    else:
+        own = McpServer.select(McpServer.workspace_id).where(
+            McpServer.name_key.in_([name_key(n) for n in names]) & McpServer.workspace_id.is_null(False))
+        condition = condition & (Worker.workspace_id.is_null() | Worker.workspace_id.not_in(own))
     rows = await core.db.list(query.where(condition).order_by(Worker.name))
     return [w for w in rows if any(t.startswith(prefixes) for t in w.tools or [])]
 
@@ -436,10 +485,12 @@ async def update_server(
     args: list[str] | None = None,
     env: dict[str, str] | None = None,
     timeout_seconds: float | None = None,
+    workspace_id: str | None = None,
 ) -> McpServer:
-    """Replace a server's fields (a masked secret sent back keeps the stored one) and list
-    its tools again; a rename carries the workers using its tools along."""
-    server = await get_server(core, server_id)
+    """Replace the fields of `workspace_id`'s server (else an instance-wide one; a masked
+    secret sent back keeps the stored one) and list its tools again; a rename carries the
+    workers using its tools along."""
+    server = await get_server(core, server_id, workspace_id)
     old_name, before, stored = server.name, audited_fields(server), _stored_secrets(core, server)
     old_names = _names(server)
     name = clean_server_name(name)
@@ -447,7 +498,7 @@ async def update_server(
                     args=args, env=env, stored=server if server.transport == transport else None)
     if fields["url"]:
         await check_url_egress(core, fields["url"])
-    await _ensure_name_free(core, name, except_id=server.id)
+    await _ensure_name_free(core, name, workspace_id=server.workspace_id, except_id=server.id)
     server.name, server.transport = name, transport
     server.timeout_seconds = clean_timeout(timeout_seconds)
     config = _apply(core, server, fields)
@@ -458,26 +509,28 @@ async def update_server(
         try:
             saved = await server.asave()
         except IntegrityError:
-            raise _name_taken(name) from None
+            raise _name_taken(name, server.workspace_id) from None
         if not saved:  # deleted meanwhile: no change, no entry
             raise NotFoundError(f"No MCP server has the id '{server_id}'.")
         if name != old_name:
-            for worker in await _workers_using(core, [old_name]):
+            for worker in await _workers_using(core, [old_name], server.workspace_id):
                 tools = [f"{name}.{t[len(old_name) + 1:]}" if t.startswith(f"{old_name}.") else t
                          for t in worker.tools]
                 await core.db.aexecute(Worker.update(tools=tools).where(Worker.id == worker.id))
-        await audit.record(core, action="mcp_server.update", target=_target(server), changes=changes)
+        await audit.record(core, action="mcp_server.update", target=_target(server), changes=changes,
+                           workspace_id=server.workspace_id)
     core.caches.changed("mcp_server")
     if name != old_name:  # workers' tool names were renamed with it
         core.caches.changed("worker")
     return server
 
 
-async def delete_server(core: Shared, *, server_id: str) -> McpServer:
-    """Delete a server whose tools no worker uses; 409 naming the workers otherwise."""
+async def delete_server(core: Shared, *, server_id: str, workspace_id: str | None = None) -> McpServer:
+    """Delete a server (`workspace_id`'s, else an instance-wide one) whose tools no worker
+    uses; 409 naming the workers otherwise."""
     async with core.write_transaction():
-        server = await get_server(core, server_id)
-        workers = await _workers_using(core, [server.name])
+        server = await get_server(core, server_id, workspace_id)
+        workers = await _workers_using(core, [server.name], server.workspace_id)
         if workers:
             names = ", ".join(f"'{w.name}'" for w in workers)
             raise ConflictError(
@@ -490,14 +543,16 @@ async def delete_server(core: Shared, *, server_id: str) -> McpServer:
         changes = {**audit.diff(audited_fields(server), {}),
                    **_secrets_changes(_names(server), {"headers": None, "env": None},
                                       {"headers": {}, "env": {}})}
-        await audit.record(core, action="mcp_server.delete", target=_target(server), changes=changes)
+        await audit.record(core, action="mcp_server.delete", target=_target(server), changes=changes,
+                           workspace_id=server.workspace_id)
     core.caches.changed("mcp_server")
     return server
 
 
-async def refresh_server(core: Shared, *, server_id: str) -> McpServer:
-    """Connect and list the tools again; the outcome (tools, or last_error) is stored."""
-    server = await get_server(core, server_id)
+async def refresh_server(core: Shared, *, server_id: str, workspace_id: str | None = None) -> McpServer:
+    """Connect and list the tools again (`workspace_id`'s server, else an instance-wide
+    one); the outcome (tools, or last_error) is stored."""
+    server = await get_server(core, server_id, workspace_id)
     try:
         config = server_config(server, core.secrets.decrypt)
         tools, error = await probe(core, config)
@@ -508,4 +563,4 @@ async def refresh_server(core: Shared, *, server_id: str) -> McpServer:
         values[McpServer.tools] = _valid_tools(tools)
     await core.db.aexecute(McpServer.update(values).where(McpServer.id == server.id))
     core.caches.changed("mcp_server")
-    return await get_server(core, server_id)
+    return await get_server(core, server_id, workspace_id)

@@ -29,12 +29,11 @@ from orchestra.egress import find_refusal
 from orchestra.engine.llm.base import LLMError
 from orchestra.engine.llm.factory import SUPPORTED_KINDS, make_client
 from orchestra.engine.llm.openai_compat import DEFAULT_BASE_URLS
-from orchestra.errors import ConflictError, NotFoundError, PermissionDeniedError, ValidationError
+from orchestra.errors import ConflictError, NotFoundError, ValidationError
 from orchestra.services import audit, workspace_rights
 from orchestra.services.charset import has_control
 from orchestra.services.crypto import mask
 from orchestra.services.provider_terms import clean_limits, clean_prices, price_view
-from orchestra.services.roles import Role
 from orchestra.services.shared import Shared
 from orchestra.services.workspace_rights import Action, Caller
 
@@ -189,13 +188,7 @@ async def scope_of(core: Shared, caller: Caller, workspace_id: str | None,
     naming the least role below `action`'s: `admin` to manage, any member to read), else
     the instance-wide ones (managing them needs ADMINISTRATOR and above, 403 else; every
     user reads them)."""
-    if workspace_id is None:
-        if action != Action.READ and Role(caller.role).rank < Role.ADMINISTRATOR.rank:
-            raise PermissionDeniedError(f"This operation needs the role {Role.ADMINISTRATOR.value} or above "
-                                        "(or admin in the workspace named by workspace_id).")
-        return None
-    found = await workspace_rights.require(core, caller, workspace_id, action)
-    return found.workspace.id
+    return await workspace_rights.instance_or_workspace(core, caller, workspace_id, action)
 
 
 def _in(workspace_id: str | None) -> Any:

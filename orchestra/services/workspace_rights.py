@@ -201,6 +201,21 @@ async def require(core: Shared, user: Caller, workspace_id: str, action: Action)
     return found
 
 
+async def instance_or_workspace(core: Shared, user: Caller, workspace_id: str | None,
+                                action: Action = Action.MANAGE) -> str | None:
+    """Where a caller acts on resources that are instance-wide or a workspace's own
+    (providers, MCP servers; SPEC §16): `workspace_id`'s (`require`: 404 for a non-member,
+    403 naming the least role below `action`'s), else the instance-wide ones, which only
+    ADMINISTRATOR and above change (403 else) and every user reads (`Action.READ`)."""
+    if workspace_id is None:
+        if action != Action.READ and Role(user.role).rank < Role.ADMINISTRATOR.rank:
+            raise PermissionDeniedError(f"This operation needs the role {Role.ADMINISTRATOR.value} or above "
+                                        "(or admin in the workspace named by workspace_id).")
+        return None
+    found = await require(core, user, workspace_id, action)
+    return found.workspace.id
+
+
 async def member_workspaces(core: Shared, user_id: str) -> dict[str, WorkspaceRole]:
     """The workspaces the user is a member of, with the user's role in each."""
     rows = await core.db.list(WorkspaceMember.select(WorkspaceMember.workspace, WorkspaceMember.role)

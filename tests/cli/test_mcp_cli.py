@@ -80,3 +80,33 @@ def test_errors_are_one_line_with_their_exit_codes(world):
     assert done.returncode == ExitCode.USAGE and "NAME only" in one_error_line(done)
     done = cli("mcp", "add", "hdr", "--url", fake.url, "--header", "Authorization", input="")
     assert done.returncode == ExitCode.USAGE and "no value on stdin" in one_error_line(done)
+
+
+def test_mcp_and_tool_commands_take_a_workspace(world):
+    """SPEC §16: `--workspace` names the workspace whose own MCP servers `mcp …` acts on
+    (without it: the instance-wide ones), and whose workers' tools `tool list` lists."""
+    cli, api, fake = world["cli"], world["api"], world["mcp"]
+    made = api.post("/workspace", json={"name": "mcpteam"})
+    assert made.status_code == 201, made.text
+    wid = made.json()["workspace_id"]
+    done = cli("mcp", "add", "teamfake", "--url", fake.url, "--workspace", "mcpteam")
+    assert done.returncode == 0, done.stderr
+    server_id = done.stdout.strip()
+    [stored] = api.get("/resource/mcp", params={"workspace_id": wid}).json()["servers"]
+    assert (stored["server_id"], stored["workspace_id"]) == (server_id, wid)
+    assert server_id not in [s["server_id"] for s in api.get("/resource/mcp").json()["servers"]]
+    listed = cli("mcp", "list", "--workspace", wid, "--json")
+    assert listed.returncode == 0 and [s["server_id"] for s in json.loads(listed.stdout)] == [server_id]
+    assert server_id not in cli("mcp", "list", "--json").stdout
+    shown = cli("mcp", "show", "teamfake", "--workspace", "mcpteam", "--json")
+    assert shown.returncode == 0 and json.loads(shown.stdout)["workspace_id"] == wid, shown.stderr
+    assert cli("mcp", "show", "teamfake").returncode == ExitCode.NOT_FOUND
+    refreshed = cli("mcp", "refresh", "teamfake", "--workspace", "mcpteam", "--json")
+    assert refreshed.returncode == 0 and json.loads(refreshed.stdout)["last_error"] is None, refreshed.stderr
+    team_tools = json.loads(cli("tool", "list", "--workspace", "mcpteam", "--json").stdout)
+    assert "teamfake.echo" in [t["name"] for t in team_tools]
+    assert "teamfake.echo" not in cli("tool", "list", "--json").stdout
+    assert cli("mcp", "remove", "teamfake", "--yes").returncode == ExitCode.NOT_FOUND
+    gone = cli("mcp", "remove", "teamfake", "--yes", "--workspace", "mcpteam")
+    assert gone.returncode == 0, gone.stderr
+    assert api.get("/resource/mcp", params={"workspace_id": wid}).json()["servers"] == []

@@ -193,12 +193,14 @@ def test_an_unknown_workspace_is_one_line_and_exit_3(world, args, env):
 
 
 def test_every_command_takes_the_option(world):
-    """Commands whose objects are instance-wide (tools) accept it and say in --help that
-    they do not use it; the answer is the same as without it. Providers are no longer
-    such objects (a workspace has its own, SPEC §16): `provider list` with the option
-    lists that workspace's own providers, without it the instance-wide ones."""
+    """Commands whose objects are instance-wide (system nodes) accept it and say in
+    --help that they do not use it; the answer is the same as without it. Providers and
+    the tool catalog are no longer such objects (a workspace has its own providers and
+    MCP servers, SPEC §16): `provider list` with the option lists that workspace's own
+    providers, without it the instance-wide ones; `tool list` with it lists the tools
+    that workspace's workers may use."""
     cli, api = world["cli"], world["api"]
-    args = ("tool", "list", "--json")
+    args = ("node", "list", "--json")
     plain = cli(*args)
     assert plain.returncode == 0, plain.stderr
     for extra, env in (((*args, "--workspace", "team"), None), (args, {"ORCHESTRA_WORKSPACE": "team"}),
@@ -206,7 +208,7 @@ def test_every_command_takes_the_option(world):
         done = cli(*extra, env=env)
         assert done.returncode == 0, done.stderr
         assert json.loads(done.stdout) == json.loads(plain.stdout)
-    helped = cli("tool", "list", "--help", env={"COLUMNS": "300"})
+    helped = cli("node", "list", "--help", env={"COLUMNS": "300"})
     assert helped.returncode == 0 and "--workspace" in helped.stdout and "does not use it" in helped.stdout
 
     made = api.post("/provider", json={"name": "team-only", "provider": "deepseek", "model_id": "deepseek-chat",
@@ -224,7 +226,10 @@ def test_every_command_takes_the_option(world):
             assert [p["provider_id"] for p in json.loads(done.stdout)] == [made.json()["provider_id"]]
     finally:
         api.delete(f"/provider/{made.json()['provider_id']}", params={"workspace_id": world["team"]})
-    for command in ("provider", "worker"):
+    tools = cli("tool", "list", "--workspace", "team", "--json")
+    assert tools.returncode == 0, tools.stderr
+    assert json.loads(tools.stdout) == api.get("/resource/tool", params={"workspace_id": world["team"]}).json()["tools"]
+    for command in ("provider", "tool", "mcp", "worker"):
         helped = cli(command, "list", "--help", env={"COLUMNS": "300"})
         assert "--workspace" in helped.stdout and "does not use it" not in helped.stdout
 

@@ -102,13 +102,14 @@ def validate_args(schema: dict[str, Any], args: Any) -> None:
 
 class ToolSource(Protocol):
     """Tools that come and go (MCP servers): read from the store by `load()`, then looked
-    up without waiting."""
+    up without waiting, as a worker of `workspace_id` sees them (SPEC §16; None: only the
+    instance-wide ones)."""
 
     async def load(self) -> None: ...
 
-    def tools(self) -> list[Tool]: ...
+    def tools(self, workspace_id: str | None = None) -> list[Tool]: ...
 
-    def get(self, name: str) -> Tool | None: ...
+    def get(self, name: str, workspace_id: str | None = None) -> Tool | None: ...
 
 
 WIRE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # what every provider accepts as a tool name
@@ -126,7 +127,10 @@ def wire_name(name: str) -> str:
 
 
 class ToolRegistry:
-    """Tools by name, in registration order, then those of its sources (MCP servers)."""
+    """Tools by name, in registration order, then those of its sources (MCP servers).
+    Lookups take the workspace they are made for (`workspace_id`; None: the built-ins and
+    the instance-wide sources' tools only): a workspace's own MCP servers' tools are found
+    for it alone (SPEC §16)."""
 
     def __init__(self, tools: Iterable[Tool] = (), *, sources: Iterable[ToolSource] = ()) -> None:
         self._tools: dict[str, Tool] = {}
@@ -147,30 +151,33 @@ class ToolRegistry:
         for source in self._sources:
             await source.load()
 
-    def get(self, name: str) -> Tool | None:
+    def get(self, name: str, workspace_id: str | None = None) -> Tool | None:
         tool = self._tools.get(name)
         if tool is None:
             for source in self._sources:
-                tool = source.get(name)
+                tool = source.get(name, workspace_id)
                 if tool is not None:
                     break
         return tool
 
-    def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and self.get(name) is not None
+    def has(self, name: object, workspace_id: str | None = None) -> bool:
+        return isinstance(name, str) and self.get(name, workspace_id) is not None
 
-    def _all(self) -> list[Tool]:
+    def __contains__(self, name: object) -> bool:
+        return self.has(name)
+
+    def _all(self, workspace_id: str | None = None) -> list[Tool]:
         tools = list(self._tools.values())
         for source in self._sources:
-            tools.extend(t for t in source.tools() if t.name not in self._tools)
+            tools.extend(t for t in source.tools(workspace_id) if t.name not in self._tools)
         return tools
 
-    def names(self) -> list[str]:
-        return [t.name for t in self._all()]
+    def names(self, workspace_id: str | None = None) -> list[str]:
+        return [t.name for t in self._all(workspace_id)]
 
-    def catalog(self) -> list[dict[str, Any]]:
+    def catalog(self, workspace_id: str | None = None) -> list[dict[str, Any]]:
         """`[{name, description, parameters, source}]`, as `GET /api/v1/resource/tool`
-        returns it (call `load()` first for the sources' current tools)."""
+        returns it for `workspace_id` (call `load()` first for the sources' current tools)."""
         return [
             {
                 "name": t.name,
@@ -178,32 +185,35 @@ class ToolRegistry:
                 "parameters": copy.deepcopy(t.parameters),
                 "source": copy.deepcopy(t.source),
             }
-            for t in self._all()
+            for t in self._all(workspace_id)
         ]
 
-    def specs(self, names: Iterable[str]) -> list[ToolSpec]:
+    def specs(self, names: Iterable[str], workspace_id: str | None = None) -> list[ToolSpec]:
         """The `ToolSpec`s to offer a model; an unknown name raises `ToolError`."""
-        return [self._require(name).spec() for name in names]
+        return [self._require(name, workspace_id).spec() for name in names]
 
-    def offer(self, names: Iterable[str]) -> tuple[list[ToolSpec], dict[str, str]]:
-        """The specs to offer a model under names it accepts (`wire_name`), and the way
-        back: `{name the model uses: catalog name}`. Unknown names raise `ToolError`."""
+    def offer(self, names: Iterable[str], workspace_id: str | None = None
+              ) -> tuple[list[ToolSpec], dict[str, str]]:
+        """The specs to offer a model (of a run of `workspace_id`) under names it accepts
+        (`wire_name`), and the way back: `{name the model uses: catalog name}`. Unknown
+        names raise `ToolError`."""
         specs, back = [], {}
         for name in names:
-            spec = self._require(name).spec()
+            spec = self._require(name, workspace_id).spec()
             wire = wire_name(name)
             back[wire] = name
             specs.append(ToolSpec(wire, spec.description, spec.parameters))
         return specs, back
 
-    async def run(self, name: str, args: dict[str, Any], ctx: ToolContext) -> str:
+    async def run(self, name: str, args: dict[str, Any], ctx: ToolContext,
+                  workspace_id: str | None = None) -> str:
         """Validate `args` against the tool's schema and run it."""
-        tool = self._require(name)
+        tool = self._require(name, workspace_id)
         validate_args(tool.parameters, args)
         return await tool.run(args, ctx)
 
-    def _require(self, name: str) -> Tool:
-        tool = self.get(name)
+    def _require(self, name: str, workspace_id: str | None = None) -> Tool:
+        tool = self.get(name, workspace_id)
         if tool is None:
-            raise ToolError(f"Unknown tool {name!r}. Available: {', '.join(self.names())}.")
+            raise ToolError(f"Unknown tool {name!r}. Available: {', '.join(self.names(workspace_id))}.")
         return tool

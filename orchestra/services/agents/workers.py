@@ -3,8 +3,9 @@ found. A worker also belongs to a workspace (SPEC §16; default its owner's pers
 one): in a team workspace its members read it and its editors change and delete it
 (services/workspace_scope.py). Provider, tools and bound skill are checked together (one 422 naming every
 unknown reference); a write drops the agent cache's copy (through `Caches`). A worker's
-provider is its workspace's or an instance-wide one: another workspace's reads as an
-unknown provider (SPEC §16: references never cross workspaces).
+provider, and the MCP servers its tools come from, are its workspace's or instance-wide
+ones: another workspace's read as an unknown provider or tool (SPEC §16: references
+never cross workspaces).
 """
 
 from __future__ import annotations
@@ -67,9 +68,9 @@ async def _check_references(
     core: Shared, *, workspace_id: str | None, provider_id: str = _UNSET, tools: list[str] = _UNSET,
     bound_skill: str | None = _UNSET,
 ) -> tuple[list[str] | Any, str | None | Any]:
-    """Check provider (`workspace_id`'s or an instance-wide one), tools and skill
-    together; one 422 listing every unknown name. Returns (tools without duplicates, the
-    skill's stored name)."""
+    """Check provider and tools (each `workspace_id`'s or an instance-wide one: another
+    workspace's MCP server's tools are unknown here) and skill together; one 422 listing
+    every unknown name. Returns (tools without duplicates, the skill's stored name)."""
     problems: list[dict[str, str]] = []
     if provider_id is not _UNSET and (
         not storable(provider_id)
@@ -81,10 +82,10 @@ async def _check_references(
         await registry.load()
         tools = list(dict.fromkeys(tools))
         for index, name in enumerate(tools):
-            if name not in registry:
+            if not registry.has(name, workspace_id):
                 problems.append({
                     "field": f"tools.{index}",
-                    "problem": f"unknown tool '{name}'; available: {', '.join(registry.names())}",
+                    "problem": f"unknown tool '{name}'; available: {', '.join(registry.names(workspace_id))}",
                 })
     if bound_skill is not _UNSET and bound_skill is not None:
         rows = []

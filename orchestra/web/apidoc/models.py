@@ -144,6 +144,8 @@ class McpServerView(Shape):
     server_id: str
     id: str = Field(description="The same as server_id.")
     name: str
+    workspace_id: str | None = Field(description="The workspace it belongs to (SPEC §16); null: instance-wide, "
+                                     "its tools usable by every workspace's workers.")
     transport: Literal["streamable_http", "stdio"]
     url: str | None
     headers: dict[str, str] = Field(description="Header names with masked values (…abcd).")

@@ -1,5 +1,7 @@
 """`/api/v1/resource/mcp`: MCP servers whose tools join the catalog (SPEC §9).
-Administrators change them; everyone signed in reads them."""
+Instance-wide ones: administrators change them, everyone signed in reads them. A
+workspace's own (`workspace_id` in the body, `?workspace_id=` on the other routes; SPEC
+§16): its admins change them, its members read them."""
 
 from __future__ import annotations
 
@@ -10,10 +12,13 @@ from orchestra.engine.tools.mcp.stdio import COMMAND_PATTERN, ENV_NAME_PATTERN
 from orchestra.services import mcp as mcp_service
 from orchestra.services.charset import SPACE_RANGES, char_class
 from orchestra.services.roles import Role
+from orchestra.services.workspace_rights import Action
 from orchestra.web.apidoc import models as out
-from orchestra.web.apidoc.operation import Link, documented
-from orchestra.web.apidoc.rules import URL_PATTERN, rule
+from orchestra.web.apidoc.operation import Link, documented, query
+from orchestra.web.apidoc.rules import ID_PATTERN, URL_PATTERN, id_rule, rule
+from orchestra.web.apidoc.workspace_shapes import NOT_A_MEMBER
 from orchestra.web.auth import protected
+from orchestra.web.paging import workspace_arg
 from orchestra.web.responses import SUCCESS
 from orchestra.web.validation import Body, parse_body
 
@@ -114,6 +119,25 @@ class McpServerBody(Body):
     )
 
 
+class McpServerCreateBody(McpServerBody):
+    __doc__ = McpServerBody.__doc__
+    workspace_id: str | None = id_rule(None, description="The workspace it belongs to (you need admin there; "
+                                       "404 when you are not a member; its tools are that workspace's "
+                                       "workers' only); default: instance-wide (ADMINISTRATOR+).")
+
+
+_WORKSPACE = query("workspace_id", "The workspace's servers (you need admin there to change them, any role "
+                   "to read them; 404 when you are not a member); default: the instance-wide ones "
+                   "(ADMINISTRATOR+ to change them).", type="string", pattern=ID_PATTERN)
+_ERRORS = {403: "PermissionDeniedError: instance-wide servers need ADMINISTRATOR+ to change, a workspace's "
+                "need admin there.", 404: NOT_A_MEMBER}
+_READ_ERRORS = {404: NOT_A_MEMBER}
+
+
+async def _scope(request: Request, action: Action = Action.MANAGE) -> str | None:
+    return await mcp_service.scope_of(request.app.ctx.core, request.ctx.principal, workspace_arg(request), action)
+
+
 def _fields(body: McpServerBody) -> dict:
     return {
         "name": body.name, "transport": body.transport, "url": body.url, "headers": body.headers,
@@ -129,9 +153,10 @@ def _answer(server, status: int = 200):
 
 @bp.post("", strict_slashes=False)
 @documented(
-    "Register an MCP server (connects and lists its tools)", body=McpServerBody,
+    "Register an MCP server (connects and lists its tools)", body=McpServerCreateBody,
     response=out.McpServer, status=201,
-    errors={409: "ConflictError: the name is taken (ignoring case)."},
+    errors={409: "ConflictError: the name is taken (ignoring case) in that workspace, or among the "
+                 "instance-wide servers.", **_ERRORS},
     links={
         "Read": Link("mcp.read", {"server_id": "$response.body#/server_id"}),
         "Replace": Link("mcp.update", {"server_id": "$response.body#/server_id"}),
@@ -139,56 +164,70 @@ def _answer(server, status: int = 200):
         "Delete": Link("mcp.delete", {"server_id": "$response.body#/server_id"}),
     },
 )
-@protected(Role.ADMINISTRATOR)
+@protected(Role.USER)
 async def create(request: Request):
-    body = parse_body(request, McpServerBody)
+    core, principal = request.app.ctx.core, request.ctx.principal
+    raw = request.json if isinstance(request.json, dict) else {}
+    if raw.get("workspace_id") is None:  # instance-wide: the role first, as before workspaces
+        await mcp_service.scope_of(core, principal, None)
+    body = parse_body(request, McpServerCreateBody)
+    workspace_id = await mcp_service.scope_of(core, principal, body.workspace_id)
     server = await mcp_service.create_server(
-        request.app.ctx.core, **_fields(body), created_by=request.ctx.principal.user_id
+        core, **_fields(body), created_by=principal.user_id, workspace_id=workspace_id
     )
     return _answer(server, 201)
 
 
 @bp.get("", strict_slashes=False)
-@documented("List the MCP servers, by name", response=out.McpServerList)
+@documented("List the MCP servers, by name: a workspace's, or the instance-wide ones", response=out.McpServerList,
+            params=(_WORKSPACE,), errors=_READ_ERRORS)
 @protected(Role.USER)
 async def list_all(request: Request):
-    rows = await mcp_service.list_servers(request.app.ctx.core)
+    rows = await mcp_service.list_servers(request.app.ctx.core, await _scope(request, Action.READ))
     return json({"message": SUCCESS, "servers": [mcp_service.server_view(s) for s in rows]})
 
 
 @bp.get("/<server_id:str>")
-@documented("Read an MCP server, its tools and its last error", response=out.McpServer)
+@documented("Read an MCP server, its tools and its last error", response=out.McpServer,
+            params=(_WORKSPACE,), errors=_READ_ERRORS)
 @protected(Role.USER)
 async def read(request: Request, server_id: str):
-    return _answer(await mcp_service.get_server(request.app.ctx.core, server_id))
+    workspace_id = await _scope(request, Action.READ)
+    return _answer(await mcp_service.get_server(request.app.ctx.core, server_id, workspace_id))
 
 
 @bp.put("/<server_id:str>")
 @documented(
     "Replace an MCP server (every field; connects and lists its tools again)",
-    body=McpServerBody, response=out.McpServer,
-    errors={409: "ConflictError: the name is taken (ignoring case)."},
+    body=McpServerBody, response=out.McpServer, params=(_WORKSPACE,),
+    errors={409: "ConflictError: the name is taken (ignoring case) where the server is.", **_ERRORS},
 )
-@protected(Role.ADMINISTRATOR)
+@protected(Role.USER)
 async def update(request: Request, server_id: str):
+    workspace_id = await _scope(request)
     body = parse_body(request, McpServerBody)
-    server = await mcp_service.update_server(request.app.ctx.core, server_id=server_id, **_fields(body))
+    server = await mcp_service.update_server(request.app.ctx.core, server_id=server_id,
+                                             workspace_id=workspace_id, **_fields(body))
     return _answer(server)
 
 
 @bp.delete("/<server_id:str>")
 @documented(
-    "Delete an MCP server", response=out.Done,
-    errors={409: "ConflictError: workers use its tools (detail names them)."},
+    "Delete an MCP server", response=out.Done, params=(_WORKSPACE,),
+    errors={409: "ConflictError: workers use its tools (detail names them).", **_ERRORS},
 )
-@protected(Role.ADMINISTRATOR)
+@protected(Role.USER)
 async def delete(request: Request, server_id: str):
-    await mcp_service.delete_server(request.app.ctx.core, server_id=server_id)
+    workspace_id = await _scope(request)
+    await mcp_service.delete_server(request.app.ctx.core, server_id=server_id, workspace_id=workspace_id)
     return json({"message": SUCCESS})
 
 
 @bp.post("/<server_id:str>/refresh")
-@documented("Connect and list the server's tools again (the outcome is kept)", response=out.McpServer)
-@protected(Role.ADMINISTRATOR)
+@documented("Connect and list the server's tools again (the outcome is kept)", response=out.McpServer,
+            params=(_WORKSPACE,), errors=_ERRORS)
+@protected(Role.USER)
 async def refresh(request: Request, server_id: str):
-    return _answer(await mcp_service.refresh_server(request.app.ctx.core, server_id=server_id))
+    workspace_id = await _scope(request)
+    return _answer(await mcp_service.refresh_server(request.app.ctx.core, server_id=server_id,
+                                                    workspace_id=workspace_id))

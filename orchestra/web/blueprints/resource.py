@@ -6,11 +6,15 @@ from sanic import Blueprint, Request
 from sanic.response import json
 
 from orchestra.services import agents
+from orchestra.services import mcp as mcp_service
 from orchestra.services.roles import Role
+from orchestra.services.workspace_rights import Action
 from orchestra.web.apidoc import models as out
-from orchestra.web.apidoc.operation import Link, documented
-from orchestra.web.apidoc.rules import name_rule, text_rule
+from orchestra.web.apidoc.operation import Link, documented, query
+from orchestra.web.apidoc.rules import ID_PATTERN, name_rule, text_rule
+from orchestra.web.apidoc.workspace_shapes import NOT_A_MEMBER
 from orchestra.web.auth import protected
+from orchestra.web.paging import workspace_arg
 from orchestra.web.responses import SUCCESS
 from orchestra.web.validation import Body, ClosedBody, parse_body
 
@@ -33,10 +37,16 @@ class SkillUpdateBody(ClosedBody):
 
 
 @bp.get("/tool")
-@documented("The tool catalog", response=out.ToolList)
+@documented("The tool catalog: the built-ins and the instance-wide MCP servers' tools, with a workspace's "
+            "own servers' tools for workspace_id", response=out.ToolList, params=(query(
+                "workspace_id", "The tools a worker of this workspace may use (404 when you are not a "
+                "member); default: the built-ins and the instance-wide servers' tools.",
+                type="string", pattern=ID_PATTERN),), errors={404: NOT_A_MEMBER})
 @protected(Role.USER)
 async def tools(request: Request):
-    return json({"message": SUCCESS, "tools": await agents.list_tools(request.app.ctx.core)})
+    core = request.app.ctx.core
+    workspace_id = await mcp_service.scope_of(core, request.ctx.principal, workspace_arg(request), Action.READ)
+    return json({"message": SUCCESS, "tools": await agents.list_tools(core, workspace_id)})
 
 
 @bp.post("/skill")

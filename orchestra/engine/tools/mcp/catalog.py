@@ -1,6 +1,11 @@
 """MCP servers as a tool source: their tools, as the last refresh listed them, named
 `<server name>.<tool name>`, read from the store and kept until a change anywhere (a
-cache hint) or `max_age` seconds. The catalog holds decrypted secrets in memory only."""
+cache hint) or `max_age` seconds. The catalog holds decrypted secrets in memory only.
+
+Teams (SPEC §16): a workspace's servers' tools are that workspace's alone; the
+instance-wide servers' are every workspace's. Looked up for a workspace, a name is its
+own server's tool where it has a server of that name, else the instance-wide one's;
+looked up for none (`workspace_id` None), only instance-wide tools are found."""
 
 from __future__ import annotations
 
@@ -65,23 +70,39 @@ def server_config(row: McpServer, decrypt: Any) -> McpServerConfig:
     )
 
 
+#: Tools by workspace (None: the instance-wide servers'), then by catalog name.
+Tools = dict[str | None, dict[str, McpTool]]
+
+
 class McpCatalog:
-    """The MCP tools of every server, by catalog name (a `ToolSource`)."""
+    """The MCP tools of every server, by workspace and catalog name (a `ToolSource`)."""
 
     def __init__(self, db: Any, decrypt: Any, *, max_age: float = 30.0) -> None:
         self._db = db
         self._decrypt = decrypt
-        self.snapshot: StoreSnapshot[dict[str, McpTool]] = StoreSnapshot(self._read, {}, max_age=max_age)
+        self.snapshot: StoreSnapshot[Tools] = StoreSnapshot(self._read, {}, max_age=max_age)
         self._status: dict[str, str | None] = {}  # server id -> last_error, as last read or written
 
     def invalidate(self) -> None:
         self.snapshot.invalidate()
 
-    def tools(self) -> list[Tool]:
-        return list(self.snapshot.value.values())
+    def _for(self, workspace_id: str | None) -> dict[str, McpTool]:
+        """What a worker of `workspace_id` sees: the instance-wide tools, where the
+        workspace has a server of the same name its server's tools instead."""
+        value = self.snapshot.value
+        wide = value.get(None, {})
+        own = value.get(workspace_id, {}) if workspace_id is not None else {}
+        if not own:
+            return wide
+        shadowed = {tool.config.name.casefold() for tool in own.values()}
+        seen = {name: tool for name, tool in wide.items() if tool.config.name.casefold() not in shadowed}
+        return {**seen, **own}
 
-    def get(self, name: str) -> Tool | None:
-        return self.snapshot.value.get(name)
+    def tools(self, workspace_id: str | None = None) -> list[Tool]:
+        return list(self._for(workspace_id).values())
+
+    def get(self, name: str, workspace_id: str | None = None) -> Tool | None:
+        return self._for(workspace_id).get(name)
 
     async def load(self) -> None:
         await self.snapshot.current()
@@ -105,10 +126,10 @@ class McpCatalog:
             return
         self._status[server_id] = error
 
-    async def _read(self) -> dict[str, McpTool]:
+    async def _read(self) -> Tools:
         rows = await self._db.list(McpServer.select().order_by(McpServer.name_key))
         self._status = {row.id: row.last_error for row in rows}
-        tools: dict[str, McpTool] = {}
+        tools: Tools = {}
         for row in rows:
             try:
                 config = server_config(row, self._decrypt)
@@ -117,5 +138,5 @@ class McpCatalog:
                 continue
             for tool in row.tools or []:
                 item = McpTool(config, tool, self)
-                tools[item.name] = item
+                tools.setdefault(row.workspace_id, {})[item.name] = item
         return tools
