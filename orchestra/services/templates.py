@@ -13,6 +13,7 @@ from typing import Any
 from peewee import IntegrityError
 
 from orchestra.db.models import (
+    User,
     Worker,
     WorkflowRun,
     WorkflowTemplate,
@@ -20,6 +21,7 @@ from orchestra.db.models import (
     name_key,
     utcnow,
 )
+from orchestra.db.workspace_models import Workspace
 from orchestra.errors import ConflictError, NotFoundError, PermissionDeniedError, ValidationError
 from orchestra.language.model import NAME_MAX, PROMPT_MAX
 from orchestra.language.typecheck import type_problems
@@ -58,13 +60,15 @@ async def check_template(
     core: Shared, *, owner_id: str, steps: Any, options: dict[str, Any] | None = None,
     template_id: str | None = None, run_code: bool = False, workspace_id: str | None = None,
 ) -> Checked:
-    """Every problem of a template (language.validate, plus whether each worker is
-    the owner's, each secret exists and each child template may be called: see
-    composition.py), without storing anything: `POST /template/check` and saves use it.
+    """Every problem of a template (language.validate, plus whether each worker is one
+    of the template's workspace, each secret exists and each child template may be
+    called: see composition.py), without storing anything: `POST /template/check` and
+    saves use it.
     `template_id`: the template being replaced (a child must not call it back);
     `run_code`: also run each code step on examples (`template check`, never a save);
-    `workspace_id`: the template's workspace (its secrets are the ones it may name, with
-    the instance-wide ones)."""
+    `workspace_id`: the template's workspace (its workers are the ones its steps may
+    name; its secrets too, with the instance-wide ones; None: the owner's personal one
+    for workers)."""
     checked = check_template_language(steps, options)
     if not checked.problems:  # a template otherwise sound: do its expressions fit its types?
         for field, problem in type_problems(checked.steps, checked.options):
@@ -74,23 +78,8 @@ async def check_template(
             add_problem(checked.problems, field, problem)
     await composition.check_calls(core, checked, owner_id=owner_id, template_id=template_id,
                                   workspace_id=workspace_id)
-    if not checked.workers:
-        return checked
-    refs = {ref for _field, ref, _agent in checked.workers}
-    named = await core.db.list(Worker.select(Worker.id, Worker.name_key).where(
-        (Worker.owner == owner_id) & (Worker.id.in_(refs) | Worker.name_key.in_({name_key(r) for r in refs}))))
-    by_id = {w.id: w for w in named}
-    by_name = {w.name_key: w for w in named}
-    names: str | None = None  # the owner's worker names, read only for an error
-    for field, ref, agent in checked.workers:
-        worker = by_id.get(ref) or by_name.get(name_key(ref))
-        if worker is None:
-            if names is None:
-                names = ", ".join(await _worker_names(core, owner_id)) or "none yet"
-            add_problem(checked.problems, field,
-                     f"unknown worker {ref!r}: not the id or name of one of your workers (yours: {names})")
-        else:
-            agent["worker"] = worker.id  # a name is resolved once, here: runs use the id
+    if checked.workers:
+        await _resolve_workers(core, checked, owner_id=owner_id, workspace_id=workspace_id)
     return checked
 
 
@@ -100,9 +89,52 @@ async def draft_workspace(core: Shared, user_id: str, workspace_id: str | None) 
     return await workspace_scope.target(core, user_id, workspace_id, Action.READ)
 
 
-async def _worker_names(core: Shared, owner_id: str, most: int = 20) -> list[str]:
-    """The owner's first `most` worker names (by name), then "…" when there are more."""
-    rows = await core.db.list(Worker.select(Worker.name).where(Worker.owner == owner_id)
+async def _resolve_workers(core: Shared, checked: Checked, *, owner_id: str, workspace_id: str | None) -> None:
+    """Rewrite each step's `agent.worker` (an id, or a name in any case) to the id of a
+    worker of the template's workspace; add a problem naming the step's field for one
+    that is not there (another workspace's reads as unknown) or a name two of the
+    workspace's workers share (names are unique per user, not per workspace)."""
+    reach, team = await workspace_scope.in_workspace(core, owner_id, workspace_id, Worker.owner,
+                                                     Worker.workspace_id)
+    refs = {ref for _field, ref, _agent in checked.workers}
+    found = await core.db.list(Worker.select(Worker.id, Worker.name_key, Worker.owner).where(
+        reach & (Worker.id.in_(refs) | Worker.name_key.in_({name_key(r) for r in refs}))))
+    by_id = {w.id: w for w in found}
+    by_name: dict[str, list[Worker]] = {}
+    for worker in sorted(found, key=lambda w: w.id):
+        by_name.setdefault(worker.name_key, []).append(worker)
+    names: str | None = None  # the workspace's worker names, read only for an error
+    for field, ref, agent in checked.workers:
+        worker = by_id.get(ref)
+        named = [] if worker is not None else by_name.get(name_key(ref), [])
+        if len(named) > 1:
+            add_problem(checked.problems, field, await _ambiguous(core, ref, named, team))
+            continue
+        worker = worker or (named[0] if named else None)
+        if worker is None:
+            if names is None:
+                names = ", ".join(await _worker_names(core, reach)) or "none yet"
+            add_problem(checked.problems, field, f"unknown worker {ref!r}: " + (
+                f"not the id or name of a worker of the workspace '{team.name}' (its workers: {names})"
+                if team is not None else f"not the id or name of one of your workers (yours: {names})"))
+        else:
+            agent["worker"] = worker.id  # a name is resolved once, here: runs use the id
+
+
+async def _ambiguous(core: Shared, ref: str, workers: list[Worker], team: Workspace | None) -> str:
+    """The problem of a worker name that two or more of the workspace's workers have."""
+    owners = dict(await core.db.list(User.select(User.id, User.user_name)
+                                     .where(User.id.in_(sorted({w.owner_id for w in workers}))).tuples()))
+    each = ", ".join(f"{w.id} ({owners.get(w.owner_id, w.owner_id)}'s)" for w in workers)
+    where = f"the workspace '{team.name}'" if team is not None else "this workspace"
+    return (f"the worker name {ref!r} is ambiguous: {len(workers)} workers of {where} have it "
+            f"(names are unique per user); name one by its id: {each}")
+
+
+async def _worker_names(core: Shared, reach: Any, most: int = 20) -> list[str]:
+    """The first `most` names (by name) of the workers `reach` covers, then "…" when
+    there are more."""
+    rows = await core.db.list(Worker.select(Worker.name).where(reach)
                               .order_by(Worker.name_key).limit(most + 1))
     names = [w.name for w in rows[:most]]
     return names + (["…"] if len(rows) > most else [])

@@ -170,3 +170,18 @@ async def workspace_of_template(core: Shared, template: Any) -> str | None:
     if template.workspace_id is not None:
         return template.workspace_id
     return await personal_workspace_id(core, template.owner_id)
+
+
+async def in_workspace(core: Shared, owner_id: str, workspace_id: str | None, owner: Any,
+                       column: Any) -> tuple[Any, Workspace | None]:
+    """What a resource of `workspace_id` may name among owned resources (`owner`,
+    `column`: their owner and workspace_id columns; SPEC §16: references never cross
+    workspaces), as a condition, and the workspace when it is a team one: a team
+    workspace's own, whoever made them; a personal workspace's (no workspace: those of
+    `owner_id`'s), its user's stored there or before workspaces (NULL)."""
+    workspace = await Workspace.aget_or_none(Workspace.id == workspace_id) if workspace_id else None
+    if workspace is not None and not workspace.personal:
+        return column == workspace.id, workspace
+    user_id = workspace.personal_user_id if workspace is not None else owner_id
+    personal_id = workspace.id if workspace is not None else await personal_workspace_id(core, owner_id)
+    return (owner == user_id) & ((column == personal_id) | column.is_null()), None

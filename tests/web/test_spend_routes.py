@@ -201,8 +201,11 @@ async def test_usage_groups_by_workspace_and_members_see_their_team_runs(client,
                               json={"user_name": "bob", "role": "viewer"})
     assert added.status_code == 201, added.text
     own = await start(client, alice, chain(priced["worker"], 1))
+    ops = await client.post("/api/v1/agent/worker", headers=alice["headers"],  # the team's own worker
+                            json={"name": "ops-w", "provider_id": priced["provider"], "workspace_id": wid})
+    assert ops.status_code == 201, ops.text
     made = await client.post(f"{API}/template", headers=alice["headers"],
-                             json={"name": "ops", "steps": chain(priced["worker"], 2), "workspace_id": wid})
+                             json={"name": "ops", "steps": chain(ops.json()["worker_id"], 2), "workspace_id": wid})
     assert made.status_code == 201, made.text
     started = await client.post(f"{API}/run", headers=alice["headers"],
                                 json={"template_id": made.json()["template_id"], "input": "hi"})

@@ -59,6 +59,15 @@ async def team(client, who, **limits) -> str:
     return made.json()["workspace_id"]
 
 
+async def worker_in(client, who, priced, workspace_id) -> str:
+    """A worker of the workspace on the priced provider: a team template's steps name
+    their own workspace's workers (SPEC §16: references never cross workspaces)."""
+    made = await client.post("/api/v1/agent/worker", headers=who["headers"], json={
+        "name": f"w{next(NAMES)}", "provider_id": priced["provider"], "workspace_id": workspace_id})
+    assert made.status_code == 201, made.text
+    return made.json()["worker_id"]
+
+
 async def start(client, who, steps, workspace_id=None, *, input_value="hi", **template):
     place = {"workspace_id": workspace_id} if workspace_id else {}
     made = await client.post(f"{API}/template", headers=who["headers"],
@@ -80,9 +89,10 @@ async def test_a_second_run_that_the_month_cannot_pay_fails_before_the_call(clie
     # $0.135 a month: the first run's call reserves $0.12 and costs $0.01; the second run's
     # first call fits ($0.13), its second ($0.14) does not and is never sent.
     wid = await team(client, alice, monthly_budget_usd="0.135")
-    first = await start(client, alice, chain(priced["worker"], 1), wid)
+    worker = await worker_in(client, alice, priced, wid)
+    first = await start(client, alice, chain(worker, 1), wid)
     assert (await wait_for(client, alice, first, "succeeded", "failed"))["status"] == "succeeded"
-    second = await start(client, alice, chain(priced["worker"], 2), wid)
+    second = await start(client, alice, chain(worker, 2), wid)
     run = await wait_for(client, alice, second, "succeeded", "failed")
     assert run["status"] == "failed", run
     assert len(fake_llm.chat_requests) == 2
@@ -101,16 +111,18 @@ async def test_a_second_run_that_the_month_cannot_pay_fails_before_the_call(clie
     assert (await wait_for(client, alice, own, "succeeded", "failed"))["status"] == "succeeded"
     # nor one of another team's cap: its month is its own
     other = await team(client, alice, monthly_budget_usd="0.135")
-    theirs = await start(client, alice, chain(priced["worker"], 2), other)
+    theirs_worker = await worker_in(client, alice, priced, other)
+    theirs = await start(client, alice, chain(theirs_worker, 2), other)
     assert (await wait_for(client, alice, theirs, "succeeded", "failed"))["status"] == "succeeded"
     assert await month_spent(other) == Decimal("0.02") and await month_spent(wid) == Decimal("0.02")
 
 
 async def test_pause_waits_until_the_workspace_limit_is_raised(client, alice, priced, fake_llm):
     wid = await team(client, alice, monthly_budget_usd="0.135", on_budget="pause")
-    first = await start(client, alice, chain(priced["worker"], 1), wid)
+    worker = await worker_in(client, alice, priced, wid)
+    first = await start(client, alice, chain(worker, 1), wid)
     assert (await wait_for(client, alice, first, "succeeded", "failed"))["status"] == "succeeded"
-    second = await start(client, alice, chain(priced["worker"], 3), wid)
+    second = await start(client, alice, chain(worker, 3), wid)
     run = await wait_for(client, alice, second, "waiting_budget", "failed", "succeeded")
     assert run["status"] == "waiting_budget", run
     row = await WorkflowRun.aget(WorkflowRun.trace_id == second)
@@ -133,24 +145,26 @@ async def test_pause_waits_until_the_workspace_limit_is_raised(client, alice, pr
 async def test_a_lowered_limit_holds_from_the_next_call_and_a_removed_one_stops_nothing(
         client, alice, priced, fake_llm):
     wid = await team(client, alice, monthly_budget_usd="5")
-    first = await start(client, alice, chain(priced["worker"], 1), wid)
+    worker = await worker_in(client, alice, priced, wid)
+    first = await start(client, alice, chain(worker, 1), wid)
     assert (await wait_for(client, alice, first, "succeeded", "failed"))["status"] == "succeeded"
     lowered = await client.put(f"{WS}/{wid}", headers=alice["headers"], json={"limits": {"monthly_budget_usd": "0.1"}})
     assert lowered.status_code == 200, lowered.text
-    stopped = await start(client, alice, chain(priced["worker"], 1), wid)
+    stopped = await start(client, alice, chain(worker, 1), wid)
     assert (await wait_for(client, alice, stopped, "succeeded", "failed"))["status"] == "failed"
     assert len(fake_llm.chat_requests) == 1
     removed = await client.put(f"{WS}/{wid}", headers=alice["headers"], json={"limits": None})
     assert removed.status_code == 200, removed.text
-    free = await start(client, alice, chain(priced["worker"], 2), wid)
+    free = await start(client, alice, chain(worker, 2), wid)
     assert (await wait_for(client, alice, free, "succeeded", "failed"))["status"] == "succeeded"
 
 
 async def test_a_child_run_the_month_cannot_pay_stops_its_parent_too(client, alice, priced, fake_llm):
     wid = await team(client, alice, monthly_budget_usd="0.135")
+    worker = await worker_in(client, alice, priced, wid)
     leaf = f"leaf{next(NAMES)}"
     made = await client.post(f"{API}/template", headers=alice["headers"], json={
-        "name": leaf, "steps": chain(priced["worker"], 3), "workspace_id": wid})
+        "name": leaf, "steps": chain(worker, 3), "workspace_id": wid})
     assert made.status_code == 201, made.text
     parent = await start(client, alice, [{"id": "sub", "workflow": {"template": leaf, "input": "input"}}], wid)
     run = await wait_for(client, alice, parent, "succeeded", "failed")
@@ -164,27 +178,29 @@ async def test_a_child_run_the_month_cannot_pay_stops_its_parent_too(client, ali
 
 async def test_last_months_spend_does_not_count(client, alice, priced, fake_llm):
     wid = await team(client, alice, monthly_budget_usd="0.135")
-    first = await start(client, alice, chain(priced["worker"], 1), wid)
+    worker = await worker_in(client, alice, priced, wid)
+    first = await start(client, alice, chain(worker, 1), wid)
     assert (await wait_for(client, alice, first, "succeeded", "failed"))["status"] == "succeeded"
     assert await month_spent(wid) == Decimal("0.01")
     # that spend was last month's: this month starts from zero
     moved = await client.app.ctx.core.db.aexecute(WorkspaceMonth.update(month=last_month()).where(
         (WorkspaceMonth.workspace == wid) & (WorkspaceMonth.month == this_month())))
     assert moved == 1
-    second = await start(client, alice, chain(priced["worker"], 2), wid)  # $0.12, then $0.13: both fit
+    second = await start(client, alice, chain(worker, 2), wid)  # $0.12, then $0.13: both fit
     assert (await wait_for(client, alice, second, "succeeded", "failed"))["status"] == "succeeded"
     assert await month_spent(wid) == Decimal("0.02") and await month_spent(wid, last_month()) == Decimal("0.01")
 
 
 async def test_a_cap_set_mid_month_counts_the_month_so_far(client, alice, priced, fake_llm):
     wid = await team(client, alice)
-    first = await start(client, alice, chain(priced["worker"], 1), wid)
+    worker = await worker_in(client, alice, priced, wid)
+    first = await start(client, alice, chain(worker, 1), wid)
     assert (await wait_for(client, alice, first, "succeeded", "failed"))["status"] == "succeeded"
     assert await WorkspaceMonth.aget_or_none(WorkspaceMonth.workspace == wid) is None  # no cap: no cost
     capped = await client.put(f"{WS}/{wid}", headers=alice["headers"], json={"limits": {"monthly_budget_usd": "0.135"}})
     assert capped.status_code == 200, capped.text
     assert await month_spent(wid) == Decimal("0.01")
-    second = await start(client, alice, chain(priced["worker"], 2), wid)  # $0.13 fits, $0.14 does not
+    second = await start(client, alice, chain(worker, 2), wid)  # $0.13 fits, $0.14 does not
     assert (await wait_for(client, alice, second, "succeeded", "failed"))["status"] == "failed"
     assert len(fake_llm.chat_requests) == 2
 
@@ -197,9 +213,10 @@ async def test_many_runs_and_a_wide_map_at_once_never_overspend_the_month(client
     fake_llm.chunk_delay = 0.005  # calls overlap
     cap = Decimal("0.20")
     wid = await team(client, alice, monthly_budget_usd=str(cap))
+    worker = await worker_in(client, alice, priced, wid)
     body = {"input_schema": {"type": "array"}}
     steps = [{"id": "m", "foreach": {"items": "input", "max_concurrency": 4},
-              "agent": {"worker": priced["worker"]}, "prompt": "Say {{item}} fake:cached=2"}]
+              "agent": {"worker": worker}, "prompt": "Say {{item}} fake:cached=2"}]
     runs = await asyncio.gather(*(start(client, alice, steps, wid, input_value=[f"x{i}" for i in range(4)], **body)
                                   for _ in range(6)))
     ended = [await wait_for(client, alice, trace_id, "succeeded", "failed", timeout=60) for trace_id in runs]

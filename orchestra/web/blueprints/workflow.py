@@ -65,9 +65,9 @@ def _step_kinds(schema: dict[str, Any]) -> None:
 
 @amends("WorkerAgent")
 def _worker_ref(schema: dict[str, Any]) -> None:
-    """The id or the name of one of the owner's workers: not empty."""
+    """The id or the name of a worker of the template's workspace: not empty."""
     schema["properties"]["worker"].update(
-        minLength=1, description="The id or the name (ignoring case) of one of your workers.")
+        minLength=1, description="The id or the name (ignoring case) of a worker of the template's workspace.")
 
 
 class TemplateDraft(Body):
@@ -246,7 +246,7 @@ async def create_template(request: Request):
 @documented(
     "Check a template without saving it", body=CheckedDraft, response=out.TemplateCheck,
     description="Runs every save-time check (shapes, ids, references, cycles, expressions, "
-    "schemas, your workers), then runs each top-level code step once on examples of its inputs "
+    "schemas, the workspace's workers), then runs each top-level code step once on examples of its inputs "
     "(SPEC §17), and answers 200 with each problem and its path; nothing is stored. "
     "`orchestra template check FILE` uses it.",
     errors={404: NOT_A_MEMBER},
