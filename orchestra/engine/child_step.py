@@ -32,7 +32,7 @@ from collections.abc import Awaitable, Callable
 from decimal import Decimal
 from typing import Any
 
-from orchestra.db.models import WorkflowRun, utcnow
+from orchestra.db.models import WorkflowRun, WorkflowTemplate, utcnow
 from orchestra.engine.feed import Feeds
 from orchestra.engine.live import LiveRun, StepFailure
 from orchestra.engine.model import At, StepDef, StopReason
@@ -214,6 +214,14 @@ class ChildSteps:
             logger.warning("child run %s stored but not started here", run.trace_id, exc_info=True)
         return None
 
+    async def _may_call(self, live: LiveRun, template: WorkflowTemplate) -> bool:
+        """Whether the run may start a child of `template`: a shared one, one of the run's
+        owner's, or one of the run's team workspace, whoever made it (SPEC §16: a team
+        template's child is any template of that workspace)."""
+        if template.shared or template.owner_id == live.owner_id:
+            return True
+        return template.workspace_id == live.workspace_id and await self.children.is_team(live.workspace_id)
+
     async def _new_child(self, live: LiveRun, flow: dict[str, Any], scope: Scope, child: str,
                          depth: int) -> NewChild:
         """The child run to store: its template's (or pinned version's) steps, its input
@@ -223,7 +231,7 @@ class ChildSteps:
         except ExpressionError as exc:
             raise StepFailure(exc.message) from None
         template = await self.children.template(flow["template"])
-        if template is None or (template.owner_id != live.owner_id and not template.shared):
+        if template is None or not await self._may_call(live, template):
             raise StepFailure(f"The child template '{flow['template']}' no longer exists (or is no longer "
                               "yours to run).")
         steps, spec, number = template.steps, template.spec, template.version or None

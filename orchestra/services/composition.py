@@ -1,5 +1,6 @@
 """Save-time checks of what a template calls (SPEC §14, §15b): the secrets its HTTP steps
-name may go to the host each step's URL writes (services/secrets.py), and each `workflow` step names a template the owner may run, which does not call
+name may go to the host each step's URL writes (services/secrets.py), and each `workflow` step names a template of the
+template's workspace (or a shared one: SPEC §16), which does not call
 the template being saved (directly or not) and keeps every chain within MAX_CHAIN runs.
 
 A template's child templates are stored by id (a name is resolved here, once), so the
@@ -18,6 +19,7 @@ from orchestra.language.model import MAX_CHAIN
 from orchestra.language.shape import walk
 from orchestra.language.validate import Checked
 from orchestra.services import secrets as secret_service
+from orchestra.services import workspace_scope
 from orchestra.services.shared import Shared
 
 
@@ -41,28 +43,31 @@ async def check_calls(core: Shared, checked: Checked, *, owner_id: str, template
                       workspace_id: str | None = None) -> None:
     """Add to `checked.problems` every secret a step may not send where its URL says (a
     template of `workspace_id` sees that workspace's secrets and the instance-wide ones) and
-    every child template that is
-    unknown, the template itself (or calls it), or makes a chain too deep; a child named
-    by name is rewritten to its id."""
+    every child template that is unknown (another workspace's reads alike: a child is a
+    template of `workspace_id` or a shared one), the template itself (or calls it), or
+    makes a chain too deep; a child named by name is rewritten to its id."""
     for field, problem in await secret_service.save_refusals(core, checked.secrets, workspace_id):
         checked.add(field, problem)
     if not checked.children:
         return
     refs = {ref for _f, ref, _flow in checked.children}
-    readable = (WorkflowTemplate.owner == owner_id) | (WorkflowTemplate.shared == True)  # noqa: E712
+    # SPEC §16: a child is a template of this one's workspace (any of a team workspace's,
+    # whoever made it) or a shared one; a name is looked up in the workspace only
+    mine, team = await workspace_scope.in_workspace(core, owner_id, workspace_id, WorkflowTemplate.owner,
+                                                    WorkflowTemplate.workspace_id)
     ids = [r for r in refs if storable(r)]
-    rows = await core.db.list(WorkflowTemplate.select(
-        WorkflowTemplate.id, WorkflowTemplate.owner, WorkflowTemplate.name_key, WorkflowTemplate.steps).where(
-        readable & (WorkflowTemplate.id.in_(ids) | ((WorkflowTemplate.owner == owner_id)
-                                                   & WorkflowTemplate.name_key.in_([name_key(r) for r in ids]))))
-    )
-    by_id = {t.id: t for t in rows}
-    by_name = {t.name_key: t for t in rows if t.owner_id == owner_id}
+    columns = (WorkflowTemplate.id, WorkflowTemplate.name_key, WorkflowTemplate.steps)
+    by_id = {t.id: t for t in await core.db.list(WorkflowTemplate.select(*columns).where(
+        WorkflowTemplate.id.in_(ids) & (mine | (WorkflowTemplate.shared == True))))}  # noqa: E712
+    by_name = {t.name_key: t for t in await core.db.list(WorkflowTemplate.select(*columns).where(
+        mine & WorkflowTemplate.name_key.in_([name_key(r) for r in ids])))}
+    where = f"of the workspace '{team.name}'" if team is not None else "of yours"
     depths = _Depths(core, template_id)
     for field, ref, flow in checked.children:
         child = by_id.get(ref) or by_name.get(name_key(ref))
         if child is None:
-            checked.add(field, f"unknown template {ref!r}: not the id or name of a template you may run")
+            checked.add(field, f"unknown template {ref!r}: not the id or name of a template {where} "
+                               "or a shared one")
             continue
         flow["template"] = child.id
         steps = child.steps

@@ -196,3 +196,70 @@ async def test_a_restore_checks_the_workspace_s_workers_now(client, team):
     assert (await WorkflowTemplate.aget_by_id(tid)).version == 3
     done = await run(client, alice, tid)  # the stored template names a worker since deleted: as before
     assert done["status"] == "failed", done
+
+
+# --- a workflow step's child template ---------------------------------------------------
+
+CHILD_FIELD = "steps.0.workflow.template"
+
+
+def calling(child: str) -> list[dict]:
+    return [{"id": "sub", "workflow": {"template": child, "input": "input"}}]
+
+
+async def parent(client, who, name, child, workspace_id=None):
+    body = {"name": name, "steps": calling(child)}
+    if workspace_id is not None:
+        body["workspace_id"] = workspace_id
+    return await client.post(f"{API}/template", headers=who["headers"], json=body)
+
+
+def refused_child(response, child: str) -> str:
+    body = assert_error(response, 422, "ValidationError")
+    assert [d["field"] for d in body["detail"]] == [CHILD_FIELD], body
+    problem = body["detail"][0]["problem"]
+    assert f"unknown template {child!r}" in problem, problem
+    return problem
+
+
+async def test_a_team_template_calls_and_runs_another_editor_s_template_of_the_workspace(client, team):
+    support, alice = team["support"], team["alice"]
+    helper = await worker_of(client, team, "bob", "helper", support)
+    leaf = await save(client, team["bob"], "leaf", helper, support)
+    assert leaf.status_code == 201, leaf.text
+    made = await parent(client, alice, "calls-leaf", "LEAF", support)
+    assert made.status_code == 201, made.text
+    stored = await WorkflowTemplate.aget_by_id(made.json()["template_id"])
+    assert stored.steps[0]["workflow"]["template"] == leaf.json()["template_id"]
+    done = await run(client, alice, made.json()["template_id"])  # alice starts bob's child
+    assert done["status"] == "succeeded", done
+    children = (await client.get(f"{API}/run", headers=alice["headers"],
+                                 params={"workspace_id": support})).json()["runs"]
+    assert len(children) == 2 and {r["status"] for r in children} == {"succeeded"}
+
+
+async def test_a_child_of_another_workspace_is_refused(client, team, users):
+    support, alice = team["support"], team["alice"]
+    mine = await worker_of(client, team, "alice", "mine")
+    solo = await save(client, alice, "solo", mine)
+    assert solo.status_code == 201, solo.text
+    for ref in ("solo", solo.json()["template_id"]):
+        problem = refused_child(await parent(client, alice, "leaky", ref, support), ref)
+        assert "the workspace 'support'" in problem, problem
+    drafted = await client.post(f"{API}/template/check", headers=alice["headers"],
+                                json={"name": "draft", "steps": calling("solo"), "workspace_id": support})
+    assert drafted.status_code == 200 and [p["field"] for p in drafted.json()["problems"]] == [CHILD_FIELD], \
+        drafted.text
+    assert drafted.json()["valid"] is False
+    # the other way: a team template is no child of a personal one
+    helper = await worker_of(client, team, "alice", "helper", support)
+    team_t = await save(client, alice, "team-t", helper, support)
+    assert team_t.status_code == 201, team_t.text
+    refused_child(await parent(client, alice, "leaky", team_t.json()["template_id"]), team_t.json()["template_id"])
+    assert "leaky" not in await stored_names(client)
+    # a shared template stays every workspace's
+    admin = await users.make("admin", "ADMINISTRATOR")
+    shared = await client.post(f"{API}/template", headers=admin["headers"], json={
+        "name": "common", "shared": True, "steps": [{"id": "a", "agent": {"human": True}, "prompt": "?"}]})
+    assert shared.status_code == 201, shared.text
+    assert (await parent(client, alice, "calls-common", shared.json()["template_id"], support)).status_code == 201

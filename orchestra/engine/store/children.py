@@ -15,6 +15,7 @@ from orchestra.db.models import (
     WorkflowRun,
     WorkflowTemplate,
 )
+from orchestra.db.workspace_models import Workspace
 from orchestra.engine.model import At
 from orchestra.engine.store.creation import NewRun, child_budget
 from orchestra.engine.store.events import Event, Item
@@ -67,6 +68,11 @@ class ChildRuns:
     async def version(self, template_id: str, number: int) -> TemplateVersion | None:
         return await TemplateVersion.aget_or_none(
             (TemplateVersion.template == template_id) & (TemplateVersion.version == number))
+
+    async def is_team(self, workspace_id: str | None) -> bool:
+        """Whether `workspace_id` is a team workspace (not a personal one, not none)."""
+        return workspace_id is not None and await self.db.exists(Workspace.select(Workspace.id).where(
+            (Workspace.id == workspace_id) & (Workspace.personal == False)))  # noqa: E712
 
     async def template_exists(self, template_id: str) -> bool:
         return await self.db.exists(WorkflowTemplate.select(WorkflowTemplate.id)
