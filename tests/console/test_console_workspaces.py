@@ -278,3 +278,40 @@ def test_a_team_workspace_its_members_and_its_audit_log(chromium, served, screen
         for console in (alice, bob, carol, root):
             if console:
                 console.close()
+
+
+def test_the_template_editor_offers_the_template_s_workspace_s_workers(console, served):
+    """A step names a worker of its template's workspace (SPEC §16), so the editor offers
+    those only: a new template's the chosen workspace's (with "All workspaces" the
+    personal one, where it is saved), an existing template's its own workspace's —
+    bob's worker in support for alice's support template, never her personal one."""
+    alice_api, bob_api = register(served, "alice"), register(served, "bob")
+    root = httpx.post(f"{served.base_url}/api/v1/auth/login", json={"user_name": "root", "password": PASSWORD})
+    provider = httpx.post(f"{served.base_url}/api/v1/provider", headers={
+        "Authorization": f"Bearer {root.json()['access_token']}"}, json={
+        "name": "llm", "provider": "openai_compatible", "model_id": "fake-model", "base_url": "http://127.0.0.1:9/v1"})
+    assert provider.status_code == 201, provider.text
+    pid = provider.json()["provider_id"]
+    support = alice_api.post("/workspace", json={"name": "support"}).json()["workspace_id"]
+    assert alice_api.post(f"/workspace/{support}/member",
+                          json={"user_name": "bob", "role": "editor"}).status_code == 201
+    assert alice_api.post("/agent/worker", json={"name": "mine", "provider_id": pid}).status_code == 201
+    helper = bob_api.post("/agent/worker", json={"name": "helper", "provider_id": pid, "workspace_id": support})
+    assert helper.status_code == 201, helper.text
+    made = alice_api.post("/workflow/template", json={
+        "name": "team-t", "workspace_id": support, "steps": [{"id": "a", "agent": {"worker": "helper"}, "prompt": "p"}]})
+    assert made.status_code == 201, made.text
+
+    page = console.page
+    console.sign_in("alice")
+    worker = page.locator('fieldset[data-step-index="0"]').get_by_label("Worker")
+    console.open("templates/new")
+    expect(worker.locator("option")).to_have_text(["mine"])
+    switch_to(console, "support")
+    console.open("templates/new")
+    expect(worker.locator("option")).to_have_text(["helper"])
+    switch_to(console, "All workspaces")
+    console.open(f"templates/{made.json()['template_id']}")
+    expect(worker.locator("option")).to_have_text(["helper"])
+    expect(worker).to_have_value(helper.json()["worker_id"])
+    assert console.errors == []

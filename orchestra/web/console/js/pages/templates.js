@@ -7,7 +7,7 @@ import { StepGraph, stages } from '../graph.js';
 import { StepPolicies, ContainerControls, ShapeSelect, policyDraft, policyApi, usesAgent, unreadableJson, innerField } from '../step_policies.js';
 import { TemplateSettings, SETTINGS_FIELDS } from '../template_settings.js';
 import { TemplateVersions } from './versions.js';
-import { scoped, inWorkspace } from '../workspace.js';
+import { scoped, inWorkspace, chosenWorkspace } from '../workspace.js';
 
 const NODES = ['planner', 'reviewer', 'summarizer'];
 // What each system node does (its description in GET /agent/node; orchestra/services/agents.py).
@@ -321,12 +321,26 @@ function missingWorkers(steps, prefix = 'steps') {
   return detail.length ? { status: 422, detail, message: 'Choose a worker for every step done by a worker; none yet? Create one on the Workers page first.' } : null;
 }
 
+/** The workers a template's steps may name (SPEC §16: never another workspace's): those of
+ * its workspace — an existing template's own, a new one's the chosen workspace (with "All
+ * workspaces" it goes to your personal one). A workspace whose workers you may not list
+ * (another user's personal one, for an administrator editing a shared template) offers none. */
+async function workersOf(template) {
+  let where = template ? template.workspace_id : chosenWorkspace();
+  if (!where) where = ((await api('GET', '/workspace')).workspaces.find((w) => w.personal) || {}).workspace_id;
+  if (!where) return [];
+  try {
+    return (await apiAll(`/agent/worker?workspace_id=${encodeURIComponent(where)}`, 'workers')).workers;
+  } catch (err) {
+    if (err.status === 404) return [];
+    throw err;
+  }
+}
+
 async function loadEditor(templateId) {
-  const [workers, template] = await Promise.all([
-    apiAll('/agent/worker', 'workers'),
-    templateId === 'new' ? null : api('GET', `/workflow/template/${encodeURIComponent(templateId)}`),
-  ]);
-  return { workers: workers.workers, template: template && template.template };
+  const found = templateId === 'new' ? null : await api('GET', `/workflow/template/${encodeURIComponent(templateId)}`);
+  const template = found && found.template;
+  return { workers: await workersOf(template), template };
 }
 
 export function TemplateEditor({ templateId }) {
