@@ -241,7 +241,7 @@ class Attacks:
         answers[self.evil.post(f"/workflow/cancel/{root}").status_code] = 1
         ended = wait_status(self.evil, root, ("cancelled", "failed", "succeeded"), 60)
         report("tree: cancel to the root's end", time.monotonic() - sent, "s", "< 2")
-        print(f"  tree: root {ended['status']}", flush=True)
+        print(f"  tree: root {ended['status']} {ended.get('error') or ''}", flush=True)
 
     def mcp_sessions(self, answers: dict[int, int]) -> None:
         body = {"jsonrpc": "2.0", "id": 1, "method": "initialize",

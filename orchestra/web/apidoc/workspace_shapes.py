@@ -15,6 +15,7 @@ WorkspaceRoleName = Literal[tuple(WORKSPACE_ROLES)]  # type: ignore[valid-type]
 
 # What every list and create of a workspace's resources documents alike.
 NOT_A_MEMBER = "NotFoundError: workspace_id names a workspace you are not a member of."
+BLANK_WORKSPACE = "ValidationError: a blank workspace_id."
 WORKSPACE_FILTER = query("workspace_id", "Only this workspace's (404 when you are not a member); default: "
                          "all of yours.", type="string", pattern=ID_PATTERN)
 

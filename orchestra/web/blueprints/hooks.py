@@ -13,7 +13,7 @@ from orchestra.services.roles import Role
 from orchestra.web.apidoc import trigger_models as out
 from orchestra.web.apidoc.operation import Link, documented
 from orchestra.web.apidoc.rules import ID_PATTERN, id_rule, rule
-from orchestra.web.apidoc.workspace_shapes import NOT_A_MEMBER, WORKSPACE_FILTER
+from orchestra.web.apidoc.workspace_shapes import BLANK_WORKSPACE, NOT_A_MEMBER, WORKSPACE_FILTER
 from orchestra.web.auth import protected
 from orchestra.web.paging import workspace_arg
 from orchestra.web.responses import SUCCESS
@@ -71,7 +71,7 @@ async def create_hook(request: Request):
 
 @bp.get("", strict_slashes=False)
 @documented("List your inbound webhooks and your workspaces', oldest first", response=out.HookList,
-            params=(WORKSPACE_FILTER,), errors={404: NOT_A_MEMBER, 422: "ValidationError: a blank workspace_id."})
+            params=(WORKSPACE_FILTER,), errors={404: NOT_A_MEMBER, 422: BLANK_WORKSPACE})
 @protected(Role.USER)
 async def list_hooks(request: Request):
     hooks = await service.list_hooks(request.app.ctx.core, owner_id=request.ctx.principal.user_id,

@@ -13,7 +13,7 @@ from orchestra.services.roles import Role
 from orchestra.web.apidoc import trigger_models as out
 from orchestra.web.apidoc.operation import documented
 from orchestra.web.apidoc.rules import ID_PATTERN, id_rule, rule, stripped
-from orchestra.web.apidoc.workspace_shapes import NOT_A_MEMBER, WORKSPACE_FILTER
+from orchestra.web.apidoc.workspace_shapes import BLANK_WORKSPACE, NOT_A_MEMBER, WORKSPACE_FILTER
 from orchestra.web.auth import protected
 from orchestra.web.paging import workspace_arg
 from orchestra.web.responses import SUCCESS
@@ -72,7 +72,7 @@ async def create_key(request: Request):
 
 @bp.get("", strict_slashes=False)
 @documented("List your API keys (not revoked), oldest first", response=out.KeyList,
-           errors={404: NOT_A_MEMBER, 422: "ValidationError: a blank workspace_id."},
+           errors={404: NOT_A_MEMBER, 422: BLANK_WORKSPACE},
            params=(WORKSPACE_FILTER,))
 @protected(Role.USER)
 async def list_keys(request: Request):

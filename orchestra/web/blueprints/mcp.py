@@ -16,7 +16,7 @@ from orchestra.services.workspace_rights import Action
 from orchestra.web.apidoc import models as out
 from orchestra.web.apidoc.operation import Link, documented, query
 from orchestra.web.apidoc.rules import ID_PATTERN, URL_PATTERN, id_rule, rule
-from orchestra.web.apidoc.workspace_shapes import NOT_A_MEMBER
+from orchestra.web.apidoc.workspace_shapes import BLANK_WORKSPACE, NOT_A_MEMBER
 from orchestra.web.auth import protected
 from orchestra.web.paging import workspace_arg
 from orchestra.web.responses import SUCCESS
@@ -131,7 +131,8 @@ _WORKSPACE = query("workspace_id", "The workspace's servers (you need admin ther
                    "(ADMINISTRATOR+ to change them).", type="string", pattern=ID_PATTERN)
 _ERRORS = {403: "PermissionDeniedError: instance-wide servers need ADMINISTRATOR+ to change, a workspace's "
                 "need admin there.", 404: NOT_A_MEMBER}
-_READ_ERRORS = {404: NOT_A_MEMBER}
+_READ_ERRORS = {404: NOT_A_MEMBER, 422: BLANK_WORKSPACE}  # ?workspace_id=
+_QUERY_ERRORS = {**_ERRORS, 422: BLANK_WORKSPACE}  # routes without a body
 
 
 async def _scope(request: Request, action: Action = Action.MANAGE) -> str | None:
@@ -214,7 +215,7 @@ async def update(request: Request, server_id: str):
 @bp.delete("/<server_id:str>")
 @documented(
     "Delete an MCP server", response=out.Done, params=(_WORKSPACE,),
-    errors={409: "ConflictError: workers use its tools (detail names them).", **_ERRORS},
+    errors={409: "ConflictError: workers use its tools (detail names them).", **_QUERY_ERRORS},
 )
 @protected(Role.USER)
 async def delete(request: Request, server_id: str):
@@ -225,7 +226,7 @@ async def delete(request: Request, server_id: str):
 
 @bp.post("/<server_id:str>/refresh")
 @documented("Connect and list the server's tools again (the outcome is kept)", response=out.McpServer,
-            params=(_WORKSPACE,), errors=_ERRORS)
+            params=(_WORKSPACE,), errors=_QUERY_ERRORS)
 @protected(Role.USER)
 async def refresh(request: Request, server_id: str):
     workspace_id = await _scope(request)

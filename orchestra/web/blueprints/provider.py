@@ -27,7 +27,7 @@ from orchestra.web.apidoc.rules import (
     name_rule,
     rule,
 )
-from orchestra.web.apidoc.workspace_shapes import NOT_A_MEMBER
+from orchestra.web.apidoc.workspace_shapes import BLANK_WORKSPACE, NOT_A_MEMBER
 from orchestra.web.auth import protected
 from orchestra.web.paging import workspace_arg
 from orchestra.web.responses import SUCCESS
@@ -119,7 +119,8 @@ _WORKSPACE = query("workspace_id", "The workspace's providers (you need admin th
                    "(ADMINISTRATOR+ to change them).", type="string", pattern=ID_PATTERN)
 _ERRORS = {403: "PermissionDeniedError: instance-wide providers need ADMINISTRATOR+ to change, a workspace's "
                 "need admin there.", 404: NOT_A_MEMBER}
-_READ_ERRORS = {404: NOT_A_MEMBER}
+_READ_ERRORS = {404: NOT_A_MEMBER, 422: BLANK_WORKSPACE}  # ?workspace_id=
+_QUERY_ERRORS = {**_ERRORS, 422: BLANK_WORKSPACE}  # routes without a body
 
 
 async def _scope(request: Request, action: Action = Action.MANAGE) -> str | None:
@@ -195,7 +196,7 @@ async def update(request: Request, provider_id: str):
 @bp.delete("/<provider_id:str>")
 @documented(
     "Delete a provider", response=out.Done, params=(_WORKSPACE,),
-    errors={409: "ConflictError: workers or system nodes use it (detail names them).", **_ERRORS},
+    errors={409: "ConflictError: workers or system nodes use it (detail names them).", **_QUERY_ERRORS},
 )
 @protected(Role.USER)
 async def delete(request: Request, provider_id: str):
@@ -209,7 +210,7 @@ async def delete(request: Request, provider_id: str):
 @documented(
     "Ask the provider for its models (proves the key and URL work); a provider that cannot "
     "be reached or refuses is `ok: false` with `error`, a sentence of ours", response=out.ProviderCheck,
-    params=(_WORKSPACE,), errors=_ERRORS,
+    params=(_WORKSPACE,), errors=_QUERY_ERRORS,
 )
 @protected(Role.USER)
 async def check(request: Request, provider_id: str):

@@ -12,7 +12,7 @@ from orchestra.services.workspace_rights import Action
 from orchestra.web.apidoc import models as out
 from orchestra.web.apidoc.operation import Link, documented, query
 from orchestra.web.apidoc.rules import ID_PATTERN, name_rule, text_rule
-from orchestra.web.apidoc.workspace_shapes import NOT_A_MEMBER
+from orchestra.web.apidoc.workspace_shapes import BLANK_WORKSPACE, NOT_A_MEMBER
 from orchestra.web.auth import protected
 from orchestra.web.paging import workspace_arg
 from orchestra.web.responses import SUCCESS
@@ -41,7 +41,7 @@ class SkillUpdateBody(ClosedBody):
             "own servers' tools for workspace_id", response=out.ToolList, params=(query(
                 "workspace_id", "The tools a worker of this workspace may use (404 when you are not a "
                 "member); default: the built-ins and the instance-wide servers' tools.",
-                type="string", pattern=ID_PATTERN),), errors={404: NOT_A_MEMBER})
+                type="string", pattern=ID_PATTERN),), errors={404: NOT_A_MEMBER, 422: BLANK_WORKSPACE})
 @protected(Role.USER)
 async def tools(request: Request):
     core = request.app.ctx.core

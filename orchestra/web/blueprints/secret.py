@@ -14,7 +14,7 @@ from orchestra.services.roles import Role
 from orchestra.web.apidoc import models as out
 from orchestra.web.apidoc.operation import Link, documented, query
 from orchestra.web.apidoc.rules import ID_PATTERN, id_rule, rule
-from orchestra.web.apidoc.workspace_shapes import NOT_A_MEMBER
+from orchestra.web.apidoc.workspace_shapes import BLANK_WORKSPACE, NOT_A_MEMBER
 from orchestra.web.auth import protected
 from orchestra.web.paging import workspace_arg
 from orchestra.web.responses import SUCCESS
@@ -53,7 +53,7 @@ _WORKSPACE = query("workspace_id", "The workspace's secrets (you need admin ther
                    "member); default: the instance-wide ones (ADMINISTRATOR+).", type="string", pattern=ID_PATTERN)
 _ERRORS = {403: "PermissionDeniedError: instance-wide secrets need ADMINISTRATOR+, a workspace's need admin there.",
            404: NOT_A_MEMBER}
-_QUERY_ERRORS = {**_ERRORS, 422: "ValidationError: a blank workspace_id."}  # ?workspace_id=
+_QUERY_ERRORS = {**_ERRORS, 422: BLANK_WORKSPACE}  # ?workspace_id=
 
 
 class SecretChangeBody(ClosedBody):
