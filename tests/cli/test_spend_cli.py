@@ -105,7 +105,8 @@ def test_a_paused_run_is_topped_up_from_the_cli_and_shows_what_it_cost(world):
     assert "not waiting for budget" in again.stderr
 
 
-def test_usage_groups_what_runs_cost_as_the_api_does(world):
+def paid_run(world) -> str:
+    """A run of the world's template that pauses for its budget, topped up to succeed."""
     cli, api = world["cli"], world["api"]
     started = cli("workflow", "run", world["template"], "--input", "hi", "--json")
     assert started.returncode == 0, started.stderr
@@ -114,6 +115,12 @@ def test_usage_groups_what_runs_cost_as_the_api_does(world):
     wait_status(api, trace_id, "waiting_budget")
     assert cli("workflow", "budget", trace_id, "--add", "5").returncode == 0
     wait_status(api, trace_id, "succeeded")
+    return trace_id
+
+
+def test_usage_groups_what_runs_cost_as_the_api_does(world):
+    cli, api = world["cli"], world["api"]
+    paid_run(world)
 
     expected = api.get("/usage", params={"group_by": "model"}).json()["rows"]
     assert len(expected) == 1 and expected[0]["key"] == "fake-model" and expected[0]["calls"] >= 3
@@ -147,6 +154,7 @@ def test_usage_of_one_workspace_is_what_the_api_gives_for_it(world):
     """`usage --workspace` (by name or id) asks `GET /usage?workspace_id=`: the personal
     workspace holds every run so far, a new team workspace none; an unknown one is exit 3."""
     cli, api = world["cli"], world["api"]
+    paid_run(world)  # whichever of this module's tests ran before, there is usage to group
     made = api.post("/workspace", json={"name": "usage-team"})
     assert made.status_code == 201, made.text
     [personal] = [w["workspace_id"] for w in api.get("/workspace").json()["workspaces"] if w["personal"]]

@@ -190,7 +190,7 @@ def create_template(console: Console) -> str:
     page.get_by_role("button", name="Save template").click()
     page.get_by_text("Template 'ask and sum' created.").wait_for()
     page.wait_for_url(re.compile(r"#/templates/[0-9a-f-]{36}$"))
-    assert page.locator("figure.graph path.edge").count() == 2  # calc → ask → final
+    expect(page.locator("figure.graph path.edge")).to_have_count(2)  # calc → ask → final (once drawn)
     console.shot("06-template")
     return page.url.rsplit("/", 1)[1]
 
