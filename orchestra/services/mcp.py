@@ -321,7 +321,7 @@ async def scope_of(core: Shared, caller: Caller, workspace_id: str | None,
 
 
 def _in(workspace_id: str | None) -> Any:
-    return McpServer.workspace_id.is_null() if workspace_id is None else McpServer.workspace_id == workspace_id
+    return workspace_rights.of_scope(McpServer.workspace_id, workspace_id)
 
 
 def _name_taken(name: str, workspace_id: str | None = None) -> ConflictError:
@@ -432,22 +432,11 @@ async def list_servers(core: Shared, workspace_id: str | None = None) -> list[Mc
                               .order_by(McpServer.name_key, McpServer.id))
 
 
-_ANY: Any = object()
-
-
-async def get_server(core: Shared, server_id: str, workspace_id: str | None = _ANY) -> McpServer:
-    """The server of that id; given `workspace_id`, only one of that workspace (None: an
-    instance-wide one): any other is 404, like a missing one."""
-    server = None
-    if storable(server_id) and len(server_id) <= 36:
-        where = McpServer.id == server_id
-        if workspace_id is not _ANY:
-            where = where & _in(workspace_id)
-        server = await McpServer.aget_or_none(where)
-    if server is None:
-        in_ws = " in this workspace" if workspace_id is not _ANY and workspace_id else ""
-        raise NotFoundError(f"No MCP server has the id '{server_id[:80]}'{in_ws}.")
-    return server
+async def get_server(core: Shared, server_id: str,
+                    workspace_id: str | None = workspace_rights.EVERY_SCOPE) -> McpServer:
+    """The MCP server of that id; given `workspace_id`, only one of that workspace (None:
+    an instance-wide one): any other is 404, like a missing one."""
+    return await workspace_rights.one_in_scope(McpServer, server_id, workspace_id, "MCP server")
 
 
 async def _workers_using(core: Shared, names: list[str], workspace_id: str | None = None) -> list[Worker]:

@@ -192,7 +192,7 @@ async def scope_of(core: Shared, caller: Caller, workspace_id: str | None,
 
 
 def _in(workspace_id: str | None) -> Any:
-    return Provider.workspace_id.is_null() if workspace_id is None else Provider.workspace_id == workspace_id
+    return workspace_rights.of_scope(Provider.workspace_id, workspace_id)
 
 
 def usable_by(workspace_id: str | None) -> Any:
@@ -315,22 +315,11 @@ async def list_providers(core: Shared, workspace_id: str | None = None) -> list[
                               .order_by(Provider.created_at, Provider.id))
 
 
-_ANY: Any = object()
-
-
-async def get_provider(core: Shared, provider_id: str, workspace_id: str | None = _ANY) -> Provider:
+async def get_provider(core: Shared, provider_id: str,
+                      workspace_id: str | None = workspace_rights.EVERY_SCOPE) -> Provider:
     """The provider of that id; given `workspace_id`, only one of that workspace (None:
     an instance-wide one): any other is 404, like a missing one."""
-    provider = None
-    if storable(provider_id) and len(provider_id) <= 36:
-        where = Provider.id == provider_id
-        if workspace_id is not _ANY:
-            where = where & _in(workspace_id)
-        provider = await Provider.aget_or_none(where)
-    if provider is None:
-        in_ws = " in this workspace" if workspace_id is not _ANY and workspace_id else ""
-        raise NotFoundError(f"No provider has the id '{provider_id[:80]}'{in_ws}.")
-    return provider
+    return await workspace_rights.one_in_scope(Provider, provider_id, workspace_id, "provider")
 
 
 async def find_provider(core: Shared, name_or_id: str, workspace_id: str | None = None) -> Provider:

@@ -25,7 +25,7 @@ from __future__ import annotations
 from contextvars import ContextVar
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Protocol
+from typing import Any, Protocol
 
 from orchestra.db.models import storable
 from orchestra.db.workspace_models import Workspace, WorkspaceMember
@@ -214,6 +214,30 @@ async def instance_or_workspace(core: Shared, user: Caller, workspace_id: str | 
         return None
     found = await require(core, user, workspace_id, action)
     return found.workspace.id
+
+
+EVERY_SCOPE: Any = object()  # a lookup of an instance-wide-or-workspace resource in any scope
+
+
+def of_scope(column: Any, workspace_id: str | None) -> Any:
+    """The rows of one scope: `workspace_id`'s own, or (None) the instance-wide ones."""
+    return column.is_null() if workspace_id is None else column == workspace_id
+
+
+async def one_in_scope(model: Any, row_id: str, workspace_id: str | None, noun: str) -> Any:
+    """The row of `model` with that id (a provider, an MCP server); given `workspace_id`
+    (not `EVERY_SCOPE`), only one of that scope (None: instance-wide): any other is 404
+    naming `noun`, like a missing one."""
+    row = None
+    if storable(row_id) and len(row_id) <= 36:
+        where = model.id == row_id
+        if workspace_id is not EVERY_SCOPE:
+            where = where & of_scope(model.workspace_id, workspace_id)
+        row = await model.aget_or_none(where)
+    if row is None:
+        in_ws = " in this workspace" if workspace_id is not EVERY_SCOPE and workspace_id else ""
+        raise NotFoundError(f"No {noun} has the id '{row_id[:80]}'{in_ws}.")
+    return row
 
 
 async def member_workspaces(core: Shared, user_id: str) -> dict[str, WorkspaceRole]:

@@ -16,7 +16,8 @@ import pytest
 from orchestra.db.audit_models import AuditEntry
 from orchestra.db.models import McpServer, RunEvent, Worker
 from orchestra.engine.tools import wire_name
-from tests.web.test_workflow_routes import API, wait_for
+from tests.web.teams import two_teams
+from tests.web.test_workflow_routes import API, assert_error, wait_for
 
 MCP = "/api/v1/resource/mcp"
 TOOLS = "/api/v1/resource/tool"
@@ -31,26 +32,9 @@ def database_url(both_stores):
     return both_stores
 
 
-def assert_error(response, status: int, error: str) -> dict:
-    assert response.status_code == status, response.text
-    body = response.json()
-    assert body["error"] == error and body["message"]
-    return body
-
-
 @pytest.fixture
 async def team(client, users):
-    """alice owns team A where bob is admin and carol editor; bob also owns team B; eve is
-    in neither; admin is an instance ADMINISTRATOR, member of neither."""
-    people = {name: await users.make(name) for name in ("alice", "bob", "carol", "eve")}
-    people["admin"] = await users.make("admin", "ADMINISTRATOR")
-    a = (await client.post(WS, headers=people["alice"]["headers"], json={"name": "team-a"})).json()["workspace_id"]
-    b = (await client.post(WS, headers=people["bob"]["headers"], json={"name": "team-b"})).json()["workspace_id"]
-    for name, role in (("bob", "admin"), ("carol", "editor")):
-        added = await client.post(f"{WS}/{a}/member", headers=people["alice"]["headers"],
-                                  json={"user_name": name, "role": role})
-        assert added.status_code == 201, added.text
-    return {"a": a, "b": b, **people}
+    return await two_teams(client, users)
 
 
 async def register(client, who, fake, name, workspace_id=None, secret=TEAM_SECRET):

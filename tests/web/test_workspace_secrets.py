@@ -17,6 +17,7 @@ from orchestra.db.audit_models import AuditEntry
 from orchestra.db.models import RunEvent, RunStep, Secret
 from orchestra.testing.fake_http import FakeHttp
 from tests.conftest import LOOPBACK_STEPS
+from tests.web.teams import two_teams
 from tests.web.test_workflow_routes import API, assert_error, wait_for
 
 SECRETS = "/api/v1/resource/secret"
@@ -45,17 +46,7 @@ def database_url(both_stores):
 
 @pytest.fixture
 async def team(client, users):
-    """alice owns team A where bob is admin and carol editor; bob also owns team B; eve is
-    in neither; admin is an instance ADMINISTRATOR, member of neither."""
-    people = {name: await users.make(name) for name in ("alice", "bob", "carol", "eve")}
-    people["admin"] = await users.make("admin", "ADMINISTRATOR")
-    a = (await client.post(WS, headers=people["alice"]["headers"], json={"name": "team-a"})).json()["workspace_id"]
-    b = (await client.post(WS, headers=people["bob"]["headers"], json={"name": "team-b"})).json()["workspace_id"]
-    for name, role in (("bob", "admin"), ("carol", "editor")):
-        added = await client.post(f"{WS}/{a}/member", headers=people["alice"]["headers"],
-                                  json={"user_name": name, "role": role})
-        assert added.status_code == 201, added.text
-    return {"a": a, "b": b, **people}
+    return await two_teams(client, users)
 
 
 async def store(client, who, name, value, hosts, workspace_id=None):
