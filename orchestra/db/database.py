@@ -6,6 +6,7 @@ import asyncio
 import logging
 import re
 import sqlite3
+import time
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -81,7 +82,7 @@ async def end_task_store_work(db) -> None:
 _WRITES = ("INSERT", "UPDATE", "DELETE", "REPLACE", "CREATE", "DROP", "ALTER")
 
 
-def _needs_turn(sql: str, in_transaction: bool) -> bool:
+def _needs_turn(sql: str) -> bool:
     """Whether `sql` takes SQLite's write lock: a `BEGIN IMMEDIATE`/`EXCLUSIVE`, or a
     write (by itself, or the first in a deferred transaction). A deferred `BEGIN`, a read,
     `COMMIT` and `ROLLBACK` take none."""
@@ -128,7 +129,7 @@ class _SettlingConnection(AsyncSqliteConnection):
     has_turn = False
 
     async def execute(self, sql, params=None):
-        if self.turns is not None and not self.has_turn and _needs_turn(sql, self.conn.in_transaction):
+        if self.turns is not None and not self.has_turn and _needs_turn(sql):
             await self.turns.take()
             self.has_turn = True
         try:
@@ -222,16 +223,25 @@ class SettlingSqliteDatabase(AsyncSqliteDatabase):
         if readers is None or self._state.conn is not None or not _is_read(sql):
             return await super().aexecute_sql(sql, params)
         self._log_query(sql, params)
+        start = time.perf_counter() if self.query_hooks else None  # as peewee's own path
         try:
-            conn = await asyncio.wait_for(readers.acquire(), timeout=self._acquire_timeout)
-        except TimeoutError:
-            raise OperationalError("Timed out acquiring a reader "
-                                   f"(acquire_timeout={self._acquire_timeout}).") from None
-        try:
-            with __exception_wrapper__:
-                return await conn.execute(sql, params)
-        finally:
-            await readers.release(conn)
+            try:
+                conn = await asyncio.wait_for(readers.acquire(), timeout=self._acquire_timeout)
+            except TimeoutError:  # worded as the pool's own: db/outage.py reads it as the store out
+                raise OperationalError("Timed out acquiring connection from the readers "
+                                       f"(acquire_timeout={self._acquire_timeout}).") from None
+            try:
+                with __exception_wrapper__:
+                    result = await conn.execute(sql, params)
+            finally:
+                await readers.release(conn)
+        except Exception as exc:
+            if start is not None:
+                self._notify_hooks(sql, params, start, exc)
+            raise
+        if start is not None:
+            self._notify_hooks(sql, params, start, None)
+        return result
 
     async def _pool_close(self):
         readers, self._readers = self._readers, None

@@ -103,3 +103,16 @@ async def test_many_writers_at_once_all_commit(db):
         return (await db.aexecute_sql("SELECT count(*) FROM item")).fetchall()[0][0]
 
     assert await asyncio.create_task(count()) == 61
+
+
+async def test_a_read_on_a_reader_is_seen_by_the_query_hooks(db):
+    """Statement counts (tests, observability) see every read, a reader's included."""
+    seen: list[str] = []
+    db.query_hooks.append(lambda event: seen.append(event.sql))
+
+    async def read() -> list:
+        assert db._state.conn is None  # nothing held: this read goes to a reader
+        return (await db.aexecute_sql("SELECT name FROM item")).fetchall()
+
+    assert await asyncio.create_task(read()) == [("first",)]
+    assert seen == ["SELECT name FROM item"]
