@@ -356,9 +356,16 @@ def test_rate_limit_is_shown_with_when_to_retry(chromium, tmp_path, screenshots)
             page.get_by_role("alert").wait_for()
         alert = page.get_by_role("alert").filter(has_text=re.compile(r"Try again in \d+ s\."))
         alert.wait_for()
+        shown = re.fullmatch(r"Too many login attempts; try again in (\d+) seconds\. Try again in \1 s\.",
+                             alert.inner_text())
+        assert shown, alert.inner_text()
         refused = httpx.post(f"{server.base_url}/api/v1/auth/login",
                              json={"user_name": "root", "password": PASSWORD})
-        assert refused.status_code == 429 and refused.json()["message"] in alert.inner_text()
+        # The API's own words, asked a moment after the page was: at most a second or two fewer.
+        assert refused.status_code == 429
+        told = re.fullmatch(r"Too many login attempts; try again in (\d+) seconds\.", refused.json()["message"])
+        assert told and 0 <= int(shown[1]) - int(told[1]) <= 2, (shown[0], refused.json())
+        assert int(refused.headers["Retry-After"]) == int(told[1])
         console.shot("14-rate-limited")
     finally:
         console.close()
